@@ -1,0 +1,17 @@
+"""nnapi_ref: a complete reference of the Android Neural Networks API in numpy.
+
+The NDK's programming model (:mod:`nnapi_ref.runtime`), the driver interface
+(:mod:`nnapi_ref.hal`) and the ``nnapi-reference`` CPU driver (:mod:`nnapi_ref.drivers`)::
+
+    from nnapi_ref import Model, Compilation, Execution, OperandType, OperandCode as T
+"""
+from .errors import NnapiError
+from .runtime import (UINT64_MAX, Burst, Compilation, Device, Event, Execution, Memory, MemoryDesc, Model,
+                      OperandType, Partitioning, get_devices, set_drivers, using_drivers)
+from .types import (DeviceTypeCode, DurationCode, FeatureLevel, FuseCode, OperandCode, OperationCode, PaddingCode,
+                    PreferenceCode, PriorityCode, ResultCode)
+
+__all__ = ["Burst", "Compilation", "Device", "DeviceTypeCode", "DurationCode", "Event", "Execution", "FeatureLevel",
+           "FuseCode", "Memory", "MemoryDesc", "Model", "NnapiError", "OperandCode", "OperandType", "OperationCode",
+           "PaddingCode", "Partitioning", "PreferenceCode", "PriorityCode", "ResultCode", "UINT64_MAX", "get_devices",
+           "set_drivers", "using_drivers"]

@@ -1,0 +1,393 @@
+"""``nnapi-reference``: the built-in CPU driver. It implements the whole driver interface
+(:mod:`nnapi_ref.hal`) on top of the CPU executor, and validates every model and request
+it is given, as a conforming driver must.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import threading
+import time
+from typing import Sequence
+
+import numpy as np
+
+from .. import hal, ops
+from ..errors import NnapiError
+from ..executor import Executor, Plan, prepare_plans
+from ..hal import ErrorStatus, HalError
+from ..types import (DTYPES, MAX_NUMBER_OF_CACHE_FILES, SCALAR_TYPES, DeviceTypeCode, FeatureLevel,
+                     OperandCode, ResultCode)
+from ..validation import validate_model
+
+# How the executor's result codes travel back across the driver interface.
+STATUS_OF_RESULT = {
+    ResultCode.BAD_DATA: ErrorStatus.INVALID_ARGUMENT,
+    ResultCode.UNEXPECTED_NULL: ErrorStatus.INVALID_ARGUMENT,
+    ResultCode.OP_FAILED: ErrorStatus.GENERAL_FAILURE,
+    ResultCode.OUT_OF_MEMORY: ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+    ResultCode.MISSED_DEADLINE_TRANSIENT: ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+    ResultCode.MISSED_DEADLINE_PERSISTENT: ErrorStatus.MISSED_DEADLINE_PERSISTENT,
+    ResultCode.OUTPUT_INSUFFICIENT_SIZE: ErrorStatus.OUTPUT_INSUFFICIENT_SIZE,
+}
+
+
+def hal_error(e: NnapiError) -> HalError:
+    return HalError(STATUS_OF_RESULT.get(e.code, ErrorStatus.GENERAL_FAILURE), e.message)
+
+
+def validate_for_driver(model: hal.Model) -> int:
+    """Validate a model handed to a driver; INVALID_ARGUMENT if it is not valid."""
+    try:
+        return validate_model(model)
+    except NnapiError as e:
+        raise hal_error(e) from None
+
+
+def _deadline_passed(deadline_ns: int | None) -> bool:
+    return deadline_ns is not None and time.monotonic_ns() > deadline_ns
+
+
+class ReferenceDevice(hal.Device):
+    """The CPU reference driver. ``name`` and ``feature_level`` may be set to impersonate older
+    drivers (the runtime's tests partition across several instances)."""
+
+    def __init__(self, name: str = "nnapi-reference", feature_level: int = FeatureLevel.LEVEL_7,
+                 performance: float = 1.0):
+        self.name = name
+        self.feature_level = int(feature_level)
+        info = hal.PerformanceInfo(performance, performance)
+        self.capabilities = hal.Capabilities(
+            relaxed_float32_to_float16_performance_scalar=info,
+            relaxed_float32_to_float16_performance_tensor=info,
+            operand_performance=[(code, info) for code in sorted(set(DTYPES) - {OperandCode.SUBGRAPH})],
+            if_performance=info, while_performance=info)
+        self._buffers: dict[int, ReferenceBuffer] = {}
+        self._tokens = itertools.count(1)
+        self._lock = threading.Lock()
+
+    # -- device information ---------------------------------------------------------------------
+    def get_name(self) -> str:
+        return self.name
+
+    def get_version_string(self) -> str:
+        return "nnapi_ref 0.1"
+
+    def get_type(self) -> DeviceTypeCode:
+        return DeviceTypeCode.CPU
+
+    def get_feature_level(self) -> int:
+        return self.feature_level
+
+    def get_capabilities(self) -> hal.Capabilities:
+        return self.capabilities
+
+    def get_number_of_cache_files_needed(self) -> tuple[int, int]:
+        return (1, 1)
+
+    def get_supported_operations(self, model: hal.Model) -> list[bool]:
+        validate_for_driver(model)
+        registry = ops.load_all()
+        supported = []
+        for operation in model.main.operations:
+            impl = registry.get(operation.type)
+            sig = impl.match([model.main.operands[k].type for k in operation.inputs],
+                             [model.main.operands[k].type for k in operation.outputs]) if impl else None
+            supported.append(sig is not None and sig.level <= self.feature_level)
+        return supported
+
+    # -- compilation ------------------------------------------------------------------------------
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        if _deadline_passed(deadline_ns):
+            raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed")
+        level = validate_for_driver(model)
+        if level > self.feature_level:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                           f"model needs feature level {level}, {self.name} has {self.feature_level}")
+        try:
+            plans = prepare_plans(model)
+        except NnapiError as e:
+            raise hal_error(e) from None
+        prepared = ReferencePreparedModel(self, model, plans)
+        if model_cache or data_cache:
+            from .cache import save_to_cache
+            save_to_cache(model, model_cache, data_cache, token, self.get_number_of_cache_files_needed())
+        return prepared
+
+    def prepare_model_from_cache(self, deadline_ns, model_cache, data_cache, token):
+        from .cache import load_from_cache
+        if _deadline_passed(deadline_ns):
+            raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed")
+        model = load_from_cache(model_cache, data_cache, token, self.get_number_of_cache_files_needed())
+        return self.prepare_model(model, None, None, deadline_ns, (), (), None)
+
+    # -- memory domains ---------------------------------------------------------------------------
+    def allocate(self, desc, prepared_models, input_roles, output_roles):
+        if not input_roles and not output_roles:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "allocate: no roles")
+        operand = None
+        for role, is_input in [(r, True) for r in input_roles] + [(r, False) for r in output_roles]:
+            if not 0 <= role.model_index < len(prepared_models):
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"allocate: role names model {role.model_index}")
+            prepared = prepared_models[role.model_index]
+            if not isinstance(prepared, ReferencePreparedModel) or prepared.device is not self:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, "allocate: a prepared model is not from this driver")
+            main = prepared.model.main
+            indexes = main.input_indexes if is_input else main.output_indexes
+            if not 0 <= role.io_index < len(indexes):
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"allocate: role index {role.io_index} out of range")
+            candidate = main.operands[indexes[role.io_index]]
+            if operand is not None and (candidate.type, candidate.scale, candidate.zero_point) != \
+                    (operand.type, operand.scale, operand.zero_point):
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, "allocate: roles of different operand types")
+            operand = candidate if operand is None else operand
+            dims = _combine_dims(operand.dimensions, candidate.dimensions)
+            if dims is None:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, "allocate: roles with incompatible dimensions")
+            operand = hal.Operand(operand.type, dims, operand.scale, operand.zero_point)
+        dims = _combine_dims(operand.dimensions, tuple(desc.dimensions))
+        if dims is None:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "allocate: dimensions incompatible with the roles")
+        roles = {(id(prepared_models[r.model_index]), r.io_index, True) for r in input_roles}
+        roles |= {(id(prepared_models[r.model_index]), r.io_index, False) for r in output_roles}
+        buffer = ReferenceBuffer(operand.type, dims, roles)
+        with self._lock:
+            token = next(self._tokens)
+            self._buffers[token] = buffer
+        return buffer, token
+
+    def buffer(self, token: int) -> "ReferenceBuffer":
+        buffer = self._buffers.get(token)
+        if buffer is None:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unknown device memory token {token}")
+        return buffer
+
+
+def _combine_dims(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
+    """Merge two partially known shapes (0 = unknown, () = unknown rank); None if they conflict."""
+    a, b = tuple(a), tuple(b)
+    if not a or not b:
+        return a or b
+    if len(a) != len(b) or any(x and y and x != y for x, y in zip(a, b)):
+        return None
+    return tuple(x or y for x, y in zip(a, b))
+
+
+class ReferenceBuffer(hal.Buffer):
+    """Device memory of the reference driver: a typed array and whether it holds data yet."""
+
+    def __init__(self, type_: OperandCode, dimensions: tuple[int, ...], roles):
+        self.type = type_
+        self.dimensions = dimensions
+        self.roles = roles
+        self.data: np.ndarray | None = None
+
+    def copy_to(self, destination: hal.SharedMemory) -> None:
+        if self.data is None:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "copy from an uninitialized device memory")
+        raw = self.data.reshape(-1).view(np.uint8)
+        if destination.size != raw.nbytes:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                           f"copy of {raw.nbytes} bytes into a memory of {destination.size}")
+        destination.buffer[:] = raw
+
+    def copy_from(self, source: hal.SharedMemory, dimensions: Sequence[int]) -> None:
+        dims = _combine_dims(self.dimensions, tuple(dimensions))
+        if dims is None or not dims or 0 in dims:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                           f"copy with dimensions {list(dimensions)} into a memory of {list(self.dimensions)}")
+        needed = int(np.prod(dims)) * DTYPES[self.type].itemsize
+        if source.size != needed:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"copy of {source.size} bytes, expected {needed}")
+        self.data = source.buffer.copy().view(DTYPES[self.type]).reshape(dims)
+
+    def write(self, array: np.ndarray) -> None:
+        if _combine_dims(self.dimensions, array.shape) is None:
+            raise HalError(ErrorStatus.GENERAL_FAILURE,
+                           f"output of shape {list(array.shape)} into device memory of {list(self.dimensions)}")
+        self.data = array.copy()
+
+
+class ReferencePreparedModel(hal.PreparedModel):
+    def __init__(self, device: ReferenceDevice, model: hal.Model, plans: list[Plan]):
+        self.device = device
+        self.model = model
+        self.plans = plans
+
+    # -- the one execution path every mode shares ---------------------------------------------
+    def _run(self, request: hal.Request, measure: bool, deadline_ns, loop_timeout_ns) -> hal.ExecutionResult:
+        start = time.monotonic_ns()
+        if _deadline_passed(deadline_ns):
+            raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the execution deadline passed")
+        main = self.model.main
+        if len(request.inputs) != len(main.input_indexes) or len(request.outputs) != len(main.output_indexes):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                           f"request has {len(request.inputs)} inputs and {len(request.outputs)} outputs, "
+                           f"model has {len(main.input_indexes)} and {len(main.output_indexes)}")
+        pools = [self._pool(p) for p in request.pools]
+        inputs = [self._read_input(i, arg, pools) for i, arg in enumerate(request.inputs)]
+        executor = Executor(self.plans, self.model.relax_computation_float32_to_float16, deadline_ns,
+                            loop_timeout_ns)
+        device_start = time.monotonic_ns()
+        try:
+            results = executor.run(inputs)
+        except NnapiError as e:
+            raise hal_error(e) from None
+        device_ns = time.monotonic_ns() - device_start
+        shapes = [hal.OutputShape(tuple(r.shape), True) for r in results]
+        targets = []
+        for i, (arg, result) in enumerate(zip(request.outputs, results)):
+            targets.append(self._output_target(i, arg, result, pools, shapes[i]))
+        if not all(s.is_sufficient for s in shapes):
+            raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes)
+        for target, result in zip(targets, results):
+            if target is not None:
+                target(result)
+        timing = hal.Timing(device_ns, time.monotonic_ns() - start) if measure else hal.NO_TIMING
+        return hal.ExecutionResult(shapes, timing)
+
+    def _pool(self, pool):
+        if isinstance(pool, hal.SharedMemory):
+            return pool
+        if isinstance(pool, (int, np.integer)):
+            buffer = self.device.buffer(int(pool))
+            return buffer
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"request pool of type {type(pool).__name__}")
+
+    def _region(self, arg: hal.RequestArgument, pools, what: str):
+        """The bytes of a POOL or POINTER argument (or the device buffer it names)."""
+        if arg.lifetime == hal.ArgumentLifetime.POINTER:
+            if arg.pointer is None:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: POINTER argument without a buffer")
+            return np.frombuffer(arg.pointer, np.uint8) if not isinstance(arg.pointer, np.ndarray) \
+                else arg.pointer.reshape(-1).view(np.uint8)
+        if arg.lifetime != hal.ArgumentLifetime.POOL:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: invalid argument lifetime {arg.lifetime}")
+        if not 0 <= arg.pool_index < len(pools):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: pool {arg.pool_index} of {len(pools)}")
+        pool = pools[arg.pool_index]
+        if isinstance(pool, ReferenceBuffer):
+            if arg.offset != 0 or arg.length != 0:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: device memory with offset or length")
+            return pool
+        if arg.offset < 0 or arg.length < 0 or arg.offset + arg.length > pool.size:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                           f"{what}: [{arg.offset}, {arg.offset + arg.length}) outside a pool of {pool.size} bytes")
+        return pool.buffer[arg.offset:arg.offset + arg.length]
+
+    def _shape(self, operand, arg, what: str, need_known: bool) -> tuple[int, ...]:
+        if operand.type in SCALAR_TYPES:
+            if arg.dimensions:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: dimensions given for a scalar")
+            return ()
+        dims = _combine_dims(operand.dimensions, arg.dimensions)
+        if dims is None:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: dimensions {list(arg.dimensions)} conflict with "
+                                                         f"the model's {list(operand.dimensions)}")
+        if need_known and (not dims or 0 in dims):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: dimensions {list(dims)} not fully specified")
+        return dims
+
+    def _read_input(self, i: int, arg: hal.RequestArgument, pools) -> np.ndarray | None:
+        what = f"input {i}"
+        if arg.lifetime == hal.ArgumentLifetime.NO_VALUE:
+            return None
+        operand = self.model.main.operands[self.model.main.input_indexes[i]]
+        region = self._region(arg, pools, what)
+        if isinstance(region, ReferenceBuffer):
+            if (id(self), i, True) not in region.roles:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: device memory not allocated for this role")
+            if region.data is None:
+                raise HalError(ErrorStatus.GENERAL_FAILURE, f"{what}: device memory is uninitialized")
+            return region.data
+        dims = self._shape(operand, arg, what, need_known=True)
+        dtype = DTYPES[operand.type]
+        needed = dtype.itemsize * (int(np.prod(dims)) if dims else 1)
+        if region.nbytes != needed:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: {region.nbytes} bytes given, {needed} needed")
+        if region.ctypes.data % dtype.itemsize:
+            region = region.copy()
+        return region.view(dtype).reshape(dims)
+
+    def _output_target(self, i, arg, result, pools, shape: hal.OutputShape):
+        """Check where output ``i`` goes; return a function writing it there (None if omitted)."""
+        what = f"output {i}"
+        if arg.lifetime == hal.ArgumentLifetime.NO_VALUE:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: outputs may not be omitted")
+        operand = self.model.main.operands[self.model.main.output_indexes[i]]
+        region = self._region(arg, pools, what)
+        if isinstance(region, ReferenceBuffer):
+            if (id(self), i, False) not in region.roles:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: device memory not allocated for this role")
+            return region.write
+        dims = self._shape(operand, arg, what, need_known=False)
+        if _combine_dims(dims, result.shape) is None and result.ndim:
+            raise HalError(ErrorStatus.GENERAL_FAILURE,
+                           f"{what}: computed shape {list(result.shape)} differs from {list(dims)}")
+        if region.nbytes < result.nbytes:
+            shape.is_sufficient = False
+            return None
+
+        def write(array: np.ndarray, region=region) -> None:
+            region[:array.nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        return write
+
+    # -- execution modes ---------------------------------------------------------------------------
+    def execute_synchronously(self, request, measure, deadline_ns, loop_timeout_ns):
+        return self._run(request, measure, deadline_ns, loop_timeout_ns)
+
+    def execute(self, request, measure, deadline_ns, loop_timeout_ns, callback):
+        def work():
+            try:
+                result = self._run(request, measure, deadline_ns, loop_timeout_ns)
+            except HalError as e:
+                callback.notify(e.status, e.output_shapes, hal.NO_TIMING, e.message)
+            else:
+                callback.notify(ErrorStatus.NONE, result.output_shapes, result.timing)
+        threading.Thread(target=work, name="nnapi-reference-execute", daemon=True).start()
+
+    def execute_fenced(self, request, wait_for, measure, deadline_ns, loop_timeout_ns, timeout_after_fence_ns):
+        launched = time.monotonic_ns()
+        for fence in wait_for:
+            if fence is None:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, "execute_fenced: a null fence")
+            remaining = None if deadline_ns is None else max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9)
+            if not fence.wait(remaining):
+                raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "deadline passed waiting for a fence")
+            if fence.status != ErrorStatus.NONE:
+                raise HalError(ErrorStatus.GENERAL_FAILURE, "a waited-for fence signalled an error")
+        fenced = time.monotonic_ns()
+        if timeout_after_fence_ns is not None:
+            after = fenced + timeout_after_fence_ns
+            deadline_ns = after if deadline_ns is None else min(deadline_ns, after)
+        result = self._run(request, measure, deadline_ns, loop_timeout_ns)
+        callback = hal.FencedExecutionCallback()
+        if measure:
+            now = time.monotonic_ns()
+            device = result.timing.time_on_device_ns
+            callback.finish(ErrorStatus.NONE, hal.Timing(device, now - launched), hal.Timing(device, now - fenced))
+        else:
+            callback.finish(ErrorStatus.NONE, hal.NO_TIMING, hal.NO_TIMING)
+        return hal.SyncFence.signalled(), callback
+
+    def configure_execution_burst(self):
+        return ReferenceBurst(self)
+
+
+class ReferenceBurst(hal.Burst):
+    def __init__(self, prepared: ReferencePreparedModel):
+        self.prepared = prepared
+
+    def execute(self, request, memory_identifier_tokens, measure, deadline_ns, loop_timeout_ns):
+        if len(memory_identifier_tokens) != len(request.pools):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "burst: one memory identifier token per pool needed")
+        return self.prepared._run(request, measure, deadline_ns, loop_timeout_ns)
+
+
+def token_digest(token: bytes) -> bytes:
+    return hashlib.sha256(token).digest()
+
+
+def check_cache_files(files, needed: int, what: str) -> None:
+    if len(files) != needed or needed > MAX_NUMBER_OF_CACHE_FILES:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{len(files)} {what} cache files given, {needed} needed")

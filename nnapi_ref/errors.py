@@ -1,0 +1,27 @@
+"""The one exception type of the NNAPI programming model: it carries a ResultCode."""
+from __future__ import annotations
+
+from .types import ResultCode
+
+
+class NnapiError(Exception):
+    """Raised by every NDK-style call that does not return ANEURALNETWORKS_NO_ERROR.
+
+    ``code`` is the :class:`ResultCode` the NDK would return; the message names what is wrong.
+    """
+
+    def __init__(self, code: ResultCode, message: str):
+        super().__init__(f"{ResultCode(code).name}: {message}")
+        self.code = ResultCode(code)
+        self.message = message
+        self.output_shapes: list = []  # with OUTPUT_INSUFFICIENT_SIZE: the shapes a driver reported
+
+
+def bad_data(message: str) -> NnapiError:
+    return NnapiError(ResultCode.BAD_DATA, message)
+
+
+def check(condition: bool, message: str, code: ResultCode = ResultCode.BAD_DATA) -> None:
+    """Raise NnapiError(code) with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise NnapiError(code, message)

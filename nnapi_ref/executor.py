@@ -1,0 +1,186 @@
+"""The CPU executor: runs a validated model's operations from the registry, in dependency order.
+
+A :class:`Plan` is a subgraph prepared once (operation order, constants, the point after which
+each temporary is dead, shapes inferred at compilation time); :class:`Executor` runs the plans of
+one model for one execution, with its deadline and WHILE loop timeout.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from . import ops
+from .errors import NnapiError
+from .hal import Model, Subgraph
+from .ops.base import Arg, Call, ValueUnknown
+from .types import DTYPES, SCALAR_TYPES, Lifetime, OperationCode, ResultCode, LOOP_TIMEOUT_DEFAULT_NS
+from .validation import CONSTANT_LIFETIMES, topological_order
+
+
+def _known(shape) -> bool:
+    return shape is not None and 0 not in shape
+
+
+def _declared_shape(operand):
+    """The declared shape of an operand: None for a tensor of unknown rank."""
+    if operand.type in SCALAR_TYPES:
+        return ()
+    return tuple(operand.dimensions) if operand.dimensions else None
+
+
+def merge_shapes(declared, inferred, what: str):
+    """Check an inferred shape against a declared one (0 = unknown) and return the inferred."""
+    if declared is not None and inferred is not None:
+        if len(declared) != len(inferred) or any(d and d != i for d, i in zip(declared, inferred)):
+            raise NnapiError(ResultCode.BAD_DATA, f"{what}: shape {list(inferred)} does not match the "
+                                                  f"declared dimensions {list(declared)}")
+    return inferred
+
+
+class _Step:
+    __slots__ = ("impl", "code", "inputs", "outputs", "in_meta", "out_meta", "release", "label")
+
+
+class Plan:
+    """One subgraph ready to run."""
+
+    def __init__(self, model: Model, sg: Subgraph, name: str):
+        registry = ops.load_all()
+        self.subgraph = sg
+        self.name = name
+        self.constants: dict[int, np.ndarray | None] = {}
+        for k, operand in enumerate(sg.operands):
+            if operand.lifetime in CONSTANT_LIFETIMES:
+                value = np.asarray(operand.value, DTYPES[operand.type])
+                shape = _declared_shape(operand)
+                self.constants[k] = value.reshape(shape if shape is not None else ())
+            elif operand.lifetime == Lifetime.SUBGRAPH:
+                self.constants[k] = np.asarray(operand.value, np.int32)
+            elif operand.lifetime == Lifetime.NO_VALUE:
+                self.constants[k] = None
+        order = topological_order(sg, name)
+        last_use: dict[int, int] = {}
+        for pos, j in enumerate(order):
+            for k in sg.operations[j].inputs:
+                last_use[k] = pos
+        temporaries = {k for k, o in enumerate(sg.operands) if o.lifetime == Lifetime.TEMPORARY_VARIABLE}
+        release: dict[int, list[int]] = {}
+        for k, pos in last_use.items():
+            if k in temporaries:
+                release.setdefault(pos, []).append(k)
+        self.steps: list[_Step] = []
+        for pos, j in enumerate(order):
+            operation = sg.operations[j]
+            step = _Step()
+            step.code = OperationCode(operation.type)
+            step.impl = registry[step.code]
+            step.inputs = tuple(operation.inputs)
+            step.outputs = tuple(operation.outputs)
+            step.in_meta = [self._meta(sg.operands[k]) for k in operation.inputs]
+            step.out_meta = [self._meta(sg.operands[k]) for k in operation.outputs]
+            step.release = release.get(pos, ())
+            step.label = f"{name} operation {j} ({step.code.name})"
+            self.steps.append(step)
+        self.shapes = self._infer_static_shapes()
+
+    @staticmethod
+    def _meta(operand):
+        return (operand.type, operand.scale, operand.zero_point, operand.channel_quant,
+                operand.lifetime == Lifetime.NO_VALUE, _declared_shape(operand))
+
+    def _infer_static_shapes(self) -> dict[int, tuple | None]:
+        """Propagate shapes known at compilation time, rejecting operations that can't work."""
+        shapes = {k: _declared_shape(o) for k, o in enumerate(self.subgraph.operands)}
+        for step in self.steps:
+            ins = []
+            for k, (type_, scale, zp, cq, omitted, _) in zip(step.inputs, step.in_meta):
+                ins.append(Arg(type_, shapes[k], scale, zp, cq, self.constants.get(k), omitted))
+            if not all(a.omitted or _known(a.shape) for a in ins):
+                continue
+            outs = [Arg(m[0], shapes[k], m[1], m[2], m[3]) for k, m in zip(step.outputs, step.out_meta)]
+            try:
+                inferred = step.impl.infer(Call(ins, outs))
+            except ValueUnknown:
+                continue
+            except NnapiError as e:
+                raise NnapiError(ResultCode.BAD_DATA, f"{step.label}: {e.message}") from None
+            for k, m, shape in zip(step.outputs, step.out_meta, inferred):
+                if shape is not None:
+                    shapes[k] = merge_shapes(m[5], tuple(shape), f"{step.label} output operand {k}")
+        return shapes
+
+
+class Executor:
+    """Runs the plans of one model; one instance per execution (it holds the deadlines)."""
+
+    def __init__(self, plans: list[Plan], relaxed: bool, deadline_ns: int | None = None,
+                 loop_timeout_ns: int = LOOP_TIMEOUT_DEFAULT_NS):
+        self.plans = plans
+        self.relaxed = relaxed
+        self.deadline_ns = deadline_ns
+        self.loop_timeout_ns = loop_timeout_ns
+
+    def check_deadline(self) -> None:
+        if self.deadline_ns is not None and time.monotonic_ns() > self.deadline_ns:
+            raise NnapiError(ResultCode.MISSED_DEADLINE_TRANSIENT, "the execution deadline passed")
+
+    def run(self, inputs: list[np.ndarray | None], plan_index: int = 0) -> list[np.ndarray]:
+        """Run plan ``plan_index`` (0 = main, k + 1 = referenced subgraph k) on ``inputs``
+        (arrays of the input operands' types, None for an omitted one); return its outputs."""
+        plan = self.plans[plan_index]
+        sg = plan.subgraph
+        values: dict[int, np.ndarray | None] = dict(plan.constants)
+        for k, array in zip(sg.input_indexes, inputs):
+            values[k] = array
+        call = Call([], [], self.relaxed, self)
+        for step in plan.steps:
+            self.check_deadline()
+            call.ins = [Arg(m[0], None if values[k] is None else values[k].shape, m[1], m[2], m[3],
+                            values[k], values[k] is None)
+                        for k, m in zip(step.inputs, step.in_meta)]
+            call.outs = [Arg(m[0], m[5], m[1], m[2], m[3]) for m in step.out_meta]
+            results = self._run_step(step, call)
+            for k, result in zip(step.outputs, results):
+                values[k] = result
+            for k in step.release:
+                del values[k]
+        return [values[k] for k in sg.output_indexes]
+
+    def _run_step(self, step: _Step, call: Call) -> list[np.ndarray]:
+        try:
+            shapes = step.impl.infer(call)
+            for k, m, shape in zip(step.outputs, step.out_meta, shapes):
+                if shape is not None:
+                    merge_shapes(m[5], tuple(shape), f"output operand {k}")
+            if shapes and all(s is not None and 0 in s for s in shapes):
+                # NNAPI skips an operation whose outputs are all zero-sized.
+                return [np.zeros(s, DTYPES[m[0]]) for s, m in zip(shapes, step.out_meta)]
+            results = step.impl.execute(call)
+        except NnapiError as e:
+            if e.code == ResultCode.BAD_DATA:
+                raise NnapiError(ResultCode.OP_FAILED, f"{step.label}: {e.message}") from None
+            raise
+        except (ValueError, IndexError, TypeError, ZeroDivisionError, FloatingPointError, OverflowError,
+                MemoryError, ArithmeticError) as e:
+            raise NnapiError(ResultCode.OP_FAILED, f"{step.label}: {type(e).__name__}: {e}") from None
+        out = []
+        for k, m, shape, result in zip(step.outputs, step.out_meta, shapes, results):
+            dtype = DTYPES[m[0]]
+            result = np.asarray(result)
+            if result.dtype != dtype:
+                result = result.astype(dtype)
+            if shape is not None and result.shape != tuple(shape):
+                raise NnapiError(ResultCode.OP_FAILED, f"{step.label}: output operand {k} computed with shape "
+                                                       f"{list(result.shape)}, expected {list(shape)}")
+            if shape is None:
+                merge_shapes(m[5], result.shape, f"{step.label} output operand {k}")
+            out.append(result)
+        return out
+
+
+def prepare_plans(model: Model) -> list[Plan]:
+    """Plans for the main subgraph and every referenced one (validate the model first)."""
+    plans = [Plan(model, model.main, "main")]
+    plans += [Plan(model, sg, f"subgraph {k}") for k, sg in enumerate(model.referenced)]
+    return plans

@@ -1,0 +1,28 @@
+"""The operation registry: every module in this package declares one operation family.
+
+Modules are discovered, so adding a family means adding a file here and nothing else.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from .base import REGISTRY, Operation
+
+_NOT_FAMILIES = {"base", "common"}
+_loaded = False
+
+
+def load_all() -> dict:
+    """Import every operation family once; return the registry (OperationCode -> Operation)."""
+    global _loaded
+    if not _loaded:
+        for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+            if info.name not in _NOT_FAMILIES:
+                importlib.import_module(f"{__name__}.{info.name}")
+        _loaded = True
+    return REGISTRY
+
+
+def get(code) -> Operation | None:
+    return load_all().get(code)

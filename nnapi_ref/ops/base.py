@@ -1,0 +1,198 @@
+"""How an operation is declared: its signatures, its shape function and its numpy execution.
+
+Every operation is one :class:`Operation` subclass, registered with :func:`register`::
+
+    @register
+    class Floor(Operation):
+        code = OperationCode.FLOOR
+        signatures = [Signature(27, [T.TENSOR_FLOAT32], [T.TENSOR_FLOAT32]), ...]
+
+        def infer(self, call):            # validate, then return the output shapes
+            return [call.ins[0].shape]
+
+        def execute(self, call):          # numpy arrays in, numpy arrays out
+            return [np.floor(call.ins[0].value)]
+
+``infer`` is the operation's *prepare*: it sees concrete input shapes (and the values of
+constant inputs), raises ``NnapiError(BAD_DATA, ...)`` (use :func:`nnapi_ref.errors.check`) for
+anything NNAPI forbids, and returns one shape per output, or ``None`` for an output whose shape
+only execution can tell. The executor calls it at compilation time when every input shape is
+known (an input value that is not a constant then raises :class:`ValueUnknown`, which defers
+the check to execution) and again at every execution.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable, Sequence
+
+import numpy as np
+
+from ..errors import NnapiError, check
+from ..hal import ChannelQuant
+from ..types import OperandCode, OperationCode, ResultCode
+
+T = OperandCode
+
+
+class ValueUnknown(Exception):
+    """An operation asked for an input value that is not known yet (compilation time)."""
+
+
+class Arg:
+    """One input or output operand of an operation call.
+
+    ``shape`` is a tuple (``None`` for a tensor of unknown rank; at compilation time a 0 entry is
+    an unknown dimension). ``value`` is the operand's data as a numpy array of its element type
+    (a 0-d array for scalars), ``None`` for an omitted optional input.
+    """
+
+    __slots__ = ("type", "shape", "scale", "zero_point", "channel_quant", "_value", "omitted")
+
+    def __init__(self, type: OperandCode, shape, scale: float = 0.0, zero_point: int = 0,
+                 channel_quant: ChannelQuant | None = None, value: np.ndarray | None = None,
+                 omitted: bool = False):
+        self.type = type
+        self.shape = shape
+        self.scale = scale
+        self.zero_point = zero_point
+        self.channel_quant = channel_quant
+        self._value = value
+        self.omitted = omitted
+
+    @property
+    def value(self) -> np.ndarray | None:
+        if self._value is None and not self.omitted:
+            raise ValueUnknown()
+        return self._value
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def scalar(self):
+        """The value of a scalar operand as a Python bool, int or float (None if omitted)."""
+        value = self.value
+        return None if value is None else value.item()
+
+    def dequantize(self) -> np.ndarray:
+        """The real values of a quantized tensor, as float64 (per-channel aware)."""
+        value = self.value.astype(np.float64)
+        if self.channel_quant is not None:
+            shape = [1] * value.ndim
+            shape[self.channel_quant.channel_dim] = -1
+            return value * np.asarray(self.channel_quant.scales, np.float64).reshape(shape)
+        return (value - self.zero_point) * self.scale
+
+    def __repr__(self) -> str:
+        return f"Arg({self.type.name}, {self.shape}, scale={self.scale}, zp={self.zero_point})"
+
+
+@dataclass
+class Call:
+    """One call of an operation: its inputs and outputs, and the executor's context.
+
+    ``runner`` runs referenced subgraphs (IF/WHILE); ``relaxed`` says float32 may be computed
+    with float16 range and precision.
+    """
+
+    ins: list[Arg]
+    outs: list[Arg]
+    relaxed: bool = False
+    runner: Any = None
+
+
+@dataclass(frozen=True)
+class Signature:
+    """Operand types an operation accepts from feature level ``level`` on.
+
+    ``optional`` trailing inputs may be left out of the operation altogether (a layout flag, say).
+    ``repeat`` is the index of an input that may appear one or more times in its place
+    (CONCATENATION's tensors); ``repeat_outputs`` lets the single output type repeat (SPLIT).
+    """
+
+    level: int
+    inputs: tuple[OperandCode, ...]
+    outputs: tuple[OperandCode, ...]
+    optional: int = 0
+    repeat: int | None = None
+    repeat_outputs: bool = False
+
+    def __init__(self, level, inputs, outputs, optional=0, repeat=None, repeat_outputs=False):
+        object.__setattr__(self, "level", level)
+        object.__setattr__(self, "inputs", tuple(inputs))
+        object.__setattr__(self, "outputs", tuple(outputs))
+        object.__setattr__(self, "optional", optional)
+        object.__setattr__(self, "repeat", repeat)
+        object.__setattr__(self, "repeat_outputs", repeat_outputs)
+
+    def matches(self, in_types: Sequence[int], out_types: Sequence[int]) -> bool:
+        if self.repeat_outputs:
+            if not out_types or any(t != self.outputs[0] for t in out_types):
+                return False
+        elif tuple(out_types) != self.outputs:
+            return False
+        if self.repeat is not None:
+            head, body, tail = self.inputs[:self.repeat], self.inputs[self.repeat], self.inputs[self.repeat + 1:]
+            n = len(in_types) - len(head) - len(tail)
+            return (n >= 1 and tuple(in_types[:len(head)]) == head
+                    and all(t == body for t in in_types[len(head):len(head) + n])
+                    and tuple(in_types[len(head) + n:]) == tail)
+        n = len(in_types)
+        if not len(self.inputs) - self.optional <= n <= len(self.inputs):
+            return False
+        return tuple(in_types) == self.inputs[:n]
+
+
+class Operation:
+    """Base class of every operation; see the module docstring."""
+
+    code: ClassVar[OperationCode]
+    signatures: ClassVar[Sequence[Signature]] = ()
+
+    @property
+    def name(self) -> str:
+        return self.code.name
+
+    def match(self, in_types: Sequence[int], out_types: Sequence[int]) -> Signature | None:
+        """The lowest-level signature accepting these operand types, or None."""
+        best = None
+        for sig in self.signatures:
+            if sig.matches(in_types, out_types) and (best is None or sig.level < best.level):
+                best = sig
+        return best
+
+    def infer(self, call: Call) -> list[tuple[int, ...] | None]:
+        raise NotImplementedError(self.name)
+
+    def execute(self, call: Call) -> list[np.ndarray]:
+        raise NotImplementedError(self.name)
+
+
+REGISTRY: dict[OperationCode, Operation] = {}
+
+
+def register(cls: type[Operation]) -> type[Operation]:
+    """Class decorator: add one instance of ``cls`` to the registry."""
+    if cls.code in REGISTRY:
+        raise RuntimeError(f"operation {cls.code.name} registered twice")
+    REGISTRY[cls.code] = cls()
+    return cls
+
+
+def signatures(level: int, types: Iterable[OperandCode], inputs, outputs, **kwargs) -> list[Signature]:
+    """One signature per type in ``types``: ``inputs``/``outputs`` are lists in which the
+    placeholder ``None`` stands for that type. Saves spelling out a family of signatures."""
+    out = []
+    for t in types:
+        out.append(Signature(level, [t if x is None else x for x in inputs],
+                             [t if x is None else x for x in outputs], **kwargs))
+    return out
+
+
+def fail(message: str) -> NnapiError:
+    """The error an operation raises for an input NNAPI forbids (BAD_DATA)."""
+    return NnapiError(ResultCode.BAD_DATA, message)
+
+
+__all__ = ["Arg", "Call", "Operation", "Signature", "ValueUnknown", "REGISTRY", "register",
+           "signatures", "fail", "check", "T", "OperationCode", "np"]

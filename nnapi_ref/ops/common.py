@@ -1,0 +1,136 @@
+"""Arithmetic shared by operation families: NNAPI's exact quantized integer arithmetic
+(the gemmlowp/TFLite fixed-point rounding the NNAPI CPU implementation uses), fused
+activations, and small shape helpers.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import check
+from ..types import DTYPES, FuseCode, OperandCode as T
+from .base import Arg
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+QUANT_RANGE = {
+    T.TENSOR_QUANT8_ASYMM: (0, 255),
+    T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127),
+    T.TENSOR_QUANT8_SYMM: (-128, 127),
+    T.TENSOR_QUANT16_ASYMM: (0, 65535),
+    T.TENSOR_QUANT16_SYMM: (-32768, 32767),
+}
+
+
+def round_half_away(x):
+    """std::round: halves away from zero (numpy's round goes to even)."""
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """TFLite's QuantizeMultiplier: ``real ~= multiplier * 2**(shift - 31)``, multiplier in
+    [2**30, 2**31). Returns (multiplier, shift); shift > 0 is a left shift."""
+    if real == 0.0:
+        return 0, 0
+    q, shift = math.frexp(real)
+    q_fixed = int(round_half_away(q * (1 << 31)))
+    if q_fixed == (1 << 31):
+        q_fixed //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return q_fixed, shift
+
+
+def saturating_rounding_doubling_high_mul(a, b):
+    """gemmlowp's SaturatingRoundingDoublingHighMul on int64 arrays holding int32 values."""
+    a = np.asarray(a, np.int64)
+    ab = a * np.int64(b)
+    nudge = np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
+    s = ab + nudge
+    # C++ integer division truncates toward zero.
+    high = np.where(s >= 0, s >> 31, -((-s) >> 31))
+    if b == INT32_MIN:
+        high = np.where(a == INT32_MIN, INT32_MAX, high)
+    return high
+
+
+def rounding_divide_by_pot(x, exponent: int):
+    """gemmlowp's RoundingDivideByPOT: x / 2**exponent rounded half away from zero."""
+    x = np.asarray(x, np.int64)
+    if exponent == 0:
+        return x
+    mask = (1 << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + (remainder > threshold)
+
+
+def multiply_by_quantized_multiplier(x, multiplier: int, shift: int):
+    """TFLite's MultiplyByQuantizedMultiplier: round(x * multiplier * 2**(shift-31)) in int32
+    fixed point; shift > 0 shifts left first."""
+    left = shift if shift > 0 else 0
+    right = 0 if shift > 0 else -shift
+    x = np.asarray(x, np.int64)
+    if left:
+        x = (x << left).astype(np.int32).astype(np.int64)  # the C code's int32 wrap-around
+    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x, multiplier), right)
+
+
+def activation_range_quant(fuse: int, arg: Arg) -> tuple[int, int]:
+    """NNAPI's CalculateActivationRange for a quantized output operand."""
+    qmin, qmax = QUANT_RANGE[arg.type]
+    scale = np.float32(arg.scale)
+
+    def quantize(f):
+        return arg.zero_point + int(round_half_away(np.float32(f) / scale))
+
+    if fuse == FuseCode.RELU:
+        return max(qmin, quantize(0.0)), qmax
+    if fuse == FuseCode.RELU6:
+        return max(qmin, quantize(0.0)), min(qmax, quantize(6.0))
+    if fuse == FuseCode.RELU1:
+        return max(qmin, quantize(-1.0)), min(qmax, quantize(1.0))
+    return qmin, qmax
+
+
+FLOAT_ACTIVATION_RANGE = {
+    FuseCode.NONE: (-np.inf, np.inf),
+    FuseCode.RELU: (0.0, np.inf),
+    FuseCode.RELU1: (-1.0, 1.0),
+    FuseCode.RELU6: (0.0, 6.0),
+}
+
+
+def check_fuse_code(fuse: int) -> None:
+    check(fuse in (0, 1, 2, 3), f"fused activation function code {fuse} is not one of 0..3")
+
+
+def apply_activation(x: np.ndarray, fuse: int, out: Arg) -> np.ndarray:
+    """Clamp ``x`` (float values, or integers in the output's quantized domain) by the fused
+    activation ``fuse`` and cast to the output's element type."""
+    if out.type in QUANT_RANGE:
+        lo, hi = activation_range_quant(fuse, out)
+        return np.clip(x, lo, hi).astype(DTYPES[out.type])
+    lo, hi = FLOAT_ACTIVATION_RANGE[FuseCode(fuse)]
+    if fuse != FuseCode.NONE:
+        x = np.clip(x, lo, hi)
+    return x.astype(DTYPES[out.type], copy=False)
+
+
+def broadcast_shape(a: tuple, b: tuple) -> tuple:
+    """NumPy-style broadcasting of two shapes, as NNAPI's elementwise operations define it."""
+    rank = max(len(a), len(b))
+    a = (1,) * (rank - len(a)) + tuple(a)
+    b = (1,) * (rank - len(b)) + tuple(b)
+    out = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        check(x == y or x == 1 or y == 1, f"shapes {a} and {b} cannot be broadcast (dimension {i})")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    check(-rank <= axis < rank, f"axis {axis} out of range for a tensor of rank {rank}")
+    return axis % rank if rank else 0

@@ -1,0 +1,360 @@
+"""Compilation (ANeuralNetworksCompilation): partitioning a model into an execution plan.
+
+Each operation goes to the device that supports it with the best performance for the
+compilation's preference (the CPU reference device on ties); operations that run one after
+another on the same device form a step. A single-step plan hands the whole model to its device.
+With fallback allowed (not for an explicit device list), a step whose driver fails to prepare is
+prepared on the CPU instead, and if the plan still cannot be made the whole model goes to the CPU.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+
+from .. import hal
+from ..errors import NnapiError, check
+from ..hal import Model as HalModel, Operand, Operation, Subgraph
+from ..types import (BYTE_SIZE_OF_CACHE_TOKEN, Lifetime, OperandCode, OperationCode, PreferenceCode, PriorityCode,
+                     ResultCode)
+from ..validation import topological_order
+from .devices import MANAGER, Device, Partitioning
+from .model import Model
+
+BAD_STATE = ResultCode.BAD_STATE
+
+RESULT_OF_STATUS = {
+    hal.ErrorStatus.NONE: ResultCode.NO_ERROR,
+    hal.ErrorStatus.DEVICE_UNAVAILABLE: ResultCode.UNAVAILABLE_DEVICE,
+    hal.ErrorStatus.GENERAL_FAILURE: ResultCode.OP_FAILED,
+    hal.ErrorStatus.OUTPUT_INSUFFICIENT_SIZE: ResultCode.OUTPUT_INSUFFICIENT_SIZE,
+    hal.ErrorStatus.INVALID_ARGUMENT: ResultCode.BAD_DATA,
+    hal.ErrorStatus.MISSED_DEADLINE_TRANSIENT: ResultCode.MISSED_DEADLINE_TRANSIENT,
+    hal.ErrorStatus.MISSED_DEADLINE_PERSISTENT: ResultCode.MISSED_DEADLINE_PERSISTENT,
+    hal.ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT: ResultCode.RESOURCE_EXHAUSTED_TRANSIENT,
+    hal.ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT: ResultCode.RESOURCE_EXHAUSTED_PERSISTENT,
+    hal.ErrorStatus.DEAD_OBJECT: ResultCode.DEAD_OBJECT,
+}
+
+
+def nnapi_error(e: Exception, device: Device | None, what: str) -> NnapiError:
+    """A driver failure as the NnapiError the application sees."""
+    name = device.name if device is not None else "driver"
+    if isinstance(e, NnapiError):
+        return e
+    if isinstance(e, hal.HalError):
+        error = NnapiError(RESULT_OF_STATUS.get(e.status, ResultCode.OP_FAILED), f"{what} on {name}: {e.message}")
+        error.output_shapes = e.output_shapes
+        return error
+    return NnapiError(ResultCode.OP_FAILED, f"{what} on {name}: driver raised {type(e).__name__}: {e}")
+
+
+def call_driver(device: Device, what: str, fn, *args):
+    """Call into a driver, turning any failure into an NnapiError."""
+    try:
+        return fn(*args)
+    except Exception as e:  # a driver is foreign code: any exception is its failure
+        raise nnapi_error(e, device, what) from None
+
+
+@dataclass
+class Step:
+    """One part of the plan: operations of the main model run by one device.
+
+    ``inputs``/``outputs`` are the main-model operand indexes behind the step model's inputs and
+    outputs; ``model`` is the whole model for a single-step plan.
+    """
+
+    device: Device
+    operations: list[int]
+    model: HalModel
+    inputs: list[int]
+    outputs: list[int]
+    prepared: hal.PreparedModel | None = None
+    cpu_fallback: "Step | None" = None
+
+
+@dataclass
+class ExecutionPlan:
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def single(self) -> bool:
+        return len(self.steps) == 1 and self.steps[0].operations is None
+
+
+def _performance(device: Device, model: HalModel, operation: Operation, preference: PreferenceCode) -> float:
+    caps = device.capabilities
+    if operation.type == OperationCode.IF:
+        info = caps.if_performance
+    elif operation.type == OperationCode.WHILE:
+        info = caps.while_performance
+    else:
+        operand = model.main.operands[operation.inputs[0]] if operation.inputs else None
+        code = operand.type if operand is not None else OperandCode.TENSOR_FLOAT32
+        if model.relax_computation_float32_to_float16 and code in (OperandCode.TENSOR_FLOAT32, OperandCode.FLOAT32):
+            info = caps.relaxed_float32_to_float16_performance_tensor
+        else:
+            info = caps.performance(code)
+    return info.power_usage if preference == PreferenceCode.LOW_POWER else info.exec_time
+
+
+def step_model(model: HalModel, operations: list[int]) -> tuple[HalModel, list[int], list[int]]:
+    """The sub-model running ``operations`` of ``model.main``, with the main operand indexes of
+    its inputs and outputs."""
+    main = model.main
+    inside = set(operations)
+    produced = {k for j in operations for k in main.operations[j].outputs}
+    consumed_outside = {k for j, op in enumerate(main.operations) if j not in inside for k in op.inputs}
+    consumed_outside |= set(main.output_indexes)
+    remap: dict[int, int] = {}
+    operands: list[Operand] = []
+    inputs, outputs = [], []
+    for j in operations:
+        for k in list(main.operations[j].inputs) + list(main.operations[j].outputs):
+            if k in remap:
+                continue
+            o = main.operands[k]
+            copy = Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant)
+            if o.lifetime in (Lifetime.SUBGRAPH_INPUT, Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT):
+                if k in produced:
+                    copy.lifetime = Lifetime.SUBGRAPH_OUTPUT if k in consumed_outside else Lifetime.TEMPORARY_VARIABLE
+                else:
+                    copy.lifetime = Lifetime.SUBGRAPH_INPUT
+            remap[k] = len(operands)
+            operands.append(copy)
+            if copy.lifetime == Lifetime.SUBGRAPH_INPUT:
+                inputs.append(k)
+            elif copy.lifetime == Lifetime.SUBGRAPH_OUTPUT:
+                outputs.append(k)
+    ops = [Operation(main.operations[j].type, tuple(remap[k] for k in main.operations[j].inputs),
+                     tuple(remap[k] for k in main.operations[j].outputs)) for j in operations]
+    sg = Subgraph(operands, ops, tuple(remap[k] for k in inputs), tuple(remap[k] for k in outputs))
+    return HalModel(sg, model.referenced, model.relax_computation_float32_to_float16), inputs, outputs
+
+
+def partition(model: HalModel, devices: list[Device], preference: PreferenceCode,
+              allow_cpu: bool) -> list[tuple[Device, list[int]]]:
+    """Assign each operation to a device and group them into steps, in a valid order."""
+    main = model.main
+    supported: dict[int, list[bool]] = {}
+    for device in devices:
+        try:
+            flags = device.driver.get_supported_operations(model)
+            supported[id(device)] = list(flags) if len(flags) == len(main.operations) else [False] * len(main.operations)
+        except Exception:  # a driver that can't answer supports nothing
+            supported[id(device)] = [False] * len(main.operations)
+    cpu = MANAGER.cpu
+    assignment = []
+    for j, operation in enumerate(main.operations):
+        candidates = [d for d in devices if supported[id(d)][j]]
+        if not candidates:
+            if not allow_cpu:
+                raise NnapiError(ResultCode.BAD_DATA, f"no device supports operation {j} "
+                                                      f"({OperationCode(operation.type).name})")
+            candidates = [cpu]
+        best = min(candidates, key=lambda d: (_performance(d, model, operation, preference), d is not cpu))
+        assignment.append(best)
+    # Group: run ready operations on the current device as long as possible.
+    order = topological_order(main)
+    rank = {j: i for i, j in enumerate(order)}
+    writer = {k: j for j, op in enumerate(main.operations) for k in op.outputs}
+    deps = {j: {writer[k] for k in op.inputs if k in writer} for j, op in enumerate(main.operations)}
+    done: set[int] = set()
+    steps: list[tuple[Device, list[int]]] = []
+    remaining = sorted(range(len(main.operations)), key=rank.get)
+    while remaining:
+        ready = [j for j in remaining if deps[j] <= done]
+        device = assignment[ready[0]] if not steps else next(
+            (assignment[j] for j in ready if assignment[j] is steps[-1][0]), assignment[ready[0]])
+        group = []
+        progress = True
+        while progress:
+            progress = False
+            for j in list(remaining):
+                if assignment[j] is device and deps[j] <= done:
+                    group.append(j)
+                    done.add(j)
+                    remaining.remove(j)
+                    progress = True
+        steps.append((device, group))
+    return steps
+
+
+class Compilation:
+    """ANeuralNetworksCompilation: ``Compilation(model)`` for all devices (with CPU fallback), or
+    ``Compilation(model, devices)`` for an explicit list (no fallback)."""
+
+    def __init__(self, model: Model, devices: list[Device] | None = None):
+        if model is None:
+            raise NnapiError(ResultCode.UNEXPECTED_NULL, "Compilation: model is None")
+        check(model.finished, "Compilation: the model is not finished", BAD_STATE)
+        if devices is not None:
+            devices = list(devices)
+            check(len(devices) > 0, "Compilation: the device list is empty")
+            check(all(isinstance(d, Device) for d in devices), "Compilation: device list holds a non-Device")
+            check(len({id(d) for d in devices}) == len(devices), "Compilation: a device is listed twice")
+        self.model = model
+        self.explicit_devices = devices
+        self.preference = PreferenceCode.FAST_SINGLE_ANSWER
+        self.priority = PriorityCode.MEDIUM
+        self.timeout_ns: int | None = None
+        self.cache_dir: str | None = None
+        self.token: bytes | None = None
+        self.finished = False
+        self.plan = ExecutionPlan()
+        self.fallback = devices is None and MANAGER.partitioning == Partitioning.WITH_FALLBACK
+
+    def _check_building(self, call: str) -> None:
+        check(not self.finished, f"Compilation.{call}: the compilation is finished", BAD_STATE)
+
+    @property
+    def devices(self) -> list[Device]:
+        return self.explicit_devices if self.explicit_devices is not None else MANAGER.devices
+
+    @property
+    def for_single_device(self) -> bool:
+        """Created for exactly one device: timing and timeouts are allowed."""
+        return self.explicit_devices is not None and len(self.explicit_devices) == 1
+
+    def set_preference(self, preference: int) -> None:
+        self._check_building("set_preference")
+        check(preference in (0, 1, 2), f"Compilation.set_preference: invalid preference {preference}")
+        self.preference = PreferenceCode(preference)
+
+    def set_priority(self, priority: int) -> None:
+        self._check_building("set_priority")
+        check(priority in (90, 100, 110), f"Compilation.set_priority: invalid priority {priority} "
+                                          "(must be LOW 90, MEDIUM 100 or HIGH 110)")
+        self.priority = PriorityCode(priority)
+
+    def set_timeout(self, duration_ns: int) -> None:
+        """ANeuralNetworksCompilation_setTimeout; 0 means no timeout."""
+        self._check_building("set_timeout")
+        check(self.for_single_device, "Compilation.set_timeout: only for a compilation created for one device")
+        check(duration_ns >= 0, f"Compilation.set_timeout: negative duration {duration_ns}")
+        self.timeout_ns = duration_ns or None
+
+    def set_caching(self, cache_dir: str, token: bytes) -> None:
+        self._check_building("set_caching")
+        if cache_dir is None or token is None:
+            raise NnapiError(ResultCode.UNEXPECTED_NULL, "Compilation.set_caching: cache_dir or token is None")
+        check(len(token) == BYTE_SIZE_OF_CACHE_TOKEN,
+              f"Compilation.set_caching: token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got {len(token)}")
+        self.cache_dir, self.token = str(cache_dir), bytes(token)
+
+    # -- finish ----------------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        self._check_building("finish")
+        deadline = None if self.timeout_ns is None else time.monotonic_ns() + self.timeout_ns
+        model = self.model.hal_model
+        if self.explicit_devices is None and MANAGER.partitioning == Partitioning.NONE:
+            self.plan = ExecutionPlan([self._single_step(MANAGER.cpu, model, deadline)])
+        else:
+            try:
+                self.plan = self._partitioned_plan(model, deadline)
+            except NnapiError as e:
+                if not self.fallback or e.code in (ResultCode.MISSED_DEADLINE_PERSISTENT,
+                                                   ResultCode.MISSED_DEADLINE_TRANSIENT):
+                    raise
+                self.plan = ExecutionPlan([self._single_step(MANAGER.cpu, model, deadline)])
+        self.finished = True
+
+    def _partitioned_plan(self, model: HalModel, deadline) -> ExecutionPlan:
+        groups = partition(model, self.devices, self.preference, allow_cpu=self.fallback)
+        if len(groups) == 1:
+            return ExecutionPlan([self._single_step(groups[0][0], model, deadline)])
+        steps = []
+        for device, operations in groups:
+            sub, inputs, outputs = step_model(model, operations)
+            step = Step(device, operations, sub, inputs, outputs)
+            try:
+                step.prepared = self._prepare(device, sub, deadline, cache=False)
+            except NnapiError:
+                if not self.fallback or device is MANAGER.cpu:
+                    raise
+                step.device = MANAGER.cpu
+                step.prepared = self._prepare(MANAGER.cpu, sub, deadline, cache=False)
+            steps.append(step)
+        return ExecutionPlan(steps)
+
+    def _single_step(self, device: Device, model: HalModel, deadline) -> Step:
+        main = model.main
+        step = Step(device, None, model, list(main.input_indexes), list(main.output_indexes))
+        try:
+            step.prepared = self._prepare(device, model, deadline, cache=True)
+        except NnapiError:
+            if not self.fallback or device is MANAGER.cpu:
+                raise
+            step.device = MANAGER.cpu
+            step.prepared = self._prepare(MANAGER.cpu, model, deadline, cache=False)
+        return step
+
+    def _prepare(self, device: Device, model: HalModel, deadline, cache: bool) -> hal.PreparedModel:
+        driver = device.driver
+        if cache and self.token is not None:
+            counts = call_driver(device, "get_number_of_cache_files_needed", driver.get_number_of_cache_files_needed)
+            if counts[0] or counts[1]:
+                return self._prepare_with_cache(device, model, deadline, counts)
+        return call_driver(device, "prepare_model", driver.prepare_model, model, self.preference, self.priority,
+                           deadline, (), (), None)
+
+    def _prepare_with_cache(self, device: Device, model: HalModel, deadline, counts) -> hal.PreparedModel:
+        """Reload a compilation saved under this token if the driver accepts it, else prepare and save."""
+        driver = device.driver
+        key = hashlib.sha256(self.token + device.name.encode() + device.version.encode()).hexdigest()[:32]
+        names = [os.path.join(self.cache_dir, f"{key}.model{i}") for i in range(counts[0])]
+        names += [os.path.join(self.cache_dir, f"{key}.data{i}") for i in range(counts[1])]
+        if all(os.path.exists(n) for n in names):
+            files = [open(n, "rb") for n in names]
+            try:
+                return driver.prepare_model_from_cache(deadline, files[:counts[0]], files[counts[0]:], self.token)
+            except Exception:
+                pass  # a stale or corrupted cache: compile from the model instead
+            finally:
+                for f in files:
+                    f.close()
+        try:
+            os.makedirs(self.cache_dir, exist_ok=True)
+            files = [open(n, "w+b") for n in names]
+        except OSError:
+            files = None  # caching is best effort, as in the NDK
+        if files is None:
+            return call_driver(device, "prepare_model", driver.prepare_model, model, self.preference, self.priority,
+                               deadline, (), (), None)
+        try:
+            return call_driver(device, "prepare_model", driver.prepare_model, model, self.preference, self.priority,
+                               deadline, files[:counts[0]], files[counts[0]:], self.token)
+        finally:
+            for f in files:
+                f.close()
+
+    # -- what executions and memories use ------------------------------------------------------
+
+    @property
+    def single_device(self) -> Device:
+        return self.plan.steps[0].device if self.plan.single else None
+
+    @property
+    def single_prepared_model(self) -> hal.PreparedModel | None:
+        return self.plan.steps[0].prepared if self.plan.single else None
+
+
+class Burst:
+    """ANeuralNetworksBurst: reusable context for repeated executions of one compilation."""
+
+    def __init__(self, compilation: Compilation):
+        if compilation is None:
+            raise NnapiError(ResultCode.UNEXPECTED_NULL, "Burst: compilation is None")
+        check(compilation.finished, "Burst: the compilation is not finished", BAD_STATE)
+        self.compilation = compilation
+        self.hal_bursts: dict[int, hal.Burst] = {}
+        self.busy = False
+
+    def for_step(self, step: Step) -> hal.Burst:
+        if id(step.prepared) not in self.hal_bursts:
+            self.hal_bursts[id(step.prepared)] = call_driver(step.device, "configure_execution_burst",
+                                                             step.prepared.configure_execution_burst)
+        return self.hal_bursts[id(step.prepared)]

@@ -1,0 +1,103 @@
+"""Device discovery (ANeuralNetworksDevice) and the runtime's device manager.
+
+The manager holds the drivers the runtime may use (``reference`` unless configured otherwise)
+and a hidden CPU reference device used for CPU fallback, as NNAPI's runtime does.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from contextlib import contextmanager
+from enum import IntEnum
+from typing import Iterator, Sequence
+
+from .. import hal
+from ..errors import NnapiError
+from ..types import DeviceTypeCode, ResultCode
+
+
+class Partitioning(IntEnum):
+    """Like AOSP's debug.nn.partition property."""
+
+    NONE = 0           # no partitioning: the whole model runs on the CPU reference device
+    WITH_FALLBACK = 1  # partition; fall back to the CPU when a driver fails (the default)
+    WITHOUT_FALLBACK = 2
+
+
+class Device:
+    """ANeuralNetworksDevice: one driver as the application sees it."""
+
+    def __init__(self, driver: hal.Device):
+        self.driver = driver
+        self.name = driver.get_name()
+        self.version = driver.get_version_string()
+        self.type = DeviceTypeCode(driver.get_type())
+        self.feature_level = int(driver.get_feature_level())
+        self.capabilities = driver.get_capabilities()
+
+    def wait(self) -> None:
+        """ANeuralNetworksDevice_wait: the device is always live in-process."""
+
+    def __repr__(self) -> str:
+        return f"Device({self.name!r}, {self.type.name}, feature level {self.feature_level})"
+
+
+class DeviceManager:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._devices: list[Device] | None = None
+        self._cpu: Device | None = None
+        self.partitioning = Partitioning(int(os.environ.get("NNTS_PARTITION", Partitioning.WITH_FALLBACK)))
+
+    def set_drivers(self, drivers: Sequence[hal.Device]) -> None:
+        names = [d.get_name() for d in drivers]
+        if len(set(names)) != len(names):
+            raise NnapiError(ResultCode.BAD_DATA, f"driver names must be unique, got {names}")
+        with self._lock:
+            self._devices = [Device(d) for d in drivers]
+
+    @property
+    def devices(self) -> list[Device]:
+        with self._lock:
+            if self._devices is None:
+                from ..drivers import load_drivers
+                self._devices = [Device(d) for d in load_drivers(os.environ.get("NNTS_DRIVER", "reference"))]
+            return list(self._devices)
+
+    @property
+    def cpu(self) -> Device:
+        """The CPU reference device used for fallback (the listed one when it is there)."""
+        for device in self.devices:
+            if device.name == "nnapi-reference":
+                return device
+        with self._lock:
+            if self._cpu is None:
+                from ..drivers.reference import ReferenceDevice
+                self._cpu = Device(ReferenceDevice())
+            return self._cpu
+
+
+MANAGER = DeviceManager()
+
+
+def get_devices() -> list[Device]:
+    """ANeuralNetworks_getDeviceCount / getDevice: the devices the runtime knows."""
+    return MANAGER.devices
+
+
+def set_drivers(drivers: Sequence[hal.Device]) -> None:
+    """Replace the drivers the runtime uses (the suite's ``--driver``)."""
+    MANAGER.set_drivers(drivers)
+
+
+@contextmanager
+def using_drivers(drivers: Sequence[hal.Device], partitioning: Partitioning | None = None) -> Iterator[list[Device]]:
+    """Temporarily use ``drivers`` (and a partitioning setting); restores the previous ones."""
+    previous, previous_mode = MANAGER._devices, MANAGER.partitioning
+    MANAGER.set_drivers(drivers)
+    if partitioning is not None:
+        MANAGER.partitioning = partitioning
+    try:
+        yield MANAGER.devices
+    finally:
+        MANAGER._devices, MANAGER.partitioning = previous, previous_mode

@@ -1,0 +1,268 @@
+"""The model builder (ANeuralNetworksModel), call for call.
+
+Each method validates its arguments the way the NDK does and raises
+:class:`~nnapi_ref.errors.NnapiError` with the NDK's result code: UNEXPECTED_NULL for a missing
+argument, BAD_DATA for a wrong one, BAD_STATE for a call after ``finish()``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .. import ops
+from ..errors import NnapiError, check
+from ..hal import ChannelQuant, Model as HalModel, Operand, Operation, Subgraph
+from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
+                     OperationCode, ResultCode, type_name)
+from ..validation import validate_model, validate_operand_type
+
+UNEXPECTED_NULL = ResultCode.UNEXPECTED_NULL
+BAD_STATE = ResultCode.BAD_STATE
+
+
+@dataclass(frozen=True)
+class OperandType:
+    """ANeuralNetworksOperandType: an operand's type, dimensions and quantization."""
+
+    type: OperandCode
+    dimensions: tuple[int, ...] = ()
+    scale: float = 0.0
+    zero_point: int = 0
+
+    def __init__(self, type, dimensions=(), scale=0.0, zero_point=0):
+        object.__setattr__(self, "type", type)
+        object.__setattr__(self, "dimensions", tuple(int(d) for d in dimensions) if dimensions is not None else ())
+        object.__setattr__(self, "scale", float(scale))
+        object.__setattr__(self, "zero_point", int(zero_point))
+
+
+def _as_bytes_view(value) -> np.ndarray:
+    """A flat uint8 view of a buffer-like value (no copy)."""
+    if isinstance(value, np.ndarray):
+        return np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+    return np.frombuffer(memoryview(value).cast("B"), np.uint8)
+
+
+class Model:
+    """ANeuralNetworksModel. Build it with the ``add``/``set``/``identify`` calls, then ``finish()``."""
+
+    def __init__(self):
+        self._operands: list[Operand] = []
+        self._operations: list[Operation] = []
+        self._inputs: tuple[int, ...] | None = None
+        self._outputs: tuple[int, ...] = ()
+        self._referenced: dict[int, Model] = {}  # operand index -> model used by IF/WHILE
+        self._relaxed = False
+        self._finished = False
+        self._hal: HalModel | None = None
+        self.feature_level = 0
+
+    # -- building ------------------------------------------------------------------------------
+
+    def _check_building(self, call: str) -> None:
+        if self._finished:
+            raise NnapiError(BAD_STATE, f"{call} called on a finished model")
+
+    def _operand(self, index, call: str) -> Operand:
+        check(isinstance(index, (int, np.integer)) and 0 <= index < len(self._operands),
+              f"{call}: operand index {index} out of range ({len(self._operands)} operands)")
+        return self._operands[index]
+
+    @property
+    def operand_count(self) -> int:
+        return len(self._operands)
+
+    def add_operand(self, operand_type: OperandType | OperandCode | int, dimensions=None,
+                    scale: float = 0.0, zero_point: int = 0) -> int:
+        """ANeuralNetworksModel_addOperand; returns the new operand's index."""
+        self._check_building("add_operand")
+        if operand_type is None:
+            raise NnapiError(UNEXPECTED_NULL, "add_operand: operand type is None")
+        if not isinstance(operand_type, OperandType):
+            operand_type = OperandType(operand_type, dimensions or (), scale, zero_point)
+        code = operand_type.type
+        validate_operand_type(code, operand_type.dimensions, operand_type.scale, operand_type.zero_point, None,
+                              f"add_operand (operand {len(self._operands)})", channel_quant_pending=True)
+        self._operands.append(Operand(OperandCode(code), operand_type.dimensions, operand_type.scale,
+                                      operand_type.zero_point))
+        return len(self._operands) - 1
+
+    def set_operand_symm_per_channel_quant_params(self, index: int, scales: Sequence[float], channel_dim: int) -> None:
+        """ANeuralNetworksModel_setOperandSymmPerChannelQuantParams."""
+        self._check_building("set_operand_symm_per_channel_quant_params")
+        if scales is None:
+            raise NnapiError(UNEXPECTED_NULL, "set_operand_symm_per_channel_quant_params: scales is None")
+        operand = self._operand(index, "set_operand_symm_per_channel_quant_params")
+        quant = ChannelQuant(tuple(float(s) for s in scales), int(channel_dim))
+        validate_operand_type(operand.type, operand.dimensions, operand.scale, operand.zero_point, quant,
+                              f"set_operand_symm_per_channel_quant_params (operand {index})")
+        operand.channel_quant = quant
+
+    def set_operand_value(self, index: int, value) -> None:
+        """ANeuralNetworksModel_setOperandValue. ``value`` is a numpy array, a Python scalar or a
+        bytes-like buffer of exactly the operand's size, or None to mark an optional operand
+        omitted. Values up to 128 bytes are copied; larger ones are referenced, so the buffer
+        must stay unchanged while the model is in use, as in the NDK."""
+        self._check_building("set_operand_value")
+        operand = self._operand(index, "set_operand_value")
+        if value is None:
+            operand.lifetime, operand.value = Lifetime.NO_VALUE, None
+            return
+        check(operand.type != OperandCode.SUBGRAPH, f"set_operand_value: operand {index} is a SUBGRAPH; "
+                                                    "use set_operand_value_from_model")
+        dtype = DTYPES[operand.type]
+        dims = operand.dimensions
+        check(operand.type in SCALAR_TYPES or (dims and 0 not in dims),
+              f"set_operand_value: operand {index} has unspecified dimensions {list(dims)}")
+        needed = dtype.itemsize * (int(np.prod(dims)) if dims else 1)
+        if isinstance(value, (bool, int, float, np.generic)) or (isinstance(value, (list, tuple))):
+            raw = np.asarray(value, dtype).reshape(-1).view(np.uint8)
+        else:
+            try:
+                raw = _as_bytes_view(value)
+            except TypeError:
+                raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: value of type {type(value).__name__} "
+                                                      "is not a buffer") from None
+        check(raw.nbytes == needed, f"set_operand_value: operand {index} needs {needed} bytes, got {raw.nbytes}")
+        copy = raw.nbytes <= MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES
+        operand.lifetime = Lifetime.CONSTANT_COPY if copy else Lifetime.CONSTANT_REFERENCE
+        data = raw.copy() if copy else raw
+        operand.value = data.view(dtype)
+
+    def set_operand_value_from_memory(self, index: int, memory, offset: int, length: int) -> None:
+        """ANeuralNetworksModel_setOperandValueFromMemory: the value lives in ``memory``."""
+        self._check_building("set_operand_value_from_memory")
+        if memory is None:
+            raise NnapiError(UNEXPECTED_NULL, "set_operand_value_from_memory: memory is None")
+        operand = self._operand(index, "set_operand_value_from_memory")
+        shared = memory.shared_region("set_operand_value_from_memory")
+        dtype = DTYPES[operand.type]
+        dims = operand.dimensions
+        check(operand.type in SCALAR_TYPES or (dims and 0 not in dims),
+              f"set_operand_value_from_memory: operand {index} has unspecified dimensions {list(dims)}")
+        needed = dtype.itemsize * (int(np.prod(dims)) if dims else 1)
+        check(length == needed, f"set_operand_value_from_memory: operand {index} needs {needed} bytes, got {length}")
+        check(0 <= offset and offset + length <= shared.size,
+              f"set_operand_value_from_memory: [{offset}, {offset + length}) exceeds the memory's {shared.size} bytes")
+        operand.lifetime = Lifetime.CONSTANT_REFERENCE
+        region = shared.buffer[offset:offset + length]
+        operand.value = (region if offset % dtype.itemsize == 0 else region.copy()).view(dtype)
+
+    def set_operand_value_from_model(self, index: int, model: "Model") -> None:
+        """ANeuralNetworksModel_setOperandValueFromModel: a SUBGRAPH operand naming a finished model."""
+        self._check_building("set_operand_value_from_model")
+        if model is None:
+            raise NnapiError(UNEXPECTED_NULL, "set_operand_value_from_model: model is None")
+        operand = self._operand(index, "set_operand_value_from_model")
+        check(operand.type == OperandCode.SUBGRAPH,
+              f"set_operand_value_from_model: operand {index} is {type_name(operand.type)}, not MODEL")
+        check(model._finished, "set_operand_value_from_model: the referenced model is not finished")
+        operand.lifetime = Lifetime.SUBGRAPH
+        self._referenced[index] = model
+
+    def add_operation(self, type: OperationCode | int, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        """ANeuralNetworksModel_addOperation."""
+        self._check_building("add_operation")
+        if inputs is None or outputs is None:
+            raise NnapiError(UNEXPECTED_NULL, "add_operation: inputs or outputs is None")
+        try:
+            code = OperationCode(type)
+        except ValueError:
+            raise NnapiError(ResultCode.BAD_DATA, f"add_operation: invalid operation type {type}") from None
+        inputs, outputs = tuple(inputs), tuple(outputs)
+        for k in inputs + outputs:
+            self._operand(k, f"add_operation ({code.name})")
+        impl = ops.get(code)
+        check(impl is not None, f"add_operation: operation {code.name} is not implemented")
+        in_types = [self._operands[k].type for k in inputs]
+        out_types = [self._operands[k].type for k in outputs]
+        check(impl.match(in_types, out_types) is not None,
+              f"add_operation: {code.name} does not accept inputs ({', '.join(type_name(t) for t in in_types)}) "
+              f"and outputs ({', '.join(type_name(t) for t in out_types)})")
+        for k in outputs:
+            check(self._operands[k].lifetime == Lifetime.TEMPORARY_VARIABLE,
+                  f"add_operation ({code.name}): output operand {k} has a value set")
+        self._operations.append(Operation(code, inputs, outputs))
+
+    def identify_inputs_and_outputs(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        """ANeuralNetworksModel_identifyInputsAndOutputs."""
+        self._check_building("identify_inputs_and_outputs")
+        if inputs is None or outputs is None:
+            raise NnapiError(UNEXPECTED_NULL, "identify_inputs_and_outputs: inputs or outputs is None")
+        inputs, outputs = tuple(inputs), tuple(outputs)
+        for role, indexes in (("input", inputs), ("output", outputs)):
+            for k in indexes:
+                operand = self._operand(k, f"identify_inputs_and_outputs ({role})")
+                check(operand.lifetime in (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_INPUT,
+                                           Lifetime.SUBGRAPH_OUTPUT),
+                      f"identify_inputs_and_outputs: {role} operand {k} already has a value")
+            check(len(set(indexes)) == len(indexes), f"identify_inputs_and_outputs: an {role} is listed twice")
+        check(not set(inputs) & set(outputs), "identify_inputs_and_outputs: an operand is both input and output")
+        for operand in self._operands:
+            if operand.lifetime in (Lifetime.SUBGRAPH_INPUT, Lifetime.SUBGRAPH_OUTPUT):
+                operand.lifetime = Lifetime.TEMPORARY_VARIABLE
+        for k in inputs:
+            self._operands[k].lifetime = Lifetime.SUBGRAPH_INPUT
+        for k in outputs:
+            self._operands[k].lifetime = Lifetime.SUBGRAPH_OUTPUT
+        self._inputs, self._outputs = inputs, outputs
+
+    def relax_computation_float32_to_float16(self, allow: bool) -> None:
+        """ANeuralNetworksModel_relaxComputationFloat32toFloat16."""
+        self._check_building("relax_computation_float32_to_float16")
+        self._relaxed = bool(allow)
+
+    def finish(self) -> None:
+        """ANeuralNetworksModel_finish: validate the whole graph and freeze the model."""
+        self._check_building("finish")
+        check(self._inputs is not None, "finish: identify_inputs_and_outputs was not called")
+        hal = self._to_hal()
+        self.feature_level = validate_model(hal)
+        self._hal = hal
+        self._finished = True
+
+    # -- what the runtime uses -------------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    @property
+    def hal_model(self) -> HalModel:
+        if self._hal is None:
+            raise NnapiError(BAD_STATE, "the model is not finished")
+        return self._hal
+
+    @property
+    def input_count(self) -> int:
+        return len(self._inputs or ())
+
+    @property
+    def output_count(self) -> int:
+        return len(self._outputs)
+
+    def _subgraph(self, referenced: list[Subgraph], index_of: dict[int, int]) -> Subgraph:
+        """This model as a Subgraph, adding the models it references to ``referenced``."""
+        operands = []
+        for k, o in enumerate(self._operands):
+            copy = Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant)
+            if k in self._referenced:
+                copy.value = self._referenced[k]._add_to(referenced, index_of)
+            operands.append(copy)
+        operations = [Operation(op.type, op.inputs, op.outputs) for op in self._operations]
+        return Subgraph(operands, operations, tuple(self._inputs or ()), self._outputs)
+
+    def _add_to(self, referenced: list[Subgraph], index_of: dict[int, int]) -> int:
+        if id(self) not in index_of:
+            index_of[id(self)] = -1  # placeholder against self reference
+            sg = self._subgraph(referenced, index_of)
+            referenced.append(sg)
+            index_of[id(self)] = len(referenced) - 1
+        return index_of[id(self)]
+
+    def _to_hal(self) -> HalModel:
+        referenced: list[Subgraph] = []
+        main = self._subgraph(referenced, {id(self): -1})
+        return HalModel(main, referenced, self._relaxed)

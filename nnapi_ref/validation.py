@@ -1,0 +1,186 @@
+"""Whole-model validation, shared by the model builder's ``finish()`` and by drivers.
+
+Everything here raises ``NnapiError(BAD_DATA, message)``; a driver turns that into
+INVALID_ARGUMENT. Shape checks that need concrete shapes happen in the executor's plan.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ops
+from .errors import NnapiError, check
+from .hal import Model, Operand, Subgraph
+from .types import (DTYPES, SCALAR_TYPES, ZERO_POINT_RANGE, FeatureLevel, Lifetime, OperandCode as T,
+                    OperationCode, ResultCode, type_name)
+
+CONSTANT_LIFETIMES = (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE)
+_CONTROL_FLOW = (OperationCode.IF, OperationCode.WHILE)
+
+
+def validate_operand_type(type_code, dimensions, scale: float, zero_point: int, channel_quant,
+                          what: str = "operand", channel_quant_pending: bool = False) -> None:
+    """The NDK's per-operand-type rules (ANeuralNetworksModel_addOperand and setOperandSymmPerChannelQuantParams).
+
+    ``channel_quant_pending``: a per-channel operand's parameters come later (addOperand)."""
+    check(type_code in DTYPES, f"{what}: invalid operand type {type_code}")
+    code = T(type_code)
+    name = type_name(code)
+    if code in SCALAR_TYPES:
+        check(len(dimensions) == 0, f"{what}: scalar type {name} must have no dimensions, got {list(dimensions)}")
+    check(all(isinstance(d, (int, np.integer)) and d >= 0 for d in dimensions),
+          f"{what}: dimensions {list(dimensions)} must be non-negative integers")
+    check(np.isfinite(scale), f"{what}: scale {scale} is not finite")
+    if code in ZERO_POINT_RANGE or code in (T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM):
+        check(scale > 0, f"{what}: {name} needs a positive scale, got {scale}")
+        lo, hi = ZERO_POINT_RANGE.get(code, (0, 0))
+        check(lo <= zero_point <= hi, f"{what}: {name} zero point {zero_point} outside [{lo}, {hi}]")
+    elif code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        check(scale == 0 and zero_point == 0,
+              f"{what}: {name} takes its scales from channel quantization; scale and zero point must be 0")
+    elif code in (T.TENSOR_INT32, T.INT32):
+        check(scale >= 0, f"{what}: {name} scale {scale} must not be negative")
+    elif code != T.SUBGRAPH:
+        check(scale == 0 and zero_point == 0, f"{what}: {name} must have scale 0 and zero point 0, "
+                                              f"got {scale} and {zero_point}")
+    if channel_quant is not None:
+        check(code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL,
+              f"{what}: per-channel quantization parameters on a {name} operand")
+        dim = channel_quant.channel_dim
+        check(0 <= dim < len(dimensions), f"{what}: channel dimension {dim} out of range for rank {len(dimensions)}")
+        check(len(channel_quant.scales) == dimensions[dim] or dimensions[dim] == 0,
+              f"{what}: {len(channel_quant.scales)} channel scales for a channel dimension of {dimensions[dim]}")
+        check(all(s > 0 and np.isfinite(s) for s in channel_quant.scales), f"{what}: channel scales must be positive")
+    elif code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL and not channel_quant_pending:
+        raise NnapiError(ResultCode.BAD_DATA, f"{what}: {name} operand without per-channel quantization parameters")
+
+
+def _validate_operand(model: Model, operand: Operand, what: str) -> None:
+    validate_operand_type(operand.type, operand.dimensions, operand.scale, operand.zero_point,
+                          operand.channel_quant, what)
+    life = operand.lifetime
+    check(life in Lifetime.__members__.values() and life != Lifetime.POINTER, f"{what}: invalid lifetime {life}")
+    if life in CONSTANT_LIFETIMES:
+        check(operand.value is not None, f"{what}: constant without a value")
+        if operand.type != T.SUBGRAPH:
+            count = int(np.prod(operand.dimensions)) if operand.dimensions else 1
+            check(0 not in operand.dimensions or operand.type in SCALAR_TYPES,
+                  f"{what}: constant with unspecified dimensions {list(operand.dimensions)}")
+            check(np.size(operand.value) == count,
+                  f"{what}: constant has {np.size(operand.value)} values for dimensions {list(operand.dimensions)}")
+    elif life == Lifetime.SUBGRAPH:
+        check(operand.type == T.SUBGRAPH, f"{what}: SUBGRAPH lifetime on a {type_name(operand.type)} operand")
+        check(isinstance(operand.value, (int, np.integer)) and 0 <= operand.value < len(model.referenced),
+              f"{what}: reference to subgraph {operand.value} of {len(model.referenced)}")
+    else:
+        check(operand.value is None, f"{what}: {life.name} operand must not have a value")
+    if operand.type == T.SUBGRAPH:
+        check(life == Lifetime.SUBGRAPH, f"{what}: a SUBGRAPH operand must have SUBGRAPH lifetime")
+
+
+def validate_subgraph(model: Model, sg: Subgraph, name: str) -> int:
+    """Validate one subgraph; return the feature level its operations need."""
+    n = len(sg.operands)
+    for i, operand in enumerate(sg.operands):
+        _validate_operand(model, operand, f"{name} operand {i}")
+    for role, indexes, life in (("input", sg.input_indexes, Lifetime.SUBGRAPH_INPUT),
+                                ("output", sg.output_indexes, Lifetime.SUBGRAPH_OUTPUT)):
+        check(len(set(indexes)) == len(indexes), f"{name}: a {role} operand is listed twice")
+        for k in indexes:
+            check(0 <= k < n, f"{name}: {role} index {k} out of range ({n} operands)")
+            check(sg.operands[k].lifetime == life,
+                  f"{name}: {role} operand {k} has lifetime {Lifetime(sg.operands[k].lifetime).name}")
+        listed = set(indexes)
+        for i, operand in enumerate(sg.operands):
+            check(operand.lifetime != life or i in listed, f"{name}: operand {i} is a {role} but not listed as one")
+
+    writers = [0] * n
+    level = FeatureLevel.LEVEL_1
+    registry = ops.load_all()
+    for j, operation in enumerate(sg.operations):
+        where = f"{name} operation {j}"
+        try:
+            code = OperationCode(operation.type)
+        except ValueError:
+            raise NnapiError(ResultCode.BAD_DATA, f"{where}: invalid operation type {operation.type}") from None
+        for k in list(operation.inputs) + list(operation.outputs):
+            check(isinstance(k, (int, np.integer)) and 0 <= k < n, f"{where} ({code.name}): operand index {k} out of range ({n} operands)")
+        for k in operation.outputs:
+            check(sg.operands[k].lifetime in (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT),
+                  f"{where} ({code.name}): output operand {k} is a {Lifetime(sg.operands[k].lifetime).name}")
+            writers[k] += 1
+        impl = registry.get(code)
+        check(impl is not None, f"{where}: operation {code.name} is not implemented", ResultCode.BAD_DATA)
+        in_types = [sg.operands[k].type for k in operation.inputs]
+        out_types = [sg.operands[k].type for k in operation.outputs]
+        sig = impl.match(in_types, out_types)
+        if sig is None:
+            raise NnapiError(ResultCode.BAD_DATA, f"{where}: {code.name} does not accept inputs "
+                             f"({', '.join(type_name(t) for t in in_types)}) and outputs "
+                             f"({', '.join(type_name(t) for t in out_types)})")
+        level = max(level, sig.level)
+        if code in _CONTROL_FLOW:
+            level = max(level, impl.check_references(model, sg, operation))
+    for k, operand in enumerate(sg.operands):
+        if operand.lifetime in (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT):
+            check(writers[k] == 1, f"{name}: operand {k} is written by {writers[k]} operations, must be exactly 1")
+    topological_order(sg, name)
+    return level
+
+
+def topological_order(sg: Subgraph, name: str = "model") -> list[int]:
+    """Operation indexes in an order where each runs after the writers of its inputs."""
+    ready = {k for k, o in enumerate(sg.operands) if o.lifetime not in
+             (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT)}
+    writer_of = {k: j for j, op in enumerate(sg.operations) for k in op.outputs}
+    waiting = {j: sum(1 for k in set(op.inputs) if k not in ready) for j, op in enumerate(sg.operations)}
+    consumers: dict[int, list[int]] = {}
+    for j, op in enumerate(sg.operations):
+        for k in set(op.inputs):
+            if k not in ready:
+                consumers.setdefault(k, []).append(j)
+    order = [j for j, w in waiting.items() if w == 0]
+    i = 0
+    while i < len(order):
+        for k in sg.operations[order[i]].outputs:
+            for j in consumers.get(k, ()):
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    order.append(j)
+        i += 1
+    if len(order) != len(sg.operations):
+        missing = sorted(set(range(len(sg.operations))) - set(order))
+        unwritten = sorted({k for j in missing for k in sg.operations[j].inputs if k not in ready and k not in writer_of})
+        detail = f"operands {unwritten} are never written" if unwritten else "the operations form a cycle"
+        raise NnapiError(ResultCode.BAD_DATA, f"{name}: operations {missing} can never run: {detail}")
+    return order
+
+
+def validate_model(model: Model) -> int:
+    """Validate the main subgraph and every referenced one; return the model's feature level."""
+    check(len(model.main.operations) > 0, "model has no operations")
+    check(len(model.main.output_indexes) > 0, "model has no outputs")
+    level = validate_subgraph(model, model.main, "main")
+    for k, sg in enumerate(model.referenced):
+        level = max(level, validate_subgraph(model, sg, f"subgraph {k}"))
+    _check_no_recursion(model)
+    return int(level)
+
+
+def _check_no_recursion(model: Model) -> None:
+    """A subgraph must not (indirectly) reference itself."""
+    def refs(sg: Subgraph) -> set[int]:
+        return {o.value for o in sg.operands if o.lifetime == Lifetime.SUBGRAPH}
+
+    edges = [refs(sg) for sg in model.referenced]
+    state = [0] * len(edges)  # 0 unseen, 1 on the stack, 2 done
+
+    def visit(k: int) -> None:
+        check(state[k] != 1, f"subgraph {k} references itself")
+        if state[k] == 0:
+            state[k] = 1
+            for r in edges[k]:
+                visit(r)
+            state[k] = 2
+
+    for k in refs(model.main):
+        visit(k)

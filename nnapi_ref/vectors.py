@@ -1,0 +1,241 @@
+"""Test vectors: the JSON "nnapi-test-vector/1" format (``../shared/vectors/README.md``).
+
+It is also the suite's model interchange format: a model a driver failed on is saved as one file
+and replayed with ``nnts vectors run FILE``. Reading never executes anything from the file.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from .errors import NnapiError
+from .hal import ChannelQuant, Model, Operand, Operation, Subgraph
+from .types import DTYPES, FLOAT_TYPES, Lifetime, OperandCode, OperationCode, ResultCode, type_name
+
+FORMAT = "nnapi-test-vector/1"
+LICENSE = "Apache-2.0"
+
+
+@dataclass
+class TestModel:
+    """One test: a model, the values to feed, the outputs to expect."""
+
+    name: str
+    model: Model
+    inputs: list[np.ndarray | None]           # per main input; None = omitted
+    expected: list[np.ndarray]                # per main output
+    ignored: list[bool]                       # per main output: not compared
+    min_feature_level: int | None = None
+    expect_failure: bool = False
+    multinomial_tolerance: float = 0.0
+    source: str = ""
+    output_dims: list[tuple[int, ...]] = field(default_factory=list)  # expected shapes (0 = zero-sized)
+
+    @property
+    def is_relaxed(self) -> bool:
+        return self.model.relax_computation_float32_to_float16
+
+
+class FormatError(NnapiError):
+    """A test-vector file that does not follow the format (BAD_DATA, with where and why)."""
+
+    def __init__(self, message: str):
+        super().__init__(ResultCode.BAD_DATA, message)
+
+
+def decode_data(values, code: OperandCode, what: str) -> np.ndarray:
+    """A JSON ``data`` list as a flat numpy array of the operand's element type."""
+    dtype = DTYPES[code]
+    try:
+        if code in FLOAT_TYPES:
+            return np.array([float(v) for v in values], np.float64).astype(dtype)
+        if dtype == np.bool_:
+            return np.array([bool(v) for v in values], np.bool_)
+        array = np.array(values, np.int64)
+        info = np.iinfo(dtype)
+        if array.size and (array.min() < info.min or array.max() > info.max):
+            raise FormatError(f"{what}: values outside the range of {type_name(code)}")
+        return array.astype(dtype)
+    except (TypeError, ValueError) as e:
+        raise FormatError(f"{what}: bad data for {type_name(code)}: {e}") from None
+
+
+def encode_data(array: np.ndarray) -> list:
+    flat = np.asarray(array).reshape(-1)
+    if flat.dtype.kind == "f":
+        out = []
+        for v in flat:
+            if math.isnan(v):
+                out.append("NaN")
+            elif math.isinf(v):
+                out.append("Infinity" if v > 0 else "-Infinity")
+            else:
+                out.append(float(str(v)))  # numpy's shortest repr of the float32/float16 value
+        return out
+    if flat.dtype == np.bool_:
+        return [bool(v) for v in flat]
+    return [int(v) for v in flat]
+
+
+def _enum(enum, name, what):
+    try:
+        return enum[name]
+    except KeyError:
+        raise FormatError(f"{what}: unknown {enum.__name__} {name!r}") from None
+
+
+def _subgraph_from_json(d: dict, what: str, is_main: bool):
+    """A Subgraph plus, for main, the input values and expected outputs."""
+    operands = []
+    inputs, expected, ignored, output_dims = [], [], [], []
+    try:
+        raw_operands = d["operands"]
+        for i, o in enumerate(raw_operands):
+            where = f"{what} operand {i}"
+            code = OperandCode.SUBGRAPH if o["type"] in ("SUBGRAPH", "MODEL") else _enum(OperandCode, o["type"], where)
+            life = _enum(Lifetime, o["lifetime"], where)
+            dims = tuple(int(x) for x in o["dimensions"])
+            cq = o.get("channel_quant")
+            channel_quant = ChannelQuant(tuple(float(np.float32(s)) for s in cq["scales"]), int(cq["channel_dim"])) \
+                if cq else None
+            operand = Operand(code, dims, float(np.float32(o.get("scale", 0.0))), int(o.get("zero_point", 0)),
+                              life, None, channel_quant)
+            data = o.get("data")
+            if life in (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE):
+                operand.value = decode_data(data or [], code, where)
+            elif life == Lifetime.SUBGRAPH:
+                operand.value = int(data[0])
+            operands.append(operand)
+        operations = [Operation(_enum(OperationCode, op["type"], f"{what} operation {j}"),
+                                tuple(int(x) for x in op["inputs"]), tuple(int(x) for x in op["outputs"]))
+                      for j, op in enumerate(d["operations"])]
+        sg = Subgraph(operands, operations, tuple(int(x) for x in d["input_indexes"]),
+                      tuple(int(x) for x in d["output_indexes"]))
+        if is_main:
+            for k in sg.input_indexes:
+                data = raw_operands[k].get("data")
+                if not data:  # [] marks an omitted optional input
+                    inputs.append(None)
+                else:
+                    inputs.append(decode_data(data, operands[k].type, f"{what} input operand {k}"))
+            for k in sg.output_indexes:
+                o = raw_operands[k]
+                expected.append(decode_data(o.get("data") or [], operands[k].type, f"{what} output operand {k}"))
+                ignored.append(bool(o.get("is_ignored", False)))
+                output_dims.append(operands[k].dimensions)
+    except (KeyError, IndexError, TypeError) as e:
+        raise FormatError(f"{what}: malformed subgraph ({type(e).__name__}: {e})") from None
+    return sg, inputs, expected, ignored, output_dims
+
+
+def _fix_input_shapes(sg: Subgraph, inputs: list) -> list:
+    """Give each fed input the shape of its operand (zero-sized inputs keep 0 dimensions)."""
+    out = []
+    for k, value in zip(sg.input_indexes, inputs):
+        if value is not None:
+            dims = sg.operands[k].dimensions
+            value = value.reshape(dims if dims else ())
+        out.append(value)
+    return out
+
+
+def test_from_json(d: dict, source: str = "") -> TestModel:
+    name = str(d.get("name", "?"))
+    main, inputs, expected, ignored, output_dims = _subgraph_from_json(d["main"], f"{name} main", True)
+    referenced = [_subgraph_from_json(r, f"{name} subgraph {k}", False)[0]
+                  for k, r in enumerate(d.get("referenced") or [])]
+    model = Model(main, referenced, bool(d.get("is_relaxed", False)))
+    return TestModel(name=name, model=model, inputs=_fix_input_shapes(main, inputs), expected=expected,
+                     ignored=ignored, min_feature_level=d.get("min_feature_level"),
+                     expect_failure=bool(d.get("expect_failure", False)),
+                     multinomial_tolerance=float(d.get("expected_multinomial_distribution_tolerance", 0.0)),
+                     source=source, output_dims=output_dims)
+
+
+def load_file(path: str | os.PathLike) -> list[TestModel]:
+    """Every test model of one test-vector file."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise FormatError(f"{path}: cannot read test vectors: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise FormatError(f"{path}: not an {FORMAT} file")
+    source = str(doc.get("source", path.name))
+    return [test_from_json(t, source) for t in doc.get("tests", [])]
+
+
+def find_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
+    """The .json files named by ``paths`` (files, or folders searched recursively), sorted."""
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            yield from sorted(q for q in p.rglob("*.json") if q.is_file())
+        else:
+            yield p
+
+
+# -- writing ---------------------------------------------------------------------------------------
+
+def _operand_to_json(o: Operand, data, ignored=False) -> dict:
+    return {"type": type_name(o.type), "dimensions": list(o.dimensions), "scale": float(np.float32(o.scale)),
+            "zero_point": int(o.zero_point), "lifetime": Lifetime(o.lifetime).name, "is_ignored": ignored,
+            "channel_quant": None if o.channel_quant is None else
+            {"scales": [float(str(np.float32(s))) for s in o.channel_quant.scales],
+             "channel_dim": o.channel_quant.channel_dim},
+            "data": data}
+
+
+def subgraph_to_json(sg: Subgraph, inputs=None, expected=None, ignored=None) -> dict:
+    operands = []
+    for k, o in enumerate(sg.operands):
+        data = None
+        if o.lifetime in (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE):
+            data = encode_data(o.value)
+        elif o.lifetime == Lifetime.SUBGRAPH:
+            data = [int(o.value)]
+        operands.append(_operand_to_json(o, data))
+    if inputs is not None:
+        for k, value in zip(sg.input_indexes, inputs):
+            operands[k]["data"] = [] if value is None else encode_data(value)
+    if expected is not None:
+        for n, (k, value) in enumerate(zip(sg.output_indexes, expected)):
+            operands[k]["data"] = encode_data(value)
+            operands[k]["is_ignored"] = bool(ignored[n]) if ignored else False
+    return {"operands": operands,
+            "operations": [{"type": OperationCode(op.type).name, "inputs": list(op.inputs),
+                            "outputs": list(op.outputs)} for op in sg.operations],
+            "input_indexes": list(sg.input_indexes), "output_indexes": list(sg.output_indexes)}
+
+
+def test_to_json(t: TestModel) -> dict:
+    return {"name": t.name, "min_feature_level": t.min_feature_level, "expect_failure": t.expect_failure,
+            "is_relaxed": t.is_relaxed, "expected_multinomial_distribution_tolerance": t.multinomial_tolerance,
+            "main": subgraph_to_json(t.model.main, t.inputs, t.expected, t.ignored),
+            "referenced": [subgraph_to_json(sg) for sg in t.model.referenced]}
+
+
+def model_to_json(model: Model) -> dict:
+    """A bare model (no inputs or expectations) in the test-vector subgraph encoding."""
+    return {"is_relaxed": model.relax_computation_float32_to_float16,
+            "main": subgraph_to_json(model.main),
+            "referenced": [subgraph_to_json(sg) for sg in model.referenced]}
+
+
+def model_from_json(d: dict) -> Model:
+    main = _subgraph_from_json(d["main"], "main", False)[0]
+    referenced = [_subgraph_from_json(r, f"subgraph {k}", False)[0] for k, r in enumerate(d.get("referenced") or [])]
+    return Model(main, referenced, bool(d.get("is_relaxed", False)))
+
+
+def write_file(path: str | os.PathLike, tests: list[TestModel], source: str = "nnts") -> None:
+    doc = {"format": FORMAT, "source": source, "license": LICENSE, "tests": [test_to_json(t) for t in tests]}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
