@@ -109,7 +109,8 @@ def validate_subgraph(model: Model, sg: Subgraph, name: str) -> int:
                   f"{where} ({code.name}): output operand {k} is a {Lifetime(sg.operands[k].lifetime).name}")
             writers[k] += 1
         impl = registry.get(code)
-        check(impl is not None, f"{where}: operation {code.name} is not implemented", ResultCode.BAD_DATA)
+        if impl is None:
+            continue  # not implemented by the reference: its signature can't be checked; drivers report it unsupported
         in_types = [sg.operands[k].type for k in operation.inputs]
         out_types = [sg.operands[k].type for k in operation.outputs]
         sig = impl.match(in_types, out_types)

@@ -101,6 +101,10 @@ class ReferenceDevice(hal.Device):
         if _deadline_passed(deadline_ns):
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed")
         level = validate_for_driver(model)
+        unsupported = sorted({op.type.name for sg in [model.main] + model.referenced for op in sg.operations
+                              if ops.get(op.type) is None})
+        if unsupported:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"operations not implemented: {', '.join(unsupported)}")
         if level > self.feature_level:
             raise HalError(ErrorStatus.INVALID_ARGUMENT,
                            f"model needs feature level {level}, {self.name} has {self.feature_level}")

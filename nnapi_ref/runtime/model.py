@@ -175,10 +175,9 @@ class Model:
         for k in inputs + outputs:
             self._operand(k, f"add_operation ({code.name})")
         impl = ops.get(code)
-        check(impl is not None, f"add_operation: operation {code.name} is not implemented")
         in_types = [self._operands[k].type for k in inputs]
         out_types = [self._operands[k].type for k in outputs]
-        check(impl.match(in_types, out_types) is not None,
+        check(impl is None or impl.match(in_types, out_types) is not None,
               f"add_operation: {code.name} does not accept inputs ({', '.join(type_name(t) for t in in_types)}) "
               f"and outputs ({', '.join(type_name(t) for t in out_types)})")
         for k in outputs:
@@ -222,6 +221,26 @@ class Model:
         self.feature_level = validate_model(hal)
         self._hal = hal
         self._finished = True
+
+    def get_supported_operations_for_devices(self, devices) -> list[bool]:
+        """ANeuralNetworksModel_getSupportedOperationsForDevices: per operation of the main
+        model, whether any of ``devices`` supports it."""
+        if devices is None:
+            raise NnapiError(UNEXPECTED_NULL, "get_supported_operations_for_devices: devices is None")
+        check(self._finished, "get_supported_operations_for_devices: the model is not finished", BAD_STATE)
+        devices = list(devices)
+        check(len(devices) > 0, "get_supported_operations_for_devices: no devices given")
+        supported = [False] * len(self._operations)
+        for device in devices:
+            try:
+                flags = device.driver.get_supported_operations(self._hal)
+            except Exception as e:  # a driver failing the query supports nothing
+                raise NnapiError(ResultCode.OP_FAILED, f"get_supported_operations on {device.name}: {e}") from None
+            if len(flags) != len(supported):
+                raise NnapiError(ResultCode.OP_FAILED, f"{device.name} returned {len(flags)} flags for "
+                                                       f"{len(supported)} operations")
+            supported = [a or bool(b) for a, b in zip(supported, flags)]
+        return supported
 
     # -- what the runtime uses -------------------------------------------------------------------
 

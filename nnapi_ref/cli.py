@@ -1,0 +1,180 @@
+"""The ``nnts`` command line: ``nnts devices``, ``nnts ops``, ``nnts vectors run``."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from xml.sax.saxutils import escape, quoteattr
+
+from .errors import NnapiError
+
+DEFAULT_DRIVER = os.environ.get("NNTS_DRIVER", "reference")
+
+
+def _devices(spec: str):
+    from .drivers import load_drivers
+    from .runtime import set_drivers, get_devices
+    set_drivers(load_drivers(spec))
+    return get_devices()
+
+
+def cmd_devices(args) -> int:
+    from .types import OperandCode
+    for device in _devices(args.driver):
+        caps = device.capabilities
+        print(f"{device.name}: type {device.type.name}, feature level {device.feature_level}, "
+              f"version {device.version!r}")
+        print(f"  cache files: {device.driver.get_number_of_cache_files_needed()}")
+        relaxed = caps.relaxed_float32_to_float16_performance_tensor
+        print(f"  relaxed float32->float16 tensor: exec {relaxed.exec_time:g}, power {relaxed.power_usage:g}")
+        print(f"  IF: exec {caps.if_performance.exec_time:g}; WHILE: exec {caps.while_performance.exec_time:g}")
+        for code, info in caps.operand_performance:
+            name = OperandCode(code).name if code != 15 else "SUBGRAPH"
+            print(f"  {name:32s} exec {info.exec_time:g}, power {info.power_usage:g}")
+    return 0
+
+
+def cmd_ops(args) -> int:
+    from . import ops
+    from .types import OperationCode, type_name
+    registry = ops.load_all()
+    missing = [code.name for code in OperationCode if code not in registry]
+    for code in OperationCode:
+        impl = registry.get(code)
+        if impl is None:
+            continue
+        by_level: dict[int, set[str]] = {}
+        for sig in impl.signatures:
+            main = sig.inputs[0] if sig.inputs else (sig.outputs[0] if sig.outputs else None)
+            by_level.setdefault(sig.level, set()).add(type_name(main) if main is not None else "-")
+        levels = "; ".join(f"{level}: {', '.join(sorted(types))}" for level, types in sorted(by_level.items()))
+        print(f"{code.value:4d} {code.name:32s} {levels}")
+    print(f"{len(registry)} of {len(OperationCode)} operations implemented" +
+          (f"; missing: {', '.join(missing)}" if missing else ""))
+    return 0
+
+
+def _run_files(job) -> list[dict]:
+    """Worker: run every test of some files; returns plain result dicts."""
+    from . import vectors
+    from .harness import ERROR, run_test
+    files, driver, pattern, mode, dynamic = job
+    devices = _devices(driver)
+    regex = re.compile(pattern) if pattern else None
+    results = []
+    for path in files:
+        try:
+            tests = vectors.load_file(path)
+        except NnapiError as e:
+            results.append({"name": os.path.basename(path), "source": str(path), "status": ERROR, "message": str(e)})
+            continue
+        for test in tests:
+            if regex and not regex.search(test.name):
+                continue
+            r = run_test(test, devices, mode, dynamic_outputs=dynamic)
+            results.append({"name": r.name, "source": str(path), "status": r.status, "message": r.message})
+    return results
+
+
+def write_junit(path: str, results: list[dict], elapsed: float) -> None:
+    counts = {s: sum(r["status"] == s for r in results) for s in ("fail", "error", "skip")}
+    lines = [f'<?xml version="1.0" encoding="utf-8"?>',
+             f'<testsuites><testsuite name="nnts-vectors" tests="{len(results)}" failures="{counts["fail"]}" '
+             f'errors="{counts["error"]}" skipped="{counts["skip"]}" time="{elapsed:.3f}">']
+    for r in results:
+        head = f'<testcase classname={quoteattr(r["source"])} name={quoteattr(r["name"])}'
+        if r["status"] == "pass":
+            lines.append(head + "/>")
+        else:
+            tag = {"fail": "failure", "error": "error", "skip": "skipped"}[r["status"]]
+            lines.append(f'{head}><{tag} message={quoteattr(r["message"][:500])}>{escape(r["message"])}</{tag}></testcase>')
+    lines.append("</testsuite></testsuites>")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def cmd_vectors_run(args) -> int:
+    from .vectors import find_files
+    start = time.monotonic()
+    files = [str(p) for p in find_files(args.paths)]
+    missing = [p for p in args.paths if not os.path.exists(p)]
+    if missing:
+        print(f"nnts: no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        _devices(args.driver)
+    except NnapiError as e:
+        print(f"nnts: {e}", file=sys.stderr)
+        return 2
+    jobs = args.jobs or os.cpu_count() or 1
+    tasks = [([f], args.driver, args.filter, args.mode, args.dynamic) for f in files]
+    results: list[dict] = []
+    if jobs > 1 and len(tasks) > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            for part in pool.map(_run_files, tasks, chunksize=4):
+                _report(part, args.verbose)
+                results += part
+    else:
+        for task in tasks:
+            part = _run_files(task)
+            _report(part, args.verbose)
+            results += part
+    elapsed = time.monotonic() - start
+    counts = {s: sum(r["status"] == s for r in results) for s in ("pass", "fail", "skip", "error")}
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"passed": counts["pass"], "failed": counts["fail"], "skipped": counts["skip"],
+                       "errors": counts["error"], "results": results}, f, indent=1)
+    if args.junit:
+        write_junit(args.junit, results, elapsed)
+    if not results:
+        print("nnts: no test models found", file=sys.stderr)
+        return 5
+    errors = f", {counts['error']} errors" if counts["error"] else ""
+    print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped{errors} in {elapsed:.1f}s")
+    return 1 if counts["fail"] or counts["error"] else 0
+
+
+def _report(part: list[dict], verbose: bool) -> None:
+    if not part:
+        return
+    source = part[0]["source"]
+    counts = {s: sum(r["status"] == s for r in part) for s in ("pass", "fail", "skip", "error")}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    print(f"{source}: {summary}", flush=True)
+    for r in part:
+        if r["status"] in ("fail", "error") or (verbose and r["status"] == "skip"):
+            print(f"  {r['status'].upper()} {r['name']}: {r['message']}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nnts", description="NNAPI conformance and benchmarking suite")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("devices", help="list the devices and their capabilities")
+    p.add_argument("--driver", default=DEFAULT_DRIVER)
+    p.set_defaults(func=cmd_devices)
+    p = sub.add_parser("ops", help="list the operations the reference implements, per feature level and type")
+    p.set_defaults(func=cmd_ops)
+    p = sub.add_parser("vectors", help="test vectors")
+    vsub = p.add_subparsers(dest="vectors_command", required=True)
+    r = vsub.add_parser("run", help="run test-vector files or folders against a driver")
+    r.add_argument("paths", nargs="+")
+    r.add_argument("--driver", default=DEFAULT_DRIVER, help="reference, or module.path:factory (comma-separated)")
+    r.add_argument("--filter", help="only tests whose name matches this regular expression")
+    r.add_argument("--mode", choices=("sync", "async", "burst", "fenced"), default="sync")
+    r.add_argument("--dynamic", action="store_true", help="leave output dimensions unspecified")
+    r.add_argument("--json", help="write results as JSON to this file")
+    r.add_argument("--junit", help="write results as JUnit XML to this file")
+    r.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: one per core)")
+    r.add_argument("-v", "--verbose", action="store_true", help="also print skipped tests")
+    r.set_defaults(func=cmd_vectors_run)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

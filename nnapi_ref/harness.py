@@ -1,0 +1,187 @@
+"""Runs one test model through the runtime against chosen devices, as AOSP's generated tests do:
+build it call by call, compile it for the devices (no CPU fallback to hide a driver's faults),
+feed the inputs, execute in the chosen mode, and compare every output with NNAPI's tolerances.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import NnapiError
+from .hal import Model as HalModel, Subgraph
+from .runtime import Burst, Compilation, Device, Execution, Model, OperandType
+from .tolerance import compare, compare_multinomial
+from .types import DTYPES, Lifetime, OperandCode, OperationCode, ResultCode
+from .vectors import TestModel
+
+MODES = ("sync", "async", "burst", "fenced")
+PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
+
+
+@dataclass
+class TestResult:
+    name: str
+    status: str
+    message: str = ""
+    source: str = ""
+    stage: str = ""   # build, support, compile, execute or compare
+    outputs: list = field(default_factory=list)
+
+
+def _add_subgraph(model: Model, sg: Subgraph, referenced: list[Model], dynamic_outputs: bool) -> None:
+    for k, o in enumerate(sg.operands):
+        dims = o.dimensions
+        if dynamic_outputs and o.lifetime == Lifetime.SUBGRAPH_OUTPUT:
+            dims = (0,) * len(dims)
+        model.add_operand(OperandType(o.type, dims, o.scale, o.zero_point))
+        if o.channel_quant is not None:
+            model.set_operand_symm_per_channel_quant_params(k, o.channel_quant.scales, o.channel_quant.channel_dim)
+        if o.lifetime in (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE):
+            model.set_operand_value(k, o.value)
+        elif o.lifetime == Lifetime.NO_VALUE:
+            model.set_operand_value(k, None)
+        elif o.lifetime == Lifetime.SUBGRAPH:
+            model.set_operand_value_from_model(k, referenced[o.value])
+    for op in sg.operations:
+        model.add_operation(op.type, op.inputs, op.outputs)
+    model.identify_inputs_and_outputs(sg.input_indexes, sg.output_indexes)
+
+
+def build_model(hal_model: HalModel, dynamic_outputs: bool = False) -> Model:
+    """The model rebuilt through the NDK-style builder (referenced subgraphs first)."""
+    referenced: list[Model | None] = [None] * len(hal_model.referenced)
+
+    def build(k: int) -> Model:
+        if referenced[k] is None:
+            sg = hal_model.referenced[k]
+            for o in sg.operands:
+                if o.lifetime == Lifetime.SUBGRAPH:
+                    build(o.value)
+            m = Model()
+            _add_subgraph(m, sg, referenced, False)
+            m.relax_computation_float32_to_float16(hal_model.relax_computation_float32_to_float16)
+            m.finish()
+            referenced[k] = m
+        return referenced[k]
+
+    for o in hal_model.main.operands:
+        if o.lifetime == Lifetime.SUBGRAPH:
+            build(o.value)
+    model = Model()
+    _add_subgraph(model, hal_model.main, referenced, dynamic_outputs)
+    model.relax_computation_float32_to_float16(hal_model.relax_computation_float32_to_float16)
+    model.finish()
+    return model
+
+
+def uses_float16(model: HalModel) -> bool:
+    return any(o.type in (OperandCode.TENSOR_FLOAT16, OperandCode.FLOAT16)
+               for sg in [model.main] + model.referenced for o in sg.operands)
+
+
+def supports_dynamic_outputs(model: HalModel) -> bool:
+    """The harness re-runs models with unspecified outputs, except those with IF, WHILE or RANK."""
+    no = {OperationCode.IF, OperationCode.WHILE, OperationCode.RANK}
+    return not any(op.type in no for sg in [model.main] + model.referenced for op in sg.operations)
+
+
+def execute(compilation: Compilation, test: TestModel, mode: str = "sync") -> tuple[list[np.ndarray], list[tuple]]:
+    """Run ``test``'s inputs through ``compilation``; return the outputs and their dimensions."""
+    execution = Execution(compilation)
+    main = test.model.main
+    for i, value in enumerate(test.inputs):
+        execution.set_input(i, None if value is None else np.ascontiguousarray(value))
+    outputs = []
+    for i, k in enumerate(main.output_indexes):
+        operand = main.operands[k]
+        out = np.zeros(test.expected[i].size, DTYPES[operand.type])
+        outputs.append(out)
+        execution.set_output(i, out)
+    if mode == "sync":
+        execution.compute()
+    elif mode == "async":
+        execution.start_compute().wait()
+    elif mode == "burst":
+        execution.burst_compute(Burst(compilation))
+    elif mode == "fenced":
+        execution.start_compute_with_dependencies([]).wait()
+    else:
+        raise ValueError(f"unknown execution mode {mode!r}")
+    dims = [execution.get_output_operand_dimensions(i) for i in range(len(outputs))]
+    return outputs, dims
+
+
+def check_outputs(test: TestModel, outputs: list[np.ndarray], dims: list[tuple]) -> list[str]:
+    """Messages for every output that is wrong (empty when all pass)."""
+    problems = []
+    float16_rules = test.is_relaxed or uses_float16(test.model)
+    mobilenet = "mobilenet" in test.name
+    main = test.model.main
+    for i, k in enumerate(main.output_indexes):
+        if test.ignored[i]:
+            continue
+        operand = main.operands[k]
+        expected = test.expected[i]
+        expected_dims = tuple(test.output_dims[i]) if test.output_dims else tuple(dims[i])
+        if operand.type not in (OperandCode.FLOAT32, OperandCode.INT32, OperandCode.BOOL, OperandCode.FLOAT16,
+                                OperandCode.UINT32) and tuple(dims[i]) != expected_dims:
+            problems.append(f"output {i}: dimensions {list(dims[i])}, expected {list(expected_dims)}")
+            continue
+        if test.multinomial_tolerance > 0:
+            logits = test.inputs[0]
+            result = compare_multinomial(logits, outputs[i].reshape(dims[i]), test.multinomial_tolerance, f"output {i}")
+        else:
+            result = compare(expected.reshape(expected_dims), outputs[i][:expected.size].reshape(expected_dims),
+                             operand.type, float16_rules, mobilenet, f"output {i}")
+        if not result.ok:
+            problems.append(result.message)
+    return problems
+
+
+def run_test(test: TestModel, devices: list[Device], mode: str = "sync", dynamic_outputs: bool = False) -> TestResult:
+    """Build, compile for ``devices`` and execute one test model; judge the result."""
+    result = TestResult(test.name, FAIL, source=test.source)
+    stage = "build"
+    try:
+        model = build_model(test.model, dynamic_outputs)
+        stage = "support"
+        if not test.expect_failure:
+            level = test.min_feature_level or 0
+            too_old = [d.name for d in devices if d.feature_level < level]
+            if too_old and len(too_old) == len(devices):
+                result.status, result.message = SKIP, f"feature level {level} needed; {too_old[0]} has a lower one"
+                return result
+            supported = model.get_supported_operations_for_devices(devices)
+            if not all(supported):
+                names = sorted({OperationCode(test.model.main.operations[j].type).name
+                                for j, ok in enumerate(supported) if not ok})
+                result.status, result.message = SKIP, f"unsupported: {', '.join(names)}"
+                return result
+        stage = "compile"
+        compilation = Compilation(model, devices)
+        compilation.finish()
+        stage = "execute"
+        outputs, dims = execute(compilation, test, mode)
+    except NnapiError as e:
+        result.stage = stage
+        if test.expect_failure:
+            result.status, result.message = PASS, f"failed as expected at {stage}: {e.code.name}"
+        else:
+            result.status, result.message = FAIL, f"{stage}: {e}"
+        return result
+    except Exception as e:  # a bug: report it as an error, never crash the run
+        result.stage, result.status = stage, ERROR
+        result.message = f"{stage}: {type(e).__name__}: {e}"
+        return result
+    result.stage = "compare"
+    if test.expect_failure:
+        result.message = "expected a failure, but building, compiling and executing all succeeded"
+        return result
+    problems = check_outputs(test, outputs, dims)
+    result.outputs = outputs
+    if problems:
+        result.message = "; ".join(problems)
+    else:
+        result.status = PASS
+    return result
