@@ -1,0 +1,103 @@
+"""Run one operation through the whole runtime, for tests: build a one-operation model, compile
+it, execute it, return the outputs. Errors surface as NnapiError with the runtime's result code.
+
+    out, = run_operation(OperationCode.ADD,
+                         [tensor(T.TENSOR_FLOAT32, [[1, 2]]), tensor(T.TENSOR_FLOAT32, [[3, 4]]), scalar(T.INT32, 0)],
+                         [output(T.TENSOR_FLOAT32)])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .runtime import Compilation, Execution, Model, OperandType
+from .types import DTYPES, SCALAR_TYPES, OperandCode, OperationCode
+
+
+@dataclass
+class Operand:
+    """An operand of a test model: ``value`` None with ``omitted`` marks an omitted optional input;
+    ``as_input`` feeds the value at execution time instead of making it a constant."""
+
+    type: OperandCode
+    value: np.ndarray | None = None
+    scale: float = 0.0
+    zero_point: int = 0
+    dims: tuple | None = None
+    channel_scales: Sequence[float] | None = None
+    channel_dim: int = 0
+    as_input: bool = False
+    omitted: bool = False
+
+
+def tensor(type: OperandCode, value, scale: float = 0.0, zero_point: int = 0, as_input: bool = True,
+           channel_scales=None, channel_dim: int = 0) -> Operand:
+    array = np.asarray(value, DTYPES[type])
+    return Operand(type, array, scale, zero_point, array.shape, channel_scales, channel_dim, as_input)
+
+
+def scalar(type: OperandCode, value) -> Operand:
+    return Operand(type, np.asarray(value, DTYPES[type]), dims=())
+
+
+def omitted(type: OperandCode) -> Operand:
+    return Operand(type, None, dims=(0,) if type not in SCALAR_TYPES else (), omitted=True)
+
+
+def output(type: OperandCode, dims: Sequence[int] | None = None, scale: float = 0.0, zero_point: int = 0) -> Operand:
+    """An output; ``dims`` None leaves its shape for the runtime to infer (dynamic output shape)."""
+    return Operand(type, None, scale, zero_point, tuple(dims) if dims is not None else None)
+
+
+def build_operation_model(code: OperationCode, inputs: Sequence[Operand], outputs: Sequence[Operand],
+                          relaxed: bool = False) -> tuple[Model, list[int]]:
+    """A finished one-operation model and the positions (in ``inputs``) of its model inputs."""
+    model = Model()
+    fed = []
+    for i, o in enumerate(inputs):
+        dims = o.dims if o.dims is not None else ()
+        k = model.add_operand(OperandType(o.type, dims, o.scale, o.zero_point))
+        if o.channel_scales is not None:
+            model.set_operand_symm_per_channel_quant_params(k, o.channel_scales, o.channel_dim)
+        if o.omitted:
+            model.set_operand_value(k, None)
+        elif o.as_input and o.type not in SCALAR_TYPES:
+            fed.append(i)
+        else:
+            model.set_operand_value(k, o.value)
+    first_out = len(inputs)
+    for o in outputs:
+        dims = o.dims
+        if dims is None:
+            dims = ()
+        model.add_operand(OperandType(o.type, dims, o.scale, o.zero_point))
+    model.add_operation(code, list(range(len(inputs))), list(range(first_out, first_out + len(outputs))))
+    model.identify_inputs_and_outputs(fed, list(range(first_out, first_out + len(outputs))))
+    model.relax_computation_float32_to_float16(relaxed)
+    model.finish()
+    return model, fed
+
+
+def run_operation(code: OperationCode, inputs: Sequence[Operand], outputs: Sequence[Operand],
+                  relaxed: bool = False, devices=None) -> list[np.ndarray]:
+    """Run one operation; returns its outputs as arrays shaped as the runtime reported."""
+    model, fed = build_operation_model(code, inputs, outputs, relaxed)
+    compilation = Compilation(model, devices)
+    compilation.finish()
+    execution = Execution(compilation)
+    for n, i in enumerate(fed):
+        execution.set_input(n, np.ascontiguousarray(inputs[i].value))
+    buffers = []
+    for n, o in enumerate(outputs):
+        size = int(np.prod(o.dims)) if o.dims and 0 not in o.dims else None
+        buffers.append(np.zeros(size if size is not None else 1 << 16, DTYPES[o.type]))
+        execution.set_output(n, buffers[-1])
+    execution.compute()
+    results = []
+    for n, buffer in enumerate(buffers):
+        dims = execution.get_output_operand_dimensions(n)
+        count = int(np.prod(dims)) if dims else 1
+        results.append(buffer[:count].reshape(dims).copy())
+    return results
