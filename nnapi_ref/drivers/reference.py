@@ -87,14 +87,21 @@ class ReferenceDevice(hal.Device):
 
     def get_supported_operations(self, model: hal.Model) -> list[bool]:
         validate_for_driver(model)
-        registry = ops.load_all()
-        supported = []
-        for operation in model.main.operations:
-            impl = registry.get(operation.type)
-            sig = impl.match([model.main.operands[k].type for k in operation.inputs],
-                             [model.main.operands[k].type for k in operation.outputs]) if impl else None
-            supported.append(sig is not None and sig.level <= self.feature_level)
-        return supported
+        return [self._supports(model, model.main, operation) for operation in model.main.operations]
+
+    def _supports(self, model: hal.Model, sg: hal.Subgraph, operation: hal.Operation) -> bool:
+        """Implemented at this driver's feature level, and so is everything IF/WHILE would run."""
+        impl = ops.get(operation.type)
+        sig = impl.match([sg.operands[k].type for k in operation.inputs],
+                         [sg.operands[k].type for k in operation.outputs]) if impl else None
+        if sig is None or sig.level > self.feature_level:
+            return False
+        for k in operation.inputs:
+            if sg.operands[k].type == OperandCode.SUBGRAPH:
+                inner = model.referenced[sg.operands[k].value]
+                if not all(self._supports(model, inner, op) for op in inner.operations):
+                    return False
+        return True
 
     # -- compilation ------------------------------------------------------------------------------
     def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
