@@ -361,7 +361,9 @@ class Execution:
                 fence.wait()
                 launched, fenced, status = callback.get_execution_info()
                 if status == hal.ErrorStatus.NONE and fence.status == hal.ErrorStatus.NONE:
-                    finalize(None)
+                    # Fenced executions need fully specified outputs: their shapes are the bound ones.
+                    self._output_shapes = [hal.OutputShape(tuple(b.dims)) for b in self._outputs]
+                    finalize(self._output_shapes)
                     self._fenced_timing = (launched, fenced)
                     self._end(None)
                     done._complete(None)

@@ -1,0 +1,69 @@
+"""Drivers derived from the reference driver, for testing the runtime and the suite itself:
+a device that supports only some operations with a chosen performance (partitioning), and one
+whose calls fail with a chosen status (fallback and error reporting).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from .. import hal
+from ..hal import ErrorStatus, HalError
+from ..types import FeatureLevel, OperationCode
+from .reference import ReferenceDevice, ReferencePreparedModel
+
+
+class SubsetDevice(ReferenceDevice):
+    """A reference driver that supports only ``operations`` (all if None), reporting
+    ``performance`` (relative to the CPU: lower is faster) for every operand type."""
+
+    def __init__(self, name: str, operations: Iterable[OperationCode] | None = None, performance: float = 1.0,
+                 feature_level: int = FeatureLevel.LEVEL_7):
+        super().__init__(name, feature_level, performance)
+        self.operations = None if operations is None else {OperationCode(op) for op in operations}
+        self.prepared_models: list[hal.Model] = []  # what this driver was asked to compile
+
+    def get_version_string(self) -> str:
+        return f"{self.name} 1.0"
+
+    def get_supported_operations(self, model: hal.Model) -> list[bool]:
+        flags = super().get_supported_operations(model)
+        if self.operations is None:
+            return flags
+        return [f and op.type in self.operations for f, op in zip(flags, model.main.operations)]
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        if self.operations is not None:
+            missing = {op.type for op in model.main.operations} - self.operations
+            if missing:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{self.name} does not support "
+                                                              f"{sorted(OperationCode(m).name for m in missing)}")
+        self.prepared_models.append(model)
+        return super().prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
+
+
+class FaultyDevice(SubsetDevice):
+    """A driver whose prepare or execution fails with the given status (None: works)."""
+
+    def __init__(self, name: str = "faulty", operations=None, performance: float = 0.5,
+                 fail_prepare: ErrorStatus | None = None, fail_execute: ErrorStatus | None = None):
+        super().__init__(name, operations, performance)
+        self.fail_prepare = fail_prepare
+        self.fail_execute = fail_execute
+        self.executions = 0
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        if self.fail_prepare is not None:
+            raise HalError(self.fail_prepare, f"{self.name}: injected prepare failure")
+        prepared = super().prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
+        return _FaultyPreparedModel(self, prepared)
+
+
+class _FaultyPreparedModel(ReferencePreparedModel):
+    def __init__(self, device: FaultyDevice, prepared: ReferencePreparedModel):
+        super().__init__(device, prepared.model, prepared.plans)
+
+    def _run(self, request, measure, deadline_ns, loop_timeout_ns):
+        self.device.executions += 1
+        if self.device.fail_execute is not None:
+            raise HalError(self.device.fail_execute, f"{self.device.name}: injected execution failure")
+        return super()._run(request, measure, deadline_ns, loop_timeout_ns)
