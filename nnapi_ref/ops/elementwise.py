@@ -1,18 +1,31 @@
-"""Binary elementwise arithmetic with broadcasting and a fused activation: ADD, MUL (SUB, DIV, ...).
+"""Binary elementwise arithmetic with broadcasting: ADD, SUB, MUL, DIV (with a fused activation),
+MAXIMUM, MINIMUM, POW and PRELU.
 
-Quantized ADD and MUL follow NNAPI's CPU implementation exactly: inputs are offset by their zero
-points, rescaled in 32-bit fixed point (ADD with a 20-bit left shift so both inputs share the
-larger scale), combined, requantized to the output scale and clamped by the activation.
+Quantized arithmetic follows NNAPI's CPU implementation exactly:
+
+* ADD and SUB offset the inputs by their zero points, shift them left by 20 bits, rescale both to
+  twice the larger input scale in 32-bit fixed point (SUB negates the second multiplier), add,
+  requantize to the output scale and clamp by the activation.
+* MUL multiplies the zero-point-offset inputs and requantizes by ``s1 * s2 / s_out``.
+* MAXIMUM and MINIMUM requantize each input to the output's scale and zero point first
+  (``round(real / s_out) + zp_out`` in double precision, halves away from zero, saturated), then
+  compare the quantized values.
+* PRELU rescales positive inputs by ``s_in / s_out`` and negative ones, times the
+  zero-point-offset alpha, by ``s_in * s_alpha / s_out``, in 32-bit fixed point.
+
+Float16 is computed in float32 and rounded back, as the CPU implementation does; relaxed float32
+models are computed in full float32.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .base import Call, Operation, OperationCode, Signature, T, check, register, signatures
-from .common import (apply_activation, broadcast_shape, check_fuse_code, multiply_by_quantized_multiplier,
-                     quantize_multiplier)
+from .common import (QUANT_RANGE, apply_activation, broadcast_shape, check_fuse_code,
+                     multiply_by_quantized_multiplier, quantize_multiplier, round_half_away)
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+F32 = np.float32
 
 
 def _binary_signatures(by_level: dict[int, tuple]) -> list[Signature]:
@@ -20,6 +33,32 @@ def _binary_signatures(by_level: dict[int, tuple]) -> list[Signature]:
     for level, types in by_level.items():
         sigs += signatures(level, types, [None, None, T.INT32], [None])
     return sigs
+
+
+def _pair_signatures(by_level: dict[int, tuple]) -> list[Signature]:
+    sigs = []
+    for level, types in by_level.items():
+        sigs += signatures(level, types, [None, None], [None])
+    return sigs
+
+
+def _as_float32(x: np.ndarray) -> np.ndarray:
+    """Float16 data is computed in float32, as NNAPI's CPU implementation does."""
+    return x.astype(F32) if x.dtype == np.float16 else x
+
+
+def requantize(arg, out) -> np.ndarray:
+    """NNAPI's requantize(): dequantize ``arg`` (in float32) and quantize it to ``out``'s scale and
+    zero point in double precision, rounding halves away from zero and saturating."""
+    real = (arg.value.astype(np.int32) - np.int32(arg.zero_point)).astype(F32) * F32(arg.scale)
+    q = real.astype(np.float64) / float(F32(out.scale)) + out.zero_point
+    lo, hi = QUANT_RANGE[out.type]
+    return np.clip(round_half_away(np.clip(q, lo, hi)), lo, hi).astype(np.int64)
+
+
+def _check_rank_from_1(name: str, *args) -> None:
+    for i, a in enumerate(args):
+        check(a.rank >= 1, f"{name} input {i} must have rank >= 1, got a rank-0 tensor")
 
 
 class _BinaryWithActivation(Operation):
@@ -32,17 +71,28 @@ class _BinaryWithActivation(Operation):
         check_fuse_code(fuse_code)
         if a.type == T.TENSOR_INT32:
             check(fuse_code == 0, f"{self.name} on TENSOR_INT32 takes no fused activation, got {fuse_code}")
+        self.check_quantization(a, b, out)
         return [broadcast_shape(a.shape, b.shape)]
+
+    def check_quantization(self, a, b, out) -> None:
+        pass
 
     def execute(self, call: Call):
         a, b, out = call.ins[0], call.ins[1], call.outs[0]
         fuse = call.ins[2].scalar()
         if a.type in QUANT8:
             return [apply_activation(self.quantized(a, b, out), fuse, out)]
-        return [apply_activation(self.compute(a.value, b.value), fuse, out)]
+        if a.type == T.TENSOR_INT32:
+            return [self.integer(a.value, b.value)]
+        return [apply_activation(self.compute(_as_float32(a.value), _as_float32(b.value)), fuse, out)]
 
     def compute(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+    def integer(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """TENSOR_INT32: 32-bit two's complement arithmetic (wraps around)."""
+        with np.errstate(over="ignore"):
+            return self.compute(x, y).astype(np.int32)
 
     def quantized(self, a, b, out) -> np.ndarray:
         raise NotImplementedError
@@ -83,6 +133,12 @@ class Mul(_BinaryWithActivation):
     code = OperationCode.MUL
     signatures = Add.signatures
 
+    def check_quantization(self, a, b, out):
+        if a.type in QUANT8:
+            product = F32(a.scale) * F32(b.scale)
+            check(F32(out.scale) > product,
+                  f"MUL output scale {out.scale} must be larger than input1_scale * input2_scale = {product}")
+
     def compute(self, x, y):
         return x * y
 
@@ -91,3 +147,133 @@ class Mul(_BinaryWithActivation):
         m, s = quantize_multiplier(product_scale / float(np.float32(out.scale)))
         prod = (a.value.astype(np.int64) - a.zero_point) * (b.value.astype(np.int64) - b.zero_point)
         return multiply_by_quantized_multiplier(prod, m, s) + out.zero_point
+
+
+@register
+class Sub(_BinaryWithActivation):
+    code = OperationCode.SUB
+    signatures = _binary_signatures({
+        28: (T.TENSOR_FLOAT32,),
+        29: (T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM),
+        30: (T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32),
+    })
+
+    def compute(self, x, y):
+        return x - y
+
+    def quantized(self, a, b, out):
+        return add_sub_quantized(a, b, out, -1)
+
+
+@register
+class Div(_BinaryWithActivation):
+    code = OperationCode.DIV
+    signatures = _binary_signatures({
+        28: (T.TENSOR_FLOAT32,),
+        29: (T.TENSOR_FLOAT16,),
+        30: (T.TENSOR_INT32,),
+    })
+
+    def compute(self, x, y):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return x / y
+
+    def integer(self, x, y):
+        """Floor division (rounds toward negative infinity); division by zero gives 0."""
+        x = x.astype(np.int64)
+        y = y.astype(np.int64)
+        zero = y == 0
+        q = x // np.where(zero, 1, y)
+        return np.where(zero, 0, q).astype(np.int32)  # INT32_MIN // -1 wraps around
+
+
+class _MaximumMinimum(Operation):
+    signatures = _pair_signatures({
+        29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM),
+        30: (T.TENSOR_QUANT8_ASYMM_SIGNED,),
+    })
+
+    def infer(self, call: Call):
+        a, b = call.ins
+        _check_rank_from_1(self.name, a, b)
+        return [broadcast_shape(a.shape, b.shape)]
+
+    def execute(self, call: Call):
+        a, b = call.ins
+        out = call.outs[0]
+        if a.type in QUANT8:
+            x, y = requantize(a, out), requantize(b, out)
+        else:
+            x, y = a.value, b.value
+        return [self.pick(x, y)]
+
+    def pick(self, x, y):
+        raise NotImplementedError
+
+
+@register
+class Maximum(_MaximumMinimum):
+    code = OperationCode.MAXIMUM
+
+    def pick(self, x, y):
+        return np.where(x < y, y, x)  # std::max: the first operand unless it is less
+
+
+@register
+class Minimum(_MaximumMinimum):
+    code = OperationCode.MINIMUM
+
+    def pick(self, x, y):
+        return np.where(y < x, y, x)  # std::min: the first operand unless the second is less
+
+
+@register
+class Pow(Operation):
+    code = OperationCode.POW
+    signatures = _pair_signatures({29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)})
+
+    def infer(self, call: Call):
+        base, exponent = call.ins
+        _check_rank_from_1(self.name, base, exponent)
+        return [broadcast_shape(base.shape, exponent.shape)]
+
+    def execute(self, call: Call):
+        base, exponent = call.ins
+        with np.errstate(all="ignore"):
+            result = np.power(base.value.astype(np.float64), exponent.value.astype(np.float64))
+        return [result.astype(F32).astype(base.value.dtype)]
+
+
+@register
+class Prelu(Operation):
+    code = OperationCode.PRELU
+    signatures = _pair_signatures({
+        29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM),
+        30: (T.TENSOR_QUANT8_ASYMM_SIGNED,),
+    })
+
+    def infer(self, call: Call):
+        x, alpha = call.ins
+        _check_rank_from_1(self.name, x, alpha)
+        return [broadcast_shape(x.shape, alpha.shape)]
+
+    def execute(self, call: Call):
+        x, alpha = call.ins
+        out = call.outs[0]
+        if x.type in QUANT8:
+            return [self.quantized(x, alpha, out)]
+        v = x.value
+        with np.errstate(all="ignore"):
+            return [np.where(v >= 0, v, v * alpha.value).astype(v.dtype)]
+
+    @staticmethod
+    def quantized(x, alpha, out):
+        m_pos, s_pos = quantize_multiplier(float(F32(x.scale)) / float(F32(out.scale)))
+        m_neg, s_neg = quantize_multiplier(float(F32(x.scale) * F32(alpha.scale)) / float(F32(out.scale)))
+        v = x.value.astype(np.int64) - x.zero_point
+        a = alpha.value.astype(np.int64) - alpha.zero_point
+        v, a = np.broadcast_arrays(v, a)
+        pos = multiply_by_quantized_multiplier(v, m_pos, s_pos)
+        neg = multiply_by_quantized_multiplier(v * a, m_neg, s_neg)
+        lo, hi = QUANT_RANGE[out.type]
+        return np.clip(np.where(v >= 0, pos, neg) + out.zero_point, lo, hi)
