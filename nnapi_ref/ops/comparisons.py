@@ -1,0 +1,153 @@
+"""Comparisons (EQUAL, NOT_EQUAL, GREATER, GREATER_EQUAL, LESS, LESS_EQUAL), logical operations
+(LOGICAL_AND, LOGICAL_OR, LOGICAL_NOT) and SELECT.
+
+Comparisons broadcast their inputs and produce TENSOR_BOOL8. Quantized inputs are compared by
+their real values computed in float32, ``(q - zeroPoint) * scale``, as NNAPI's CPU
+implementation does (so inputs with different scales compare correctly). SELECT requantizes
+quantized inputs to the output's scale and zero point, like MAXIMUM/MINIMUM.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Call, Operation, OperationCode, Signature, T, check, register
+from .common import broadcast_shape
+from .elementwise import QUANT8, requantize
+
+F32 = np.float32
+
+_COMPARABLE = {
+    29: (T.TENSOR_BOOL8, T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM),
+    30: (T.TENSOR_QUANT8_ASYMM_SIGNED,),
+}
+
+
+def _check_rank_from_1(name: str, *args) -> None:
+    for i, a in enumerate(args):
+        check(a.rank >= 1, f"{name} input {i} must have rank >= 1, got a rank-0 tensor")
+
+
+def _real(arg) -> np.ndarray:
+    """The values to compare: real values in float32 for quantized tensors, else the data."""
+    if arg.type in QUANT8:
+        return (arg.value.astype(np.int32) - np.int32(arg.zero_point)).astype(F32) * F32(arg.scale)
+    return arg.value
+
+
+class _Comparison(Operation):
+    signatures = [Signature(level, [t, t], [T.TENSOR_BOOL8])
+                  for level, types in _COMPARABLE.items() for t in types]
+    ufunc = None
+
+    def infer(self, call: Call):
+        a, b = call.ins
+        _check_rank_from_1(self.name, a, b)
+        return [broadcast_shape(a.shape, b.shape)]
+
+    def execute(self, call: Call):
+        a, b = call.ins
+        with np.errstate(invalid="ignore"):
+            return [type(self).ufunc(_real(a), _real(b))]
+
+
+@register
+class Equal(_Comparison):
+    code = OperationCode.EQUAL
+    ufunc = np.equal
+
+
+@register
+class NotEqual(_Comparison):
+    code = OperationCode.NOT_EQUAL
+    ufunc = np.not_equal
+
+
+@register
+class Greater(_Comparison):
+    code = OperationCode.GREATER
+    ufunc = np.greater
+
+
+@register
+class GreaterEqual(_Comparison):
+    code = OperationCode.GREATER_EQUAL
+    ufunc = np.greater_equal
+
+
+@register
+class Less(_Comparison):
+    code = OperationCode.LESS
+    ufunc = np.less
+
+
+@register
+class LessEqual(_Comparison):
+    code = OperationCode.LESS_EQUAL
+    ufunc = np.less_equal
+
+
+class _LogicalBinary(Operation):
+    signatures = [Signature(29, [T.TENSOR_BOOL8, T.TENSOR_BOOL8], [T.TENSOR_BOOL8])]
+    ufunc = None
+
+    def infer(self, call: Call):
+        a, b = call.ins
+        _check_rank_from_1(self.name, a, b)
+        return [broadcast_shape(a.shape, b.shape)]
+
+    def execute(self, call: Call):
+        a, b = call.ins
+        return [type(self).ufunc(a.value.astype(bool), b.value.astype(bool))]
+
+
+@register
+class LogicalAnd(_LogicalBinary):
+    code = OperationCode.LOGICAL_AND
+    ufunc = np.logical_and
+
+
+@register
+class LogicalOr(_LogicalBinary):
+    code = OperationCode.LOGICAL_OR
+    ufunc = np.logical_or
+
+
+@register
+class LogicalNot(Operation):
+    code = OperationCode.LOGICAL_NOT
+    signatures = [Signature(29, [T.TENSOR_BOOL8], [T.TENSOR_BOOL8])]
+
+    def infer(self, call: Call):
+        _check_rank_from_1(self.name, call.ins[0])
+        return [call.ins[0].shape]
+
+    def execute(self, call: Call):
+        return [np.logical_not(call.ins[0].value.astype(bool))]
+
+
+@register
+class Select(Operation):
+    code = OperationCode.SELECT
+    signatures = [Signature(level, [T.TENSOR_BOOL8, t, t], [t])
+                  for level, types in {29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32,
+                                            T.TENSOR_QUANT8_ASYMM),
+                                       30: (T.TENSOR_QUANT8_ASYMM_SIGNED,)}.items()
+                  for t in types]
+
+    def infer(self, call: Call):
+        cond, a, b = call.ins
+        _check_rank_from_1(self.name, cond, a, b)
+        check(tuple(cond.shape) == tuple(a.shape),
+              f"SELECT condition shape {list(cond.shape)} differs from input1 shape {list(a.shape)}")
+        check(tuple(a.shape) == tuple(b.shape),
+              f"SELECT input1 shape {list(a.shape)} differs from input2 shape {list(b.shape)}")
+        return [tuple(a.shape)]
+
+    def execute(self, call: Call):
+        cond, a, b = call.ins
+        out = call.outs[0]
+        if a.type in QUANT8:
+            x, y = requantize(a, out), requantize(b, out)
+        else:
+            x, y = a.value, b.value
+        return [np.where(cond.value.astype(bool), x, y)]
