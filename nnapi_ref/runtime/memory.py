@@ -49,7 +49,10 @@ class Memory:
     def create_shared(cls, size: int) -> "Memory":
         """A new zero-filled shared memory of ``size`` bytes (ASharedMemory_create)."""
         check(size > 0, f"shared memory size {size} must be positive")
-        return cls(hal.SharedMemory(np.zeros(size, np.uint8)))
+        try:
+            return cls(hal.SharedMemory(np.zeros(size, np.uint8)))
+        except MemoryError:
+            raise NnapiError(ResultCode.OUT_OF_MEMORY, f"cannot allocate {size} bytes of shared memory") from None
 
     @classmethod
     def from_fd(cls, size: int, protect: int, fd: int, offset: int) -> "Memory":

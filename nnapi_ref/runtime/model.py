@@ -181,7 +181,8 @@ class Model:
               f"add_operation: {code.name} does not accept inputs ({', '.join(type_name(t) for t in in_types)}) "
               f"and outputs ({', '.join(type_name(t) for t in out_types)})")
         for k in outputs:
-            check(self._operands[k].lifetime == Lifetime.TEMPORARY_VARIABLE,
+            check(self._operands[k].lifetime not in (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE,
+                                                     Lifetime.NO_VALUE, Lifetime.SUBGRAPH),
                   f"add_operation ({code.name}): output operand {k} has a value set")
         self._operations.append(Operation(code, inputs, outputs))
 
