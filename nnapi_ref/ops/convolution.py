@@ -1,0 +1,590 @@
+"""Convolutions: CONV_2D, DEPTHWISE_CONV_2D, GROUPED_CONV_2D, TRANSPOSE_CONV_2D.
+
+Float convolutions are an im2col (a strided view of the padded input, copied once) followed by a
+single BLAS matmul; a 1x1 stride-1 convolution is a plain matmul. Float16 is computed in float32
+(as NNAPI's CPU implementation does); small problems are accumulated in float64, which costs
+nothing there and keeps the result within float32 tolerance whatever the summation order.
+
+Quantized convolutions accumulate exactly: the zero-point-corrected operands are small integers,
+so a float64 BLAS product of them is exact (|sum| < 2**53), and is turned back into int64. The
+accumulator plus bias (wrapped to int32 as the C implementation's int32 accumulator would) is
+requantized with NNAPI's fixed-point multiplier: real multiplier = float32(input_scale *
+filter_scale) / output_scale, per output channel for per-channel quantized filters.
+
+Depthwise convolutions loop over kernel taps only: each tap adds a strided slice of the padded
+input times the tap's per-channel weights.
+
+The spatial-parameter helpers (padding schemes, output sizes, the layout flag) are shared with
+the pooling operations.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..types import FuseCode, PaddingCode
+from .base import Call, Operation, OperationCode, Signature, T, check, register
+from .common import QUANT_RANGE, apply_activation, check_fuse_code, round_half_away
+
+F32, F16, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
+Q8, S8, PC, TI32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_INT32
+QUANT8 = (Q8, S8)
+
+# Below this many multiply-adds a float convolution is accumulated in float64.
+SMALL_FLOAT_WORK = 1 << 22
+
+# ---------------------------------------------------------------------------------------------
+# Spatial parameters shared by convolutions and pooling
+# ---------------------------------------------------------------------------------------------
+
+
+class Spatial:
+    """Parsed spatial parameters of a convolution or pooling call (see :func:`parse_spatial`)."""
+
+    __slots__ = ("explicit", "pads", "padding_code", "stride_w", "stride_h", "extra", "fuse", "nchw",
+                 "dilation_w", "dilation_h")
+
+    def __init__(self):
+        self.explicit = False
+        self.pads = (0, 0, 0, 0)  # left, right, top, bottom
+        self.padding_code = None
+        self.stride_w = self.stride_h = 1
+        self.extra: list = []
+        self.fuse = 0
+        self.nchw = False
+        self.dilation_w = self.dilation_h = 1
+
+
+def parse_spatial(call: Call, name: str, base: int, n_extra: int, dilation: bool) -> Spatial:
+    """Read the padding/stride/extra/fuse/layout/dilation scalars of a convolution or pooling.
+
+    ``base`` is the index of the first scalar input; ``n_extra`` scalars (depth multiplier,
+    number of groups, filter sizes) follow the strides. The explicit-padding form is recognised,
+    as NNAPI does, by an INT32 where the implicit form would have its layout BOOL."""
+    ins = call.ins
+    n = len(ins)
+    p = Spatial()
+    layout_implicit = base + 4 + n_extra
+    p.explicit = n >= base + 7 + n_extra and ins[layout_implicit].type == I32
+    first_optional = base + (7 if p.explicit else 4) + n_extra
+    n_optional = n - first_optional
+    check(n_optional in ((0, 1, 3) if dilation else (0, 1)),
+          f"{name}: {n} inputs: only one dilation factor given, both are required" if n_optional == 2
+          else f"{name}: unexpected number of inputs {n}")
+    if p.explicit:
+        p.pads = tuple(int(ins[base + k].scalar()) for k in range(4))
+        check(min(p.pads) >= 0, f"{name}: explicit paddings must be >= 0, got {list(p.pads)}")
+        s = base + 4
+    else:
+        p.padding_code = int(ins[base].scalar())
+        check(p.padding_code in (PaddingCode.SAME, PaddingCode.VALID),
+              f"{name}: implicit padding scheme {p.padding_code} is not SAME (1) or VALID (2)")
+        s = base + 1
+    p.stride_w, p.stride_h = int(ins[s].scalar()), int(ins[s + 1].scalar())
+    check(p.stride_w > 0 and p.stride_h > 0, f"{name}: strides must be > 0, got width {p.stride_w} "
+                                             f"height {p.stride_h}")
+    p.extra = [ins[s + 2 + k].scalar() for k in range(n_extra)]
+    p.fuse = int(ins[s + 2 + n_extra].scalar())
+    check_fuse_code(p.fuse)
+    if n_optional >= 1:
+        p.nchw = bool(ins[first_optional].scalar())
+    if n_optional == 3:
+        p.dilation_w = int(ins[first_optional + 1].scalar())
+        p.dilation_h = int(ins[first_optional + 2].scalar())
+        check(p.dilation_w > 0 and p.dilation_h > 0,
+              f"{name}: dilation factors must be > 0, got width {p.dilation_w} height {p.dilation_h}")
+    return p
+
+
+def same_padding(in_size: int, stride: int, dilation: int, filter_size: int, transpose: bool = False):
+    """NNAPI's SAME padding (head, tail) for one spatial dimension."""
+    effective = (filter_size - 1) * dilation + 1
+    out_size = (in_size + stride - 1) // stride
+    total = (out_size - 1) * stride + effective - in_size
+    head = max(total, 0) // 2
+    tail = total - head if (total > 0 or transpose) else 0
+    return head, tail
+
+
+def resolve_padding(p: Spatial, in_h: int, in_w: int, filter_h: int, filter_w: int) -> None:
+    """Turn an implicit padding scheme into explicit paddings, in place."""
+    if p.explicit:
+        return
+    if p.padding_code == PaddingCode.SAME:
+        left, right = same_padding(in_w, p.stride_w, p.dilation_w, filter_w)
+        top, bottom = same_padding(in_h, p.stride_h, p.dilation_h, filter_h)
+        p.pads = (left, right, top, bottom)
+    else:
+        p.pads = (0, 0, 0, 0)
+
+
+def out_size(in_size: int, filter_size: int, stride: int, dilation: int, head: int, tail: int) -> int:
+    effective = (filter_size - 1) * dilation + 1
+    return (in_size - effective + stride + head + tail) // stride
+
+
+def nhwc_dims(shape, nchw: bool):
+    """(batches, height, width, channels) of a 4-D tensor in the given layout."""
+    if nchw:
+        return shape[0], shape[2], shape[3], shape[1]
+    return shape[0], shape[1], shape[2], shape[3]
+
+
+def to_nhwc(x: np.ndarray, nchw: bool) -> np.ndarray:
+    return x.transpose(0, 2, 3, 1) if nchw else x
+
+
+def from_nhwc(x: np.ndarray, nchw: bool) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if nchw else x
+
+
+def layout_shape(n, h, w, c, nchw: bool):
+    return (n, c, h, w) if nchw else (n, h, w, c)
+
+
+def padded_window_input(x: np.ndarray, top: int, left: int, need_h: int, need_w: int, fill=0) -> np.ndarray:
+    """The NHWC input as seen by windows starting at padded row/col 0: ``need_h`` x ``need_w``
+    padded rows/cols, input row r at padded row r + top, ``fill`` elsewhere."""
+    n, h, w, c = x.shape
+    if top == 0 and left == 0 and need_h <= h and need_w <= w:
+        return x[:, :need_h, :need_w, :]
+    xp = np.full((n, need_h, need_w, c), fill, dtype=x.dtype)
+    r0, r1 = max(0, -top), min(h, need_h - top)
+    c0, c1 = max(0, -left), min(w, need_w - left)
+    if r1 > r0 and c1 > c0:
+        xp[:, r0 + top:r1 + top, c0 + left:c1 + left, :] = x[:, r0:r1, c0:c1, :]
+    return xp
+
+
+def tap_slice(xp: np.ndarray, ky: int, kx: int, p_dh: int, p_dw: int, sh: int, sw: int, oh: int, ow: int):
+    """The input seen by kernel tap (ky, kx) at every output position: a strided view."""
+    y0, x0 = ky * p_dh, kx * p_dw
+    return xp[:, y0:y0 + (oh - 1) * sh + 1:sh, x0:x0 + (ow - 1) * sw + 1:sw, :]
+
+
+def im2col(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, oh: int, ow: int) -> np.ndarray:
+    """(N, OH, OW, KH, KW, C) windows of a padded NHWC input, as a strided view."""
+    s0, s1, s2, s3 = xp.strides
+    n, c = xp.shape[0], xp.shape[3]
+    return np.lib.stride_tricks.as_strided(xp, (n, oh, ow, kh, kw, c), (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3),
+                                           writeable=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantization helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def quantize_multipliers(real) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorized TFLite QuantizeMultiplier: (multiplier, shift) arrays, shift > 0 a left shift."""
+    real = np.atleast_1d(np.asarray(real, np.float64))
+    q, e = np.frexp(real)
+    q_fixed = round_half_away(q * float(1 << 31))
+    over = q_fixed == float(1 << 31)
+    q_fixed = np.where(over, q_fixed / 2, q_fixed)
+    e = np.where(over, e + 1, e)
+    tiny = e < -31
+    q_fixed = np.where(tiny, 0, q_fixed)
+    e = np.where(tiny, 0, e)
+    return q_fixed.astype(np.int64), e.astype(np.int64)
+
+
+def requantize(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """TFLite MultiplyByQuantizedMultiplier on int64 arrays holding int32 values, with per-channel
+    (last axis) or scalar multiplier/shift arrays."""
+    x = np.asarray(acc, np.int64)
+    multiplier = np.asarray(multiplier, np.int64)
+    shift = np.asarray(shift, np.int64)
+    left = np.maximum(shift, 0)
+    right = np.maximum(-shift, 0)
+    if np.any(left):
+        x = (x << left).astype(np.int32).astype(np.int64)
+    ab = x * multiplier
+    s = ab + np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
+    high = np.where(s >= 0, s >> 31, -((-s) >> 31))
+    mask = (np.int64(1) << right) - 1
+    remainder = high & mask
+    threshold = (mask >> 1) + (high < 0)
+    return (high >> right) + (remainder > threshold)
+
+
+def wrap_int32(x: np.ndarray) -> np.ndarray:
+    """Wrap int64 values as the C implementation's int32 accumulator would."""
+    return x.astype(np.int32).astype(np.int64)
+
+
+def filter_scales(flt, n_channels: int) -> np.ndarray:
+    """Float32 filter scale(s): per channel for per-channel filters, else a 1-element array."""
+    if flt.type == PC:
+        return np.asarray(flt.channel_quant.scales, np.float32)
+    return np.asarray([flt.scale], np.float32)
+
+
+def output_multipliers(inp, flt, out, n_channels: int):
+    """Per-output-channel (or single) fixed-point multipliers for a quantized convolution."""
+    product = np.float32(inp.scale) * filter_scales(flt, n_channels)  # float32 product, as in C
+    real = product.astype(np.float64) / float(np.float32(out.scale))
+    return quantize_multipliers(real)
+
+
+def check_quant_conv(name: str, inp, flt, bias, out, channel_dim: int, n_channels: int) -> None:
+    """Quantization constraints shared by the quantized convolutions and FULLY_CONNECTED."""
+    if inp.type not in QUANT8:
+        return
+    if flt.type == PC:
+        cq = flt.channel_quant
+        check(cq is not None, f"{name}: per-channel filter has no channel quantization parameters")
+        check(cq.channel_dim == channel_dim,
+              f"{name}: per-channel filter must be quantized along dimension {channel_dim}, got {cq.channel_dim}")
+        check(len(cq.scales) == n_channels,
+              f"{name}: per-channel filter has {len(cq.scales)} scales for {n_channels} channels")
+        check(all(s > 0 for s in cq.scales), f"{name}: per-channel filter scales must be > 0")
+        check(bias.zero_point == 0, f"{name}: bias zero point must be 0, got {bias.zero_point}")
+    else:
+        product = float(np.float32(inp.scale) * np.float32(flt.scale))
+        bias_scale = float(np.float32(bias.scale))
+        check(abs(product - bias_scale) <= 1e-6 * min(product, bias_scale),
+              f"{name}: bias scale {bias.scale} must equal input scale * filter scale = {product}")
+        check(bias.zero_point == 0, f"{name}: bias zero point must be 0, got {bias.zero_point}")
+    check(out.scale > 0, f"{name}: output scale must be > 0, got {out.scale}")
+
+
+def finish_quant(acc: np.ndarray, bias: np.ndarray, mult, shift, out, fuse: int) -> np.ndarray:
+    """int64 accumulator (..., C) + int32 bias -> requantized, offset, clamped output."""
+    acc = wrap_int32(acc + bias.astype(np.int64))
+    return apply_activation(requantize(acc, mult, shift) + out.zero_point, fuse, out)
+
+
+def float_dtype(work: int):
+    return np.float64 if work < SMALL_FLOAT_WORK else np.float32
+
+
+def operand_values(inp, flt, dtype):
+    """Input and filter values ready to multiply: zero-point-corrected for quantized types."""
+    if inp.type in QUANT8:
+        x = inp.value.astype(dtype)
+        if inp.zero_point:
+            x -= inp.zero_point
+        w = flt.value.astype(dtype)
+        if flt.type != PC and flt.zero_point:
+            w -= flt.zero_point
+        return x, w
+    return inp.value.astype(dtype, copy=False), flt.value.astype(dtype, copy=False)
+
+
+def finish(acc: np.ndarray, call: Call, fuse: int, n_channels: int) -> np.ndarray:
+    """Accumulator (N, OH, OW, C) -> output values of the output's type (NHWC)."""
+    inp, flt, bias, out = call.ins[0], call.ins[1], call.ins[2], call.outs[0]
+    if inp.type in QUANT8:
+        mult, shift = output_multipliers(inp, flt, out, n_channels)
+        acc = acc.astype(np.int64) if acc.dtype.kind == "i" else np.rint(acc).astype(np.int64)
+        return finish_quant(acc, bias.value, mult, shift, out, fuse)
+    acc = acc + bias.value.astype(acc.dtype)
+    if out.type == F16:
+        acc = acc.astype(np.float32)
+    return apply_activation(acc, fuse, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Signatures
+# ---------------------------------------------------------------------------------------------
+
+def _typed(level, scalars, tail=(), optional=0, by_level=None):
+    """Signatures for (input, filter, bias) type triples by level, followed by ``scalars``."""
+    sigs = []
+    for lvl, triples in by_level.items():
+        for (a, f, b) in triples:
+            sigs.append(Signature(max(lvl, level), [a, f, b, *scalars, *tail], [a], optional=optional))
+    return sigs
+
+
+def conv_signatures(n_explicit: int, n_implicit: int, optional_from_29: bool, min_level: int = 27,
+                    implicit_head=None, always_tail=()):
+    """Signatures of a convolution with ``n_explicit``/``n_implicit`` INT32 scalars."""
+    base27 = [(F32, F32, F32), (Q8, Q8, TI32)]
+    base29 = [(F16, F16, F16), (Q8, PC, TI32)]
+    base30 = [(S8, S8, TI32), (S8, PC, TI32)]
+    explicit = [I32] * n_explicit
+    implicit = (implicit_head or []) + [I32] * (n_implicit - len(implicit_head or []))
+    sigs = []
+    opt_tail = [BOOL, I32, I32]
+    for scalars in (explicit, implicit):
+        if optional_from_29:
+            sigs += _typed(27, scalars, by_level={27: base27})
+            sigs += _typed(29, scalars, opt_tail, 3, {27: base27, 29: base29})
+            sigs += _typed(30, scalars, opt_tail, 3, {30: base30})
+        else:
+            sigs += _typed(min_level, scalars, always_tail, 0, {27: base27, 29: base29})
+            sigs += _typed(30, scalars, always_tail, 0, {30: base30})
+    return sigs
+
+
+# ---------------------------------------------------------------------------------------------
+# Operations
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_tensor_ranks(name, inp, flt, bias):
+    check(inp.rank == 4, f"{name}: input must be 4-D, got rank {inp.rank}")
+    check(flt.rank == 4, f"{name}: filter must be 4-D, got rank {flt.rank}")
+    check(bias.rank == 1, f"{name}: bias must be 1-D, got rank {bias.rank}")
+
+
+def _check_padding_vs_filter(name, p: Spatial, kh, kw):
+    eh = (kh - 1) * p.dilation_h + 1
+    ew = (kw - 1) * p.dilation_w + 1
+    left, right, top, bottom = p.pads
+    check(left < ew and right < ew and top < eh and bottom < eh,
+          f"{name}: paddings {list(p.pads)} must be smaller than the effective filter size "
+          f"(width {ew}, height {eh})")
+
+
+class _Conv(Operation):
+    base = 3
+    n_extra = 0
+    dilation = True
+
+    def params(self, call: Call) -> Spatial:
+        return parse_spatial(call, self.name, self.base, self.n_extra, self.dilation)
+
+    def geometry(self, call: Call):
+        """Validate; return (params, (N, H, W, C), (KH, KW), (OH, OW), C_out)."""
+        inp, flt, bias, out = call.ins[0], call.ins[1], call.ins[2], call.outs[0]
+        name = self.name
+        _check_tensor_ranks(name, inp, flt, bias)
+        p = self.params(call)
+        n, h, w, c = nhwc_dims(inp.shape, p.nchw)
+        kh, kw = flt.shape[1], flt.shape[2]
+        check(h > 0 and w > 0 and c > 0, f"{name}: input height, width and depth must be > 0, got {inp.shape}")
+        check(kh > 0 and kw > 0, f"{name}: filter height and width must be > 0, got {flt.shape}")
+        c_out = self.check_channels(call, p, c)
+        check(bias.shape[0] == c_out, f"{name}: bias has {bias.shape[0]} elements for {c_out} output channels")
+        check_quant_conv(name, inp, flt, bias, out, self.channel_dim, c_out)
+        resolve_padding(p, h, w, kh, kw)
+        _check_padding_vs_filter(name, p, kh, kw)
+        left, right, top, bottom = p.pads
+        oh = out_size(h, kh, p.stride_h, p.dilation_h, top, bottom)
+        ow = out_size(w, kw, p.stride_w, p.dilation_w, left, right)
+        check(oh > 0 and ow > 0, f"{name}: output would be {oh}x{ow}: the filter does not fit the padded input")
+        return p, (n, h, w, c), (kh, kw), (oh, ow), c_out
+
+    def infer(self, call: Call):
+        p, (n, _, _, _), _, (oh, ow), c_out = self.geometry(call)
+        return [layout_shape(n, oh, ow, c_out, p.nchw)]
+
+
+@register
+class Conv2D(_Conv):
+    code = OperationCode.CONV_2D
+    signatures = conv_signatures(7, 4, optional_from_29=True)
+    channel_dim = 0
+
+    def check_channels(self, call, p, c):
+        flt = call.ins[1]
+        check(flt.shape[3] == c, f"{self.name}: filter depth {flt.shape[3]} != input depth {c}")
+        check(flt.shape[0] > 0, f"{self.name}: filter must have > 0 output channels")
+        return flt.shape[0]
+
+    def execute(self, call: Call):
+        p, (n, h, w, c), (kh, kw), (oh, ow), c_out = self.geometry(call)
+        quant = call.ins[0].type in QUANT8
+        dtype = np.float64 if quant else float_dtype(n * oh * ow * c_out * kh * kw * c)
+        x, wt = operand_values(call.ins[0], call.ins[1], dtype)
+        x = to_nhwc(x, p.nchw)
+        acc = conv2d_nhwc(x, wt, p, kh, kw, oh, ow)
+        return [from_nhwc(finish(acc, call, p.fuse, c_out), p.nchw)]
+
+
+def conv2d_nhwc(x, wt, p: Spatial, kh, kw, oh, ow, groups: int = 1) -> np.ndarray:
+    """Accumulator of a (grouped) convolution: x (N, H, W, C), wt (O, KH, KW, C / groups)."""
+    n, h, w, c = x.shape
+    c_out = wt.shape[0]
+    left, _, top, _ = p.pads
+    sh, sw, dh, dw = p.stride_h, p.stride_w, p.dilation_h, p.dilation_w
+    if groups == 1 and kh == 1 and kw == 1 and sh == 1 and sw == 1 and left == 0 and top == 0 \
+            and oh == h and ow == w:
+        cols = x.reshape(n * h * w, c)
+    else:
+        need_h, need_w = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+        xp = padded_window_input(x, top, left, need_h, need_w)
+        if kh == 1 and kw == 1:
+            cols = xp[:, ::sh, ::sw, :][:, :oh, :ow, :]
+        else:
+            cols = im2col(xp, kh, kw, sh, sw, dh, dw, oh, ow)
+        if groups > 1:
+            cg = c // groups
+            cols = cols.reshape(n * oh * ow, kh * kw, groups, cg).transpose(2, 0, 1, 3).reshape(groups, n * oh * ow,
+                                                                                               kh * kw * cg)
+            wg = wt.reshape(groups, c_out // groups, kh * kw * cg).transpose(0, 2, 1)
+            acc = np.matmul(cols, wg)  # (G, M, O/G)
+            return acc.transpose(1, 0, 2).reshape(n, oh, ow, c_out)
+        cols = cols.reshape(n * oh * ow, kh * kw * c)
+    acc = cols @ wt.reshape(c_out, -1).T
+    return acc.reshape(n, oh, ow, c_out)
+
+
+@register
+class DepthwiseConv2D(_Conv):
+    code = OperationCode.DEPTHWISE_CONV_2D
+    signatures = conv_signatures(8, 5, optional_from_29=True)
+    n_extra = 1
+    channel_dim = 3
+
+    def check_channels(self, call, p, c):
+        flt = call.ins[1]
+        mult = int(p.extra[0])
+        check(mult > 0, f"{self.name}: depth multiplier must be > 0, got {mult}")
+        check(flt.shape[0] == 1, f"{self.name}: filter dimension 0 must be 1, got {flt.shape[0]}")
+        check(flt.shape[3] == c * mult,
+              f"{self.name}: filter depth {flt.shape[3]} != input depth {c} * depth multiplier {mult}")
+        return flt.shape[3]
+
+    def execute(self, call: Call):
+        p, (n, h, w, c), (kh, kw), (oh, ow), c_out = self.geometry(call)
+        inp = call.ins[0]
+        quant = inp.type in QUANT8
+        if quant:
+            dtype = np.int64 if kh * kw * 255 * 255 >= (1 << 31) else np.int32
+        else:
+            dtype = float_dtype(n * oh * ow * c_out * kh * kw)
+        x, wt = operand_values(inp, call.ins[1], dtype)
+        x = to_nhwc(x, p.nchw)
+        mult = c_out // c
+        if mult > 1:
+            x = np.repeat(x, mult, axis=3)
+        acc = depthwise_nhwc(x, wt[0], p, oh, ow)
+        return [from_nhwc(finish(acc, call, p.fuse, c_out), p.nchw)]
+
+
+def depthwise_nhwc(x, wt, p: Spatial, oh, ow):
+    """Sum over kernel taps of a strided slice of the padded input times the tap's weights."""
+    n, h, w, c = x.shape
+    kh, kw = wt.shape[0], wt.shape[1]
+    left, _, top, _ = p.pads
+    sh, sw, dh, dw = p.stride_h, p.stride_w, p.dilation_h, p.dilation_w
+    need_h, need_w = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+    xp = padded_window_input(x, top, left, need_h, need_w)
+    acc = np.zeros((n, oh, ow, c), x.dtype)
+    tmp = np.empty_like(acc)
+    for ky in range(kh):
+        for kx in range(kw):
+            np.multiply(tap_slice(xp, ky, kx, dh, dw, sh, sw, oh, ow), wt[ky, kx], out=tmp)
+            acc += tmp
+    return acc
+
+
+@register
+class GroupedConv2D(_Conv):
+    code = OperationCode.GROUPED_CONV_2D
+    signatures = conv_signatures(8, 5, optional_from_29=False, min_level=29, always_tail=(BOOL,))
+    n_extra = 1
+    dilation = False
+    channel_dim = 0
+
+    def check_channels(self, call, p, c):
+        flt = call.ins[1]
+        groups = int(p.extra[0])
+        check(groups > 0, f"{self.name}: number of groups must be > 0, got {groups}")
+        check(flt.shape[3] > 0 and flt.shape[3] * groups == c,
+              f"{self.name}: filter depth {flt.shape[3]} * groups {groups} != input depth {c}")
+        check(flt.shape[0] > 0 and flt.shape[0] % groups == 0,
+              f"{self.name}: output depth {flt.shape[0]} is not a multiple of the number of groups {groups}")
+        return flt.shape[0]
+
+    def execute(self, call: Call):
+        p, (n, h, w, c), (kh, kw), (oh, ow), c_out = self.geometry(call)
+        quant = call.ins[0].type in QUANT8
+        groups = int(p.extra[0])
+        dtype = np.float64 if quant else float_dtype(n * oh * ow * c_out * kh * kw * c // groups)
+        x, wt = operand_values(call.ins[0], call.ins[1], dtype)
+        x = to_nhwc(x, p.nchw)
+        acc = conv2d_nhwc(x, wt, p, kh, kw, oh, ow, groups=groups)
+        return [from_nhwc(finish(acc, call, p.fuse, c_out), p.nchw)]
+
+
+def _transpose_signatures():
+    base = {29: [(F32, F32, F32), (F16, F16, F16), (Q8, Q8, TI32), (Q8, PC, TI32)],
+            30: [(S8, S8, TI32), (S8, PC, TI32)]}
+    sigs = []
+    for lvl, triples in base.items():
+        for (a, f, b) in triples:
+            sigs.append(Signature(lvl, [a, f, b] + [I32] * 7 + [BOOL], [a]))
+            sigs.append(Signature(lvl, [a, f, b, TI32] + [I32] * 4 + [BOOL], [a]))
+    return sigs
+
+
+@register
+class TransposeConv2D(Operation):
+    code = OperationCode.TRANSPOSE_CONV_2D
+    signatures = _transpose_signatures()
+
+    def geometry(self, call: Call):
+        ins = call.ins
+        inp, flt, bias, out = ins[0], ins[1], ins[2], call.outs[0]
+        name = self.name
+        _check_tensor_ranks(name, inp, flt, bias)
+        p = Spatial()
+        if len(ins) == 11:
+            p.explicit = True
+            p.pads = tuple(int(ins[k].scalar()) for k in range(3, 7))
+            p.stride_w, p.stride_h = int(ins[7].scalar()), int(ins[8].scalar())
+            p.fuse = int(ins[9].scalar())
+            p.nchw = bool(ins[10].scalar())
+        else:
+            shape_arg = ins[3]
+            check(shape_arg.rank == 1 and shape_arg.shape[0] == 4,
+                  f"{name}: output shape tensor must be 1-D with 4 elements, got shape {shape_arg.shape}")
+            p.padding_code = int(ins[4].scalar())
+            check(p.padding_code in (PaddingCode.SAME, PaddingCode.VALID),
+                  f"{name}: implicit padding scheme {p.padding_code} is not SAME (1) or VALID (2)")
+            p.stride_w, p.stride_h = int(ins[5].scalar()), int(ins[6].scalar())
+            p.fuse = int(ins[7].scalar())
+            p.nchw = bool(ins[8].scalar())
+        check(p.stride_w > 0 and p.stride_h > 0, f"{name}: strides must be > 0, got width {p.stride_w} "
+                                                 f"height {p.stride_h}")
+        check_fuse_code(p.fuse)
+        n, h, w, c = nhwc_dims(inp.shape, p.nchw)
+        c_out, kh, kw = flt.shape[0], flt.shape[1], flt.shape[2]
+        check(h > 0 and w > 0 and c > 0, f"{name}: input height, width and depth must be > 0, got {inp.shape}")
+        check(c_out > 0 and kh > 0 and kw > 0, f"{name}: filter dimensions must be > 0, got {flt.shape}")
+        check(flt.shape[3] == c, f"{name}: filter depth {flt.shape[3]} != input depth {c}")
+        check(bias.shape[0] == c_out, f"{name}: bias has {bias.shape[0]} elements for {c_out} output channels")
+        check_quant_conv(name, inp, flt, bias, out, 0, c_out)
+        if not p.explicit:
+            dims = [int(v) for v in ins[3].value.reshape(-1)]
+            out_h, out_w = (dims[2], dims[3]) if p.nchw else (dims[1], dims[2])
+            if p.padding_code == PaddingCode.SAME:
+                left, right = same_padding(out_w, p.stride_w, 1, kw, transpose=True)
+                top, bottom = same_padding(out_h, p.stride_h, 1, kh, transpose=True)
+                p.pads = (left, right, top, bottom)
+        left, right, top, bottom = p.pads
+        # Right/bottom padding may be negative in the implicit form (tight fit of the last stride).
+        check(left >= 0 and top >= 0 and (not p.explicit or (right >= 0 and bottom >= 0)),
+              f"{name}: paddings must be >= 0, got {list(p.pads)}")
+        oh = h * p.stride_h + kh - p.stride_h - top - bottom
+        ow = w * p.stride_w + kw - p.stride_w - left - right
+        check(oh > 0 and ow > 0, f"{name}: output would be {oh}x{ow}")
+        return p, (n, h, w, c), (kh, kw), (oh, ow), c_out
+
+    def infer(self, call: Call):
+        p, (n, _, _, _), _, (oh, ow), c_out = self.geometry(call)
+        return [layout_shape(n, oh, ow, c_out, p.nchw)]
+
+    def execute(self, call: Call):
+        p, (n, h, w, c), (kh, kw), (oh, ow), c_out = self.geometry(call)
+        quant = call.ins[0].type in QUANT8
+        dtype = np.float64 if quant else float_dtype(n * h * w * c_out * kh * kw * c)
+        x, wt = operand_values(call.ins[0], call.ins[1], dtype)
+        x = to_nhwc(x, p.nchw)
+        sh, sw = p.stride_h, p.stride_w
+        left, _, top, _ = p.pads
+        # Every input pixel times the whole filter: (N, H, W, KH, KW, O), one matmul.
+        wmat = wt.transpose(3, 1, 2, 0).reshape(c, kh * kw * c_out)  # (C, KH*KW*O)
+        cols = (x.reshape(n * h * w, c) @ wmat).reshape(n, h, w, kh, kw, c_out)
+        full_h = max((h - 1) * sh + kh, top + oh)
+        full_w = max((w - 1) * sw + kw, left + ow)
+        full = np.zeros((n, full_h, full_w, c_out), cols.dtype)
+        for ky in range(kh):
+            for kx in range(kw):
+                full[:, ky:ky + (h - 1) * sh + 1:sh, kx:kx + (w - 1) * sw + 1:sw, :] += cols[:, :, :, ky, kx, :]
+        acc = full[:, top:top + oh, left:left + ow, :]
+        return [from_nhwc(finish(acc, call, p.fuse, c_out), p.nchw)]
