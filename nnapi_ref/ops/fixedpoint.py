@@ -25,9 +25,9 @@ C++ templates do.
 
 Precision
 ---------
-``exp_on_negative_values`` is accurate to a few units of 2**-31 near 1 (its polynomial has an
-error below 1e-7 relative), ``logistic``/``tanh`` to about 2**-24; NNAPI's quantized outputs
-then round to 8 bits.
+``exp_on_negative_values`` is accurate to about 2.3e-7 absolute (the truncation error of its
+4th-order Taylor polynomial on [-1/4, 0)), ``logistic``/``tanh`` to about 2e-7; NNAPI's
+quantized outputs then round to 8 bits.
 """
 from __future__ import annotations
 
@@ -253,8 +253,8 @@ def _count_leading_zeros32(x) -> np.ndarray:
 
 def get_reciprocal(x, x_integer_digits: int):
     """TFLite GetReciprocal: for positive int32 ``x`` (a Q(x_integer_digits) value) return
-    (scaled reciprocal Q0.31 raw, number of bits over the unit) such that
-    1/x ~= raw * 2**(num_bits_over_unit) / 2**31."""
+    (raw, num_bits_over_unit) with ``raw`` a Q0.31 value such that
+    ``1 / x ~= (raw / 2**31) / 2**num_bits_over_unit``."""
     x = _i64(x)
     headroom_plus_one = _count_leading_zeros32(x)
     num_bits_over_unit = x_integer_digits - headroom_plus_one
