@@ -58,13 +58,13 @@ def compare(expected: np.ndarray, actual: np.ndarray, code: T, float16_rules: bo
     atol, rtol = criteria(code, float16_rules, mobilenet)
     e = expected.astype(np.float64)
     a = actual.astype(np.float64)
-    tol = atol + rtol * np.abs(e)
-    with np.errstate(invalid="ignore"):
-        diff = np.abs(a - e)
-    nan_e, nan_a = np.isnan(e), np.isnan(a)
-    inf_mismatch = (np.isinf(e) | np.isinf(a)) & (a != e)
-    bad_nan = nan_e != nan_a
-    diff = np.where(nan_e & nan_a, 0.0, np.where(bad_nan | inf_mismatch, np.inf, diff))
+    finite = np.isfinite(e) & np.isfinite(a)
+    tol = atol + rtol * np.abs(np.where(np.isfinite(e), e, 0.0))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(finite, np.abs(a - e), 0.0)
+    # A non-finite value on either side must be matched exactly (NaN by NaN).
+    same = (np.isnan(e) & np.isnan(a)) | (a == e)
+    diff = np.where(~finite & ~same, np.inf, diff)
     excess = diff - tol
     worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
     worst_excess = float(excess[worst])

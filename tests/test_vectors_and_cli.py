@@ -1,0 +1,170 @@
+"""The test-vector format, NNAPI's tolerances, and `nnts vectors run`."""
+import json
+import math
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from nnapi_ref import cli, vectors
+from nnapi_ref.harness import build_model, run_test
+from nnapi_ref.runtime import get_devices
+from nnapi_ref.tolerance import compare, compare_multinomial
+from nnapi_ref.types import OperandCode as T
+
+
+def operand(type_, dims, lifetime, data=None, scale=0.0, zero_point=0):
+    return {"type": type_, "dimensions": dims, "scale": scale, "zero_point": zero_point, "lifetime": lifetime,
+            "is_ignored": False, "channel_quant": None, "data": data}
+
+
+def add_test(name, a, b, expected, expect_failure=False):
+    return {"name": name, "min_feature_level": 27, "expect_failure": expect_failure, "is_relaxed": False,
+            "expected_multinomial_distribution_tolerance": 0.0,
+            "main": {"operands": [operand("TENSOR_FLOAT32", [2], "SUBGRAPH_INPUT", a),
+                                  operand("TENSOR_FLOAT32", [2], "SUBGRAPH_INPUT", b),
+                                  operand("INT32", [], "CONSTANT_COPY", [0]),
+                                  operand("TENSOR_FLOAT32", [2], "SUBGRAPH_OUTPUT", expected)],
+                     "operations": [{"type": "ADD", "inputs": [0, 1, 2], "outputs": [3]}],
+                     "input_indexes": [0, 1], "output_indexes": [3]},
+            "referenced": []}
+
+
+def write(path, tests):
+    path.write_text(json.dumps({"format": "nnapi-test-vector/1", "source": "test.mod.py", "license": "-",
+                                "tests": tests}))
+    return path
+
+
+def test_decode_special_floats_and_types():
+    values = vectors.decode_data(["NaN", "Infinity", "-Infinity", 0.1], T.TENSOR_FLOAT32, "x")
+    assert math.isnan(values[0]) and values[1] == np.inf and values[2] == -np.inf
+    assert values[3] == np.float32(0.1) and values.dtype == np.float32
+    assert vectors.decode_data([True, False], T.TENSOR_BOOL8, "x").tolist() == [True, False]
+    with pytest.raises(vectors.FormatError):
+        vectors.decode_data([300], T.TENSOR_QUANT8_ASYMM, "x")
+
+
+def test_round_trip_preserves_the_model(tmp_path):
+    path = write(tmp_path / "a.json", [add_test("a", [1.5, "NaN"], [2, 3], [3.5, "NaN"])])
+    (test,) = vectors.load_file(path)
+    out = tmp_path / "b.json"
+    vectors.write_file(out, [test])
+    (again,) = vectors.load_file(out)
+    assert again.name == "a" and again.model.main.operations[0].type.name == "ADD"
+    np.testing.assert_array_equal(again.inputs[0], test.inputs[0])
+    np.testing.assert_array_equal(again.expected[0], test.expected[0])
+
+
+def test_files_that_are_not_test_vectors_are_rejected(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something-else"}')
+    with pytest.raises(vectors.FormatError):
+        vectors.load_file(bad)
+    bad.write_text("not json")
+    with pytest.raises(vectors.FormatError):
+        vectors.load_file(bad)
+
+
+def test_harness_passes_fails_and_expects_failure(tmp_path):
+    path = write(tmp_path / "a.json", [add_test("good", [1, 2], [3, 4], [4, 6]),
+                                      add_test("wrong", [1, 2], [3, 4], [4, 7]),
+                                      add_test("invalid", [1, 2], [3, 4], [4, 6], expect_failure=True)])
+    good, wrong, invalid = vectors.load_file(path)
+    devices = get_devices()
+    assert run_test(good, devices).status == "pass"
+    result = run_test(wrong, devices)
+    assert result.status == "fail" and "expected 7, got 6" in result.message
+    assert run_test(invalid, devices).status == "fail"  # it succeeded although it should not
+    assert run_test(good, devices, dynamic_outputs=True).status == "pass"
+    for mode in ("async", "burst", "fenced"):
+        assert run_test(good, devices, mode).status == "pass"
+
+
+def test_dynamic_output_rebuild_leaves_dimensions_unknown(tmp_path):
+    (test,) = vectors.load_file(write(tmp_path / "a.json", [add_test("good", [1, 2], [3, 4], [4, 6])]))
+    model = build_model(test.model, dynamic_outputs=True)
+    assert model.hal_model.main.operands[3].dimensions == (0,)
+
+
+# -- tolerances --------------------------------------------------------------------------------
+
+def test_float32_tolerance_boundary():
+    expected = np.array([1000.0], np.float32)
+    tol = 1e-5 + 5 * 2 ** -23 * 1000.0
+    assert compare(expected, expected + np.float32(tol * 0.9), T.TENSOR_FLOAT32).ok
+    result = compare(expected, expected + np.float32(tol * 1.5), T.TENSOR_FLOAT32)
+    assert not result.ok and result.worst_index == (0,) and result.excess > 0
+
+
+def test_relaxed_uses_float16_rules_and_quant8_mobilenet_exception():
+    assert not compare(np.array([1.0]), np.array([1.001]), T.TENSOR_FLOAT32).ok
+    assert compare(np.array([1.0]), np.array([1.001]), T.TENSOR_FLOAT32, float16_rules=True).ok
+    assert not compare(np.array([10], np.uint8), np.array([12], np.uint8), T.TENSOR_QUANT8_ASYMM).ok
+    assert compare(np.array([10], np.uint8), np.array([12], np.uint8), T.TENSOR_QUANT8_ASYMM, mobilenet=True).ok
+    assert not compare(np.array([True]), np.array([False]), T.TENSOR_BOOL8).ok
+
+
+def test_nan_and_infinity_must_match():
+    assert compare(np.array([np.nan, np.inf]), np.array([np.nan, np.inf]), T.TENSOR_FLOAT32).ok
+    assert not compare(np.array([np.nan]), np.array([0.0]), T.TENSOR_FLOAT32).ok
+    assert not compare(np.array([np.inf]), np.array([1e30]), T.TENSOR_FLOAT32).ok
+
+
+def test_worst_element_is_reported():
+    result = compare(np.zeros((2, 3)), np.array([[0, 0, 0], [0, 0.5, 0.1]]), T.TENSOR_FLOAT32)
+    assert result.worst_index == (1, 1) and result.actual == 0.5 and "2 of 6 elements" in result.message
+
+
+def test_multinomial_frequencies():
+    logits = np.log(np.array([[0.25, 0.75]]))
+    samples = np.array([[0] * 25 + [1] * 75])
+    assert compare_multinomial(logits, samples, 0.02).ok
+    assert not compare_multinomial(logits, np.array([[0] * 50 + [1] * 50]), 0.02).ok
+
+
+# -- the CLI -----------------------------------------------------------------------------------
+
+def test_vectors_run_reports_json_junit_and_exit_code(tmp_path, capsys):
+    folder = tmp_path / "vectors"
+    folder.mkdir()
+    write(folder / "a.json", [add_test("good", [1, 2], [3, 4], [4, 6]), add_test("wrong", [1, 2], [3, 4], [0, 0])])
+    out_json, out_xml = tmp_path / "r.json", tmp_path / "r.xml"
+    status = cli.main(["vectors", "run", str(folder), "-j", "1", "--json", str(out_json), "--junit", str(out_xml)])
+    assert status == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("1 passed, 1 failed, 0 skipped")
+    report = json.loads(out_json.read_text())
+    assert (report["passed"], report["failed"], report["skipped"], report["errors"]) == (1, 1, 0, 0)
+    assert {r["name"]: r["status"] for r in report["results"]} == {"good": "pass", "wrong": "fail"}
+    suite = ET.parse(out_xml).getroot().find("testsuite")
+    assert suite.get("tests") == "2" and suite.get("failures") == "1"
+    assert cli.main(["vectors", "run", str(folder), "-j", "1", "--filter", "^good$"]) == 0
+
+
+def test_known_failures_are_reported_as_skips(tmp_path, capsys):
+    path = write(tmp_path / "a.json", [add_test("wrong", [1, 2], [3, 4], [0, 0])])
+    known = tmp_path / "known.txt"
+    known.write_text("wrong  # a deliberate bug\n")
+    assert cli.main(["vectors", "run", str(path), "-j", "1", "--known-failures", str(known)]) == 0
+    assert "0 passed, 0 failed, 1 skipped" in capsys.readouterr().out
+
+
+def test_unsupported_operations_are_skipped(tmp_path):
+    from nnapi_ref.drivers.variants import SubsetDevice
+    from nnapi_ref.runtime import using_drivers
+    from nnapi_ref.types import OperationCode
+    (test,) = vectors.load_file(write(tmp_path / "a.json", [add_test("add", [1, 2], [3, 4], [4, 6])]))
+    with using_drivers([SubsetDevice("mul-only", [OperationCode.MUL])]) as devices:
+        result = run_test(test, devices)
+    assert result.status == "skip" and "ADD" in result.message
+
+
+def test_devices_and_ops_commands(capsys):
+    assert cli.main(["devices"]) == 0
+    assert "nnapi-reference: type CPU" in capsys.readouterr().out
+    assert cli.main(["ops"]) == 0
+    assert "ADD" in capsys.readouterr().out
+
+
+def test_missing_path_is_an_error(tmp_path):
+    assert cli.main(["vectors", "run", str(tmp_path / "nope")]) == 2
