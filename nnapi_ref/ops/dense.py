@@ -1,0 +1,114 @@
+"""Dense layers: FULLY_CONNECTED, BATCH_MATMUL.
+
+Both are one BLAS matmul. Quantized operands are zero-point corrected and multiplied in float64,
+which is exact for these integer ranges, then requantized with NNAPI's fixed-point multiplier
+(float32(input_scale * weights_scale) / output_scale).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Call, Operation, OperationCode, Signature, T, check, register
+from .common import apply_activation, broadcast_shape, check_fuse_code
+from .convolution import (QUANT8, check_quant_conv, finish_quant, float_dtype, quantize_multipliers, requantize,
+                          wrap_int32)
+
+F32, F16, Q8, S8, I32, BOOL, TI32 = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
+                                    T.TENSOR_QUANT8_ASYMM_SIGNED, T.INT32, T.BOOL, T.TENSOR_INT32)
+
+
+@register
+class FullyConnected(Operation):
+    code = OperationCode.FULLY_CONNECTED
+    signatures = [
+        Signature(27, [F32, F32, F32, I32], [F32]),
+        Signature(27, [Q8, Q8, TI32, I32], [Q8]),
+        Signature(29, [F16, F16, F16, I32], [F16]),
+        Signature(30, [S8, S8, TI32, I32], [S8]),
+    ]
+
+    def infer(self, call: Call):
+        inp, wts, bias, fuse = call.ins
+        out = call.outs[0]
+        name = self.name
+        check(2 <= inp.rank <= 4, f"{name}: input rank must be 2..4, got {inp.rank}")
+        check(wts.rank == 2, f"{name}: weights must be 2-D, got rank {wts.rank}")
+        check(bias.rank == 1, f"{name}: bias must be 1-D, got rank {bias.rank}")
+        num_units, input_size = wts.shape
+        check(num_units > 0 and input_size > 0, f"{name}: weights dimensions must be > 0, got {wts.shape}")
+        n_elements = int(np.prod(inp.shape))
+        check(n_elements % input_size == 0,
+              f"{name}: input of {n_elements} elements is not a whole number of rows of {input_size}")
+        check(bias.shape[0] == num_units, f"{name}: bias has {bias.shape[0]} elements for {num_units} units")
+        check_fuse_code(fuse.scalar())
+        check_quant_conv(name, inp, wts, bias, out, 0, num_units)
+        return [(n_elements // input_size, num_units)]
+
+    def execute(self, call: Call):
+        inp, wts, bias, fuse = call.ins
+        out = call.outs[0]
+        num_units, input_size = wts.shape
+        fuse = fuse.scalar()
+        if inp.type in QUANT8:
+            x = inp.value.reshape(-1, input_size).astype(np.float64)
+            if inp.zero_point:
+                x -= inp.zero_point
+            w = wts.value.astype(np.float64)
+            if wts.zero_point:
+                w -= wts.zero_point
+            acc = (x @ w.T).astype(np.int64)
+            real = float(np.float32(inp.scale) * np.float32(wts.scale)) / float(np.float32(out.scale))
+            mult, shift = quantize_multipliers(real)
+            return [finish_quant(acc, bias.value, mult, shift, out, fuse)]
+        dtype = float_dtype(inp.value.size * num_units)
+        x = inp.value.reshape(-1, input_size).astype(dtype, copy=False)
+        acc = x @ wts.value.astype(dtype, copy=False).T + bias.value.astype(dtype)
+        if out.type == F16:
+            acc = acc.astype(np.float32)
+        return [apply_activation(acc, fuse, out)]
+
+
+@register
+class BatchMatmul(Operation):
+    code = OperationCode.BATCH_MATMUL
+    signatures = [Signature(1000006, [t, t, BOOL, BOOL], [t]) for t in (F32, F16, TI32, S8)]
+
+    def infer(self, call: Call):
+        lhs, rhs, adj_x, adj_y = call.ins
+        name = self.name
+        check(lhs.rank == rhs.rank, f"{name}: input ranks differ ({lhs.rank} and {rhs.rank})")
+        check(2 <= lhs.rank <= 4, f"{name}: input rank must be 2..4, got {lhs.rank}")
+        ax, ay = bool(adj_x.scalar()), bool(adj_y.scalar())
+        m, k = (lhs.shape[-1], lhs.shape[-2]) if ax else (lhs.shape[-2], lhs.shape[-1])
+        k2, n = (rhs.shape[-1], rhs.shape[-2]) if ay else (rhs.shape[-2], rhs.shape[-1])
+        check(min(lhs.shape[-2:]) > 0 and min(rhs.shape[-2:]) > 0,
+              f"{name}: matrix dimensions must be > 0, got {lhs.shape} and {rhs.shape}")
+        check(k == k2, f"{name}: cannot multiply {lhs.shape} (adj_x={ax}) by {rhs.shape} (adj_y={ay})")
+        batch = broadcast_shape(lhs.shape[:-2], rhs.shape[:-2])
+        if lhs.type == S8:
+            out = call.outs[0]
+            check(out.scale > 0, f"{name}: output scale must be > 0")
+        return [tuple(batch) + (m, n)]
+
+    def execute(self, call: Call):
+        lhs, rhs, adj_x, adj_y = call.ins
+        out = call.outs[0]
+        a, b = lhs.value, rhs.value
+        if adj_x.scalar():
+            a = np.swapaxes(a, -1, -2)
+        if adj_y.scalar():
+            b = np.swapaxes(b, -1, -2)
+        if lhs.type == S8:
+            x = a.astype(np.float64) - lhs.zero_point
+            y = b.astype(np.float64) - rhs.zero_point
+            acc = wrap_int32(np.matmul(x, y).astype(np.int64))
+            real = float(np.float32(lhs.scale) * np.float32(rhs.scale)) / float(np.float32(out.scale))
+            mult, shift = quantize_multipliers(real)
+            q = requantize(acc, mult, shift) + out.zero_point
+            return [np.clip(q, -128, 127).astype(np.int8)]
+        if lhs.type == TI32:
+            return [np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32)]
+        if lhs.type == F16:
+            return [np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)]
+        dtype = float_dtype(a.size * b.shape[-1])
+        return [np.matmul(a.astype(dtype), b.astype(dtype)).astype(np.float32)]
