@@ -315,5 +315,6 @@ class HardSwish(_Unary):
             result = hard_swish_quantized(x.value, x.scale, x.zero_point, out.scale, out.zero_point, out.type)
             return [result.astype(DTYPES[out.type])]
         v = _as_float32(x.value)
-        result = v * np.minimum(np.float32(6), np.maximum(np.float32(0), v + np.float32(3))) / np.float32(6)
-        return [result.astype(DTYPES[out.type])]
+        with np.errstate(over="ignore", invalid="ignore"):
+            result = v * np.minimum(np.float32(6), np.maximum(np.float32(0), v + np.float32(3))) / np.float32(6)
+            return [result.astype(DTYPES[out.type])]

@@ -41,12 +41,12 @@ class _UnaryMath(Operation):
 
     def execute(self, call: Call):
         x, out = call.ins[0], call.outs[0]
-        if x.type in FLOATS:
-            with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"):  # inf/NaN results follow IEEE, as in C
+            if x.type in FLOATS:
                 result = self.compute(x.value.astype(np.float32, copy=False))
-        else:
-            result = self.compute_other(x, out)
-        return [np.asarray(result).astype(DTYPES[out.type], copy=False)]
+            else:
+                result = self.compute_other(x, out)
+            return [np.asarray(result).astype(DTYPES[out.type], copy=False)]
 
     def compute(self, v: np.ndarray) -> np.ndarray:
         raise NotImplementedError
