@@ -86,14 +86,20 @@ class _ReluX(_Unary):
         if x.type in QUANT8:
             lo, hi = activation_range_quant(self.fuse, x)
             return [np.clip(x.value, lo, hi).astype(DTYPES[out.type])]
+        # AOSP computes min(max(lo, x), hi) with std::min/std::max in float32: NaN gives lo, and
+        # RELU's upper bound is FLT_MAX, so +inf gives FLT_MAX (inf again once narrowed to half).
         v = _as_float32(x.value)
-        return [np.clip(v, np.float32(self.lo), np.float32(self.hi)).astype(DTYPES[out.type])]
+        lo, hi = np.float32(self.lo), np.float32(self.hi)
+        y = np.where(lo < v, v, lo)
+        y = np.where(hi < y, hi, y)
+        with np.errstate(over="ignore"):
+            return [y.astype(DTYPES[out.type])]
 
 
 @register
 class Relu(_ReluX):
     code = OperationCode.RELU
-    fuse, lo, hi = FuseCode.RELU, 0.0, np.inf
+    fuse, lo, hi = FuseCode.RELU, 0.0, float(np.finfo(np.float32).max)
 
 
 @register

@@ -56,6 +56,16 @@ def test_relu_relaxed(code, x, expected):
     np.testing.assert_allclose(got, expected, atol=1e-3)
 
 
+def test_relu_nan_and_inf_follow_the_cpu_implementation():
+    # std::min(std::max(lo, x), hi): NaN -> lo; RELU's upper bound is FLT_MAX
+    x = [np.nan, np.inf, -np.inf]
+    fmax = np.finfo(np.float32).max
+    np.testing.assert_array_equal(run1(O.RELU, tensor(F32, x), F32), [0.0, fmax, 0.0])
+    np.testing.assert_array_equal(run1(O.RELU1, tensor(F32, x), F32), [-1.0, 1.0, -1.0])
+    np.testing.assert_array_equal(run1(O.RELU6, tensor(F16, x), F16), [0.0, 6.0, 0.0])
+    np.testing.assert_array_equal(run1(O.RELU, tensor(F16, x), F16), [0.0, np.inf, 0.0])
+
+
 def test_relu_rank4_float():
     x = np.arange(-8, 8, dtype=np.float32).reshape(1, 2, 2, 4)
     np.testing.assert_array_equal(run1(O.RELU6, tensor(F32, x), F32), np.where(x < 0, 0, np.where(x > 6, 6, x)))
