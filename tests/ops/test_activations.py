@@ -281,3 +281,29 @@ def test_zero_sized_execute(code, type_):
     assert op.infer(call) == [(0, 3)]
     (result,) = op.execute(call)
     assert result.shape == (0, 3) and result.dtype == DTYPES[type_]
+
+
+# ---- execution-time failures of the quantized kernels (OP_FAILED, as in the CPU implementation)
+
+def test_hard_swish_output_scale_too_small_fails_at_execution():
+    # input_scale / 128 / output_scale must be < 1 (the output multiplier only shifts right)
+    with pytest.raises(NnapiError) as info:
+        run_operation(O.HARD_SWISH, [tensor(Q8, [1, 2], 1.0, 0)], [output(Q8, (2,), 1 / 1024, 0)])
+    assert info.value.code == ResultCode.OP_FAILED
+
+
+def test_logistic_input_scale_too_small_fails_at_execution():
+    # input_scale * 2**27 must exceed 1 for QuantizeMultiplierGreaterThanOne
+    with pytest.raises(NnapiError) as info:
+        run_operation(O.LOGISTIC, [tensor(Q8, [1, 2], 2.0 ** -28, 0)], [output(Q8, (2,), 1 / 256, 0)])
+    assert info.value.code == ResultCode.OP_FAILED
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.floats(0.005, 0.5), st.integers(-128, 127), st.floats(0.3, 3.0), st.integers(-128, 127))
+def test_hard_swish_quantized_property(in_scale, in_zp, ratio, out_zp):
+    x = np.arange(-128, 128)
+    out_scale = in_scale * ratio
+    got = run1(O.HARD_SWISH, tensor(Q8S, x, in_scale, in_zp), Q8S, out_scale, out_zp)
+    expected = quantized_reference(hard_swish, x, in_scale, in_zp, out_scale, out_zp, Q8S)
+    assert np.abs(got.astype(int) - expected).max() <= 1
