@@ -121,7 +121,9 @@ class Cast(Operation):
                 f = np.where(np.isnan(f), 0.0, np.trunc(np.clip(f, -2.0 ** 31, 2.0 ** 31 - 1)))
                 return [f.astype(np.int32)]
             return [v.astype(np.int32)]
-        # To a float type: integers convert exactly to float64, then round once.
-        if x.type in _FLOATS:
-            return [v.astype(np.float16 if out.type == T.TENSOR_FLOAT16 else F32)]
-        return [v.astype(np.float64).astype(np.float16 if out.type == T.TENSOR_FLOAT16 else F32)]
+        # To a float type: integers convert exactly to float64, then round once (overflow: inf).
+        dtype = np.float16 if out.type == T.TENSOR_FLOAT16 else F32
+        with np.errstate(over="ignore"):
+            if x.type in _FLOATS:
+                return [v.astype(dtype)]
+            return [v.astype(np.float64).astype(dtype)]
