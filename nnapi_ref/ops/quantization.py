@@ -41,8 +41,10 @@ class Quantize(Operation):
         out = call.outs[0]
         lo, hi = QUANT_RANGE[out.type]
         with np.errstate(all="ignore"):
-            q = round_half_away(x / F32(out.scale)) + F32(out.zero_point)
-            q = np.where(np.isnan(q), F32(hi), np.clip(q, lo, hi))
+            # x / scale in float32; rounded in float64, where adding 0.5 is exact (in float32,
+            # 0.49999997 + 0.5 rounds up to 1.0 and would round the value the wrong way).
+            q = round_half_away((x / F32(out.scale)).astype(np.float64)) + out.zero_point
+            q = np.where(np.isnan(q), hi, np.clip(q, lo, hi))
         return [q.astype(np.int64)]
 
 

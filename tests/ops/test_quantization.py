@@ -52,6 +52,13 @@ def test_quantize_float32_to_quant8_rounds_half_away_and_saturates():
     np.testing.assert_array_equal(out, [10, 12, 7, 13, 255, 0])
 
 
+def test_quantize_rounds_just_below_half_down():
+    # 0.49999997 (the float32 below 0.5) rounds to 0, not 1; exact halves go away from zero.
+    below_half = np.nextafter(np.float32(0.5), np.float32(0))
+    out = quantize(F32, [below_half, -below_half, 0.5, -0.5], Q8, 1.0, 10)
+    np.testing.assert_array_equal(out, [10, 10, 11, 9])
+
+
 def test_quantize_float16_to_signed():
     # scale 0.25, zp -1: 0.125 -> 0.5 -> 1 -> 0 ; -0.375 -> -1.5 -> -2 -> -3 ; 40 -> 160 -> 127
     out = quantize(F16, [[0.125, -0.375], [40.0, -40.0]], S8, 0.25, -1)
