@@ -23,7 +23,9 @@ import numpy as np
 
 from ..types import FuseCode, PaddingCode
 from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import QUANT_RANGE, apply_activation, check_fuse_code, round_half_away
+from ..types import DTYPES
+from .common import (FLOAT_ACTIVATION_RANGE, QUANT_RANGE, activation_range_quant, apply_activation, check_fuse_code,
+                     round_half_away)
 
 F32, F16, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
 Q8, S8, PC, TI32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_INT32
@@ -190,21 +192,39 @@ def quantize_multipliers(real) -> tuple[np.ndarray, np.ndarray]:
 
 def requantize(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray) -> np.ndarray:
     """TFLite MultiplyByQuantizedMultiplier on int64 arrays holding int32 values, with per-channel
-    (last axis) or scalar multiplier/shift arrays."""
-    x = np.asarray(acc, np.int64)
+    (last axis) or single multiplier/shift arrays. May overwrite ``acc`` (int64).
+
+    Uses two exact identities to save passes over the data: gemmlowp's
+    SaturatingRoundingDoublingHighMul(a, m) (nudge 2**30 or 1 - 2**30 by sign, then a division
+    truncating toward zero) equals floor((a*m + 2**30) / 2**31) for every int32 a and m > 0; and
+    RoundingDivideByPOT(x, e) (half away from zero) equals floor((x + 2**(e-1) - [x < 0]) / 2**e)
+    for e > 0."""
+    x = acc if acc.dtype == np.int64 else acc.astype(np.int64)
     multiplier = np.asarray(multiplier, np.int64)
     shift = np.asarray(shift, np.int64)
+    if shift.size == 1:
+        multiplier, shift = multiplier.reshape(()), shift.reshape(())
     left = np.maximum(shift, 0)
     right = np.maximum(-shift, 0)
     if np.any(left):
-        x = (x << left).astype(np.int32).astype(np.int64)
-    ab = x * multiplier
-    s = ab + np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
-    high = np.where(s >= 0, s >> 31, -((-s) >> 31))
-    mask = (np.int64(1) << right) - 1
-    remainder = high & mask
-    threshold = (mask >> 1) + (high < 0)
-    return (high >> right) + (remainder > threshold)
+        x = (x << left).astype(np.int32).astype(np.int64)  # the C code's int32 wrap-around
+    x *= multiplier
+    x += np.int64(1 << 30)
+    x >>= 31
+    if right.ndim == 0:
+        r = int(right)
+        if r:
+            neg = x < 0
+            x += np.int64(1 << (r - 1))
+            x -= neg
+            x >>= r
+        return x
+    half = np.where(right > 0, np.int64(1) << np.maximum(right - 1, 0), 0)
+    neg = (x < 0) & (right > 0)
+    x += half
+    x -= neg
+    x >>= right
+    return x
 
 
 def wrap_int32(x: np.ndarray) -> np.ndarray:
@@ -248,10 +268,27 @@ def check_quant_conv(name: str, inp, flt, bias, out, channel_dim: int, n_channel
     check(out.scale > 0, f"{name}: output scale must be > 0, got {out.scale}")
 
 
-def finish_quant(acc: np.ndarray, bias: np.ndarray, mult, shift, out, fuse: int) -> np.ndarray:
-    """int64 accumulator (..., C) + int32 bias -> requantized, offset, clamped output."""
-    acc = wrap_int32(acc + bias.astype(np.int64))
-    return apply_activation(requantize(acc, mult, shift) + out.zero_point, fuse, out)
+def finish_quant(acc: np.ndarray, bias: np.ndarray, mult, shift, out, fuse: int,
+                 bound: float | None = None) -> np.ndarray:
+    """int64 accumulator (..., C) + int32 bias -> requantized, offset, clamped output (may overwrite
+    ``acc``). ``bound`` bounds |accumulator| when known: no int32 wrap-around is then possible."""
+    bias = bias.astype(np.int64)
+    acc += bias
+    if bound is None or bound + float(np.abs(bias).max(initial=0)) >= 2.0 ** 31:
+        acc = wrap_int32(acc)
+    q = requantize(acc, mult, shift)
+    lo, hi = activation_range_quant(fuse, out)
+    q += out.zero_point
+    np.clip(q, lo, hi, out=q)
+    return q.astype(DTYPES[out.type])
+
+
+def float_activation(acc: np.ndarray, fuse: int, out) -> np.ndarray:
+    """Fused activation of a float accumulator (in place) and cast to the output type."""
+    lo, hi = FLOAT_ACTIVATION_RANGE[FuseCode(fuse)]
+    if fuse != FuseCode.NONE:
+        np.clip(acc, lo, hi, out=acc)
+    return acc.astype(DTYPES[out.type], copy=False)
 
 
 def float_dtype(work: int):
@@ -271,17 +308,19 @@ def operand_values(inp, flt, dtype):
     return inp.value.astype(dtype, copy=False), flt.value.astype(dtype, copy=False)
 
 
-def finish(acc: np.ndarray, call: Call, fuse: int, n_channels: int) -> np.ndarray:
-    """Accumulator (N, OH, OW, C) -> output values of the output's type (NHWC)."""
+def finish(acc: np.ndarray, call: Call, fuse: int, n_channels: int, reduction: int | None = None) -> np.ndarray:
+    """Accumulator (N, OH, OW, C) -> output values of the output's type (NHWC); may overwrite
+    ``acc``. ``reduction`` is the number of products summed per output (bounds the accumulator)."""
     inp, flt, bias, out = call.ins[0], call.ins[1], call.ins[2], call.outs[0]
     if inp.type in QUANT8:
         mult, shift = output_multipliers(inp, flt, out, n_channels)
-        acc = acc.astype(np.int64) if acc.dtype.kind == "i" else np.rint(acc).astype(np.int64)
-        return finish_quant(acc, bias.value, mult, shift, out, fuse)
-    acc = acc + bias.value.astype(acc.dtype)
-    if out.type == F16:
+        acc = acc.astype(np.int64)  # exact: the accumulator holds integers
+        bound = None if reduction is None else reduction * 255.0 * 255.0
+        return finish_quant(acc, bias.value, mult, shift, out, fuse, bound)
+    if acc.dtype != np.float32 or not acc.flags.writeable or not acc.flags.c_contiguous:
         acc = acc.astype(np.float32)
-    return apply_activation(acc, fuse, out)
+    acc += bias.value.astype(np.float32)
+    return float_activation(acc, fuse, out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,7 +430,7 @@ class Conv2D(_Conv):
         x, wt = operand_values(call.ins[0], call.ins[1], dtype)
         x = to_nhwc(x, p.nchw)
         acc = conv2d_nhwc(x, wt, p, kh, kw, oh, ow)
-        return [from_nhwc(finish(acc, call, p.fuse, c_out), p.nchw)]
+        return [from_nhwc(finish(acc, call, p.fuse, c_out, kh * kw * c), p.nchw)]
 
 
 def conv2d_nhwc(x, wt, p: Spatial, kh, kw, oh, ow, groups: int = 1) -> np.ndarray:
@@ -445,14 +484,14 @@ class DepthwiseConv2D(_Conv):
         if quant:
             dtype = np.int64 if kh * kw * 255 * 255 >= (1 << 31) else np.int32
         else:
-            dtype = float_dtype(n * oh * ow * c_out * kh * kw)
+            dtype = np.float32  # accumulated tap by tap in float32, as NNAPI's CPU implementation does
         x, wt = operand_values(inp, call.ins[1], dtype)
         x = to_nhwc(x, p.nchw)
         mult = c_out // c
         if mult > 1:
             x = np.repeat(x, mult, axis=3)
         acc = depthwise_nhwc(x, wt[0], p, oh, ow)
-        return [from_nhwc(finish(acc, call, p.fuse, c_out), p.nchw)]
+        return [from_nhwc(finish(acc, call, p.fuse, c_out, kh * kw), p.nchw)]
 
 
 def depthwise_nhwc(x, wt, p: Spatial, oh, ow):
@@ -498,7 +537,7 @@ class GroupedConv2D(_Conv):
         x, wt = operand_values(call.ins[0], call.ins[1], dtype)
         x = to_nhwc(x, p.nchw)
         acc = conv2d_nhwc(x, wt, p, kh, kw, oh, ow, groups=groups)
-        return [from_nhwc(finish(acc, call, p.fuse, c_out), p.nchw)]
+        return [from_nhwc(finish(acc, call, p.fuse, c_out, kh * kw * c // groups), p.nchw)]
 
 
 def _transpose_signatures():
@@ -587,4 +626,4 @@ class TransposeConv2D(Operation):
             for kx in range(kw):
                 full[:, ky:ky + (h - 1) * sh + 1:sh, kx:kx + (w - 1) * sw + 1:sw, :] += cols[:, :, :, ky, kx, :]
         acc = full[:, top:top + oh, left:left + ow, :]
-        return [from_nhwc(finish(acc, call, p.fuse, c_out), p.nchw)]
+        return [from_nhwc(finish(acc, call, p.fuse, c_out, kh * kw * c), p.nchw)]

@@ -10,8 +10,8 @@ import numpy as np
 
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from .common import apply_activation, broadcast_shape, check_fuse_code
-from .convolution import (QUANT8, check_quant_conv, finish_quant, float_dtype, quantize_multipliers, requantize,
-                          wrap_int32)
+from .convolution import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype, quantize_multipliers,
+                          requantize, wrap_int32)
 
 F32, F16, Q8, S8, I32, BOOL, TI32 = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
                                     T.TENSOR_QUANT8_ASYMM_SIGNED, T.INT32, T.BOOL, T.TENSOR_INT32)
@@ -59,13 +59,12 @@ class FullyConnected(Operation):
             acc = (x @ w.T).astype(np.int64)
             real = float(np.float32(inp.scale) * np.float32(wts.scale)) / float(np.float32(out.scale))
             mult, shift = quantize_multipliers(real)
-            return [finish_quant(acc, bias.value, mult, shift, out, fuse)]
+            return [finish_quant(acc, bias.value, mult, shift, out, fuse, input_size * 255.0 * 255.0)]
         dtype = float_dtype(inp.value.size * num_units)
         x = inp.value.reshape(-1, input_size).astype(dtype, copy=False)
-        acc = x @ wts.value.astype(dtype, copy=False).T + bias.value.astype(dtype)
-        if out.type == F16:
-            acc = acc.astype(np.float32)
-        return [apply_activation(acc, fuse, out)]
+        acc = (x @ wts.value.astype(dtype, copy=False).T).astype(np.float32)
+        acc += bias.value.astype(np.float32)
+        return [float_activation(acc, fuse, out)]
 
 
 @register

@@ -1,0 +1,1 @@
+"""Benchmarks of the NNAPI reference (mlts: machine-learning test suite)."""
