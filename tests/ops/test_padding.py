@@ -137,3 +137,17 @@ def test_mirror_pad_invalid():
     assert_bad_data(mirror, F32, [1, 2, 3], [[1, 1]], 2)     # mode
     assert_bad_data(mirror, F32, [1, 2, 3], [[1, 1], [1, 1]], 0)
     assert_bad_data(mirror, Q8, [1, 2], [[1, 1]], 0, (0.5, 0), (0.5, 1))
+
+
+@pytest.mark.parametrize("code, ins, outs, level", [
+    (Op.PAD, [F32, I32], [F32], 28),
+    (Op.PAD, [Q8, I32], [Q8], 28),
+    (Op.PAD, [F16, I32], [F16], 29),
+    (Op.PAD, [S8, I32], [S8], 30),
+    (Op.PAD_V2, [Q8, I32, T.INT32], [Q8], 29),
+    (Op.PAD_V2, [S8, I32, T.INT32], [S8], 30),
+    (Op.MIRROR_PAD, [I32, I32, T.INT32], [I32], 1000007),
+])
+def test_signature_levels(code, ins, outs, level):
+    from nnapi_ref import ops
+    assert ops.get(code).match(ins, outs).level == level

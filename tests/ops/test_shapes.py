@@ -229,3 +229,18 @@ def test_rank(t, x, quant):
 
 def test_rank_wrong_output_type():
     assert_bad_data(build_operation_model, Op.RANK, [tensor(F32, [1.0])], [output(I32)])
+
+
+@pytest.mark.parametrize("code, ins, outs, level", [
+    (Op.RESHAPE, [F32, I32], [F32], 27),
+    (Op.RESHAPE, [F16, I32], [F16], 29),
+    (Op.RESHAPE, [S8, I32], [S8], 30),
+    (Op.RESHAPE, [I32, I32], [I32], 1000006),
+    (Op.SQUEEZE, [Q8, I32], [Q8], 28),
+    (Op.EXPAND_DIMS, [I32, T.INT32], [I32], 29),
+    (Op.FILL, [I32, T.FLOAT16], [F16], 30),
+    (Op.RANK, [T.TENSOR_BOOL8], [T.INT32], 30),
+])
+def test_signature_levels(code, ins, outs, level):
+    from nnapi_ref import ops
+    assert ops.get(code).match(ins, outs).level == level

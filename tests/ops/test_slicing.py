@@ -356,3 +356,34 @@ def test_reverse_invalid():
     assert_bad_data(reverse, F32, [[1, 2]], [0, 1])          # the axis tensor has one entry
     assert_bad_data(reverse, F32, np.zeros((1,) * 9, np.float32), [0])
     assert_bad_data(reverse, Q8, [1, 2], [0], (0.5, 0), (0.5, 1))
+
+
+# ---------------------------------------------------------------- feature levels
+
+@pytest.mark.parametrize("code, ins, outs, level", [
+    (Op.CONCATENATION, [F32, F32, T.INT32], [F32], 27),
+    (Op.CONCATENATION, [F16, T.INT32], [F16], 29),
+    (Op.CONCATENATION, [S8, S8, S8, T.INT32], [S8], 30),
+    (Op.SPLIT, [I32, T.INT32, T.INT32], [I32, I32, I32], 29),
+    (Op.PACK, [T.INT32, Q8, Q8], [Q8], 1000006),
+    (Op.SLICE, [S8, I32, I32], [S8], 30),
+    (Op.STRIDED_SLICE, [Q8, I32, I32, I32, T.INT32, T.INT32, T.INT32], [Q8], 28),
+    (Op.GATHER, [I32, T.INT32, I32], [I32], 29),
+    (Op.TILE, [F16, I32], [F16], 29),
+    (Op.REVERSE, [I32, I32], [I32], 1000007),
+])
+def test_signature_levels(code, ins, outs, level):
+    from nnapi_ref import ops
+    assert ops.get(code).match(ins, outs).level == level
+
+
+@pytest.mark.parametrize("code, ins, outs", [
+    (Op.CONCATENATION, [I32, I32, T.INT32], [I32]),
+    (Op.CONCATENATION, [F32, F16, T.INT32], [F32]),
+    (Op.SPLIT, [F32, T.INT32, T.INT32], [F32, F16]),
+    (Op.STRIDED_SLICE, [I32, I32, I32, I32, T.INT32, T.INT32, T.INT32], [I32]),
+    (Op.PACK, [Q8, Q8], [Q8]),
+])
+def test_signature_rejected(code, ins, outs):
+    from nnapi_ref import ops
+    assert ops.get(code).match(ins, outs) is None

@@ -259,3 +259,33 @@ def test_channel_shuffle_invalid():
     assert_bad_data(shuffle, Q8, [[1, 2]], 2, 1, (0.5, 0), (0.25, 0))
     assert_bad_data(run_operation, Op.CHANNEL_SHUFFLE, [tensor(I32, [1, 2]), scalar(T.INT32, 2),
                                                         scalar(T.INT32, 0)], [output(I32)])
+
+
+# ---------------------------------------------------------------- feature levels
+
+@pytest.mark.parametrize("code, ins, outs, level", [
+    (Op.DEPTH_TO_SPACE, [F32, T.INT32], [F32], 27),
+    (Op.DEPTH_TO_SPACE, [F32, T.INT32, T.BOOL], [F32], 29),     # the layout flag is level 3
+    (Op.SPACE_TO_DEPTH, [Q8, T.INT32], [Q8], 27),
+    (Op.SPACE_TO_DEPTH, [F16, T.INT32], [F16], 29),
+    (Op.BATCH_TO_SPACE_ND, [F32, I32], [F32], 28),
+    (Op.BATCH_TO_SPACE_ND, [Q8, I32, T.BOOL], [Q8], 29),
+    (Op.SPACE_TO_BATCH_ND, [S8, I32, I32], [S8], 30),
+    (Op.SPACE_TO_BATCH_ND, [F32, I32, I32, T.BOOL], [F32], 29),
+    (Op.TRANSPOSE, [Q8, I32], [Q8], 28),
+    (Op.CHANNEL_SHUFFLE, [F32, T.INT32, T.INT32], [F32], 29),
+    (Op.CHANNEL_SHUFFLE, [S8, T.INT32, T.INT32], [S8], 30),
+])
+def test_signature_levels(code, ins, outs, level):
+    from nnapi_ref import ops
+    assert ops.get(code).match(ins, outs).level == level
+
+
+@pytest.mark.parametrize("code, ins, outs", [
+    (Op.DEPTH_TO_SPACE, [I32, T.INT32], [I32]),
+    (Op.TRANSPOSE, [F32, I32], [F16]),
+    (Op.SPACE_TO_BATCH_ND, [F32, I32], [F32]),
+])
+def test_signature_rejected(code, ins, outs):
+    from nnapi_ref import ops
+    assert ops.get(code).match(ins, outs) is None
