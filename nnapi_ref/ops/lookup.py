@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Call, Operation, OperationCode, Signature, T, check, register, signatures
+from .base import Call, Operation, OperationCode, Signature, T, ValueUnknown, check, register, signatures
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
@@ -36,9 +36,13 @@ class EmbeddingLookup(Operation):
         check(lookups.rank == 1, f"EMBEDDING_LOOKUP: lookups must be 1-D, got rank {lookups.rank}")
         check(values.rank >= 2, f"EMBEDDING_LOOKUP: values must have rank >= 2, got {values.rank}")
         _check_same_quant("EMBEDDING_LOOKUP", values, call.outs[0])
-        idx = lookups.value
-        check(bool(np.all((idx >= 0) & (idx < values.shape[0]))),
-              f"EMBEDDING_LOOKUP: lookup values {idx.tolist()} out of range [0, {values.shape[0]})")
+        try:
+            idx = lookups.value
+        except ValueUnknown:  # lookups fed at execution: checked then; the shape is known now
+            idx = None
+        if idx is not None:
+            check(bool(np.all((idx >= 0) & (idx < values.shape[0]))),
+                  f"EMBEDDING_LOOKUP: lookup values {idx.tolist()} out of range [0, {values.shape[0]})")
         return [(lookups.shape[0],) + tuple(values.shape[1:])]
 
     def execute(self, call: Call):
