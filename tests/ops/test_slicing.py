@@ -387,3 +387,32 @@ def test_signature_levels(code, ins, outs, level):
 def test_signature_rejected(code, ins, outs):
     from nnapi_ref import ops
     assert ops.get(code).match(ins, outs) is None
+
+
+# ---------------------------------------------------------------- zero-sized inputs (called directly)
+
+def _arg(t, value, scale=0.0, zp=0):
+    from nnapi_ref.ops.base import Arg
+    from nnapi_ref.types import DTYPES
+    value = np.asarray(value, DTYPES[t])
+    return Arg(t, value.shape, scale, zp, None, value)
+
+
+def test_concat_with_zero_sized_input():
+    from nnapi_ref import ops
+    from nnapi_ref.ops.base import Arg, Call
+    x = np.array([[1, 2], [3, 4]], np.float32)
+    call = Call([_arg(F32, np.zeros((0, 2))), _arg(F32, x), _arg(T.INT32, 0)], [Arg(F32, None)])
+    impl = ops.get(Op.CONCATENATION)
+    assert impl.infer(call) == [(2, 2)]
+    np.testing.assert_array_equal(impl.execute(call)[0], x)
+    q = Call([_arg(Q8, np.zeros((0, 2)), 0.5, 1), _arg(Q8, [[2, 4]], 0.5, 0), _arg(T.INT32, 0)],
+             [Arg(Q8, None, 0.25, 0)])
+    np.testing.assert_array_equal(impl.execute(q)[0], [[4, 8]])
+
+
+def test_slice_of_zero_sized_input():
+    from nnapi_ref import ops
+    from nnapi_ref.ops.base import Arg, Call
+    call = Call([_arg(F32, np.zeros((0, 3))), _arg(I32, [0, 1]), _arg(I32, [-1, 2])], [Arg(F32, None)])
+    assert ops.get(Op.SLICE).infer(call) == [(0, 2)]

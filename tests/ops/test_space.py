@@ -289,3 +289,12 @@ def test_signature_levels(code, ins, outs, level):
 def test_signature_rejected(code, ins, outs):
     from nnapi_ref import ops
     assert ops.get(code).match(ins, outs) is None
+
+
+def test_transpose_zero_sized_shape():
+    from nnapi_ref import ops
+    from nnapi_ref.ops.base import Arg, Call
+    x = np.zeros((0, 2, 3), np.float32)
+    call = Call([Arg(F32, x.shape, value=x), Arg(I32, (3,), value=np.array([2, 0, 1], np.int32))],
+                [Arg(F32, None)])
+    assert ops.get(Op.TRANSPOSE).infer(call) == [(3, 0, 2)]
