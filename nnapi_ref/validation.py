@@ -5,108 +5,136 @@ INVALID_ARGUMENT. Shape checks that need concrete shapes happen in the executor'
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import ops
-from .errors import NnapiError, check
+from .errors import NnapiError, bad_data, check
 from .hal import Model, Operand, Subgraph
 from .types import (DTYPES, SCALAR_TYPES, ZERO_POINT_RANGE, FeatureLevel, Lifetime, OperandCode as T,
                     OperationCode, ResultCode, type_name)
 
 CONSTANT_LIFETIMES = (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE)
 _CONTROL_FLOW = (OperationCode.IF, OperationCode.WHILE)
+_LIFETIMES = frozenset(Lifetime) - {Lifetime.POINTER}
+
+
+def operand_type_problem(code, dimensions, scale: float, zero_point: int, channel_quant,
+                         channel_quant_pending: bool = False) -> str | None:
+    """What breaks the NDK's per-operand-type rules (addOperand, setOperandSymmPerChannelQuantParams),
+    or None. ``channel_quant_pending``: a per-channel operand's parameters come later."""
+    if code not in DTYPES:
+        return f"invalid operand type {code}"
+    name = type_name(code)
+    if code in SCALAR_TYPES and len(dimensions):
+        return f"scalar type {name} must have no dimensions, got {list(dimensions)}"
+    for d in dimensions:
+        if not isinstance(d, (int, np.integer)) or d < 0:
+            return f"dimensions {list(dimensions)} must be non-negative integers"
+    if not math.isfinite(scale):
+        return f"scale {scale} is not finite"
+    if code in ZERO_POINT_RANGE or code in (T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM):
+        if not scale > 0:
+            return f"{name} needs a positive scale, got {scale}"
+        lo, hi = ZERO_POINT_RANGE.get(code, (0, 0))
+        if not lo <= zero_point <= hi:
+            return f"{name} zero point {zero_point} outside [{lo}, {hi}]"
+    elif code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        if scale != 0 or zero_point != 0:
+            return f"{name} takes its scales from channel quantization; scale and zero point must be 0"
+    elif code in (T.TENSOR_INT32, T.INT32):
+        if scale < 0:
+            return f"{name} scale {scale} must not be negative"
+    elif code != T.SUBGRAPH and (scale != 0 or zero_point != 0):
+        return f"{name} must have scale 0 and zero point 0, got {scale} and {zero_point}"
+    if channel_quant is not None:
+        if code != T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+            return f"per-channel quantization parameters on a {name} operand"
+        dim = channel_quant.channel_dim
+        if not 0 <= dim < len(dimensions):
+            return f"channel dimension {dim} out of range for rank {len(dimensions)}"
+        if len(channel_quant.scales) != dimensions[dim] and dimensions[dim] != 0:
+            return f"{len(channel_quant.scales)} channel scales for a channel dimension of {dimensions[dim]}"
+        if not all(s > 0 and math.isfinite(s) for s in channel_quant.scales):
+            return "channel scales must be positive"
+    elif code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL and not channel_quant_pending:
+        return f"{name} operand without per-channel quantization parameters"
+    return None
 
 
 def validate_operand_type(type_code, dimensions, scale: float, zero_point: int, channel_quant,
                           what: str = "operand", channel_quant_pending: bool = False) -> None:
-    """The NDK's per-operand-type rules (ANeuralNetworksModel_addOperand and setOperandSymmPerChannelQuantParams).
-
-    ``channel_quant_pending``: a per-channel operand's parameters come later (addOperand)."""
-    check(type_code in DTYPES, f"{what}: invalid operand type {type_code}")
-    code = T(type_code)
-    name = type_name(code)
-    if code in SCALAR_TYPES:
-        check(len(dimensions) == 0, f"{what}: scalar type {name} must have no dimensions, got {list(dimensions)}")
-    check(all(isinstance(d, (int, np.integer)) and d >= 0 for d in dimensions),
-          f"{what}: dimensions {list(dimensions)} must be non-negative integers")
-    check(np.isfinite(scale), f"{what}: scale {scale} is not finite")
-    if code in ZERO_POINT_RANGE or code in (T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM):
-        check(scale > 0, f"{what}: {name} needs a positive scale, got {scale}")
-        lo, hi = ZERO_POINT_RANGE.get(code, (0, 0))
-        check(lo <= zero_point <= hi, f"{what}: {name} zero point {zero_point} outside [{lo}, {hi}]")
-    elif code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
-        check(scale == 0 and zero_point == 0,
-              f"{what}: {name} takes its scales from channel quantization; scale and zero point must be 0")
-    elif code in (T.TENSOR_INT32, T.INT32):
-        check(scale >= 0, f"{what}: {name} scale {scale} must not be negative")
-    elif code != T.SUBGRAPH:
-        check(scale == 0 and zero_point == 0, f"{what}: {name} must have scale 0 and zero point 0, "
-                                              f"got {scale} and {zero_point}")
-    if channel_quant is not None:
-        check(code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL,
-              f"{what}: per-channel quantization parameters on a {name} operand")
-        dim = channel_quant.channel_dim
-        check(0 <= dim < len(dimensions), f"{what}: channel dimension {dim} out of range for rank {len(dimensions)}")
-        check(len(channel_quant.scales) == dimensions[dim] or dimensions[dim] == 0,
-              f"{what}: {len(channel_quant.scales)} channel scales for a channel dimension of {dimensions[dim]}")
-        check(all(s > 0 and np.isfinite(s) for s in channel_quant.scales), f"{what}: channel scales must be positive")
-    elif code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL and not channel_quant_pending:
-        raise NnapiError(ResultCode.BAD_DATA, f"{what}: {name} operand without per-channel quantization parameters")
+    problem = operand_type_problem(type_code, dimensions, scale, zero_point, channel_quant, channel_quant_pending)
+    if problem:
+        raise NnapiError(ResultCode.BAD_DATA, f"{what}: {problem}")
 
 
-def _validate_operand(model: Model, operand: Operand, what: str) -> None:
-    validate_operand_type(operand.type, operand.dimensions, operand.scale, operand.zero_point,
-                          operand.channel_quant, what)
+def _operand_problem(model: Model, operand: Operand) -> str | None:
+    problem = operand_type_problem(operand.type, operand.dimensions, operand.scale, operand.zero_point,
+                                   operand.channel_quant)
+    if problem:
+        return problem
     life = operand.lifetime
-    check(life in Lifetime.__members__.values() and life != Lifetime.POINTER, f"{what}: invalid lifetime {life}")
+    if life not in _LIFETIMES:
+        return f"invalid lifetime {life}"
     if life in CONSTANT_LIFETIMES:
-        check(operand.value is not None, f"{what}: constant without a value")
+        if operand.value is None:
+            return "constant without a value"
         if operand.type != T.SUBGRAPH:
+            if 0 in operand.dimensions and operand.type not in SCALAR_TYPES:
+                return f"constant with unspecified dimensions {list(operand.dimensions)}"
             count = int(np.prod(operand.dimensions)) if operand.dimensions else 1
-            check(0 not in operand.dimensions or operand.type in SCALAR_TYPES,
-                  f"{what}: constant with unspecified dimensions {list(operand.dimensions)}")
-            check(np.size(operand.value) == count,
-                  f"{what}: constant has {np.size(operand.value)} values for dimensions {list(operand.dimensions)}")
+            if np.size(operand.value) != count:
+                return f"constant has {np.size(operand.value)} values for dimensions {list(operand.dimensions)}"
     elif life == Lifetime.SUBGRAPH:
-        check(operand.type == T.SUBGRAPH, f"{what}: SUBGRAPH lifetime on a {type_name(operand.type)} operand")
-        check(isinstance(operand.value, (int, np.integer)) and 0 <= operand.value < len(model.referenced),
-              f"{what}: reference to subgraph {operand.value} of {len(model.referenced)}")
-    else:
-        check(operand.value is None, f"{what}: {life.name} operand must not have a value")
-    if operand.type == T.SUBGRAPH:
-        check(life == Lifetime.SUBGRAPH, f"{what}: a SUBGRAPH operand must have SUBGRAPH lifetime")
+        if operand.type != T.SUBGRAPH:
+            return f"SUBGRAPH lifetime on a {type_name(operand.type)} operand"
+        if not (isinstance(operand.value, (int, np.integer)) and 0 <= operand.value < len(model.referenced)):
+            return f"reference to subgraph {operand.value} of {len(model.referenced)}"
+    elif operand.value is not None:
+        return f"{Lifetime(life).name} operand must not have a value"
+    if operand.type == T.SUBGRAPH and life != Lifetime.SUBGRAPH:
+        return "a SUBGRAPH operand must have SUBGRAPH lifetime"
+    return None
 
 
 def validate_subgraph(model: Model, sg: Subgraph, name: str) -> int:
     """Validate one subgraph; return the feature level its operations need."""
     n = len(sg.operands)
     for i, operand in enumerate(sg.operands):
-        _validate_operand(model, operand, f"{name} operand {i}")
+        problem = _operand_problem(model, operand)
+        if problem:
+            raise bad_data(f"{name} operand {i}: {problem}")
     for role, indexes, life in (("input", sg.input_indexes, Lifetime.SUBGRAPH_INPUT),
                                 ("output", sg.output_indexes, Lifetime.SUBGRAPH_OUTPUT)):
-        check(len(set(indexes)) == len(indexes), f"{name}: a {role} operand is listed twice")
+        if len(set(indexes)) != len(indexes):
+            raise bad_data(f"{name}: a {role} operand is listed twice")
         for k in indexes:
-            check(0 <= k < n, f"{name}: {role} index {k} out of range ({n} operands)")
-            check(sg.operands[k].lifetime == life,
-                  f"{name}: {role} operand {k} has lifetime {Lifetime(sg.operands[k].lifetime).name}")
+            if not 0 <= k < n:
+                raise bad_data(f"{name}: {role} index {k} out of range ({n} operands)")
+            if sg.operands[k].lifetime != life:
+                raise bad_data(f"{name}: {role} operand {k} has lifetime {Lifetime(sg.operands[k].lifetime).name}")
         listed = set(indexes)
         for i, operand in enumerate(sg.operands):
-            check(operand.lifetime != life or i in listed, f"{name}: operand {i} is a {role} but not listed as one")
+            if operand.lifetime == life and i not in listed:
+                raise bad_data(f"{name}: operand {i} is a {role} but not listed as one")
 
     writers = [0] * n
     level = FeatureLevel.LEVEL_1
     registry = ops.load_all()
     for j, operation in enumerate(sg.operations):
-        where = f"{name} operation {j}"
         try:
             code = OperationCode(operation.type)
         except ValueError:
-            raise NnapiError(ResultCode.BAD_DATA, f"{where}: invalid operation type {operation.type}") from None
-        for k in list(operation.inputs) + list(operation.outputs):
-            check(isinstance(k, (int, np.integer)) and 0 <= k < n, f"{where} ({code.name}): operand index {k} out of range ({n} operands)")
+            raise bad_data(f"{name} operation {j}: invalid operation type {operation.type}") from None
+        for k in operation.inputs + operation.outputs:
+            if not (isinstance(k, (int, np.integer)) and 0 <= k < n):
+                raise bad_data(f"{name} operation {j} ({code.name}): operand index {k} out of range ({n} operands)")
         for k in operation.outputs:
-            check(sg.operands[k].lifetime in (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT),
-                  f"{where} ({code.name}): output operand {k} is a {Lifetime(sg.operands[k].lifetime).name}")
+            if sg.operands[k].lifetime not in (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT):
+                raise bad_data(f"{name} operation {j} ({code.name}): output operand {k} is a "
+                               f"{Lifetime(sg.operands[k].lifetime).name}")
             writers[k] += 1
         impl = registry.get(code)
         if impl is None:
@@ -115,15 +143,15 @@ def validate_subgraph(model: Model, sg: Subgraph, name: str) -> int:
         out_types = [sg.operands[k].type for k in operation.outputs]
         sig = impl.match(in_types, out_types)
         if sig is None:
-            raise NnapiError(ResultCode.BAD_DATA, f"{where}: {code.name} does not accept inputs "
-                             f"({', '.join(type_name(t) for t in in_types)}) and outputs "
-                             f"({', '.join(type_name(t) for t in out_types)})")
+            raise bad_data(f"{name} operation {j}: {code.name} does not accept inputs "
+                           f"({', '.join(type_name(t) for t in in_types)}) and outputs "
+                           f"({', '.join(type_name(t) for t in out_types)})")
         level = max(level, sig.level)
         if code in _CONTROL_FLOW:
             level = max(level, impl.check_references(model, sg, operation))
     for k, operand in enumerate(sg.operands):
-        if operand.lifetime in (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT):
-            check(writers[k] == 1, f"{name}: operand {k} is written by {writers[k]} operations, must be exactly 1")
+        if operand.lifetime in (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT) and writers[k] != 1:
+            raise bad_data(f"{name}: operand {k} is written by {writers[k]} operations, must be exactly 1")
     topological_order(sg, name)
     return level
 
