@@ -7,7 +7,7 @@ import numpy as np
 from ..types import DTYPES
 from .base import Call, Operation, OperationCode, Signature, T, check, register, signatures
 from .common import QUANT_RANGE
-from .shapes import QUANT8, check_same_quant, int_vector
+from .shapes import QUANT8, check_same_quant
 
 MIRROR_REFLECT, MIRROR_SYMMETRIC = 0, 1
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Call, Operation, OperationCode, Signature, T, check, register, signatures
-from .common import QUANT_RANGE, round_half_away
+from .base import Call, Operation, OperationCode, T, check, register, signatures
+from .common import round_half_away
 from .shapes import QUANT8, check_same_quant, int_vector, maybe_value
 
 FLOAT_Q8 = (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM)
