@@ -72,35 +72,33 @@ def iou_one_to_many(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
         return (inter / union).astype(_F32)
 
 
-def nms_single_class(scores: np.ndarray, boxes_of, candidates: list[int], max_detections: int,
-                     discard) -> list[int]:
+def nms_single_class(scores: np.ndarray, boxes_of, candidates, max_detections: int, discard) -> list[int]:
     """NMS over ``candidates`` (indices into ``scores``), visiting them as NNAPI's CPU
     implementation does: repeatedly move the first highest-scoring candidate to the front, then
-    test every later one against it; a discarded candidate is swapped with the last live one.
+    test every later one against it; a discarded candidate is swapped with the last live one, so
+    the holes left by discarded candidates fill, left to right, with the survivors nearest the end.
 
     ``discard(kept, others)`` returns a boolean mask over ``others`` (it may update ``scores``).
     Returns the kept indices, best first. ``max_detections`` < 0 means no limit."""
-    sel = list(candidates)
+    sel = np.asarray(candidates, np.int64)
     start, end = 0, len(sel)
     limit = end if max_detections < 0 else max_detections
-    kept = 0
-    while start < end and kept < limit:
-        live = sel[start:end]
-        best = start + int(np.argmax(scores[live]))  # first maximum, like std::max_element
+    while start < end and start < limit:
+        best = start + int(np.argmax(scores[sel[start:end]]))  # first maximum, like std::max_element
         sel[start], sel[best] = sel[best], sel[start]
-        others = sel[start + 1:end]
-        if others:
-            drop = dict(zip(others, discard(sel[start], others).tolist()))
-            i = start + 1
-            while i < end:
-                if drop[sel[i]]:
-                    end -= 1
-                    sel[i], sel[end] = sel[end], sel[i]
-                else:
-                    i += 1
+        if end - start > 1:
+            seg = sel[start + 1:end]
+            drop = np.asarray(discard(int(sel[start]), seg), bool)
+            k = int((~drop).sum())
+            holes = np.nonzero(drop[:k])[0]
+            if len(holes):
+                fillers = (np.nonzero(~drop[k:])[0] + k)[::-1]
+                seg = seg.copy()
+                seg[holes] = sel[start + 1 + fillers]
+                sel[start + 1:start + 1 + k] = seg[:k]
+            end = start + 1 + k
         start += 1
-        kept += 1
-    return sel[:start]
+    return sel[:start].tolist()
 
 
 def hard_discard(scores, boxes_of, iou_threshold):
@@ -254,14 +252,15 @@ class BoxWithNmsLimit(Operation):
                 return np.where(iou < iou_threshold, _F32(1), _F32(1) - iou).astype(_F32)
             return np.exp(_F32(-1) * iou * iou / sigma).astype(_F32)
 
+        per_class = boxes.reshape(num_rois, num_classes, 4)[:, 1:]
+        bad = np.argwhere((per_class[..., 0] > per_class[..., 2]) | (per_class[..., 1] > per_class[..., 3]))
+        if len(bad):
+            r, c = int(bad[0][0]), int(bad[0][1]) + 1
+            check(False, f"{self.name}: box {r} of class {c} {per_class[r, c - 1].tolist()} has x2 < x1 or y2 < y1")
+
         selected: list[int] = []
         for first, count in runs:
             run_boxes = boxes[first:first + count].reshape(count * num_classes, 4)
-            for c in range(1, num_classes):
-                for r in range(first, first + count):
-                    box = boxes[r, 4 * c:4 * c + 4]
-                    check(box[0] <= box[2] and box[1] <= box[3],
-                          f"{self.name}: box {r} of class {c} {box.tolist()} has x2 < x1 or y2 < y1")
             base = first * num_classes
 
             def boxes_of(ind, run_boxes=run_boxes, base=base):
@@ -275,8 +274,8 @@ class BoxWithNmsLimit(Operation):
 
             result: list[int] = []
             for c in range(1, num_classes):
-                cand = [base + b * num_classes + c for b in range(count)
-                        if flat_scores[base + b * num_classes + c] > score_threshold]
+                ids = base + np.arange(count) * num_classes + c
+                cand = ids[flat_scores[ids] > score_threshold].tolist()
                 result += nms_single_class(flat_scores, boxes_of, cand, max_detections, discard)
             result = sort_by_score(result, flat_scores)
             if 0 <= max_detections < len(result):
@@ -379,7 +378,8 @@ class GenerateProposals(Operation):
             xc = boxes[:, 0] + bw / _F32(2)
             yc = boxes[:, 1] + bh / _F32(2)
             ok = (bw > min_size) & (bh > min_size) & (xc < info[b, 1]) & (yc < info[b, 0])
-            select = [k for k in select if ok[k]]
+            select = np.asarray(select, np.int64)
+            select = select[ok[select]].tolist()
             kept = nms_single_class(sc, lambda ind, boxes=boxes: boxes[np.asarray(ind)], select, post_nms,
                                     hard_discard(sc, lambda ind, boxes=boxes: boxes[np.asarray(ind)], iou_threshold))
             out_scores.append(sc[kept])
@@ -463,7 +463,8 @@ class DetectionPostprocessing(Operation):
                     return boxes[np.asarray(ind) // nc]
                 selected: list[int] = []
                 for c in range(1, nc):
-                    cand = [a * nc + c for a in range(na) if flat[a * nc + c] > score_threshold]
+                    ids = np.arange(na) * nc + c
+                    cand = ids[flat[ids] > score_threshold].tolist()
                     selected += nms_single_class(flat, boxes_of, cand, max_det_per_class,
                                                  hard_discard(flat, boxes_of, iou_threshold))
                 selected = sort_by_score(selected, flat)[:max_det]
@@ -480,7 +481,7 @@ class DetectionPostprocessing(Operation):
 
                 def boxes_of(ind):
                     return boxes[np.asarray(ind)]
-                cand = [a for a in range(na) if max_scores[a] > score_threshold]
+                cand = np.nonzero(max_scores > score_threshold)[0].tolist()
                 kept = nms_single_class(max_scores, boxes_of, cand, max_det,
                                         hard_discard(max_scores, boxes_of, iou_threshold))
                 pos = 0
