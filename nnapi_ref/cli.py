@@ -49,7 +49,8 @@ def cmd_ops(args) -> int:
             continue
         by_level: dict[int, set[str]] = {}
         for sig in impl.signatures:
-            main = sig.inputs[0] if sig.inputs else (sig.outputs[0] if sig.outputs else None)
+            # The data type: the first input whose type an output has (EMBEDDING_LOOKUP's values, not its indexes).
+            main = next((t for t in sig.inputs if t in sig.outputs), sig.inputs[0] if sig.inputs else None)
             by_level.setdefault(sig.level, set()).add(type_name(main) if main is not None else "-")
         levels = "; ".join(f"{level}: {', '.join(sorted(types))}" for level, types in sorted(by_level.items()))
         print(f"{code.value:4d} {code.name:32s} {levels}")

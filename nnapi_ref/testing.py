@@ -91,7 +91,10 @@ def run_operation(code: OperationCode, inputs: Sequence[Operand], outputs: Seque
         execution.set_input(n, np.ascontiguousarray(inputs[i].value))
     buffers = []
     for n, o in enumerate(outputs):
-        size = int(np.prod(o.dims)) if o.dims and 0 not in o.dims else None
+        if o.type in SCALAR_TYPES:
+            size = 1
+        else:
+            size = int(np.prod(o.dims)) if o.dims and 0 not in o.dims else None
         buffers.append(np.zeros(size if size is not None else 1 << 16, DTYPES[o.type]))
         execution.set_output(n, buffers[-1])
     execution.compute()

@@ -44,6 +44,28 @@ def validate_for_driver(model: hal.Model) -> int:
         raise hal_error(e) from None
 
 
+class _ValidatedModels:
+    """The last few models this driver validated, by identity: the runtime hands the same model
+    to the supported-operations query and to prepare. (A caller that mutates a model in place
+    after handing it over breaks the HAL's contract; VTS mutates copies.)"""
+
+    SIZE = 8
+
+    def __init__(self):
+        self._entries: list[tuple[hal.Model, int]] = []
+        self._lock = threading.Lock()
+
+    def level(self, model: hal.Model) -> int:
+        with self._lock:
+            for known, level in self._entries:
+                if known is model:
+                    return level
+        level = validate_for_driver(model)
+        with self._lock:
+            self._entries = [(model, level)] + self._entries[:self.SIZE - 1]
+        return level
+
+
 def _deadline_passed(deadline_ns: int | None) -> bool:
     return deadline_ns is not None and time.monotonic_ns() > deadline_ns
 
@@ -62,6 +84,7 @@ class ReferenceDevice(hal.Device):
             relaxed_float32_to_float16_performance_tensor=info,
             operand_performance=[(code, info) for code in sorted(set(DTYPES) - {OperandCode.SUBGRAPH})],
             if_performance=info, while_performance=info)
+        self._validated = _ValidatedModels()
         self._buffers: dict[int, ReferenceBuffer] = {}
         self._tokens = itertools.count(1)
         self._lock = threading.Lock()
@@ -86,7 +109,7 @@ class ReferenceDevice(hal.Device):
         return (1, 1)
 
     def get_supported_operations(self, model: hal.Model) -> list[bool]:
-        validate_for_driver(model)
+        self._validated.level(model)
         return [self._supports(model, model.main, operation) for operation in model.main.operations]
 
     def _supports(self, model: hal.Model, sg: hal.Subgraph, operation: hal.Operation) -> bool:
@@ -107,7 +130,7 @@ class ReferenceDevice(hal.Device):
     def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
         if _deadline_passed(deadline_ns):
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed")
-        level = validate_for_driver(model)
+        level = self._validated.level(model)
         unsupported = sorted({op.type.name for sg in [model.main] + model.referenced for op in sg.operations
                               if ops.get(op.type) is None})
         if unsupported:

@@ -24,7 +24,9 @@ QUANT_RANGE = {
 
 
 def round_half_away(x):
-    """std::round: halves away from zero (numpy's round goes to even)."""
+    """std::round: halves away from zero (numpy's round goes to even). Computed in float64, where
+    adding 0.5 to any float32 value is exact (in float32, 0.49999997 + 0.5 rounds up to 1)."""
+    x = np.asarray(x, np.float64)
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
