@@ -19,6 +19,8 @@ the pooling operations.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..types import FuseCode, PaddingCode
@@ -268,19 +270,78 @@ def check_quant_conv(name: str, inp, flt, bias, out, channel_dim: int, n_channel
     check(out.scale > 0, f"{name}: output scale must be > 0, got {out.scale}")
 
 
+# Largest requantization table (entries over all channels) worth building.
+LUT_LIMIT = 1 << 20
+
+
+@functools.lru_cache(maxsize=512)
+def _requant_table(mult_bytes: bytes, shift_bytes: bytes, zero_point: int, lo: int, hi: int, dtype: str):
+    """The clamped requantization q(a) = clip(requantize(a) + zero_point, lo, hi) as a table.
+
+    q is non-decreasing in a, so it is constant (lo, resp. hi) below a_lo, resp. above a_hi;
+    the table holds q over [a_lo, a_hi] per channel, each channel at offset c * stride. Returns
+    (flat table, a_lo per channel, stride, span per channel) or None when too large."""
+    mult = np.frombuffer(mult_bytes, np.int64)
+    shift = np.frombuffer(shift_bytes, np.int64)
+    real = mult.astype(np.float64) * np.exp2(shift.astype(np.float64) - 31)
+    if np.any(real <= 0):
+        return None
+    a_lo = np.floor((lo - zero_point - 1) / real) - 2
+    a_hi = np.ceil((hi - zero_point + 1) / real) + 2
+    if a_lo.min() < -2.0 ** 31 or a_hi.max() >= 2.0 ** 31:
+        return None
+    span = (a_hi - a_lo).astype(np.int64)
+    stride = int(span.max()) + 1
+    if stride * len(mult) > LUT_LIMIT:
+        return None
+    a_lo = a_lo.astype(np.int64)
+    grid = a_lo[:, None] + np.arange(stride, dtype=np.int64)[None, :]
+    q = requantize(grid.copy(), mult[:, None], shift[:, None]) + zero_point
+    ends = np.stack([q[np.arange(len(mult)), 0], q[np.arange(len(mult)), span]], 1)
+    if np.any(ends[:, 0] > lo) or np.any(ends[:, 1] < hi):
+        return None  # the estimate of the saturation points missed: use the direct path
+    table = np.clip(q, lo, hi).astype(dtype).reshape(-1)
+    return table, a_lo, stride, span
+
+
 def finish_quant(acc: np.ndarray, bias: np.ndarray, mult, shift, out, fuse: int,
                  bound: float | None = None) -> np.ndarray:
-    """int64 accumulator (..., C) + int32 bias -> requantized, offset, clamped output (may overwrite
-    ``acc``). ``bound`` bounds |accumulator| when known: no int32 wrap-around is then possible."""
-    bias = bias.astype(np.int64)
-    acc += bias
-    if bound is None or bound + float(np.abs(bias).max(initial=0)) >= 2.0 ** 31:
-        acc = wrap_int32(acc)
-    q = requantize(acc, mult, shift)
+    """Accumulator (..., C) holding integers (int or exact float) + int32 bias -> requantized,
+    offset, clamped output (may overwrite ``acc``). ``bound`` bounds |accumulator| when known:
+    no int32 wrap-around is then possible and the table path can be used."""
     lo, hi = activation_range_quant(fuse, out)
+    dtype = DTYPES[out.type]
+    bias = bias.astype(np.int64)
+    n_ch = acc.shape[-1] if acc.ndim else 1
+    mult = np.broadcast_to(np.asarray(mult, np.int64), (n_ch,)) if np.size(mult) > 1 else np.asarray(mult, np.int64).reshape(1)
+    shift = np.broadcast_to(np.asarray(shift, np.int64), (n_ch,)) if np.size(shift) > 1 else np.asarray(shift, np.int64).reshape(1)
+    max_bias = float(np.abs(bias).max(initial=0))
+    if bound is not None and bound + max_bias < 2.0 ** 31:
+        lut = _requant_table(np.ascontiguousarray(mult).tobytes(), np.ascontiguousarray(shift).tobytes(),
+                             int(out.zero_point), int(lo), int(hi), np.dtype(dtype).str)
+        if lut is not None:
+            table, a_lo, stride, span = lut
+            per_channel = len(a_lo) > 1
+            base = np.arange(n_ch, dtype=np.int64) * stride if per_channel else 0
+            offset = bias - a_lo + base  # index of accumulator value a in channel c: a + offset[c]
+            top = base + span
+            exact_limit = 2.0 ** 24 if acc.dtype == np.float32 else 2.0 ** 31
+            if bound + float(np.abs(offset).max(initial=0)) < exact_limit and acc.dtype in (np.float32, np.float64,
+                                                                                             np.int32, np.int64):
+                if not acc.flags.writeable:
+                    acc = acc.copy()
+                acc += offset.astype(acc.dtype)
+                np.clip(acc, base, top, out=acc)
+                return table.take(acc.astype(np.int32) if acc.dtype.kind == "f" else acc)
+    acc = acc.astype(np.int64)
+    acc += bias
+    if bound is None or bound + max_bias >= 2.0 ** 31:
+        acc = wrap_int32(acc)
+    q = requantize(acc, mult if n_ch > 1 and mult.size > 1 else mult.reshape(()),
+                   shift if n_ch > 1 and shift.size > 1 else shift.reshape(()))
     q += out.zero_point
     np.clip(q, lo, hi, out=q)
-    return q.astype(DTYPES[out.type])
+    return q.astype(dtype)
 
 
 def float_activation(acc: np.ndarray, fuse: int, out) -> np.ndarray:
@@ -293,6 +354,28 @@ def float_activation(acc: np.ndarray, fuse: int, out) -> np.ndarray:
 
 def float_dtype(work: int):
     return np.float64 if work < SMALL_FLOAT_WORK else np.float32
+
+
+def quant_magnitudes(inp, flt) -> tuple[int, int]:
+    """Largest |value - zero point| of a quantized input and filter (bounds the accumulator)."""
+    x, w = inp.value, flt.value
+    if x.size == 0 or w.size == 0:
+        return 0, 0
+    zx = inp.zero_point
+    zw = 0 if flt.type == PC else flt.zero_point
+    mx = max(abs(int(x.max()) - zx), abs(int(x.min()) - zx))
+    mw = max(abs(int(w.max()) - zw), abs(int(w.min()) - zw))
+    return mx, mw
+
+
+def accumulator_type(call: Call, reduction: int, float_work: int):
+    """(dtype, bound) for a matmul-based convolution accumulating ``reduction`` products:
+    quantized operands use float32 where every partial sum is exact (< 2**24), else float64."""
+    if call.ins[0].type in QUANT8:
+        mx, mw = quant_magnitudes(call.ins[0], call.ins[1])
+        bound = float(reduction) * mx * mw
+        return (np.float32 if bound < 2.0 ** 24 else np.float64), bound
+    return float_dtype(float_work), None
 
 
 def operand_values(inp, flt, dtype):
@@ -308,14 +391,12 @@ def operand_values(inp, flt, dtype):
     return inp.value.astype(dtype, copy=False), flt.value.astype(dtype, copy=False)
 
 
-def finish(acc: np.ndarray, call: Call, fuse: int, n_channels: int, reduction: int | None = None) -> np.ndarray:
+def finish(acc: np.ndarray, call: Call, fuse: int, n_channels: int, bound: float | None = None) -> np.ndarray:
     """Accumulator (N, OH, OW, C) -> output values of the output's type (NHWC); may overwrite
-    ``acc``. ``reduction`` is the number of products summed per output (bounds the accumulator)."""
+    ``acc``. ``bound`` bounds the quantized accumulator's magnitude (before bias)."""
     inp, flt, bias, out = call.ins[0], call.ins[1], call.ins[2], call.outs[0]
     if inp.type in QUANT8:
         mult, shift = output_multipliers(inp, flt, out, n_channels)
-        acc = acc.astype(np.int64)  # exact: the accumulator holds integers
-        bound = None if reduction is None else reduction * 255.0 * 255.0
         return finish_quant(acc, bias.value, mult, shift, out, fuse, bound)
     if acc.dtype != np.float32 or not acc.flags.writeable or not acc.flags.c_contiguous:
         acc = acc.astype(np.float32)
@@ -425,12 +506,11 @@ class Conv2D(_Conv):
 
     def execute(self, call: Call):
         p, (n, h, w, c), (kh, kw), (oh, ow), c_out = self.geometry(call)
-        quant = call.ins[0].type in QUANT8
-        dtype = np.float64 if quant else float_dtype(n * oh * ow * c_out * kh * kw * c)
+        dtype, bound = accumulator_type(call, kh * kw * c, n * oh * ow * c_out * kh * kw * c)
         x, wt = operand_values(call.ins[0], call.ins[1], dtype)
         x = to_nhwc(x, p.nchw)
         acc = conv2d_nhwc(x, wt, p, kh, kw, oh, ow)
-        return [from_nhwc(finish(acc, call, p.fuse, c_out, kh * kw * c), p.nchw)]
+        return [from_nhwc(finish(acc, call, p.fuse, c_out, bound), p.nchw)]
 
 
 def conv2d_nhwc(x, wt, p: Spatial, kh, kw, oh, ow, groups: int = 1) -> np.ndarray:
@@ -481,8 +561,11 @@ class DepthwiseConv2D(_Conv):
         p, (n, h, w, c), (kh, kw), (oh, ow), c_out = self.geometry(call)
         inp = call.ins[0]
         quant = inp.type in QUANT8
+        bound = None
         if quant:
-            dtype = np.int64 if kh * kw * 255 * 255 >= (1 << 31) else np.int32
+            mx, mw = quant_magnitudes(inp, call.ins[1])
+            bound = float(kh * kw) * mx * mw
+            dtype = np.int64 if bound >= 2.0 ** 31 else np.int32
         else:
             dtype = np.float32  # accumulated tap by tap in float32, as NNAPI's CPU implementation does
         x, wt = operand_values(inp, call.ins[1], dtype)
@@ -491,7 +574,7 @@ class DepthwiseConv2D(_Conv):
         if mult > 1:
             x = np.repeat(x, mult, axis=3)
         acc = depthwise_nhwc(x, wt[0], p, oh, ow)
-        return [from_nhwc(finish(acc, call, p.fuse, c_out, kh * kw), p.nchw)]
+        return [from_nhwc(finish(acc, call, p.fuse, c_out, bound), p.nchw)]
 
 
 def depthwise_nhwc(x, wt, p: Spatial, oh, ow):
@@ -531,13 +614,12 @@ class GroupedConv2D(_Conv):
 
     def execute(self, call: Call):
         p, (n, h, w, c), (kh, kw), (oh, ow), c_out = self.geometry(call)
-        quant = call.ins[0].type in QUANT8
         groups = int(p.extra[0])
-        dtype = np.float64 if quant else float_dtype(n * oh * ow * c_out * kh * kw * c // groups)
+        dtype, bound = accumulator_type(call, kh * kw * c // groups, n * oh * ow * c_out * kh * kw * c // groups)
         x, wt = operand_values(call.ins[0], call.ins[1], dtype)
         x = to_nhwc(x, p.nchw)
         acc = conv2d_nhwc(x, wt, p, kh, kw, oh, ow, groups=groups)
-        return [from_nhwc(finish(acc, call, p.fuse, c_out, kh * kw * c // groups), p.nchw)]
+        return [from_nhwc(finish(acc, call, p.fuse, c_out, bound), p.nchw)]
 
 
 def _transpose_signatures():
@@ -610,8 +692,8 @@ class TransposeConv2D(Operation):
 
     def execute(self, call: Call):
         p, (n, h, w, c), (kh, kw), (oh, ow), c_out = self.geometry(call)
-        quant = call.ins[0].type in QUANT8
-        dtype = np.float64 if quant else float_dtype(n * h * w * c_out * kh * kw * c)
+        # Each output sums at most KH*KW*C products.
+        dtype, bound = accumulator_type(call, kh * kw * c, n * h * w * c_out * kh * kw * c)
         x, wt = operand_values(call.ins[0], call.ins[1], dtype)
         x = to_nhwc(x, p.nchw)
         sh, sw = p.stride_h, p.stride_w
@@ -626,4 +708,4 @@ class TransposeConv2D(Operation):
             for kx in range(kw):
                 full[:, ky:ky + (h - 1) * sh + 1:sh, kx:kx + (w - 1) * sw + 1:sw, :] += cols[:, :, :, ky, kx, :]
         acc = full[:, top:top + oh, left:left + ow, :]
-        return [from_nhwc(finish(acc, call, p.fuse, c_out, kh * kw * c), p.nchw)]
+        return [from_nhwc(finish(acc, call, p.fuse, c_out, bound), p.nchw)]

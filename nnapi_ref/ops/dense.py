@@ -10,8 +10,8 @@ import numpy as np
 
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from .common import apply_activation, broadcast_shape, check_fuse_code
-from .convolution import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype, quantize_multipliers,
-                          requantize, wrap_int32)
+from .convolution import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype, quant_magnitudes,
+                          quantize_multipliers, requantize, wrap_int32)
 
 F32, F16, Q8, S8, I32, BOOL, TI32 = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
                                     T.TENSOR_QUANT8_ASYMM_SIGNED, T.INT32, T.BOOL, T.TENSOR_INT32)
@@ -50,16 +50,19 @@ class FullyConnected(Operation):
         num_units, input_size = wts.shape
         fuse = fuse.scalar()
         if inp.type in QUANT8:
-            x = inp.value.reshape(-1, input_size).astype(np.float64)
+            mx, mw = quant_magnitudes(inp, wts)
+            bound = float(input_size) * mx * mw
+            dtype = np.float32 if bound < 2.0 ** 24 else np.float64
+            x = inp.value.reshape(-1, input_size).astype(dtype)
             if inp.zero_point:
                 x -= inp.zero_point
-            w = wts.value.astype(np.float64)
+            w = wts.value.astype(dtype)
             if wts.zero_point:
                 w -= wts.zero_point
-            acc = (x @ w.T).astype(np.int64)
+            acc = x @ w.T
             real = float(np.float32(inp.scale) * np.float32(wts.scale)) / float(np.float32(out.scale))
             mult, shift = quantize_multipliers(real)
-            return [finish_quant(acc, bias.value, mult, shift, out, fuse, input_size * 255.0 * 255.0)]
+            return [finish_quant(acc, bias.value, mult, shift, out, fuse, bound)]
         dtype = float_dtype(inp.value.size * num_units)
         x = inp.value.reshape(-1, input_size).astype(dtype, copy=False)
         acc = (x @ wts.value.astype(dtype, copy=False).T).astype(np.float32)
