@@ -16,6 +16,9 @@ from .types import DTYPES, Lifetime, OperandCode, OperationCode, ResultCode
 from .vectors import TestModel
 
 MODES = ("sync", "async", "burst", "fenced")
+# A model that must fail only has to fail: an infinite WHILE loop need not run for NNAPI's
+# default 2 s loop timeout before it does.
+EXPECT_FAILURE_LOOP_TIMEOUT_NS = 100_000_000
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
 
 
@@ -89,6 +92,8 @@ def supports_dynamic_outputs(model: HalModel) -> bool:
 def execute(compilation: Compilation, test: TestModel, mode: str = "sync") -> tuple[list[np.ndarray], list[tuple]]:
     """Run ``test``'s inputs through ``compilation``; return the outputs and their dimensions."""
     execution = Execution(compilation)
+    if test.expect_failure:
+        execution.set_loop_timeout(EXPECT_FAILURE_LOOP_TIMEOUT_NS)
     main = test.model.main
     for i, value in enumerate(test.inputs):
         execution.set_input(i, None if value is None else np.ascontiguousarray(value))

@@ -54,7 +54,10 @@ def decode_data(values, code: OperandCode, what: str) -> np.ndarray:
     dtype = DTYPES[code]
     try:
         if code in FLOAT_TYPES:
-            return np.array([float(v) for v in values], np.float64).astype(dtype)
+            try:
+                return np.array(values, np.float64).astype(dtype)
+            except (TypeError, ValueError):  # "NaN" / "Infinity" strings
+                return np.array([float(v) for v in values], np.float64).astype(dtype)
         if dtype == np.bool_:
             return np.array([bool(v) for v in values], np.bool_)
         array = np.array(values, np.int64)
