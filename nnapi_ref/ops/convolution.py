@@ -585,12 +585,13 @@ def depthwise_nhwc(x, wt, p: Spatial, oh, ow):
     sh, sw, dh, dw = p.stride_h, p.stride_w, p.dilation_h, p.dilation_w
     need_h, need_w = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
     xp = padded_window_input(x, top, left, need_h, need_w)
-    acc = np.zeros((n, oh, ow, c), x.dtype)
+    acc = np.multiply(tap_slice(xp, 0, 0, dh, dw, sh, sw, oh, ow), wt[0, 0])
     tmp = np.empty_like(acc)
     for ky in range(kh):
         for kx in range(kw):
-            np.multiply(tap_slice(xp, ky, kx, dh, dw, sh, sw, oh, ow), wt[ky, kx], out=tmp)
-            acc += tmp
+            if ky or kx:
+                np.multiply(tap_slice(xp, ky, kx, dh, dw, sh, sw, oh, ow), wt[ky, kx], out=tmp)
+                acc += tmp
     return acc
 
 
