@@ -332,7 +332,7 @@ def finish_quant(acc: np.ndarray, bias: np.ndarray, mult, shift, out, fuse: int,
                     acc = acc.copy()
                 acc += offset.astype(acc.dtype)
                 np.clip(acc, base, top, out=acc)
-                return table.take(acc.astype(np.int32) if acc.dtype.kind == "f" else acc)
+                return table.take(acc.astype(np.intp))  # intp indices: take's fast path
     acc = acc.astype(np.int64)
     acc += bias
     if bound is None or bound + max_bias >= 2.0 ** 31:
