@@ -11,8 +11,8 @@ accumulator plus bias (wrapped to int32 as the C implementation's int32 accumula
 requantized with NNAPI's fixed-point multiplier: real multiplier = float32(input_scale *
 filter_scale) / output_scale, per output channel for per-channel quantized filters.
 
-Depthwise convolutions loop over kernel taps only: each tap adds a strided slice of the padded
-input times the tap's per-channel weights.
+Depthwise convolutions are one ``einsum`` over a strided view of the padded input's windows (see
+:func:`depthwise_nhwc`).
 
 The spatial-parameter helpers (padding schemes, output sizes, the layout flag) are shared with
 the pooling operations.
@@ -563,11 +563,12 @@ class DepthwiseConv2D(_Conv):
         quant = inp.type in QUANT8
         bound = None
         if quant:
+            # Integer products summed exactly: in float32 while every partial sum is < 2**24.
             mx, mw = quant_magnitudes(inp, call.ins[1])
             bound = float(kh * kw) * mx * mw
-            dtype = np.int64 if bound >= 2.0 ** 31 else np.int32
+            dtype = np.float32 if bound < 2.0 ** 24 else np.float64
         else:
-            dtype = np.float32  # accumulated tap by tap in float32, as NNAPI's CPU implementation does
+            dtype = np.float32  # accumulated in float32, as NNAPI's CPU implementation does
         x, wt = operand_values(inp, call.ins[1], dtype)
         x = to_nhwc(x, p.nchw)
         mult = c_out // c
@@ -578,21 +579,30 @@ class DepthwiseConv2D(_Conv):
 
 
 def depthwise_nhwc(x, wt, p: Spatial, oh, ow):
-    """Sum over kernel taps of a strided slice of the padded input times the tap's weights."""
+    """Depthwise accumulator: per output position and channel, the sum over kernel taps of the
+    padded input times the tap's weight, as one ``einsum`` over a strided view of the windows.
+
+    With a horizontal stride of 1 the width and channel axes of a window row are flattened into
+    one long axis (tap kx is then an offset of kx * dilation * C elements), with the weights tiled
+    along it: einsum's inner loop runs over OW * C elements instead of C."""
     n, h, w, c = x.shape
     kh, kw = wt.shape[0], wt.shape[1]
     left, _, top, _ = p.pads
     sh, sw, dh, dw = p.stride_h, p.stride_w, p.dilation_h, p.dilation_w
     need_h, need_w = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
     xp = padded_window_input(x, top, left, need_h, need_w)
-    acc = np.multiply(tap_slice(xp, 0, 0, dh, dw, sh, sw, oh, ow), wt[0, 0])
-    tmp = np.empty_like(acc)
-    for ky in range(kh):
-        for kx in range(kw):
-            if ky or kx:
-                np.multiply(tap_slice(xp, ky, kx, dh, dw, sh, sw, oh, ow), wt[ky, kx], out=tmp)
-                acc += tmp
-    return acc
+    if not xp.flags.c_contiguous:
+        xp = np.ascontiguousarray(xp)
+    s0, s1, s2, s3 = xp.strides
+    if sw == 1:
+        wins = np.lib.stride_tricks.as_strided(xp, (n, oh, kh, kw, ow * c), (s0, s1 * sh, s1 * dh, s2 * dw, s3),
+                                               writeable=False)
+        tiled = np.tile(wt, (1, 1, ow))  # (KH, KW, OW * C)
+        acc = np.einsum("nyijk,ijk->nyk", wins, tiled)
+        return acc.reshape(n, oh, ow, c)
+    wins = np.lib.stride_tricks.as_strided(xp, (n, oh, ow, kh, kw, c), (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3),
+                                           writeable=False)
+    return np.einsum("nyxijc,ijc->nyxc", wins, wt)
 
 
 @register
