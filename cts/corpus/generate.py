@@ -770,6 +770,121 @@ def gen_space():
           [O(T(F32), x.reshape(1, 3, 2, 2).transpose(0, 2, 1, 3).reshape(1, 6, 2))])
 
 
+# == reductions, arg ops, casts, lookups ==========================================================
+
+def gen_reductions():
+    family("reductions")
+    rng = np.random.default_rng(7)
+    for t, rel in movement_types("MEAN"):
+        x = t.rt(rnd((2, 3, 2), rng=rng))
+        model(f"mean_{tname(t.code, rel)}", "MEAN", [I(t, x), ci32([1]), i32(0)], [O(t, x.mean(axis=1))],
+              relaxed=rel, types=[t.code])
+    x = rnd((2, 3, 2), rng=rng)
+    model("mean_float32_keepdims_neg_axes", "MEAN", [I(T(F32), x), ci32([-1, 0]), i32(1)],
+          [O(T(F32), x.mean(axis=(0, 2), keepdims=True))], at_least=28)
+    fns = {"REDUCE_SUM": np.sum, "REDUCE_PROD": np.prod, "REDUCE_MAX": np.max, "REDUCE_MIN": np.min}
+    for op, fn in fns.items():
+        for t, rel in movement_types(op):
+            x = t.rt(rnd((2, 3), -2, 2, rng=rng))
+            model(f"{op.lower()}_{tname(t.code, rel)}", op, [I(t, x), ci32([1]), bsc(False)], [O(t, fn(x, axis=1))],
+                  relaxed=rel, types=[t.code])
+        x = rnd((2, 2, 2), -2, 2, rng=rng)
+        model(f"{op.lower()}_float32_keepdims", op, [I(T(F32), x), ci32([0, -1]), bsc(True)],
+              [O(T(F32), fn(x, axis=(0, 2), keepdims=True))])
+    b = np.array([[True, False, True], [True, True, True]])
+    for op, fn in (("REDUCE_ALL", np.all), ("REDUCE_ANY", np.any)):
+        model(f"{op.lower()}_bool8", op, [I(T(B8), b), ci32([1]), bsc(False)], [O(T(B8), fn(b, axis=1))])
+        model(f"{op.lower()}_bool8_axis0_keep", op, [I(T(B8), b), ci32([0]), bsc(True)],
+              [O(T(B8), fn(b, axis=0, keepdims=True))])
+    for op, fn in (("ARGMAX", np.argmax), ("ARGMIN", np.argmin)):
+        for t, rel in movement_types(op):
+            x = np.array([[1.0, 3.5, -2.0, 0.5], [-1.5, 0.0, 2.0, 4.0], [2.5, -3.0, 1.5, -0.5]])
+            if t.code == I32:
+                x = x * 2
+            model(f"{op.lower()}_{tname(t.code, rel)}", op, [I(t, x), i32(1)], [O(T(I32), fn(x, axis=1))],
+                  relaxed=rel, types=[t.code])
+            model(f"{op.lower()}_{tname(t.code, rel)}_axis0", op, [I(t, x), i32(0)], [O(T(I32), fn(x, axis=0))],
+                  relaxed=rel, types=[t.code])
+    for t, rel in movement_types("TOPK_V2"):
+        x = np.array([[1.0, 3.5, -2.0, 0.5, 2.0], [-1.5, 0.0, 2.5, 4.0, -3.0]])
+        order = np.argsort(-x, axis=1, kind="stable")[:, :3]
+        model(f"topk_v2_{tname(t.code, rel)}", "TOPK_V2", [I(t, x), i32(3)],
+              [O(t, np.take_along_axis(x, order, 1)), O(T(I32), order)], relaxed=rel, types=[t.code])
+
+
+def gen_conversions():
+    family("conversions")
+    # CAST: numeric conversion of the stored values (quantization parameters are ignored),
+    # saturating at the output type's range; float -> integer on integral values only.
+    vals = {F32: np.array([1.0, -2.0, 3.0, 100.0, 0.0, 7.0]), F16: np.array([1.0, -2.0, 3.0, 100.0, 0.0, 7.0]),
+            I32: np.array([1, -2, 3, 100, 0, 7]), QA: np.array([1, 0, 3, 100, 255, 7])}
+    for src in (F32, F16, I32, QA):
+        for dst in (F32, F16, I32, QA):
+            ts, td = (T(c, 0.5, 3) if c == QA else T(c) for c in (src, dst))
+            x = vals[src]
+            y = x.astype(np.float64)
+            if dst == QA:
+                y = np.clip(y, 0, 255)
+            model(f"cast_{short(src).lower()}_to_{short(dst).lower()}", "CAST",
+                  [I(ts, stored=x)], [O(td, stored=y)], level=29)
+    # feature level 4: identity casts of the newly allowed types
+    for code, x in ((B8, [True, False, True]), (Q16A, [0, 100, 65535]), (Q16S, [-32768, 5, 32767]),
+                    (QS, [-128, 0, 127]), (Q8S, [-128, 1, 127])):
+        t = tq(code)
+        model(f"cast_{short(code).lower()}_identity", "CAST", [I(t, stored=np.array(x))],
+              [O(t, stored=np.array(x))], level=30)
+    # QUANTIZE: round(x / scale) + zero_point, clamped (values away from .5 ties)
+    x = np.array([-10.3, -1.2, 0.0, 0.7, 3.3, 60.2, 100.0, -70.0])
+    for src, dst, lv in ((F32, QA, 29), (F16, QA, 29), (F32, QS, 30), (F16, QS, 30)):
+        to = T(dst, 0.5, 120 if dst == QA else -3)
+        model(f"quantize_{short(src).lower()}_to_{short(dst).lower()}", "QUANTIZE", [I(T(src), x)],
+              [O(to, T(src).rt(x))], level=lv)
+    # DEQUANTIZE: (q - zero_point) * scale
+    for src, dst, lv in ((QA, F32, 27), (QA, F16, 29), (Q8S, F32, 29), (Q8S, F16, 29), (QS, F32, 30),
+                         (QS, F16, 30)):
+        ti = T(src, 0.25, 0 if src == Q8S else (100 if src == QA else -5))
+        q = np.array([0, 1, 50, 127, -128, -1]) if src != QA else np.array([0, 1, 100, 127, 255, 200])
+        model(f"dequantize_{short(src).lower()}_to_{short(dst).lower()}", "DEQUANTIZE", [I(ti, stored=q)],
+              [O(T(dst), ti.dec(q))], level=lv)
+    model("dequantize_quant8_asymm_relaxed", "DEQUANTIZE", [I(T(QA, 0.5, 10), stored=np.array([0, 10, 20, 255]))],
+          [O(T(F32), [-5.0, 0.0, 5.0, 122.5])], level=28, relaxed=True)
+    scales = [0.5, 0.25, 2.0]
+    tpc = T(QPC, 0.0, 0, (scales, 1))
+    q = np.array([[1, -2, 3], [127, -128, 0]])
+    for dst in (F32, F16):
+        model(f"dequantize_quant8_symm_per_channel_to_{short(dst).lower()}", "DEQUANTIZE", [I(tpc, stored=q)],
+              [O(T(dst), q * np.array(scales))], level=29)
+
+
+def gen_lookups():
+    family("lookups")
+    rng = np.random.default_rng(8)
+    for code in (F32, I32, QA, QS, F16):
+        t = T(I32) if code == I32 else tq(code)
+        values = t.rt(rnd((4, 2, 2), rng=rng))
+        lk = np.array([2, 0, 2])
+        model(f"embedding_lookup_{short(code).lower()}", "EMBEDDING_LOOKUP", [I(T(I32), lk), I(t, values)],
+              [O(t, values[lk])], types=[code])
+    model("embedding_lookup_float32_relaxed", "EMBEDDING_LOOKUP",
+          [I(T(I32), [1]), I(T(F32), [[1.0, 2.0], [3.0, 4.0]])], [O(T(F32), [[3.0, 4.0]])], relaxed=True)
+    # HASHTABLE_LOOKUP: output row i = values[j] where keys[j] == lookups[i], else zeros; hits 1/0
+    for code in (F32, I32, QA):
+        # quant: zero point 0, so "filled with zeros" means the same for stored and real values
+        t = T(I32) if code == I32 else T(code) if code == F32 else T(code, 0.5, 0)
+        keys = np.array([-3, 1, 7, 20])
+        values = t.rt(rnd((4, 2), 0, 4, rng=rng))
+        lk = np.array([7, 2, -3, 20])
+        out = np.zeros((4, 2))
+        hits = np.zeros(4)
+        for i, k in enumerate(lk):
+            if k in keys:
+                out[i] = values[list(keys).index(k)]
+                hits[i] = 1
+        model(f"hashtable_lookup_{short(code).lower()}", "HASHTABLE_LOOKUP",
+              [I(T(I32), lk), I(T(I32), keys), I(t, values)],
+              [O(t, out), O(T(QA, 1.0, 0), hits)], level=27)
+
+
 GENERATORS = [v for k, v in list(globals().items()) if k.startswith("gen_")]
 
 
