@@ -267,6 +267,8 @@ class ReferencePreparedModel(hal.PreparedModel):
             results = executor.run(inputs)
         except NnapiError as e:
             raise hal_error(e) from None
+        except Exception as e:  # an operation choking on its inputs: a failure, never a crash
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"execution failed: {type(e).__name__}: {e}") from None
         device_ns = time.monotonic_ns() - device_start
         shapes = [hal.OutputShape(tuple(r.shape), True) for r in results]
         targets = []
@@ -382,6 +384,7 @@ class ReferencePreparedModel(hal.PreparedModel):
 
     def execute_fenced(self, request, wait_for, measure, deadline_ns, loop_timeout_ns, timeout_after_fence_ns):
         launched = time.monotonic_ns()
+        self._check_outputs_specified(request)
         for fence in wait_for:
             if fence is None:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, "execute_fenced: a null fence")
@@ -406,6 +409,24 @@ class ReferencePreparedModel(hal.PreparedModel):
 
     def configure_execution_burst(self):
         return ReferenceBurst(self)
+
+    def _check_outputs_specified(self, request) -> None:
+        """A fenced execution reports no output shapes: every output must be fully specified
+        (by the model or the request) and not zero-sized."""
+        main = self.model.main
+        for i, arg in enumerate(request.outputs[:len(main.output_indexes)]):
+            operand = main.operands[main.output_indexes[i]]
+            if operand.type in SCALAR_TYPES or arg.lifetime == hal.ArgumentLifetime.NO_VALUE:
+                continue
+            dims = _combine_dims(operand.dimensions, tuple(arg.dimensions))
+            if arg.lifetime == hal.ArgumentLifetime.POOL and 0 <= arg.pool_index < len(request.pools) and \
+                    isinstance(request.pools[arg.pool_index], (int, np.integer)):
+                buffer = self.device._buffers.get(int(request.pools[arg.pool_index]))
+                if buffer is not None and dims is not None:
+                    dims = _combine_dims(dims, buffer.dimensions)
+            if dims is not None and (not dims or 0 in dims):
+                raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                               f"execute_fenced: output {i} has unspecified dimensions {list(dims)}")
 
 
 class ReferenceBurst(hal.Burst):
