@@ -18,9 +18,11 @@ models are computed in full float32.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from .base import Call, Operation, OperationCode, Signature, T, check, register, signatures
+from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register, signatures
 from .common import (QUANT_RANGE, apply_activation, broadcast_shape, check_fuse_code,
                      multiply_by_quantized_multiplier, quantize_multiplier, round_half_away)
 
@@ -81,6 +83,8 @@ class _BinaryWithActivation(Operation):
         a, b, out = call.ins[0], call.ins[1], call.outs[0]
         fuse = call.ins[2].scalar()
         if a.type in QUANT8:
+            if a.value.size + b.value.size >= PAIR_TABLE_MIN_SIZE:
+                return [self.quantized_by_table(a, b, out, fuse)]
             return [apply_activation(self.quantized(a, b, out), fuse, out)]
         if a.type == T.TENSOR_INT32:
             return [self.integer(a.value, b.value)]
@@ -96,6 +100,40 @@ class _BinaryWithActivation(Operation):
 
     def quantized(self, a, b, out) -> np.ndarray:
         raise NotImplementedError
+
+    def quantized_by_table(self, a, b, out, fuse: int) -> np.ndarray:
+        """The quantized result looked up in a table of all 256 x 256 pairs of input values,
+        built with :meth:`quantized` (so identical by construction)."""
+        table = _pair_table(self, a.type, float(a.scale), int(a.zero_point), b.type, float(b.scale),
+                            int(b.zero_point), out.type, float(out.scale), int(out.zero_point), int(fuse))
+        x, y = a.value, b.value
+        if x.dtype == np.int8:
+            x, y = x.view(np.uint8), y.view(np.uint8)
+        index = x.astype(np.intp)
+        index <<= 8
+        if index.shape == np.broadcast_shapes(x.shape, y.shape):
+            index |= y
+        else:
+            index = index | y
+        return table.take(index)
+
+
+# Quantized binary operations on at least this many elements (both inputs) use a pair table.
+PAIR_TABLE_MIN_SIZE = 4096
+
+
+@functools.lru_cache(maxsize=64)
+def _pair_table(op, a_type, a_scale, a_zp, b_type, b_scale, b_zp, out_type, out_scale, out_zp, fuse):
+    """op's quantized result for every pair of 8-bit input values, indexed by
+    (byte(a) << 8) | byte(b) (int8 values as their two's complement bytes)."""
+    dtype = np.int8 if a_type == T.TENSOR_QUANT8_ASYMM_SIGNED else np.uint8
+    values = np.arange(256, dtype=np.uint8).view(dtype)
+    grid_a = np.repeat(values, 256).reshape(256, 256)
+    grid_b = np.tile(values, 256).reshape(256, 256)
+    a = Arg(a_type, grid_a.shape, a_scale, a_zp, None, grid_a)
+    b = Arg(b_type, grid_b.shape, b_scale, b_zp, None, grid_b)
+    out = Arg(out_type, grid_a.shape, out_scale, out_zp)
+    return apply_activation(op.quantized(a, b, out), fuse, out).reshape(-1)
 
 
 def add_sub_quantized(a, b, out, sign: int) -> np.ndarray:
