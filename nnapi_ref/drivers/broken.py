@@ -1,0 +1,252 @@
+"""Deliberately broken drivers: the reference driver with one fault each, for testing the suite
+itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.drivers.broken:<name>``.
+
+========================  ==================================================================
+``wrong_add_quant8``      ADD with a TENSOR_QUANT8_ASYMM output: every other element off by
+                          ``ADD_QUANT8_ERROR`` (2, beyond the +-1 quant8 tolerance);
+                          ``wrong_add_quant8_by_one`` is the same fault off by 1, which the
+                          quant8 tolerance cannot tell from a rounding difference
+``off_by_one_rounding``   AVERAGE_POOL_2D on quant8 types rounds the average down (truncation)
+                          instead of to nearest: 1 LSB low wherever the fraction is >= 1/2.
+                          Within the +-1 quant8 tolerance on its own; caught only where a
+                          later operation amplifies it (a requantization to a finer scale)
+``float16_arithmetic``    every TENSOR_FLOAT32 operation computes in float16 (inputs and
+                          outputs rounded to float16), relaxed model or not
+``wrong_output_shape``    CONV_2D: reports its model outputs' shapes with the dimensions of
+                          size 1 dropped (the data is right)
+``accepts_invalid_model`` no model validation: get_supported_operations and prepare_model
+                          accept what they should reject with INVALID_ARGUMENT
+``bad_timing``            measured timing has time on device > time in driver
+========================  ==================================================================
+
+Each fault is a wrapper around the reference implementation: a prepared model whose execution
+plans use a wrapped operation in place of the registry's (the global registry is not touched), or
+an override of one reference driver method.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import hal
+from ..ops.base import Arg, Call
+from ..types import OperandCode as T, OperationCode
+from .reference import ReferenceDevice, ReferencePreparedModel
+
+ADD_QUANT8_ERROR = 2
+QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+class _WrappedOperation:
+    """An operation implementation with a fault: ``fault(call, outputs)`` returns the outputs;
+    ``inputs(call)``, if given, changes the call first."""
+
+    def __init__(self, impl, fault, inputs=None):
+        self._impl = impl
+        self._fault = fault
+        self._inputs = inputs
+
+    def infer(self, call):
+        return self._impl.infer(call)
+
+    def execute(self, call):
+        if self._inputs is not None:
+            call = self._inputs(call)
+        return self._fault(call, self._impl.execute(call))
+
+    def __getattr__(self, name):
+        return getattr(self._impl, name)
+
+
+class BrokenDevice(ReferenceDevice):
+    """The reference driver with one fault. Subclasses set ``FAULT`` and override
+    :meth:`operation_fault` (a fault in some operations) or :meth:`wrap_prepared`."""
+
+    FAULT = "none"
+
+    def __init__(self):
+        super().__init__(name=f"nnts-broken-{self.FAULT}")
+
+    def get_version_string(self) -> str:
+        return f"nnts broken driver ({self.FAULT})"
+
+    def operation_fault(self, code: OperationCode, impl):
+        """The implementation to use for operations of type ``code`` (``impl``: the reference's)."""
+        return impl
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        prepared = super().prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
+        for plan in prepared.plans:  # this prepared model's own plans: the registry stays as it is
+            for step in plan.steps:
+                step.impl = self.operation_fault(step.code, step.impl)
+        return self.wrap_prepared(prepared)
+
+    def wrap_prepared(self, prepared: ReferencePreparedModel) -> ReferencePreparedModel:
+        return prepared
+
+
+# -- wrong_add_quant8 ---------------------------------------------------------------------------
+
+class WrongAddQuant8(BrokenDevice):
+    FAULT = "wrong_add_quant8"
+    ERROR = ADD_QUANT8_ERROR
+
+    def operation_fault(self, code, impl):
+        if code != OperationCode.ADD:
+            return impl
+
+        def fault(call: Call, outputs):
+            if call.outs[0].type != T.TENSOR_QUANT8_ASYMM:
+                return outputs
+            out = np.array(outputs[0], np.int32).reshape(-1)
+            every_other = np.arange(out.size) % 2 == 0
+            # Off by ERROR, away from the end of the range so the error always shows.
+            out[every_other] = np.where(out[every_other] + self.ERROR <= 255, out[every_other] + self.ERROR,
+                                        out[every_other] - self.ERROR)
+            return [out.astype(np.uint8).reshape(np.shape(outputs[0]))] + list(outputs[1:])
+        return _WrappedOperation(impl, fault)
+
+
+class WrongAddQuant8ByOne(WrongAddQuant8):
+    FAULT = "wrong_add_quant8_by_one"
+    ERROR = 1
+
+
+# -- off_by_one_rounding ------------------------------------------------------------------------
+
+class OffByOneRounding(BrokenDevice):
+    """AVERAGE_POOL_2D (quant8): the average is truncated instead of rounded to nearest.
+
+    The exact average comes from the float32 implementation of the same operation on the
+    dequantized input; the faulty result is floor(average / scale) + zero point, kept within one
+    LSB of the correct result (so only the rounding is wrong)."""
+
+    FAULT = "off_by_one_rounding"
+
+    def operation_fault(self, code, impl):
+        if code != OperationCode.AVERAGE_POOL_2D:
+            return impl
+
+        def fault(call: Call, outputs):
+            source, out = call.ins[0], call.outs[0]
+            if out.type not in QUANT8:
+                return outputs
+            real = Arg(T.TENSOR_FLOAT32, source.shape, value=source.dequantize().astype(np.float32))
+            float_call = Call([real] + list(call.ins[1:]), [Arg(T.TENSOR_FLOAT32, out.shape)], call.relaxed,
+                              call.runner)
+            average = np.asarray(impl.execute(float_call)[0], np.float64)
+            truncated = np.floor(average / out.scale + 1e-9) + out.zero_point
+            correct = np.asarray(outputs[0], np.int32)
+            wrong = np.clip(truncated, correct - 1, correct).astype(outputs[0].dtype)
+            return [wrong] + list(outputs[1:])
+        return _WrappedOperation(impl, fault)
+
+
+# -- float16_arithmetic -------------------------------------------------------------------------
+
+def _to_float16(value):
+    return None if value is None else np.asarray(value).astype(np.float16).astype(np.float32)
+
+
+class Float16Arithmetic(BrokenDevice):
+    """TENSOR_FLOAT32 operations compute in float16 (as if every model were relaxed): their
+    float32 inputs and outputs are rounded to float16."""
+
+    FAULT = "float16_arithmetic"
+
+    def operation_fault(self, code, impl):
+        if code in (OperationCode.IF, OperationCode.WHILE):
+            return impl
+        return _WrappedOperation(impl, self._round_outputs, self._round_inputs)
+
+    @staticmethod
+    def _round_inputs(call: Call) -> Call:
+        ins = [Arg(a.type, a.shape, a.scale, a.zero_point, a.channel_quant, _to_float16(a._value), a.omitted)
+               if a.type == T.TENSOR_FLOAT32 and a._value is not None else a for a in call.ins]
+        return Call(ins, call.outs, call.relaxed, call.runner)
+
+    @staticmethod
+    def _round_outputs(call: Call, outputs):
+        return [_to_float16(o) if a.type == T.TENSOR_FLOAT32 else o for a, o in zip(call.outs, outputs)]
+
+
+# -- wrong_output_shape -------------------------------------------------------------------------
+
+class _DroppedOnes(ReferencePreparedModel):
+    """Reports the shapes of model outputs written by ``operation`` without their 1s."""
+
+    def __init__(self, prepared: ReferencePreparedModel, operation: OperationCode):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+        main = prepared.model.main
+        produced = {k for op in main.operations if op.type == operation for k in op.outputs}
+        self.affected = [i for i, k in enumerate(main.output_indexes) if k in produced]
+
+    def _run(self, request, measure, deadline_ns, loop_timeout_ns):
+        result = super()._run(request, measure, deadline_ns, loop_timeout_ns)
+        shapes = list(result.output_shapes)
+        for i in self.affected:
+            dims = shapes[i].dimensions
+            if 1 in dims and len(dims) > 1:
+                shapes[i] = hal.OutputShape(tuple(d for d in dims if d != 1) or (1,), shapes[i].is_sufficient)
+        return hal.ExecutionResult(shapes, result.timing)
+
+
+class WrongOutputShape(BrokenDevice):
+    FAULT = "wrong_output_shape"
+    OPERATION = OperationCode.CONV_2D
+
+    def wrap_prepared(self, prepared):
+        return _DroppedOnes(prepared, self.OPERATION)
+
+
+# -- accepts_invalid_model ----------------------------------------------------------------------
+
+class _NoValidation:
+    def level(self, model) -> int:
+        return 0
+
+
+class AcceptsInvalidModel(BrokenDevice):
+    """Never validates a model: the reference's checks are skipped (what its executor happens
+    to reject while preparing is still rejected)."""
+
+    FAULT = "accepts_invalid_model"
+
+    def __init__(self):
+        super().__init__()
+        self._validated = _NoValidation()
+
+
+# -- bad_timing ---------------------------------------------------------------------------------
+
+class _BadTiming(ReferencePreparedModel):
+    def __init__(self, prepared: ReferencePreparedModel):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+
+    def _run(self, request, measure, deadline_ns, loop_timeout_ns):
+        result = super()._run(request, measure, deadline_ns, loop_timeout_ns)
+        if not measure:
+            return result
+        in_driver = result.timing.time_in_driver_ns
+        return hal.ExecutionResult(result.output_shapes, hal.Timing(2 * in_driver + 1000, in_driver))
+
+
+class BadTiming(BrokenDevice):
+    """Reports more time on the device than in the driver (which includes it)."""
+
+    FAULT = "bad_timing"
+
+    def wrap_prepared(self, prepared):
+        return _BadTiming(prepared)
+
+
+# Factories for ``--driver nnapi_ref.drivers.broken:<name>``.
+wrong_add_quant8 = WrongAddQuant8
+wrong_add_quant8_by_one = WrongAddQuant8ByOne
+off_by_one_rounding = OffByOneRounding
+float16_arithmetic = Float16Arithmetic
+wrong_output_shape = WrongOutputShape
+accepts_invalid_model = AcceptsInvalidModel
+bad_timing = BadTiming
+
+ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, OffByOneRounding, Float16Arithmetic,
+                                  WrongOutputShape, AcceptsInvalidModel, BadTiming)}
