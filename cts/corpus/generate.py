@@ -415,7 +415,7 @@ def gen_binary():
             model(f"{op.lower()}_{tname(code, relaxed)}_broadcast", op,
                   [I(t, ra), I(t, rb), i32(act)], [O(out_t, ACT[act](fn(ra, rb)))], relaxed=relaxed)
         # fused activations on float32
-        for act in (2, 3):
+        for act in ((2, 3) if op == "ADD" else (3,)):
             a, b = rnd((4,), rng=rng), rnd((4,), rng=rng)
             model(f"{op.lower()}_float32_act{act}", op, [I(T(F32), a), I(T(F32), b), i32(act)],
                   [O(T(F32), ACT[act](fn(a, b)))])
@@ -572,6 +572,8 @@ def gen_comparisons():
            "LESS": np.less, "LESS_EQUAL": np.less_equal}
     for op, fn in fns.items():
         for code, relaxed in variants(op, extra=(B8,)):
+            if relaxed:
+                continue
             if code == B8:
                 a = np.array([True, True, False, False])
                 b = np.array([True, False, True, False])
@@ -583,7 +585,7 @@ def gen_comparisons():
             a[0] = b  # some equal elements
             model(f"{op.lower()}_{tname(code, relaxed)}", op, [I(t, a), I(t, b)], [O(T(B8), fn(a, b))],
                   relaxed=relaxed, types=[code])
-        for code in (QA, QS):  # differing scales: compare real values
+        for code in ((QA, QS) if op in ("EQUAL", "GREATER") else ()):  # differing scales: compare real values
             ta, tb = T(code, 0.5, 10), T(code, 0.25, -20 if code == QS else 40)
             a = np.array([1.0, 2.0, -1.0, 3.5, 0.0])
             b = np.array([1.0, 1.75, -0.75, 3.75, 0.0])
@@ -608,10 +610,13 @@ def gen_comparisons():
 
 # == data movement / shape ops ====================================================================
 
-def movement_types(op):
-    """(T, relaxed) for data-movement ops: quant types keep their scale / zero point."""
+def movement_types(op, relaxed_too=False):
+    """(T, relaxed) for data-movement ops: quant types keep their scale / zero point. No relaxed
+    variant unless asked: relaxed precision does not matter when values are only moved."""
     out = []
     for code, relaxed in variants(op):
+        if relaxed and not relaxed_too:
+            continue
         out.append((T(I32) if code == I32 else tq(code), relaxed))
     return out
 
@@ -775,7 +780,7 @@ def gen_space():
 def gen_reductions():
     family("reductions")
     rng = np.random.default_rng(7)
-    for t, rel in movement_types("MEAN"):
+    for t, rel in movement_types("MEAN", True):
         x = t.rt(rnd((2, 3, 2), rng=rng))
         model(f"mean_{tname(t.code, rel)}", "MEAN", [I(t, x), ci32([1]), i32(0)], [O(t, x.mean(axis=1))],
               relaxed=rel, types=[t.code])
@@ -784,7 +789,7 @@ def gen_reductions():
           [O(T(F32), x.mean(axis=(0, 2), keepdims=True))], at_least=28)
     fns = {"REDUCE_SUM": np.sum, "REDUCE_PROD": np.prod, "REDUCE_MAX": np.max, "REDUCE_MIN": np.min}
     for op, fn in fns.items():
-        for t, rel in movement_types(op):
+        for t, rel in movement_types(op, op in ("REDUCE_SUM", "REDUCE_PROD")):
             x = t.rt(rnd((2, 3), -2, 2, rng=rng))
             model(f"{op.lower()}_{tname(t.code, rel)}", op, [I(t, x), ci32([1]), bsc(False)], [O(t, fn(x, axis=1))],
                   relaxed=rel, types=[t.code])
@@ -883,6 +888,245 @@ def gen_lookups():
         model(f"hashtable_lookup_{short(code).lower()}", "HASHTABLE_LOOKUP",
               [I(T(I32), lk), I(T(I32), keys), I(t, values)],
               [O(t, out), O(T(QA, 1.0, 0), hits)], level=27)
+
+
+# == convolutions, fully connected, pooling =======================================================
+
+def conv_ref(x, w, b, stride=(1, 1), pads=(0, 0, 0, 0), dil=(1, 1), groups=1):
+    """Naive NHWC convolution. w: [O, kh, kw, C/groups]; pads: (top, bottom, left, right)."""
+    n, h, wd, c = x.shape
+    o, kh, kw, cg = w.shape
+    sh, sw = stride
+    dh, dw = dil
+    t, bt, l, r = pads
+    oh = (h + t + bt - ((kh - 1) * dh + 1)) // sh + 1
+    ow = (wd + l + r - ((kw - 1) * dw + 1)) // sw + 1
+    out = np.zeros((n, oh, ow, o))
+    opg = o // groups
+    for bi in range(n):
+        for yy in range(oh):
+            for xx in range(ow):
+                for oc in range(o):
+                    g = oc // opg
+                    acc = b[oc]
+                    for ky in range(kh):
+                        for kx in range(kw):
+                            iy, ix = yy * sh - t + ky * dh, xx * sw - l + kx * dw
+                            if 0 <= iy < h and 0 <= ix < wd:
+                                for ci in range(cg):
+                                    acc += x[bi, iy, ix, g * cg + ci] * w[oc, ky, kx, ci]
+                    out[bi, yy, xx, oc] = acc
+    return out
+
+
+def same_pads(size, k, stride, dil=1):
+    out = -(-size // stride)
+    total = max((out - 1) * stride + (k - 1) * dil + 1 - size, 0)
+    return total // 2, total - total // 2
+
+
+def conv_types(code):
+    """(input, filter, bias, output) types for a convolution of ``code``."""
+    if code == QA:
+        return T(QA, 0.5, 128), T(QA, 0.25, 128), T(I32, 0.125), T(QA, 0.5, 100)
+    if code == QS:
+        return T(QS, 0.5, -10), T(QS, 0.25, 0), T(I32, 0.125), T(QS, 0.5, 5)
+    t = T(code)
+    return t, t, t, t
+
+
+def gen_conv():
+    family("convolution")
+    rng = np.random.default_rng(9)
+    for code, rel in variants("CONV_2D"):
+        ti, tf, tb, to = conv_types(code)
+        x = ti.rt(rnd((1, 3, 4, 2), -2, 2, rng=rng))
+        w = tf.rt(rnd((3, 2, 2, 2), -1, 1, 0.25, rng=rng))
+        b = tb.rt(rnd((3,), -1, 1, 0.125, rng=rng))
+        y = conv_ref(x, w, b, pads=(0, 1, 1, 0))
+        model(f"conv_2d_{tname(code, rel)}_explicit", "CONV_2D",
+              [I(ti, x), C(tf, w), C(tb, b), i32(1), i32(0), i32(0), i32(1), i32(1), i32(1), i32(0)],
+              [O(to, y)], relaxed=rel, types=[code])
+        # implicit SAME padding, stride 2, RELU
+        pt, pb = same_pads(3, 2, 2)
+        pl, pr = same_pads(4, 2, 2)
+        y = np.maximum(conv_ref(x, w, b, (2, 2), (pt, pb, pl, pr)), 0)
+        model(f"conv_2d_{tname(code, rel)}_same_stride2_relu", "CONV_2D",
+              [I(ti, x), I(tf, w), I(tb, b), i32(1), i32(2), i32(2), i32(1)],
+              [O(to, y)], relaxed=rel, types=[code])
+    # NCHW layout and dilation (feature level 3)
+    x = rnd((1, 4, 4, 1), -2, 2, rng=rng)
+    w = rnd((2, 2, 2, 1), -1, 1, 0.25, rng=rng)
+    b = np.array([0.5, -0.25])
+    y = conv_ref(x, w, b, dil=(2, 2))
+    model("conv_2d_float32_nchw_dilation", "CONV_2D",
+          [I(T(F32), x.transpose(0, 3, 1, 2)), C(T(F32), w), C(T(F32), b), i32(2), i32(1), i32(1), i32(0),
+           bsc(True), i32(2), i32(2)], [O(T(F32), y.transpose(0, 3, 1, 2))], at_least=29)
+    # per-channel quantized filter (feature level 3): bias scale = input scale * channel scale
+    for code in (QA, QS):
+        ti, _, _, to = conv_types(code)
+        sc = [0.25, 0.5, 0.125]
+        tf = T(QPC, 0.0, 0, (sc, 0))
+        x = ti.rt(rnd((1, 2, 3, 2), -2, 2, rng=rng))
+        w = tf.rt(rnd((3, 1, 2, 2), -1, 1, 0.125, rng=rng))
+        b = np.array([0.25, -0.5, 0.0625])
+        bq = np.round(b / (0.5 * np.array(sc)))
+        y = conv_ref(x, w, bq * 0.5 * np.array(sc))
+        model(f"conv_2d_{short(code).lower()}_per_channel", "CONV_2D",
+              [I(ti, x), C(tf, w), C(T(I32), stored=bq), i32(0), i32(0), i32(0), i32(0), i32(1), i32(1), i32(0)],
+              [O(to, y)], level=max(29, LEVELS["CONV_2D"][short(code)]))
+    model("conv_2d_float32_bad_stride", "CONV_2D",
+          [I(T(F32), np.zeros((1, 2, 2, 1))), C(T(F32), np.ones((1, 1, 1, 1))), C(T(F32), [0.0]), i32(2), i32(0),
+           i32(1), i32(0)], [O(T(F32), np.zeros((1, 2, 2, 1)))], fail=True)
+    # DEPTHWISE_CONV_2D: output channel k uses input channel k // multiplier
+    for code, rel in variants("DEPTHWISE_CONV_2D"):
+        ti, tf, tb, to = conv_types(code)
+        x = ti.rt(rnd((1, 3, 3, 2), -2, 2, rng=rng))
+        w = tf.rt(rnd((1, 2, 2, 4), -1, 1, 0.25, rng=rng))
+        b = tb.rt(rnd((4,), -1, 1, 0.125, rng=rng))
+        wg = w[0].transpose(2, 0, 1)[..., None]  # [4, kh, kw, 1], groups = 2 input channels
+        y = conv_ref(x, wg, b, groups=2)
+        model(f"depthwise_conv_2d_{tname(code, rel)}", "DEPTHWISE_CONV_2D",
+              [I(ti, x), C(tf, w), C(tb, b), i32(0), i32(0), i32(0), i32(0), i32(1), i32(1), i32(2), i32(0)],
+              [O(to, y)], relaxed=rel, types=[code])
+        pt, pb = same_pads(3, 2, 1)
+        y = np.clip(conv_ref(x, wg, b, pads=(pt, pb, pt, pb), groups=2), 0, 6)
+        model(f"depthwise_conv_2d_{tname(code, rel)}_same_relu6", "DEPTHWISE_CONV_2D",
+              [I(ti, x), C(tf, w), C(tb, b), i32(1), i32(1), i32(1), i32(2), i32(3)],
+              [O(to, y)], relaxed=rel, types=[code])
+    x = rnd((1, 3, 3, 2), -2, 2, rng=rng)
+    w = rnd((1, 2, 2, 2), -1, 1, 0.25, rng=rng)
+    y = conv_ref(x, w[0].transpose(2, 0, 1)[..., None], np.zeros(2), dil=(2, 1), groups=2)
+    model("depthwise_conv_2d_float32_nchw_dilation", "DEPTHWISE_CONV_2D",
+          [I(T(F32), x.transpose(0, 3, 1, 2)), C(T(F32), w), C(T(F32), [0.0, 0.0]), i32(0), i32(0), i32(0), i32(0),
+           i32(1), i32(1), i32(1), i32(0), bsc(True), i32(1), i32(2)], [O(T(F32), y.transpose(0, 3, 1, 2))],
+          at_least=29)
+    sc = [0.25, 0.5]
+    tf = T(QPC, 0.0, 0, (sc, 3))
+    x = T(QA, 0.5, 128).rt(rnd((1, 2, 2, 2), -2, 2, rng=rng))
+    w = tf.rt(rnd((1, 2, 2, 2), -1, 1, 0.25, rng=rng))
+    bq = np.array([3, -2])
+    y = conv_ref(x, w[0].transpose(2, 0, 1)[..., None], bq * 0.5 * np.array(sc), groups=2)
+    model("depthwise_conv_2d_quant8_asymm_per_channel", "DEPTHWISE_CONV_2D",
+          [I(T(QA, 0.5, 128), x), C(tf, w), C(T(I32), stored=bq), i32(0), i32(0), i32(0), i32(0), i32(1), i32(1),
+           i32(1), i32(0)], [O(T(QA, 0.25, 128), y)], level=29)
+    # GROUPED_CONV_2D
+    for code, rel in variants("GROUPED_CONV_2D"):
+        ti, tf, tb, to = conv_types(code)
+        x = ti.rt(rnd((1, 3, 3, 4), -2, 2, rng=rng))
+        w = tf.rt(rnd((4, 2, 2, 2), -1, 1, 0.25, rng=rng))
+        b = tb.rt(rnd((4,), -1, 1, 0.125, rng=rng))
+        y = conv_ref(x, w, b, pads=(1, 0, 0, 1), groups=2)
+        model(f"grouped_conv_2d_{tname(code, rel)}", "GROUPED_CONV_2D",
+              [I(ti, x), C(tf, w), C(tb, b), i32(0), i32(1), i32(1), i32(0), i32(1), i32(1), i32(2), i32(0),
+               bsc(False)], [O(to, y)], relaxed=rel, types=[code])
+    x = rnd((1, 3, 3, 4), -2, 2, rng=rng)
+    w = rnd((2, 2, 2, 2), -1, 1, 0.25, rng=rng)
+    y = conv_ref(x, w, np.zeros(2), stride=(2, 2), groups=2)
+    model("grouped_conv_2d_float32_nchw_valid_stride2", "GROUPED_CONV_2D",
+          [I(T(F32), x.transpose(0, 3, 1, 2)), C(T(F32), w), C(T(F32), [0.0, 0.0]), i32(2), i32(2), i32(2), i32(2),
+           i32(0), bsc(True)], [O(T(F32), y.transpose(0, 3, 1, 2))])
+    # TRANSPOSE_CONV_2D: out[y*s + ky - pt, x*s + kx - pl, o] += in[y, x, c] * w[o, ky, kx, c]
+    def tconv(x, w, b, s, pt, pl, oh, ow):
+        n, h, wd, c = x.shape
+        o, kh, kw, _ = w.shape
+        out = np.zeros((n, oh, ow, o)) + b
+        for bi in range(n):
+            for yy in range(h):
+                for xx in range(wd):
+                    for ky in range(kh):
+                        for kx in range(kw):
+                            oy, ox = yy * s + ky - pt, xx * s + kx - pl
+                            if 0 <= oy < oh and 0 <= ox < ow:
+                                out[bi, oy, ox] += w[:, ky, kx, :] @ x[bi, yy, xx]
+        return out
+    for code, rel in variants("TRANSPOSE_CONV_2D"):
+        ti, tf, tb, to = conv_types(code)
+        x = ti.rt(rnd((1, 2, 2, 2), -2, 2, rng=rng))
+        w = tf.rt(rnd((2, 3, 3, 2), -1, 1, 0.25, rng=rng))
+        b = tb.rt(rnd((2,), -1, 1, 0.125, rng=rng))
+        # explicit padding 1 on every side, stride 2: out = (2-1)*2 + 3 - 2 = 3
+        y = tconv(x, w, b, 2, 1, 1, 3, 3)
+        model(f"transpose_conv_2d_{tname(code, rel)}", "TRANSPOSE_CONV_2D",
+              [I(ti, x), C(tf, w), C(tb, b), i32(1), i32(1), i32(1), i32(1), i32(2), i32(2), i32(0), bsc(False)],
+              [O(to, y)], relaxed=rel, types=[code])
+    x = rnd((1, 2, 2, 1), -2, 2, rng=rng)
+    w = rnd((1, 3, 3, 1), -1, 1, 0.25, rng=rng)
+    # implicit SAME, stride 2, output shape 4x4: total pad = (2-1)*2 + 3 - 4 = 1 -> top/left 0, bottom/right 1
+    y = tconv(x, w, np.array([0.25]), 2, 0, 0, 4, 4)
+    model("transpose_conv_2d_float32_same_output_shape", "TRANSPOSE_CONV_2D",
+          [I(T(F32), x), C(T(F32), w), C(T(F32), [0.25]), ci32([1, 4, 4, 1]), i32(1), i32(2), i32(2), i32(0),
+           bsc(False)], [O(T(F32), y)])
+    # FULLY_CONNECTED: y = x W^T + b
+    for code, rel in variants("FULLY_CONNECTED"):
+        ti, tf, tb, to = conv_types(code)
+        x = ti.rt(rnd((2, 3), -2, 2, rng=rng))
+        w = tf.rt(rnd((4, 3), -1, 1, 0.25, rng=rng))
+        b = tb.rt(rnd((4,), -1, 1, 0.125, rng=rng))
+        model(f"fully_connected_{tname(code, rel)}", "FULLY_CONNECTED", [I(ti, x), C(tf, w), C(tb, b), i32(0)],
+              [O(to, x @ w.T + b)], relaxed=rel, types=[code])
+    x = rnd((1, 2, 3), -2, 2, rng=rng)  # rank 3: flattened to [2, 3]
+    w = rnd((2, 3), -1, 1, 0.25, rng=rng)
+    model("fully_connected_float32_rank3_relu", "FULLY_CONNECTED",
+          [I(T(F32), x), I(T(F32), w), I(T(F32), [0.5, -0.5]), i32(1)],
+          [O(T(F32), np.maximum(x.reshape(2, 3) @ w.T + [0.5, -0.5], 0))])
+    # BATCH_MATMUL
+    for code, rel in variants("BATCH_MATMUL"):
+        t = T(I32) if code == I32 else tq(code)
+        to = T(QS, 1.0, 3) if code == QS else t
+        a = t.rt(rnd((2, 2, 3), -2, 2, rng=rng))
+        bm = t.rt(rnd((2, 3, 2), -2, 2, rng=rng))
+        model(f"batch_matmul_{tname(code, rel)}", "BATCH_MATMUL", [I(t, a), I(t, bm), bsc(False), bsc(False)],
+              [O(to, a @ bm)], relaxed=rel, types=[code])
+    a, bm = rnd((3, 2), rng=rng), rnd((2, 3), rng=rng)
+    model("batch_matmul_float32_adjoint", "BATCH_MATMUL", [I(T(F32), a), I(T(F32), bm), bsc(True), bsc(True)],
+          [O(T(F32), a.T @ bm.T)])
+
+
+def pool_ref(x, k, stride, pads, kind):
+    n, h, w, c = x.shape
+    kh, kw = k
+    sh, sw = stride
+    t, b, l, r = pads
+    oh, ow = (h + t + b - kh) // sh + 1, (w + l + r - kw) // sw + 1
+    out = np.zeros((n, oh, ow, c))
+    for yy in range(oh):
+        for xx in range(ow):
+            y0, x0 = yy * sh - t, xx * sw - l
+            win = x[:, max(y0, 0):min(y0 + kh, h), max(x0, 0):min(x0 + kw, w), :]
+            if kind == "avg":
+                out[:, yy, xx] = win.mean(axis=(1, 2))  # padding is not counted
+            elif kind == "max":
+                out[:, yy, xx] = win.max(axis=(1, 2))
+            else:
+                out[:, yy, xx] = np.sqrt((win ** 2).mean(axis=(1, 2)))
+    return out
+
+
+def gen_pooling():
+    family("pooling")
+    rng = np.random.default_rng(10)
+    for op, kind in (("AVERAGE_POOL_2D", "avg"), ("MAX_POOL_2D", "max"), ("L2_POOL_2D", "l2")):
+        for code, rel in variants(op):
+            t = tq(code)
+            x = t.rt(rnd((1, 4, 5, 2), -4, 4, rng=rng))
+            y = pool_ref(x, (2, 3), (2, 2), (0, 0, 1, 0), kind)
+            model(f"{op.lower()}_{tname(code, rel)}_explicit", op,
+                  [I(t, x), i32(1), i32(0), i32(0), i32(0), i32(2), i32(2), i32(3), i32(2), i32(0)],
+                  [O(t, y)], relaxed=rel, types=[code])
+            pt, pb = same_pads(4, 3, 1)
+            pl, pr = same_pads(5, 3, 1)
+            y = np.clip(pool_ref(x, (3, 3), (1, 1), (pt, pb, pl, pr), kind), -1, 1)
+            model(f"{op.lower()}_{tname(code, rel)}_same_relu1", op,
+                  [I(t, x), i32(1), i32(1), i32(1), i32(3), i32(3), i32(2)],
+                  [O(t, y)], relaxed=rel, types=[code])
+        x = rnd((1, 2, 3, 3), -4, 4, rng=rng)  # NCHW
+        y = pool_ref(x.transpose(0, 2, 3, 1), (2, 2), (1, 1), (0, 0, 0, 0), kind)
+        model(f"{op.lower()}_float32_nchw", op, [I(T(F32), x), i32(2), i32(1), i32(1), i32(2), i32(2), i32(0),
+                                                 bsc(True)], [O(T(F32), y.transpose(0, 3, 1, 2))], at_least=29)
+    model("max_pool_2d_float32_bad_filter", "MAX_POOL_2D",
+          [I(T(F32), np.zeros((1, 2, 2, 1))), i32(2), i32(1), i32(1), i32(0), i32(0), i32(0)],
+          [O(T(F32), np.zeros((1, 2, 2, 1)))], fail=True)
 
 
 GENERATORS = [v for k, v in list(globals().items()) if k.startswith("gen_")]
