@@ -7,7 +7,9 @@ parts of the project corpus ``cts/corpus``. What the suite cannot catch is asser
 change in that is noticed: an error of one LSB in a quant8 output is within NNAPI's tolerance.
 
 ``accepts_invalid_model`` cannot show through CTS (the runtime validates every model before a
-driver sees it), so it is checked here straight through the driver interface, as VTS does.
+driver sees it), so it is checked straight through the driver interface: by invalid models made
+here, and by VTS's model-validation tests (``vts/test_validate_model.py``) when the reference
+driver passes the selection used.
 """
 from __future__ import annotations
 
@@ -256,6 +258,22 @@ def test_accepts_invalid_model_is_caught():
     assert problems, "the driver that skips validation passed the validation checks"
     assert any("accepted, expected INVALID_ARGUMENT" in p for p in problems), problems
     assert any(p.startswith("prepare_model: quant8 operand with scale 0: accepted") for p in problems), problems
+
+
+def test_accepts_invalid_model_fails_vts_validation(vector_dir, tmp_path):
+    """The same through VTS's model-validation tests, where they exist: the reference driver
+    passes a selection of them, the driver that skips validation fails it."""
+    if not (ROOT / "vts" / "test_validate_model.py").exists():
+        pytest.skip("vts/test_validate_model.py is not there yet")
+    selection = "nntsbroken_add_quant8 and (operand_type or operand_rank)"
+    paths = ("vts/test_validate_model.py",)
+    code, output, failed = run_suite("reference", selection, vector_dir, tmp_path, paths)
+    if code != 0 or not re.search(r"\d+ passed", output):
+        pytest.skip(f"the reference driver does not pass VTS's model validation yet: {failed or output[-500:]}")
+    code, output, failed = run_suite("nnapi_ref.drivers.broken:accepts_invalid_model", selection, vector_dir,
+                                     tmp_path, paths)
+    assert code == 1 and failed, output[-3000:]
+    assert "not rejected with INVALID_ARGUMENT" in output
 
 
 def test_broken_drivers_load_by_name():
