@@ -1129,6 +1129,176 @@ def gen_pooling():
           [O(T(F32), np.zeros((1, 2, 2, 1)))], fail=True)
 
 
+# == normalization, resize ========================================================================
+
+def gen_normalization():
+    family("normalization")
+    rng = np.random.default_rng(11)
+    for code, rel in variants("L2_NORMALIZATION"):
+        t = tq(code, scale=0.25) if code in (QA, QS) else T(code)
+        to = T(code, 1 / 128, 128 if code == QA else 0) if t.quant else t
+        x = t.rt(rnd((2, 4), -3, 3, 0.25, rng))
+        model(f"l2_normalization_{tname(code, rel)}", "L2_NORMALIZATION", [I(t, x)],
+              [O(to, x / np.sqrt((x ** 2).sum(-1, keepdims=True)))], relaxed=rel, types=[code])
+    x = rnd((2, 3, 2), -3, 3, 0.25, rng)
+    model("l2_normalization_float32_axis1", "L2_NORMALIZATION", [I(T(F32), x), i32(1)],
+          [O(T(F32), x / np.sqrt((x ** 2).sum(1, keepdims=True)))], at_least=29)
+    # LRN: x / (bias + alpha * sum_{d-r..d+r} x^2) ^ beta
+    def lrn(x, r, bias, alpha, beta, axis=-1):
+        x = np.moveaxis(x, axis, -1)
+        sq = np.zeros_like(x)
+        c = x.shape[-1]
+        for d in range(c):
+            sq[..., d] = (x[..., max(0, d - r):min(c, d + r + 1)] ** 2).sum(-1)
+        return np.moveaxis(x / (bias + alpha * sq) ** beta, -1, axis)
+    for code, rel in variants("LOCAL_RESPONSE_NORMALIZATION"):
+        t = T(code)
+        x = rnd((1, 1, 2, 5), -2, 2, 0.25, rng)
+        model(f"local_response_normalization_{tname(code, rel)}", "LOCAL_RESPONSE_NORMALIZATION",
+              [I(t, x), i32(1), fsc(t, 1.0), fsc(t, 0.5), fsc(t, 0.75)], [O(t, lrn(x, 1, 1.0, 0.5, 0.75))],
+              relaxed=rel, types=[code])
+    x = rnd((1, 4, 2), -2, 2, 0.25, rng)
+    model("local_response_normalization_float32_axis1", "LOCAL_RESPONSE_NORMALIZATION",
+          [I(T(F32), x), i32(2), fsc(F32, 2.0), fsc(F32, 0.25), fsc(F32, 0.5), i32(1)],
+          [O(T(F32), lrn(x, 2, 2.0, 0.25, 0.5, axis=1))], at_least=29)
+    # INSTANCE_NORMALIZATION: per (batch, channel) over H, W; gamma * (x - mean) / sqrt(var + eps) + beta
+    for code, rel in variants("INSTANCE_NORMALIZATION"):
+        t = T(code)
+        x = rnd((2, 2, 2, 2), -2, 2, 0.25, rng)
+        m, v = x.mean(axis=(1, 2), keepdims=True), x.var(axis=(1, 2), keepdims=True)
+        y = 1.5 * (x - m) / np.sqrt(v + 0.01) + 0.25
+        model(f"instance_normalization_{tname(code, rel)}", "INSTANCE_NORMALIZATION",
+              [I(t, x), fsc(t, 1.5), fsc(t, 0.25), fsc(t, 0.01), bsc(False)], [O(t, y)], relaxed=rel, types=[code])
+        if code == F32 and not rel:
+            model("instance_normalization_float32_nchw", "INSTANCE_NORMALIZATION",
+                  [I(t, x.transpose(0, 3, 1, 2)), fsc(t, 1.5), fsc(t, 0.25), fsc(t, 0.01), bsc(True)],
+                  [O(t, y.transpose(0, 3, 1, 2))])
+
+
+def resize_ref(x, oh, ow, kind, align=False, half=False):
+    n, h, w, c = x.shape
+    def scale(i, o):
+        return (i - 1) / (o - 1) if align and o > 1 else i / o
+    sy, sx = scale(h, oh), scale(w, ow)
+    out = np.zeros((n, oh, ow, c))
+    for yy in range(oh):
+        for xx in range(ow):
+            if kind == "nearest":
+                if align:
+                    iy, ix = min(int(rha(yy * sy)), h - 1), min(int(rha(xx * sx)), w - 1)
+                else:
+                    off = 0.5 if half else 0.0
+                    iy, ix = min(int(math.floor((yy + off) * sy)), h - 1), min(int(math.floor((xx + off) * sx)), w - 1)
+                out[:, yy, xx] = x[:, iy, ix]
+            else:
+                fy = (yy + 0.5) * sy - 0.5 if half else yy * sy
+                fx = (xx + 0.5) * sx - 0.5 if half else xx * sx
+                fy, fx = max(fy, 0.0), max(fx, 0.0)
+                y0, x0 = int(math.floor(fy)), int(math.floor(fx))
+                y1, x1 = min(y0 + 1, h - 1), min(x0 + 1, w - 1)
+                dy, dx = fy - y0, fx - x0
+                out[:, yy, xx] = (x[:, y0, x0] * (1 - dy) * (1 - dx) + x[:, y0, x1] * (1 - dy) * dx +
+                                  x[:, y1, x0] * dy * (1 - dx) + x[:, y1, x1] * dy * dx)
+    return out
+
+
+def gen_resize():
+    family("resize")
+    rng = np.random.default_rng(12)
+    for code, rel in variants("RESIZE_BILINEAR"):
+        t = tq(code)
+        x = t.rt(rnd((1, 2, 3, 2), -4, 4, rng=rng))
+        # out height 3, width 5 (inputs: width first, then height)
+        model(f"resize_bilinear_{tname(code, rel)}", "RESIZE_BILINEAR", [I(t, x), i32(5), i32(3)],
+              [O(t, resize_ref(x, 3, 5, "bilinear"))], relaxed=rel, types=[code])
+        model(f"resize_bilinear_{tname(code, rel)}_half_pixel", "RESIZE_BILINEAR",
+              [I(t, x), i32(4), i32(4), bsc(False), bsc(False), bsc(True)],
+              [O(t, resize_ref(x, 4, 4, "bilinear", half=True))], relaxed=rel, types=[code], at_least=30)
+        model(f"resize_nearest_neighbor_{tname(code, rel)}", "RESIZE_NEAREST_NEIGHBOR",
+              [I(t, x), i32(5), i32(3), bsc(False)], [O(t, resize_ref(x, 3, 5, "nearest"))], relaxed=rel,
+              types=[code])
+        model(f"resize_nearest_neighbor_{tname(code, rel)}_align_corners", "RESIZE_NEAREST_NEIGHBOR",
+              [I(t, x), i32(4), i32(3), bsc(False), bsc(True), bsc(False)],
+              [O(t, resize_ref(x, 3, 4, "nearest", align=True))], relaxed=rel, types=[code], at_least=30)
+    x = rnd((1, 3, 3, 1), -4, 4, rng=rng)
+    model("resize_bilinear_float32_align_corners", "RESIZE_BILINEAR",
+          [I(T(F32), x), i32(5), i32(2), bsc(False), bsc(True), bsc(False)],
+          [O(T(F32), resize_ref(x, 2, 5, "bilinear", align=True))], at_least=30)
+    model("resize_bilinear_float32_nchw_scales", "RESIZE_BILINEAR",
+          [I(T(F32), x.transpose(0, 3, 1, 2)), fsc(F32, 2.0), fsc(F32, 1.5), bsc(True)],
+          [O(T(F32), resize_ref(x, 4, 6, "bilinear").transpose(0, 3, 1, 2))], at_least=29)
+    model("resize_nearest_neighbor_float32_half_pixel", "RESIZE_NEAREST_NEIGHBOR",
+          [I(T(F32), x), i32(2), i32(5), bsc(False), bsc(False), bsc(True)],
+          [O(T(F32), resize_ref(x, 5, 2, "nearest", half=True))], at_least=30)
+    model("resize_bilinear_float32_bad_align_half", "RESIZE_BILINEAR",  # align_corners and half_pixel: invalid
+          [I(T(F32), x), i32(5), i32(2), bsc(False), bsc(True), bsc(True)],
+          [O(T(F32), np.zeros((1, 2, 5, 1)))], fail=True)
+
+
+# == control flow, random =========================================================================
+
+def sg_in(code, dims):
+    return Spec("SUBGRAPH_INPUT", code, dims)
+
+
+def sg_out(code, dims):
+    return Spec("SUBGRAPH_OUTPUT", code, dims)
+
+
+def subgraph_ref(k):
+    return Spec("SUBGRAPH", "SUBGRAPH", [], [k])
+
+
+def gen_control_flow():
+    family("control_flow")
+    # IF: cond ? x + y : x * y
+    then_g, else_g = Graph(), Graph()
+    for g, op in ((then_g, "ADD"), (else_g, "MUL")):
+        a, b = g.add(sg_in(F32, [3])), g.add(sg_in(F32, [3]))
+        g.op(op, [a, b, i32(0)], [sg_out(F32, [3])])
+    x, y = np.array([1.0, -2.0, 3.5]), np.array([0.5, 4.0, -1.0])
+    for cond in (True, False):
+        g = Graph()
+        g.op("IF", [I(T(B8), [cond]), subgraph_ref(0), subgraph_ref(1), I(T(F32), x), I(T(F32), y)],
+             [O(T(F32), x + y if cond else x * y)])
+        emit(f"if_float32_{'then' if cond else 'else'}", 30, g, referenced=[then_g, else_g])
+    # WHILE: while x < limit: x = x * 2 + inc  (limit and inc are loop-invariant state/inputs)
+    cond_g, body_g = Graph(), Graph()
+    a, lim, inc = (cond_g.add(sg_in(F32, [1])) for _ in range(3))
+    cond_g.op("LESS", [a, lim], [sg_out(B8, [1])])
+    a, lim, inc = (body_g.add(sg_in(F32, [1])) for _ in range(3))
+    tmp = body_g.temp(T(F32), [1])
+    body_g.op("MUL", [a, C(T(F32), [2.0]), i32(0)], [tmp])
+    body_g.op("ADD", [tmp, inc, i32(0)], [sg_out(F32, [1])])
+    v = 1.0
+    while v < 50.0:
+        v = v * 2 + 0.5
+    g = Graph()
+    g.op("WHILE", [subgraph_ref(0), subgraph_ref(1), I(T(F32), [1.0]), C(T(F32), [50.0]), I(T(F32), [0.5])],
+         [O(T(F32), [v])])
+    emit("while_float32_double_until", 30, g, referenced=[cond_g, body_g])
+    g = Graph()  # zero iterations
+    g.op("WHILE", [subgraph_ref(0), subgraph_ref(1), I(T(F32), [60.0]), C(T(F32), [50.0]), I(T(F32), [0.5])],
+         [O(T(F32), [60.0])])
+    emit("while_float32_no_iteration", 30, g, referenced=[cond_g, body_g])
+    # invalid: IF condition with more than one element
+    g = Graph()
+    g.op("IF", [I(T(B8), [True, False]), subgraph_ref(0), subgraph_ref(1), I(T(F32), x), I(T(F32), y)],
+         [O(T(F32), x + y)])
+    emit("if_float32_bad_condition", 30, g, referenced=[then_g, else_g], fail=True)
+
+
+def gen_random():
+    family("random")
+    # RANDOM_MULTINOMIAL: class frequencies must match softmax(logits) within the tolerance
+    for code in (F32, F16):
+        logits = np.log(np.array([[0.2, 0.3, 0.5], [0.6, 0.1, 0.3]]))
+        g = Graph()
+        g.op("RANDOM_MULTINOMIAL", [I(T(code), logits), i32(1000), ci32([37, 42])],
+             [O(T(I32), stored=np.zeros((2, 1000), np.int64))])
+        emit(f"random_multinomial_{short(code).lower()}", 29, g, multinomial=0.06)
+
+
 GENERATORS = [v for k, v in list(globals().items()) if k.startswith("gen_")]
 
 
