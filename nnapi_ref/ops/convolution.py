@@ -27,7 +27,7 @@ from ..types import FuseCode, PaddingCode
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from ..types import DTYPES
 from .common import (FLOAT_ACTIVATION_RANGE, QUANT_RANGE, activation_range_quant, apply_activation, check_fuse_code,
-                     round_half_away)
+                     multiply_by_quantized_multiplier, round_half_away, wrap_int32)
 
 F32, F16, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
 Q8, S8, PC, TI32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_INT32
@@ -192,46 +192,10 @@ def quantize_multipliers(real) -> tuple[np.ndarray, np.ndarray]:
     return q_fixed.astype(np.int64), e.astype(np.int64)
 
 
-def requantize(acc: np.ndarray, multiplier: np.ndarray, shift: np.ndarray) -> np.ndarray:
+def requantize(acc: np.ndarray, multiplier, shift) -> np.ndarray:
     """TFLite MultiplyByQuantizedMultiplier on int64 arrays holding int32 values, with per-channel
-    (last axis) or single multiplier/shift arrays. May overwrite ``acc`` (int64).
-
-    Uses two exact identities to save passes over the data: gemmlowp's
-    SaturatingRoundingDoublingHighMul(a, m) (nudge 2**30 or 1 - 2**30 by sign, then a division
-    truncating toward zero) equals floor((a*m + 2**30) / 2**31) for every int32 a and m > 0; and
-    RoundingDivideByPOT(x, e) (half away from zero) equals floor((x + 2**(e-1) - [x < 0]) / 2**e)
-    for e > 0."""
-    x = acc if acc.dtype == np.int64 else acc.astype(np.int64)
-    multiplier = np.asarray(multiplier, np.int64)
-    shift = np.asarray(shift, np.int64)
-    if shift.size == 1:
-        multiplier, shift = multiplier.reshape(()), shift.reshape(())
-    left = np.maximum(shift, 0)
-    right = np.maximum(-shift, 0)
-    if np.any(left):
-        x = (x << left).astype(np.int32).astype(np.int64)  # the C code's int32 wrap-around
-    x *= multiplier
-    x += np.int64(1 << 30)
-    x >>= 31
-    if right.ndim == 0:
-        r = int(right)
-        if r:
-            neg = x < 0
-            x += np.int64(1 << (r - 1))
-            x -= neg
-            x >>= r
-        return x
-    half = np.where(right > 0, np.int64(1) << np.maximum(right - 1, 0), 0)
-    neg = (x < 0) & (right > 0)
-    x += half
-    x -= neg
-    x >>= right
-    return x
-
-
-def wrap_int32(x: np.ndarray) -> np.ndarray:
-    """Wrap int64 values as the C implementation's int32 accumulator would."""
-    return x.astype(np.int32).astype(np.int64)
+    (last axis) or single multiplier/shift arrays (the shared implementation in common)."""
+    return multiply_by_quantized_multiplier(acc, multiplier, shift)
 
 
 def filter_scales(flt, n_channels: int) -> np.ndarray:

@@ -33,14 +33,16 @@ from __future__ import annotations
 
 import numpy as np
 
-INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+# The primitives shared with the rest of the package (one implementation, in common).
+from .common import (INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier, rounding_divide_by_pot,
+                     saturating_rounding_doubling_high_mul, wrap_int32)
 
 __all__ = [
     "INT32_MIN", "INT32_MAX", "wrap32", "saturate32", "saturating_rounding_doubling_high_mul", "mul",
     "rounding_divide_by_pot", "saturating_rounding_multiply_by_pot", "rescale", "rounding_half_sum",
     "constant_pot", "one", "from_double", "to_double", "exp_on_interval_between_negative_one_quarter_and_0_excl",
     "exp_on_negative_values", "one_over_one_plus_x_for_x_in_0_1", "one_minus_x_over_one_plus_x_for_x_in_0_1",
-    "logistic", "tanh", "multiply_by_quantized_multiplier_greater_than_one",
+    "logistic", "tanh", "multiply_by_quantized_multiplier", "multiply_by_quantized_multiplier_greater_than_one",
     "multiply_by_quantized_multiplier_smaller_than_one", "get_reciprocal", "calculate_input_radius",
 ]
 
@@ -51,41 +53,16 @@ def _i64(x) -> np.ndarray:
 
 def wrap32(x) -> np.ndarray:
     """Reduce int64 values to int32 by two's-complement wrap-around (C's int32 overflow)."""
-    return ((_i64(x) + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+    return wrap_int32(x)
 
 
 def saturate32(x) -> np.ndarray:
     return np.clip(_i64(x), INT32_MIN, INT32_MAX)
 
 
-def saturating_rounding_doubling_high_mul(a, b) -> np.ndarray:
-    """gemmlowp SaturatingRoundingDoublingHighMul (ARM VQRDMULH): round(a * b / 2**31), with
-    INT32_MIN * INT32_MIN saturating to INT32_MAX. ``a`` and ``b`` broadcast."""
-    a = _i64(a)
-    b = _i64(b)
-    ab = a * b  # |ab| <= 2**62: no int64 overflow
-    nudge = np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
-    s = ab + nudge
-    # C++ integer division truncates toward zero.
-    high = np.where(s >= 0, s >> 31, -((-s) >> 31))
-    overflow = (a == INT32_MIN) & (b == INT32_MIN)
-    return np.where(overflow, np.int64(INT32_MAX), high)
-
-
 def mul(a, b) -> np.ndarray:
     """FixedPoint multiplication: Q(m) * Q(n) -> Q(m + n) (raw values)."""
     return saturating_rounding_doubling_high_mul(a, b)
-
-
-def rounding_divide_by_pot(x, exponent) -> np.ndarray:
-    """gemmlowp RoundingDivideByPOT: x / 2**exponent rounded to nearest, ties away from zero.
-    ``exponent`` (0..31) may be an array broadcasting with ``x``."""
-    x = _i64(x)
-    exponent = _i64(exponent)
-    mask = (np.int64(1) << exponent) - 1
-    remainder = x & mask
-    threshold = (mask >> 1) + (x < 0)
-    return (x >> exponent) + (remainder > threshold)
 
 
 def saturating_rounding_multiply_by_pot(x, exponent: int) -> np.ndarray:

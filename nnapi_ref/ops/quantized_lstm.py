@@ -4,7 +4,9 @@ Both follow NNAPI's CPU implementation bit for bit: 8-bit matmuls accumulated in
 rescaled with TFLite's MultiplyByQuantizedMultiplier, gates evaluated with gemmlowp's 16-bit
 fixed-point logistic and tanh, the cell state kept in 16-bit fixed point. The fixed-point
 primitives below work elementwise on int64 arrays holding int16 or int32 values (``bits``) and
-reproduce the C++ wrap-around and saturation of each step.
+reproduce the C++ wrap-around and saturation of each step; SaturatingRoundingDoublingHighMul,
+RoundingDivideByPOT, MultiplyByQuantizedMultiplier and the wrap-around are the shared ones of
+:mod:`.common`.
 """
 from __future__ import annotations
 
@@ -13,43 +15,14 @@ import math
 import numpy as np
 
 from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register
-from .common import quantize_multiplier
+from .common import multiply_by_quantized_multiplier as mbqm
+from .common import quantize_multiplier, wrap
+from .common import rounding_divide_by_pot as rdbpot
+from .common import saturating_rounding_doubling_high_mul as srdhm  # (a, b, bits)
+from .fixedpoint import rounding_half_sum
 from .rnn import check_rank, check_shape, present
 
 # ----------------------------------------------------------------------------- fixed point
-
-
-def wrap(x, bits: int):
-    """Two's complement wrap-around of integers to ``bits`` bits."""
-    half = 1 << (bits - 1)
-    return ((np.asarray(x, np.int64) + half) & ((1 << bits) - 1)) - half
-
-
-def trunc_div_pot(x, k: int):
-    """C integer division by 2**k (truncation toward zero)."""
-    x = np.asarray(x, np.int64)
-    return np.where(x >= 0, x >> k, -((-x) >> k))
-
-
-def srdhm(a, b, bits: int):
-    """gemmlowp SaturatingRoundingDoublingHighMul, elementwise."""
-    a = np.asarray(a, np.int64)
-    b = np.asarray(b, np.int64)
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    ab = a * b
-    nudge = np.where(ab >= 0, 1 << (bits - 2), 1 - (1 << (bits - 2)))
-    result = trunc_div_pot(ab + nudge, bits - 1)
-    return np.where((a == b) & (a == lo), hi, result)
-
-
-def rdbpot(x, exponent):
-    """gemmlowp RoundingDivideByPOT with a scalar or per-element exponent."""
-    x = np.asarray(x, np.int64)
-    exponent = np.asarray(exponent, np.int64)
-    mask = (np.int64(1) << exponent) - 1
-    remainder = x & mask
-    threshold = (mask >> 1) + (x < 0)
-    return (x >> exponent) + (remainder > threshold)
 
 
 def srmpot(x, exponent: int, bits: int):
@@ -120,8 +93,7 @@ def exp_on_negative_values(a, int_bits: int, bits: int):
 
 def _newton_reciprocal(a, bits: int):
     """The Newton-Raphson iteration shared by 1/(1+x) and (1-x)/(1+x): x ~ 1/half_denominator (F2)."""
-    s = np.asarray(a, np.int64) + one(0, bits)
-    half_denominator = trunc_div_pot(s + np.where(s >= 0, 1, -1), 1)
+    half_denominator = rounding_half_sum(a, one(0, bits))
     x = wrap(constant(1515870810, bits) + srdhm(half_denominator, constant(-1010580540, bits), bits), bits)
     one_f2 = one(2, bits)
     for _ in range(3):
@@ -156,15 +128,6 @@ def fixed_logistic(a, int_bits: int, bits: int = 16):
                                                    bits)
     if_negative = wrap(one(0, bits) - if_positive, bits)
     return np.where(a == 0, constant(1 << 30, bits), np.where(positive, if_positive, if_negative))
-
-
-def mbqm(x, multiplier, shift):
-    """TFLite MultiplyByQuantizedMultiplier with scalar or per-element multiplier and shift."""
-    x = np.asarray(x, np.int64)
-    shift = np.asarray(shift, np.int64)
-    left = np.maximum(shift, 0)
-    right = np.maximum(-shift, 0)
-    return rdbpot(srdhm(wrap(x << left, 32), multiplier, 32), right)
 
 
 def checked_log2(x: float) -> int | None:
