@@ -1,7 +1,7 @@
 """Pooling: AVERAGE_POOL_2D, MAX_POOL_2D, L2_POOL_2D.
 
-Vectorized over batches, positions and channels; the only loop is over the filter's taps, each
-combining a strided slice of the padded input. Windows only count the input elements they cover
+Vectorized over batches, positions and channels; windows are combined separably (the filter's
+rows, then its columns), each step a strided slice of the padded input. Windows only count the input elements they cover
 (padding is never averaged in). Quantized AVERAGE_POOL_2D divides the exact integer sum by the
 element count rounding half away from zero (TFLite's integer kernels: ``(acc +- count/2) / count``
 with C truncation); quantized outputs share the input's scale and zero point.
@@ -13,7 +13,7 @@ import numpy as np
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from .common import QUANT_RANGE, apply_activation
 from .convolution import (layout_shape, nhwc_dims, out_size, padded_window_input, parse_spatial, resolve_padding,
-                          tap_slice, to_nhwc, from_nhwc)
+                          to_nhwc, from_nhwc)
 
 F32, F16, Q8, S8, I32, BOOL = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
                               T.TENSOR_QUANT8_ASYMM_SIGNED, T.INT32, T.BOOL)
@@ -66,10 +66,14 @@ class _Pool(Operation):
         sh, sw = p.stride_h, p.stride_w
         need_h, need_w = (oh - 1) * sh + fh, (ow - 1) * sw + fw
         xp = padded_window_input(x, top, left, need_h, need_w, fill)
-        acc = np.full((n, oh, ow, c), init, x.dtype)
-        for ky in range(fh):
-            for kx in range(fw):
-                combine(acc, tap_slice(xp, ky, kx, 1, 1, sh, sw, oh, ow), out=acc)
+        # Sums and maxima are separable: combine the filter's rows first (at the output rows, over
+        # the full padded width), then its columns: fh + fw passes instead of fh * fw.
+        rows = xp[:, 0:(oh - 1) * sh + 1:sh].copy()
+        for ky in range(1, fh):
+            combine(rows, xp[:, ky:ky + (oh - 1) * sh + 1:sh], out=rows)
+        acc = rows[:, :, 0:(ow - 1) * sw + 1:sw].copy()
+        for kx in range(1, fw):
+            combine(acc, rows[:, :, kx:kx + (ow - 1) * sw + 1:sw], out=acc)
         # Elements covered by each window: separable in rows and columns.
         rows = np.arange(oh) * sh - top
         cols = np.arange(ow) * sw - left
