@@ -1299,6 +1299,90 @@ def gen_random():
         emit(f"random_multinomial_{short(code).lower()}", 29, g, multinomial=0.06)
 
 
+# == recurrent networks ===========================================================================
+
+def sigmoid(v):
+    return 1 / (1 + np.exp(-v))
+
+
+def gen_rnn():
+    family("rnn")
+    rng = np.random.default_rng(13)
+    # RNN: h' = act(x W^T + h R^T + b); outputs (hidden_state_out, output) are both h'
+    for code, rel in variants("RNN"):
+        t = T(code)
+        x, h = rnd((2, 3), -1, 1, 0.25, rng), rnd((2, 2), -1, 1, 0.25, rng)
+        w, r, b = rnd((2, 3), -1, 1, 0.25, rng), rnd((2, 2), -1, 1, 0.25, rng), rnd((2,), -1, 1, 0.25, rng)
+        for act, fn in ((1, ACT[1]), (2, ACT[2])):
+            y = fn(x @ w.T + h @ r.T + b)
+            model(f"rnn_{tname(code, rel)}_act{act}", "RNN",
+                  [I(t, x), C(t, w), C(t, r), C(t, b), I(t, h), i32(act)], [O(t, y), O(t, y)], relaxed=rel,
+                  types=[code])
+
+    def run_rnn(xs, w, r, b, h, act, reverse=False):
+        outs = [None] * len(xs)
+        order = range(len(xs) - 1, -1, -1) if reverse else range(len(xs))
+        for k in order:
+            h = act(xs[k] @ w.T + h @ r.T + b)
+            outs[k] = h
+        return np.stack(outs), h
+    # UNIDIRECTIONAL_SEQUENCE_RNN: time-major [time, batch, input] or batch-major
+    for code, rel in variants("UNIDIRECTIONAL_SEQUENCE_RNN"):
+        t = T(code)
+        xs = rnd((3, 2, 2), -1, 1, 0.25, rng)  # time 3, batch 2
+        h0 = rnd((2, 2), -1, 1, 0.25, rng)
+        w, r, b = rnd((2, 2), -1, 1, 0.25, rng), rnd((2, 2), -1, 1, 0.25, rng), rnd((2,), -1, 1, 0.25, rng)
+        ys, _ = run_rnn(xs, w, r, b, h0, ACT[2])
+        model(f"unidirectional_sequence_rnn_{tname(code, rel)}_time_major", "UNIDIRECTIONAL_SEQUENCE_RNN",
+              [I(t, xs), C(t, w), C(t, r), C(t, b), I(t, h0), i32(2), i32(1)], [O(t, ys)], relaxed=rel, types=[code])
+        model(f"unidirectional_sequence_rnn_{tname(code, rel)}_batch_major", "UNIDIRECTIONAL_SEQUENCE_RNN",
+              [I(t, xs.transpose(1, 0, 2)), C(t, w), C(t, r), C(t, b), I(t, h0), i32(1), i32(0)],
+              [O(t, run_rnn(xs, w, r, b, h0, ACT[1])[0].transpose(1, 0, 2))], relaxed=rel, types=[code])
+    # UNIDIRECTIONAL_SEQUENCE_RNN with the final hidden state output (feature level 4)
+    xs = rnd((2, 1, 2), -1, 1, 0.25, rng)
+    h0 = rnd((1, 2), -1, 1, 0.25, rng)
+    w, r, b = rnd((2, 2), -1, 1, 0.25, rng), rnd((2, 2), -1, 1, 0.25, rng), rnd((2,), -1, 1, 0.25, rng)
+    ys, hn = run_rnn(xs, w, r, b, h0, ACT[2])
+    model("unidirectional_sequence_rnn_float32_state_output", "UNIDIRECTIONAL_SEQUENCE_RNN",
+          [I(T(F32), xs), C(T(F32), w), C(T(F32), r), C(T(F32), b), I(T(F32), h0), i32(2), i32(1)],
+          [O(T(F32), ys), O(T(F32), hn)], level=30)
+    # BIDIRECTIONAL_SEQUENCE_RNN: forward and backward passes, separate or merged outputs
+    for code, rel in variants("BIDIRECTIONAL_SEQUENCE_RNN"):
+        t = T(code)
+        xs = rnd((3, 1, 2), -1, 1, 0.25, rng)
+        p = [rnd(s, -1, 1, 0.25, rng) for s in ((2, 2), (2, 2), (2,), (1, 2), (3, 2), (3, 3), (3,), (1, 3))]
+        fw, _ = run_rnn(xs, p[0], p[1], p[2], p[3], ACT[2])
+        bw, _ = run_rnn(xs, p[4], p[5], p[6], p[7], ACT[2], reverse=True)
+        ins = [I(t, xs), C(t, p[0]), C(t, p[1]), C(t, p[2]), I(t, p[3]), C(t, p[4]), C(t, p[5]), C(t, p[6]),
+               I(t, p[7]), NONE(code), NONE(code), NONE(code), i32(2), bsc(True)]
+        model(f"bidirectional_sequence_rnn_{tname(code, rel)}", "BIDIRECTIONAL_SEQUENCE_RNN",
+              ins + [bsc(False)], [O(t, fw), O(t, bw)], relaxed=rel, types=[code])
+        if code == F32 and not rel:
+            model("bidirectional_sequence_rnn_float32_merged", "BIDIRECTIONAL_SEQUENCE_RNN",
+                  ins + [bsc(True)], [O(t, np.concatenate([fw, bw], -1))])
+    # SVDF (Android's convention): per filter f the memory is state_in[f] with its last column
+    # replaced by x . weights_feature[f]; output[u] = act(bias[u] + sum_{r<rank} memory[u*rank+r] .
+    # weights_time[u*rank+r]); state_out = memory shifted left by one with a zero last column
+    # (so the last column of state_in is a free slot; we feed 0 there).
+    for code, rel in variants("SVDF"):
+        t = T(code)
+        batch, inp, units, rank, mem = 2, 3, 2, 2, 3
+        nf = units * rank
+        x = rnd((batch, inp), -1, 1, 0.25, rng)
+        wf, wt = rnd((nf, inp), -1, 1, 0.25, rng), rnd((nf, mem), -1, 1, 0.25, rng)
+        b = rnd((units,), -1, 1, 0.25, rng)
+        s = rnd((batch, nf, mem), -1, 1, 0.25, rng)
+        s[:, :, -1] = 0
+        s_in = s.reshape(batch, nf * mem)
+        memory = np.concatenate([s[:, :, :-1], (x @ wf.T)[:, :, None]], axis=2)
+        s_out = np.concatenate([memory[:, :, 1:], np.zeros((batch, nf, 1))], axis=2)
+        per_filter = (memory * wt[None]).sum(-1)  # [batch, nf]
+        y = np.maximum(per_filter.reshape(batch, units, rank).sum(-1) + b, 0)
+        model(f"svdf_{tname(code, rel)}", "SVDF",
+              [I(t, x), C(t, wf), C(t, wt), C(t, b), I(t, s_in), i32(rank), i32(1)],
+              [O(t, s_out.reshape(batch, nf * mem)), O(t, y)], relaxed=rel, types=[code])
+
+
 GENERATORS = [v for k, v in list(globals().items()) if k.startswith("gen_")]
 
 
