@@ -1383,6 +1383,132 @@ def gen_rnn():
               [O(t, s_out.reshape(batch, nf * mem)), O(t, y)], relaxed=rel, types=[code])
 
 
+# == LSTM family ==================================================================================
+
+def lstm_params(rng, n_in, units, n_out, cifg=False, peephole=False, proj=False, layer_norm=False):
+    p = {}
+    for g in "ifco":
+        p["wx" + g] = None if (cifg and g == "i") else rnd((units, n_in), -0.5, 0.5, 0.125, rng)
+        p["wh" + g] = None if (cifg and g == "i") else rnd((units, n_out), -0.5, 0.5, 0.125, rng)
+        p["b" + g] = None if (cifg and g == "i") else rnd((units,), -0.5, 0.5, 0.125, rng)
+        p["pc" + g] = rnd((units,), -0.5, 0.5, 0.125, rng) if peephole and g != "c" and not (cifg and g == "i") \
+            else None
+        p["ln" + g] = rnd((units,), 0.5, 1.5, 0.125, rng) if layer_norm and not (cifg and g == "i") else None
+    p["pw"] = rnd((n_out, units), -0.5, 0.5, 0.125, rng) if proj else None
+    p["pb"] = rnd((n_out,), -0.25, 0.25, 0.125, rng) if proj else None
+    return p
+
+
+def lstm_step(p, x, h, c, cell_clip=0.0, proj_clip=0.0):
+    """One LSTM step (NeuralNetworks.h LSTM formulas, activation tanh)."""
+    def pre(g, cell):
+        v = x @ p["wx" + g].T + h @ p["wh" + g].T
+        if p["pc" + g] is not None:
+            v = v + cell * p["pc" + g]
+        if p["ln" + g] is not None:  # layer normalization over the units, then weight, then bias
+            m, var = v.mean(-1, keepdims=True), v.var(-1, keepdims=True)
+            v = (v - m) / np.sqrt(var + 1e-8) * p["ln" + g]
+        return v + p["b" + g]
+    f = sigmoid(pre("f", c))
+    i = 1 - f if p["wxi"] is None else sigmoid(pre("i", c))
+    g = np.tanh(pre("c", None))
+    c2 = f * c + i * g
+    if cell_clip > 0:
+        c2 = np.clip(c2, -cell_clip, cell_clip)
+    o = sigmoid(pre("o", c2))
+    h2 = o * np.tanh(c2)
+    if p["pw"] is not None:
+        h2 = h2 @ p["pw"].T + p["pb"]
+        if proj_clip > 0:
+            h2 = np.clip(h2, -proj_clip, proj_clip)
+    return h2, c2
+
+
+def lstm_weight_specs(t, p, aux=False):
+    """Inputs 1..17 of LSTM (weights, peepholes, biases, projection); absent ones are omitted."""
+    def opt(v):
+        return NONE(t.code) if v is None else C(t, v)
+    specs = [opt(p["wx" + g]) for g in "ifco"] + [opt(p["wh" + g]) for g in "ifco"]
+    specs += [opt(p["pc" + g]) for g in "ifo"] + [opt(p["b" + g]) for g in "ifco"]
+    specs += [opt(p["pw"]), opt(p["pb"])]
+    return specs
+
+
+def lstm_ln_specs(t, p):
+    return [NONE(t.code) if p["ln" + g] is None else C(t, p["ln" + g]) for g in "ifco"]
+
+
+def gen_lstm():
+    family("lstm")
+    rng = np.random.default_rng(14)
+    configs = [("basic", {}), ("cifg_peephole", {"cifg": True, "peephole": True}),
+               ("projection_clip", {"proj": True})]
+    for code, rel in variants("LSTM"):
+        t = T(code)
+        for cname, cfg in configs:
+            if code != F32 and cname != "basic":
+                continue
+            units, n_in, n_out = 2, 2, (1 if cfg.get("proj") else 2)
+            p = lstm_params(rng, n_in, units, n_out, **cfg)
+            x = rnd((1, n_in), -1, 1, 0.25, rng)
+            h, c = rnd((1, n_out), -0.5, 0.5, 0.125, rng), rnd((1, units), -1, 1, 0.25, rng)
+            clip = (0.75, 0.5) if cfg.get("proj") else (0.0, 0.0)
+            h2, c2 = lstm_step(p, x, h, c, *clip)
+            gates = 3 if cfg.get("cifg") else 4
+            ins = [I(t, x)] + lstm_weight_specs(t, p) + [I(t, h), I(t, c), i32(4), fsc(t, clip[0]), fsc(t, clip[1])]
+            outs = [O(t, np.zeros((1, units * gates)), ignored=True), O(t, h2), O(t, c2), O(t, h2)]
+            model(f"lstm_{tname(code, rel)}_{cname}", "LSTM", ins, outs, relaxed=rel, types=[code])
+    # LSTM with layer normalization (feature level 3)
+    p = lstm_params(rng, 2, 2, 2, layer_norm=True)
+    x, h, c = rnd((1, 2), -1, 1, 0.25, rng), rnd((1, 2), -0.5, 0.5, 0.125, rng), rnd((1, 2), -1, 1, 0.25, rng)
+    h2, c2 = lstm_step(p, x, h, c)
+    t = T(F32)
+    model("lstm_float32_layer_norm", "LSTM",
+          [I(t, x)] + lstm_weight_specs(t, p) + [I(t, h), I(t, c), i32(4), fsc(t, 0.0), fsc(t, 0.0)] +
+          lstm_ln_specs(t, p), [O(t, np.zeros((1, 8)), ignored=True), O(t, h2), O(t, c2), O(t, h2)], level=29)
+
+    def run(p, xs, h, c, reverse=False):
+        outs = [None] * len(xs)
+        for k in (range(len(xs) - 1, -1, -1) if reverse else range(len(xs))):
+            h, c = lstm_step(p, xs[k], h, c)
+            outs[k] = h
+        return np.stack(outs), h, c
+    # UNIDIRECTIONAL_SEQUENCE_LSTM: time-major [time, batch, input]
+    for code, rel in variants("UNIDIRECTIONAL_SEQUENCE_LSTM"):
+        t = T(code)
+        p = lstm_params(rng, 2, 2, 2)
+        xs = rnd((3, 1, 2), -1, 1, 0.25, rng)
+        h, c = rnd((1, 2), -0.5, 0.5, 0.125, rng), rnd((1, 2), -1, 1, 0.25, rng)
+        ys, hn, cn = run(p, xs, h, c)
+        common = lstm_weight_specs(t, p) + [I(t, h), I(t, c), i32(4), fsc(t, 0.0), fsc(t, 0.0)]
+        model(f"unidirectional_sequence_lstm_{tname(code, rel)}", "UNIDIRECTIONAL_SEQUENCE_LSTM",
+              [I(t, xs)] + common + [bsc(True)] + lstm_ln_specs(t, p), [O(t, ys)], relaxed=rel, types=[code])
+        if code == F32 and not rel:
+            model("unidirectional_sequence_lstm_float32_batch_major", "UNIDIRECTIONAL_SEQUENCE_LSTM",
+                  [I(t, xs.transpose(1, 0, 2))] + common + [bsc(False)] + lstm_ln_specs(t, p),
+                  [O(t, ys.transpose(1, 0, 2))])
+            model("unidirectional_sequence_lstm_float32_state_outputs", "UNIDIRECTIONAL_SEQUENCE_LSTM",
+                  [I(t, xs)] + common + [bsc(True)] + lstm_ln_specs(t, p), [O(t, ys), O(t, hn), O(t, cn)], level=30)
+    # BIDIRECTIONAL_SEQUENCE_LSTM
+    for code, rel in variants("BIDIRECTIONAL_SEQUENCE_LSTM"):
+        t = T(code)
+        pf, pb = lstm_params(rng, 2, 2, 2), lstm_params(rng, 2, 2, 2)
+        xs = rnd((2, 1, 2), -1, 1, 0.25, rng)
+        hf, cf = rnd((1, 2), -0.5, 0.5, 0.125, rng), rnd((1, 2), -1, 1, 0.25, rng)
+        hb, cb = rnd((1, 2), -0.5, 0.5, 0.125, rng), rnd((1, 2), -1, 1, 0.25, rng)
+        yf = run(pf, xs, hf, cf)[0]
+        yb = run(pb, xs, hb, cb, reverse=True)[0]
+        ins = [I(t, xs)] + lstm_weight_specs(t, pf) + lstm_weight_specs(t, pb) + \
+            [I(t, hf), I(t, cf), I(t, hb), I(t, cb)] + [NONE(code)] * 9 + \
+            [i32(4), fsc(t, 0.0), fsc(t, 0.0)]
+        tail = [bsc(True)] + [NONE(code)] * 8
+        model(f"bidirectional_sequence_lstm_{tname(code, rel)}", "BIDIRECTIONAL_SEQUENCE_LSTM",
+              ins + [bsc(False)] + tail, [O(t, yf), O(t, yb)], relaxed=rel, types=[code])
+        if code == F32 and not rel:
+            model("bidirectional_sequence_lstm_float32_merged", "BIDIRECTIONAL_SEQUENCE_LSTM",
+                  ins + [bsc(True)] + tail, [O(t, np.concatenate([yf, yb], -1))])
+
+
 GENERATORS = [v for k, v in list(globals().items()) if k.startswith("gen_")]
 
 
