@@ -392,9 +392,6 @@ def test_timing_not_requested_is_bad_state(one_device):
         assert e.value.code == ResultCode.BAD_STATE
 
 
-@pytest.mark.xfail(reason="runtime bug: Execution.get_duration returns UINT64_MAX for the FENCED_* codes of an "
-                          "execution not started with dependencies; the NDK reports the launched durations "
-                          "(ExecutionBuilder::getDuration: timingFenced = timingLaunched)", strict=False)
 @pytest.mark.parametrize("mode", ["sync", "async", "burst"])
 def test_fenced_durations_of_an_unfenced_execution_equal_the_launched_ones(one_device, mode):
     execution, _ = measured(one_device, mode)
@@ -402,9 +399,6 @@ def test_fenced_durations_of_an_unfenced_execution_equal_the_launched_ones(one_d
     assert execution.get_duration(DurationCode.FENCED_IN_DRIVER) == execution.get_duration(DurationCode.IN_DRIVER)
 
 
-@pytest.mark.xfail(reason="runtime bug: Execution.get_duration returns UINT64_MAX after a failed execution; "
-                          "the NDK returns BAD_STATE (ExecutionBuilder::getDuration, completedWith() != NO_ERROR)",
-                   strict=False)
 def test_duration_of_a_failed_execution_is_bad_state(one_device):
     model = add_model(f32(0))
     require(model, one_device, "ADD on TENSOR_FLOAT32 with unspecified output dimensions")

@@ -407,16 +407,15 @@ class Execution:
         return tuple(shape.dimensions)
 
     def get_duration(self, code: DurationCode) -> int:
-        """ANeuralNetworksExecution_getDuration in ns; UINT64_MAX when not measured."""
+        """ANeuralNetworksExecution_getDuration in ns; UINT64_MAX when the driver did not measure it.
+        BAD_STATE before completion, after a failure, or when timing was not requested. For an
+        execution started without dependencies the FENCED_* durations equal the launched ones."""
         self._check_completed("get_duration")
         check(code in (0, 1, 2, 3), f"Execution.get_duration: invalid duration code {code}")
         check(self._measure, "Execution.get_duration: timing was not requested", BAD_STATE)
-        if self._last_error is not None:
-            return UINT64_MAX
-        if code in (DurationCode.FENCED_ON_HARDWARE, DurationCode.FENCED_IN_DRIVER):
-            timing = self._fenced_timing[1] if self._fenced_timing else hal.NO_TIMING
-        else:
-            timing = self._fenced_timing[0] if self._fenced_timing else self._timing
+        check(self._last_error is None, "Execution.get_duration: the execution failed", BAD_STATE)
+        launched, fenced = self._fenced_timing or (self._timing, self._timing)
+        timing = fenced if code in (DurationCode.FENCED_ON_HARDWARE, DurationCode.FENCED_IN_DRIVER) else launched
         value = timing.time_on_device_ns if code in (DurationCode.ON_HARDWARE, DurationCode.FENCED_ON_HARDWARE) \
             else timing.time_in_driver_ns
         return UINT64_MAX if value < 0 else int(value)
