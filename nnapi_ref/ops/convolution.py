@@ -236,6 +236,8 @@ def check_quant_conv(name: str, inp, flt, bias, out, channel_dim: int, n_channel
 
 # Largest requantization table (entries over all channels) worth building.
 LUT_LIMIT = 1 << 20
+# Accumulators with at least this many elements try the float32 affine requantization.
+AFFINE_MIN_SIZE = 1 << 12
 
 
 @functools.lru_cache(maxsize=512)
@@ -268,6 +270,69 @@ def _requant_table(mult_bytes: bytes, shift_bytes: bytes, zero_point: int, lo: i
     return table, a_lo, stride, span
 
 
+@functools.lru_cache(maxsize=512)
+def _requant_affine(mult_bytes: bytes, shift_bytes: bytes, zero_point: int, lo: int, hi: int, dtype: str,
+                    bias_bytes: bytes):
+    """Float32 parameters (r, c, low, high) per output channel such that, for every integer
+    accumulator a with |a| < 2**24,
+
+        uint8(clip(float32(float32(a * r) + c), low, high))  (then ^ 0x80 for int8 outputs)
+
+    equals the exact clamped requantization q(a + bias), or None when that cannot be proven.
+
+    The float expression G is non-decreasing in a (IEEE rounding is monotone), and so is q, so
+    they agree everywhere iff they agree on both sides of every step of q: those few points (at
+    most hi - lo steps per channel, read off the exact table) are checked with the very same numpy
+    operations the fast path uses."""
+    lut = _requant_table(mult_bytes, shift_bytes, zero_point, lo, hi, dtype)
+    if lut is None:
+        return None
+    table, a_lo, stride, _ = lut
+    bias = np.frombuffer(bias_bytes, np.int64)
+    n_ch = len(bias)
+    mult = np.frombuffer(mult_bytes, np.int64)
+    shift = np.frombuffer(shift_bytes, np.int64)
+    real = mult.astype(np.float64) * np.exp2(shift.astype(np.float64) - 31)
+    real = np.broadcast_to(real, (n_ch,))
+    base = 0 if dtype == np.dtype(np.uint8).str else -128  # G computes q - base, in [0, 255]
+    # Exactly, q(a) - zero_point = floor(a * real + 1/2 +- 2**-(rs+1)) with rs the right shift:
+    # SRDHM rounds first, then RoundingDivideByPOT; the sign is that of the SRDHM result. One
+    # affine function can only follow one side: the positive one serves outputs whose zero point
+    # is their lowest value (ReLU-like), the negative one those whose zero point is the highest.
+    rs = np.maximum(-shift, 0).astype(np.float64)
+    for sign in (1, -1):
+        result = _affine_candidate(table, a_lo, stride, bias, real, rs, sign, zero_point, lo, hi, base)
+        if result is not None:
+            return result
+    return None
+
+
+def _affine_candidate(table, a_lo, stride, bias, real, rs, sign, zero_point, lo, hi, base):
+    n_ch = len(bias)
+    r = real.astype(np.float32)
+    c = (bias * real + (zero_point + 0.5 - base) + sign * np.exp2(-rs - 1)).astype(np.float32)
+    c = np.broadcast_to(c, (n_ch,))
+    low, high = np.float32(lo - base), np.float32(hi - base)
+    q2d = table.reshape(len(a_lo), stride).astype(np.int64)
+    tab = np.arange(n_ch) if len(a_lo) > 1 else np.zeros(n_ch, np.int64)
+    t_idx, j = np.nonzero(q2d[:, 1:] != q2d[:, :-1])  # q steps between j and j + 1 in table t_idx
+    # Every (output channel, step) pair: the channel's table must be the step's table.
+    ch = np.nonzero(tab[:, None] == t_idx[None, :])
+    ch, step = ch[0], ch[1]
+    after = a_lo[t_idx[step]] + j[step] + 1 - bias[ch]  # first accumulator value of the new step
+    if after.size and (np.abs(after).max() + 1 >= 2 ** 24):
+        return None
+    points = np.concatenate([after, after - 1]).astype(np.float32)
+    chans = np.concatenate([ch, ch])
+    want = np.concatenate([q2d[t_idx[step], j[step] + 1], q2d[t_idx[step], j[step]]]) - base
+    g = np.multiply(points, r[chans])
+    g += c[chans]
+    np.clip(g, low, high, out=g)
+    if not np.array_equal(g.astype(np.uint8).astype(np.int64), want):
+        return None
+    return r, c, low, high
+
+
 def finish_quant(acc: np.ndarray, bias: np.ndarray, mult, shift, out, fuse: int,
                  bound: float | None = None) -> np.ndarray:
     """Accumulator (..., C) holding integers (int or exact float) + int32 bias -> requantized,
@@ -280,6 +345,22 @@ def finish_quant(acc: np.ndarray, bias: np.ndarray, mult, shift, out, fuse: int,
     mult = np.broadcast_to(np.asarray(mult, np.int64), (n_ch,)) if np.size(mult) > 1 else np.asarray(mult, np.int64).reshape(1)
     shift = np.broadcast_to(np.asarray(shift, np.int64), (n_ch,)) if np.size(shift) > 1 else np.asarray(shift, np.int64).reshape(1)
     max_bias = float(np.abs(bias).max(initial=0))
+    if bound is not None and bound + max_bias < 2.0 ** 24 and acc.dtype == np.float32 and acc.ndim \
+            and acc.shape[-1] == bias.size and acc.size >= AFFINE_MIN_SIZE:
+        affine = _requant_affine(np.ascontiguousarray(mult).tobytes(), np.ascontiguousarray(shift).tobytes(),
+                                 int(out.zero_point), int(lo), int(hi), np.dtype(dtype).str, bias.tobytes())
+        if affine is not None:
+            r, c, low, high = affine
+            if not acc.flags.writeable:
+                acc = acc.copy()
+            acc *= r
+            acc += c
+            np.clip(acc, low, high, out=acc)
+            q = acc.astype(np.uint8)
+            if dtype == np.int8:
+                q ^= np.uint8(0x80)
+                q = q.view(np.int8)
+            return q
     if bound is not None and bound + max_bias < 2.0 ** 31:
         lut = _requant_table(np.ascontiguousarray(mult).tobytes(), np.ascontiguousarray(shift).tobytes(),
                              int(out.zero_point), int(lo), int(hi), np.dtype(dtype).str)

@@ -504,3 +504,33 @@ def test_optional_inputs_may_be_omitted_only_as_documented():
     out = conv(X, W, B, implicit=VALID)
     assert out.shape == (1, 3, 3, 3)
     assert omitted  # imported helper exists for other files' conventions
+
+
+# ---- requantization fast paths (table and float32 affine) against the direct fixed-point path ----
+
+def _finish_quant_cases():
+    rng = np.random.default_rng(7)
+    for case in range(120):
+        signed = bool(rng.random() < 0.5)
+        yield pytest.param(case, signed, int(rng.integers(-128, 128) if signed else rng.integers(0, 256)),
+                           float(rng.choice([0.05, 0.0123, 6 / 255, 1 / 128, 0.5])),
+                           float(rng.choice([0.004, 0.0003, 0.02, 0.9, 1.7, 2.0 ** -9, 3.3e-5])),
+                           int(rng.integers(1, 5)), bool(rng.random() < 0.5), int(rng.integers(0, 4)),
+                           id=f"case{case}")
+
+
+@pytest.mark.parametrize("case,signed,zp,scale,real,n_ch,per_channel,fuse", list(_finish_quant_cases()))
+def test_finish_quant_fast_paths_are_exact(case, signed, zp, scale, real, n_ch, per_channel, fuse):
+    from nnapi_ref.ops import convolution as conv
+    from nnapi_ref.ops.base import Arg
+    rng = np.random.default_rng(case)
+    out = Arg(T.TENSOR_QUANT8_ASYMM_SIGNED if signed else T.TENSOR_QUANT8_ASYMM, (1,), scale, zp)
+    reals = real * rng.uniform(0.5, 1.5, n_ch) if per_channel else np.array([real])
+    mult, shift = conv.quantize_multipliers(reals)
+    bias = rng.integers(-3000, 3000, n_ch).astype(np.int32)
+    bound = 2 ** 23
+    acc = rng.integers(-bound, bound, (5000, n_ch)).astype(np.float32)
+    acc[:2500] = rng.integers(-int(300 / real), int(300 / real), (2500, n_ch))  # around the steps
+    direct = conv.finish_quant(acc.copy(), bias, mult, shift, out, fuse, None)
+    fast = conv.finish_quant(acc.copy(), bias, mult, shift, out, fuse, float(bound))
+    np.testing.assert_array_equal(fast, direct)
