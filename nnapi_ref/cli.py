@@ -83,7 +83,7 @@ def _run_files(job) -> list[dict]:
 
 def write_junit(path: str, results: list[dict], elapsed: float) -> None:
     counts = {s: sum(r["status"] == s for r in results) for s in ("fail", "error", "skip")}
-    lines = [f'<?xml version="1.0" encoding="utf-8"?>',
+    lines = ['<?xml version="1.0" encoding="utf-8"?>',
              f'<testsuites><testsuite name="nnts-vectors" tests="{len(results)}" failures="{counts["fail"]}" '
              f'errors="{counts["error"]}" skipped="{counts["skip"]}" time="{elapsed:.3f}">']
     for r in results:

@@ -7,7 +7,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from nnapi_ref import (Burst, Compilation, Execution, Memory, MemoryDesc, Model, NnapiError, OperandCode as T,
+from nnapi_ref import (Burst, Compilation, Execution, Memory, Model, NnapiError, OperandCode as T,
                        OperandType, OperationCode, ResultCode, using_drivers)
 from nnapi_ref.drivers import load_driver
 from nnapi_ref.drivers.reference import ReferenceDevice

@@ -22,7 +22,7 @@ the check to execution) and again at every execution.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Sequence
 
 import numpy as np

@@ -15,7 +15,6 @@ fixed-point arithmetic) exactly:
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 

@@ -67,7 +67,7 @@ class _Reduce(Operation):
         return bool(arg.scalar())
 
     def execute(self, call: Call):
-        inp, axes_arg, keep, out = call.ins[0], call.ins[1], call.ins[2], call.outs[0]
+        inp, axes_arg, keep = call.ins[0], call.ins[1], call.ins[2]
         axes = reduce_axes(self.name, inp, axes_arg)
         result = self.reduce(inp, axes)
         return [np.asarray(result).reshape(reduced_shape(inp.shape, axes, self.keep_dims(keep)))]
@@ -228,7 +228,7 @@ class TopKV2(Operation):
 
     def infer(self, call: Call):
         inp, k_arg = call.ins
-        check(inp.rank >= 1, f"TOPK_V2: input must have rank >= 1")
+        check(inp.rank >= 1, "TOPK_V2: input must have rank >= 1")
         k = k_arg.scalar()
         check(k > 0, f"TOPK_V2: k must be positive, got {k}")
         check(k <= inp.shape[-1], f"TOPK_V2: k = {k} exceeds the last dimension {inp.shape[-1]}")

@@ -47,7 +47,6 @@ class _RoiOp(Operation):
 
     def infer(self, call: Call):
         x, rois, batches = call.ins[0], call.ins[1], call.ins[2]
-        out = call.outs[0]
         nchw = bool(call.ins[self.layout_index].scalar())
         check(x.rank == 4, f"{self.name}: input must have rank 4, got {x.rank}")
         check(rois.rank == 2, f"{self.name}: ROI tensor must have rank 2, got {rois.rank}")

@@ -1,0 +1,1 @@
+"""HTML reports (jinja2): the conformance matrix and the benchmark report."""

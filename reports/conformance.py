@@ -1,0 +1,47 @@
+"""The conformance report: an operation x data-type matrix of pass / fail / unsupported counts."""
+from __future__ import annotations
+
+import collections
+import datetime
+import html
+from pathlib import Path
+
+import jinja2
+
+OUTCOMES = ("pass", "fail", "unsupported", "xfail", "xpass", "skip")
+
+
+def summarize(rows):
+    """{operation: {dtype: Counter(outcome)}} and the totals, from (op, dtype, outcome, id) rows."""
+    matrix: dict[str, dict[str, collections.Counter]] = collections.defaultdict(lambda: collections.defaultdict(
+        collections.Counter))
+    totals = collections.Counter()
+    failures = []
+    for op, dtype, outcome, nodeid in rows:
+        matrix[op][dtype][outcome] += 1
+        totals[outcome] += 1
+        if outcome == "fail":
+            failures.append(nodeid)
+    return matrix, totals, failures
+
+
+def cell_class(counts: collections.Counter) -> str:
+    if counts["fail"] or counts["xpass"]:
+        return "fail"
+    if counts["pass"] and not counts["unsupported"]:
+        return "pass"
+    if counts["pass"]:
+        return "partial"
+    return "unsupported" if counts["unsupported"] else "other"
+
+
+def write_report(path: str, rows, driver: str) -> None:
+    matrix, totals, failures = summarize(rows)
+    dtypes = sorted({dtype for per_op in matrix.values() for dtype in per_op})
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+                             autoescape=jinja2.select_autoescape(["html"]))
+    page = env.get_template("conformance.html.j2").render(
+        driver=driver, generated=datetime.datetime.now().isoformat(timespec="seconds"), matrix=dict(sorted(matrix.items())),
+        dtypes=dtypes, totals=totals, outcomes=OUTCOMES, failures=failures, cell_class=cell_class, escape=html.escape)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(page, encoding="utf-8")
