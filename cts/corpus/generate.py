@@ -1716,6 +1716,81 @@ def gen_detection():
               relaxed=rel, types=[code])
 
 
+# == LSH_PROJECTION ===============================================================================
+
+M64 = (1 << 64) - 1
+K0, K1, K2 = 0xc3a5c85c97cb3127, 0xb492b66fbe98f273, 0x9ae16a3b2f90404f
+
+
+def _rot(v, s):
+    return ((v >> s) | (v << (64 - s))) & M64 if s else v
+
+
+def _hl16(u, v, mul):
+    a = ((u ^ v) * mul) & M64
+    a ^= a >> 47
+    b = ((v ^ a) * mul) & M64
+    b ^= b >> 47
+    return (b * mul) & M64
+
+
+def fingerprint64(s: bytes) -> int:
+    """farmhash Fingerprint64 (farmhashna::Hash64) for keys of 4..16 bytes, as a signed int."""
+    n = len(s)
+    f64 = lambda o: int.from_bytes(s[o:o + 8], "little")
+    f32 = lambda o: int.from_bytes(s[o:o + 4], "little")
+    if n >= 8:
+        mul = K2 + n * 2
+        a = (f64(0) + K2) & M64
+        b = f64(n - 8)
+        c = (_rot(b, 37) * mul + a) & M64
+        d = ((_rot(a, 25) + b) * mul) & M64
+        h = _hl16(c, d, mul)
+    elif n >= 4:
+        mul = K2 + n * 2
+        a = f32(0)
+        h = _hl16((n + (a << 3)) & M64, f32(n - 4), mul)
+    else:
+        raise ValueError("key too short")
+    return h - (1 << 64) if h >> 63 else h
+
+
+def gen_lsh():
+    family("lsh_projection")
+    # sign bit (i, j) = sum_rows weight[r] * Fingerprint64(float32 seed hash[i, j] bytes + row bytes) > 0
+    hashes = np.array([[0.123, 0.456], [-0.321, 0.789], [1.5, -2.25]], np.float32)
+    rows_i = np.array([[12345], [54321], [67890]], np.int64)  # input [3, 1] int32: 8-byte keys
+    rows_f = np.array([[1.25, -3.5], [0.5, 7.0]], np.float32)  # input [2, 2] float32: 12-byte keys
+    weight = np.array([0.5, -1.25, 2.0])
+
+    def bits(h, rows, w, dtype):
+        out = np.zeros(h.shape, np.int64)
+        for i in range(h.shape[0]):
+            for j in range(h.shape[1]):
+                score = 0.0
+                for r in range(rows.shape[0]):
+                    key = np.float32(h[i, j]).tobytes() + np.asarray(rows[r], dtype).tobytes()
+                    score += (1.0 if w is None else w[r]) * float(fingerprint64(key))
+                out[i, j] = score > 0
+        return out
+    for code, hcode in ((F32, F32), (F16, F16)):
+        th = T(hcode)
+        hv = th.rt(hashes).astype(np.float32)
+        # type 2 (DENSE): every bit; type 3 (SPARSE): per function the bits as an integer plus i * 2^bits
+        b = bits(hv, rows_i, weight, np.int32)
+        sfx = short(code).lower()
+        for kind, out in ((2, b.reshape(-1)), (3, (b * [1, 2]).sum(1) + 4 * np.arange(3))):
+            model(f"lsh_projection_{sfx}_int32_rows_{'dense' if kind == 2 else 'sparse'}", "LSH_PROJECTION",
+                  [C(th, hv), I(T(I32), rows_i), C(th, weight), i32(kind)], [O(T(I32), out)],
+                  level=29 if kind == 3 or code == F16 else 27)
+    b = bits(hashes[:2], rows_f, None, np.float32)
+    model("lsh_projection_float32_float_rows_dense_no_weight", "LSH_PROJECTION",
+          [C(T(F32), hashes[:2]), I(T(F32), rows_f), NONE(F32), i32(2)], [O(T(I32), b.reshape(-1))], level=27)
+    b = bits(hashes, rows_i, None, np.int32)
+    model("lsh_projection_float32_sparse_deprecated", "LSH_PROJECTION",  # type 1: no i * 2^bits offset
+          [C(T(F32), hashes), I(T(I32), rows_i), NONE(F32), i32(1)], [O(T(I32), (b * [1, 2]).sum(1))], level=27)
+
+
 GENERATORS = [v for k, v in list(globals().items()) if k.startswith("gen_")]
 
 
