@@ -155,7 +155,7 @@ def apply_activation(x: np.ndarray, fuse: int, out: Arg) -> np.ndarray:
     activation ``fuse`` and cast to the output's element type."""
     if out.type in QUANT_RANGE:
         lo, hi = activation_range_quant(fuse, out)
-        return np.clip(x, lo, hi).astype(DTYPES[out.type])
+        return np.clip(x, lo, hi).astype(DTYPES[out.type], copy=False)  # clip made the copy
     lo, hi = FLOAT_ACTIVATION_RANGE[FuseCode(fuse)]
     if fuse != FuseCode.NONE:
         x = np.clip(x, lo, hi)

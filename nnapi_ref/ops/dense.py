@@ -17,6 +17,10 @@ F32, F16, Q8, S8, I32, BOOL, TI32 = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSO
                                     T.TENSOR_QUANT8_ASYMM_SIGNED, T.INT32, T.BOOL, T.TENSOR_INT32)
 
 
+# Float weight matrices with at least this many elements are multiplied in float32.
+LARGE_WEIGHTS = 1 << 18
+
+
 @register
 class FullyConnected(Operation):
     code = OperationCode.FULLY_CONNECTED
@@ -63,7 +67,9 @@ class FullyConnected(Operation):
             real = float(np.float32(inp.scale) * np.float32(wts.scale)) / float(np.float32(out.scale))
             mult, shift = quantize_multipliers(real)
             return [finish_quant(acc, bias.value, mult, shift, out, fuse, bound)]
-        dtype = float_dtype(inp.value.size * num_units)
+        # float64 for small problems (free there); large weight matrices stay in float32, as
+        # converting them would cost more than the product (NNAPI's CPU path sums in float32 too).
+        dtype = float_dtype(inp.value.size * num_units) if wts.value.size < LARGE_WEIGHTS else np.float32
         x = inp.value.reshape(-1, input_size).astype(dtype, copy=False)
         acc = (x @ wts.value.astype(dtype, copy=False).T).astype(np.float32)
         acc += bias.value.astype(np.float32)
