@@ -26,9 +26,8 @@ def operand_type_problem(code, dimensions, scale: float, zero_point: int, channe
     or None. ``channel_quant_pending``: a per-channel operand's parameters come later."""
     if code not in DTYPES:
         return f"invalid operand type {code}"
-    name = type_name(code)
     if code in SCALAR_TYPES and len(dimensions):
-        return f"scalar type {name} must have no dimensions, got {list(dimensions)}"
+        return f"scalar type {type_name(code)} must have no dimensions, got {list(dimensions)}"
     for d in dimensions:
         if not isinstance(d, (int, np.integer)) or d < 0:
             return f"dimensions {list(dimensions)} must be non-negative integers"
@@ -36,21 +35,21 @@ def operand_type_problem(code, dimensions, scale: float, zero_point: int, channe
         return f"scale {scale} is not finite"
     if code in ZERO_POINT_RANGE or code in (T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM):
         if not scale > 0:
-            return f"{name} needs a positive scale, got {scale}"
+            return f"{type_name(code)} needs a positive scale, got {scale}"
         lo, hi = ZERO_POINT_RANGE.get(code, (0, 0))
         if not lo <= zero_point <= hi:
-            return f"{name} zero point {zero_point} outside [{lo}, {hi}]"
+            return f"{type_name(code)} zero point {zero_point} outside [{lo}, {hi}]"
     elif code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
         if scale != 0 or zero_point != 0:
-            return f"{name} takes its scales from channel quantization; scale and zero point must be 0"
+            return f"{type_name(code)} takes its scales from channel quantization; scale and zero point must be 0"
     elif code in (T.TENSOR_INT32, T.INT32):
         if scale < 0:
-            return f"{name} scale {scale} must not be negative"
+            return f"{type_name(code)} scale {scale} must not be negative"
     elif code != T.SUBGRAPH and (scale != 0 or zero_point != 0):
-        return f"{name} must have scale 0 and zero point 0, got {scale} and {zero_point}"
+        return f"{type_name(code)} must have scale 0 and zero point 0, got {scale} and {zero_point}"
     if channel_quant is not None:
         if code != T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
-            return f"per-channel quantization parameters on a {name} operand"
+            return f"per-channel quantization parameters on a {type_name(code)} operand"
         dim = channel_quant.channel_dim
         if not 0 <= dim < len(dimensions):
             return f"channel dimension {dim} out of range for rank {len(dimensions)}"
@@ -59,7 +58,7 @@ def operand_type_problem(code, dimensions, scale: float, zero_point: int, channe
         if not all(s > 0 and math.isfinite(s) for s in channel_quant.scales):
             return "channel scales must be positive"
     elif code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL and not channel_quant_pending:
-        return f"{name} operand without per-channel quantization parameters"
+        return f"{type_name(code)} operand without per-channel quantization parameters"
     return None
 
 

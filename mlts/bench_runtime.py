@@ -1,0 +1,71 @@
+"""Runtime overhead: what building, compiling and executing a tiny model costs, apart from the
+arithmetic (a 4-element ADD computes in about a microsecond).
+
+    python -m mlts.bench_runtime [--repeat N]
+
+Prints microseconds per phase (median of N) for a one-ADD model and a three-operation chain.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from nnapi_ref import Compilation, Execution, Model, OperandCode as T, OperandType, OperationCode
+
+
+def build(operations: int) -> Model:
+    model = Model()
+    t = OperandType(T.TENSOR_FLOAT32, [4])
+    x = model.add_operand(t)
+    fuse = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(fuse, np.int32(0))
+    current = x
+    for _ in range(operations):
+        out = model.add_operand(t)
+        model.add_operation(OperationCode.ADD, [current, x, fuse], [out])
+        current = out
+    model.identify_inputs_and_outputs([x], [current])
+    model.finish()
+    return model
+
+
+def measure(operations: int, repeat: int) -> dict[str, float]:
+    x = np.arange(4, dtype=np.float32)
+    out = np.zeros(4, np.float32)
+    phases: dict[str, list[float]] = {"build": [], "compile": [], "execute": [], "total": []}
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        model = build(operations)
+        t1 = time.perf_counter()
+        compilation = Compilation(model)
+        compilation.finish()
+        t2 = time.perf_counter()
+        execution = Execution(compilation)
+        execution.set_input(0, x)
+        execution.set_output(0, out)
+        execution.compute()
+        t3 = time.perf_counter()
+        for name, value in (("build", t1 - t0), ("compile", t2 - t1), ("execute", t3 - t2), ("total", t3 - t0)):
+            phases[name].append(value * 1e6)
+    expected = x * (operations + 1)
+    assert np.array_equal(out, expected), "wrong result"
+    return {name: statistics.median(values) for name, values in phases.items()}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=2000)
+    args = parser.parse_args(argv)
+    measure(1, 50)  # warm up imports and caches
+    print(f"{'model':24s} {'build':>9s} {'compile':>9s} {'execute':>9s} {'total':>9s}   (microseconds, median)")
+    for operations in (1, 3):
+        r = measure(operations, args.repeat)
+        print(f"{operations} ADD operation(s){'':7s} {r['build']:9.1f} {r['compile']:9.1f} {r['execute']:9.1f} "
+              f"{r['total']:9.1f}")
+
+
+if __name__ == "__main__":
+    main()
