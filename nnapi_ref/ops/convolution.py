@@ -614,16 +614,32 @@ class DepthwiseConv2D(_Conv):
             dtype = np.float32 if bound < 2.0 ** 24 else np.float64
         else:
             dtype = np.float32  # accumulated in float32, as NNAPI's CPU implementation does
-        x, wt = operand_values(inp, call.ins[1], dtype)
-        x = to_nhwc(x, p.nchw)
         mult = c_out // c
-        if mult > 1:
-            x = np.repeat(x, mult, axis=3)
-        acc = depthwise_nhwc(x, wt[0], p, oh, ow)
+        if quant:
+            # Pad the 8-bit input with its zero point (0 once corrected), then convert once.
+            x = to_nhwc(inp.value, p.nchw)
+            if mult > 1:
+                x = np.repeat(x, mult, axis=3)
+            need_h = (oh - 1) * p.stride_h + (kh - 1) * p.dilation_h + 1
+            need_w = (ow - 1) * p.stride_w + (kw - 1) * p.dilation_w + 1
+            x = padded_window_input(x, p.pads[2], p.pads[0], need_h, need_w, inp.zero_point).astype(dtype)
+            if inp.zero_point:
+                x -= dtype(inp.zero_point)
+            flt = call.ins[1]
+            wt = flt.value.astype(dtype)
+            if flt.type != PC and flt.zero_point:
+                wt -= dtype(flt.zero_point)
+            acc = depthwise_nhwc(x, wt[0], p, oh, ow, padded=True)
+        else:
+            x, wt = operand_values(inp, call.ins[1], dtype)
+            x = to_nhwc(x, p.nchw)
+            if mult > 1:
+                x = np.repeat(x, mult, axis=3)
+            acc = depthwise_nhwc(x, wt[0], p, oh, ow)
         return [from_nhwc(finish(acc, call, p.fuse, c_out, bound), p.nchw)]
 
 
-def depthwise_nhwc(x, wt, p: Spatial, oh, ow):
+def depthwise_nhwc(x, wt, p: Spatial, oh, ow, padded: bool = False):
     """Depthwise accumulator: per output position and channel, the sum over kernel taps of the
     padded input times the tap's weight, as one ``einsum`` over a strided view of the windows.
 
@@ -635,7 +651,8 @@ def depthwise_nhwc(x, wt, p: Spatial, oh, ow):
     left, _, top, _ = p.pads
     sh, sw, dh, dw = p.stride_h, p.stride_w, p.dilation_h, p.dilation_w
     need_h, need_w = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
-    xp = padded_window_input(x, top, left, need_h, need_w)
+    # ``padded``: x is already the padded input (window rows/cols from 0).
+    xp = x[:, :need_h, :need_w, :] if padded else padded_window_input(x, top, left, need_h, need_w)
     if not xp.flags.c_contiguous:
         xp = np.ascontiguousarray(xp)
     s0, s1, s2, s3 = xp.strides
