@@ -297,7 +297,9 @@ def bsc(v):
 
 
 def NONE(code):
-    return Spec("NO_VALUE", code, [0] if code.startswith("TENSOR") else [], None)
+    """An omitted optional input (quantized types still need a valid scale)."""
+    return Spec("NO_VALUE", code, [0] if code.startswith("TENSOR") else [], None,
+                scale=1.0 if code in QUANT else 0.0)
 
 
 def ci32(values, dims=None):
@@ -1832,6 +1834,36 @@ def gen_quantized_lstm():
     ins = [I(tx, x)] + [C(tw, W[k]) for k in "ifco"] + [C(tw, R[k]) for k in "ifco"] + \
         [C(tb, B[k]) for k in "ifco"] + [I(tc, c), I(tx, h)]
     model("quantized_16bit_lstm_quant8_asymm", "QUANTIZED_16BIT_LSTM", ins, [O(tc, c2), O(tx, h2)], level=29)
+
+    # QUANTIZED_LSTM (feature level 4), the plain configuration: no CIFG, peephole, projection or
+    # layer normalization; zero biases and hidden zero point 0; gate intermediate scales 2^-12,
+    # cell state QUANT16_SYMM 2^-11, input / output state / output QUANT8_ASYMM_SIGNED 1/128.
+    # Real-valued: i, f, o = sigmoid(W x + R h), g = tanh(W x + R h), c' = f c + i g,
+    # h' = o tanh(c'); the output is h' (no projection).
+    tx, tw, tc = T(QS, 1 / 128, 0), T(Q8S, 1 / 64, 0), T(Q16S, 1 / 2048, 0)
+    for seed in range(5000):
+        rng = np.random.default_rng(3000 + seed)
+        x = tx.rt(rng.integers(-100, 100, (1, 3)) / 128)
+        h = tx.rt(rng.integers(-100, 100, (1, 2)) / 128)
+        c = tc.rt(rng.integers(-3000, 3000, (1, 2)) / 2048)
+        W = {g: tw.rt(rng.integers(-64, 64, (2, 3)) / 64) for g in "ifco"}
+        R = {g: tw.rt(rng.integers(-64, 64, (2, 2)) / 64) for g in "ifco"}
+        pre = {g: x @ W[g].T + h @ R[g].T for g in "ifco"}
+        if max(np.abs(v).max() for v in pre.values()) > 7.5:
+            continue
+        i, f, o, g = sigmoid(pre["i"]), sigmoid(pre["f"]), sigmoid(pre["o"]), np.tanh(pre["c"])
+        c2 = f * c + i * g
+        h2 = o * np.tanh(c2)
+        if margin(f * c * 2048) < 0.3 and margin(i * g * 2048) < 0.3 and margin(c2 * 2048) < 0.3 \
+                and margin(h2 * 128) < 0.3:
+            break
+    else:
+        raise RuntimeError("no QUANTIZED_LSTM case with enough margin")
+    zb = C(T(I32), np.zeros(2, np.int64))
+    ins = [I(tx, x)] + [C(tw, W[k]) for k in "ifco"] + [C(tw, R[k]) for k in "ifco"] + \
+        [NONE(Q16S)] * 3 + [zb] * 4 + [NONE(Q8S), NONE(I32), I(tx, h), I(tc, c)] + [NONE(Q16S)] * 4 + \
+        [fsc(F32, 0.0), fsc(F32, 0.0)] + [fsc(F32, 2.0 ** -12)] * 4 + [i32(0), fsc(F32, 1 / 128)]
+    model("quantized_lstm_quant8_asymm_signed", "QUANTIZED_LSTM", ins, [O(tx, h2), O(tc, c2), O(tx, h2)], level=30)
 
 
 GENERATORS = [v for k, v in list(globals().items()) if k.startswith("gen_")]
