@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Coverage of the corpus: for every NNAPI operation, the tensor types it supports (per
-generate.LEVELS) and how many corpus models exercise each. A type counts for a model when an
-input or output tensor of the operation has it. Prints a Markdown table.
+"""Coverage of the corpus: for every NNAPI operation, the tensor types it supports (as listed in
+generate.LEVELS) and how many corpus models exercise each. A model counts for a type when the
+operation's first tensor input, or one of its outputs, has that type (so index and shape tensors
+do not count as INT32 coverage). Prints a Markdown table.
 
     python cts/corpus/coverage.py
 """
@@ -28,24 +29,26 @@ def main():
             for sg in [test["main"]] + list(test.get("referenced") or []):
                 ops = sg["operands"]
                 for op in sg["operations"]:
-                    types = {ops[k]["type"].replace("TENSOR_", "") for k in op["inputs"] + op["outputs"]
+                    tensors = [k for k in op["inputs"] if ops[k]["type"].startswith("TENSOR_")]
+                    types = {ops[k]["type"].replace("TENSOR_", "") for k in tensors[:1] + op["outputs"]
                              if ops[k]["type"].startswith("TENSOR_")}
                     for t in types:
                         seen[op["type"]][t] += 1
                     if test.get("is_relaxed"):
                         seen[op["type"]]["relaxed"] += 1
+                    if test.get("expect_failure"):
+                        seen[op["type"]]["invalid"] += 1
     print(f"{models} models ({relaxed} relaxed, {failing} expect_failure).\n")
-    print("| # | operation | types covered (models) | types not covered |")
+    print("| # | operation | types covered (models) | not covered |")
     print("|---|---|---|---|")
     full = 0
     for code, (op, levels) in enumerate(LEVELS.items()):
         got = seen.get(op, {})
         covered = [f"{t} ({got[t]})" for t in levels if got.get(t)]
-        if got.get("relaxed"):
-            covered.append(f"relaxed ({got['relaxed']})")
+        covered += [f"{extra} ({got[extra]})" for extra in ("relaxed", "invalid") if got.get(extra)]
         missing = [t for t in levels if not got.get(t)]
         full += not missing
-        print(f"| {code} | {op} | {', '.join(covered) or '-'} | {', '.join(missing) or ''} |")
+        print(f"| {code} | {op} | {', '.join(covered) or '-'} | {', '.join(missing)} |")
     print(f"\n{full} of {len(LEVELS)} operations have every listed type covered; "
           f"{sum(1 for op in LEVELS if seen.get(op))} have at least one model.")
 
