@@ -1806,7 +1806,7 @@ def gen_quantized_lstm():
     # biases INT32 (scale = weight scale / 128), cell state QUANT16_SYMM (1/2048). Real-valued LSTM:
     # i, f, o = sigmoid(W x + R h + b), g = tanh(...), c' = f c + i g, h' = o tanh(c').
     # The reference computes in fixed point with several roundings; pick a seed whose products and
-    # outputs are far (>= 0.3 units) from rounding boundaries.
+    # outputs lie within 0.3 of an integer (at least 0.2 units from a rounding boundary).
     # Android's CPU implementation (and the AOSP test goldens) multiplies [input, previous output]
     # by [recurrent-to-gate | input-to-gate] columns, i.e. pairs the input with the recurrent
     # weights, unlike the documented formula. With input size == output size and identical input
