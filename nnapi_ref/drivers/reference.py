@@ -16,8 +16,8 @@ from .. import hal, ops
 from ..errors import NnapiError
 from ..executor import Executor, Plan, prepare_plans
 from ..hal import ErrorStatus, HalError
-from ..types import (DTYPES, MAX_NUMBER_OF_CACHE_FILES, SCALAR_TYPES, DeviceTypeCode, FeatureLevel,
-                     OperandCode, ResultCode)
+from ..types import (DTYPES, MAX_NUMBER_OF_CACHE_FILES, SCALAR_TYPES, DeviceTypeCode, FeatureLevel, Lifetime,
+                     OperandCode, OperationCode, PreferenceCode, PriorityCode, ResultCode)
 from ..validation import validate_model
 
 # How the executor's result codes travel back across the driver interface.
@@ -39,9 +39,47 @@ def hal_error(e: NnapiError) -> HalError:
 def validate_for_driver(model: hal.Model) -> int:
     """Validate a model handed to a driver; INVALID_ARGUMENT if it is not valid."""
     try:
-        return validate_model(model)
+        level = validate_model(model)
     except NnapiError as e:
         raise hal_error(e) from None
+    except Exception as e:  # the validator choking on a malformed model: the model is invalid
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"malformed model: {type(e).__name__}: {e}") from None
+    problem = _hal_model_problem(model)
+    if problem:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, problem)
+    return level
+
+
+# Input counts NNAPI allows where the signature tables accept more (their optional trailing inputs
+# come in groups: layout, then both dilation factors).
+_INPUT_COUNTS = {OperationCode.CONV_2D: frozenset({7, 8, 10, 11, 13}),
+                 OperationCode.DEPTHWISE_CONV_2D: frozenset({8, 9, 11, 12, 14})}
+
+
+def _hal_model_problem(model: hal.Model) -> str | None:
+    """What the HAL requires beyond the shared validation: scalars (and SUBGRAPH operands) carry
+    no scale or zero point, TENSOR_INT32 has zero point 0, and operations come in execution order
+    (each reads only operands already written; the runtime sorts models before handing them over)."""
+    subgraphs = [("main", model.main)] + [(f"subgraph {k}", sg) for k, sg in enumerate(model.referenced)]
+    for name, sg in subgraphs:
+        for i, o in enumerate(sg.operands):
+            if (o.type in SCALAR_TYPES or o.type == OperandCode.SUBGRAPH) and (o.scale != 0 or o.zero_point != 0):
+                return f"{name} operand {i}: a {OperandCode(o.type).name} must have scale 0 and zero point 0"
+            if o.type == OperandCode.TENSOR_INT32 and o.zero_point != 0:
+                return f"{name} operand {i}: TENSOR_INT32 must have zero point 0, got {o.zero_point}"
+        for j, op in enumerate(sg.operations):
+            counts = _INPUT_COUNTS.get(op.type)
+            if counts and len(op.inputs) not in counts:
+                return f"{name} operation {j}: {OperationCode(op.type).name} takes {sorted(counts)} inputs, " \
+                       f"not {len(op.inputs)}"
+        written = {k for k, o in enumerate(sg.operands)
+                   if o.lifetime not in (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT)}
+        for j, op in enumerate(sg.operations):
+            for k in op.inputs:
+                if k not in written:
+                    return f"{name} operation {j} reads operand {k} before it is written (not in execution order)"
+            written.update(op.outputs)
+    return None
 
 
 class _ValidatedModels:
@@ -64,6 +102,10 @@ class _ValidatedModels:
         with self._lock:
             self._entries = [(model, level)] + self._entries[:self.SIZE - 1]
         return level
+
+
+_PREFERENCES = frozenset(int(p) for p in PreferenceCode)
+_PRIORITIES = frozenset({int(PriorityCode.LOW), int(PriorityCode.MEDIUM), int(PriorityCode.HIGH)})
 
 
 def _deadline_passed(deadline_ns: int | None) -> bool:
@@ -128,6 +170,10 @@ class ReferenceDevice(hal.Device):
 
     # -- compilation ------------------------------------------------------------------------------
     def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        if preference not in _PREFERENCES:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid execution preference {preference}")
+        if priority not in _PRIORITIES:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid priority {priority}")
         if _deadline_passed(deadline_ns):
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed")
         level = self._validated.level(model)
@@ -153,7 +199,8 @@ class ReferenceDevice(hal.Device):
         if _deadline_passed(deadline_ns):
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed")
         model = load_from_cache(model_cache, data_cache, token, self.get_number_of_cache_files_needed())
-        return self.prepare_model(model, None, None, deadline_ns, (), (), None)
+        return self.prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, deadline_ns,
+                                  (), (), None)
 
     # -- memory domains ---------------------------------------------------------------------------
     def allocate(self, desc, prepared_models, input_roles, output_roles):
