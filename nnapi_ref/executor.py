@@ -39,7 +39,8 @@ def merge_shapes(declared, inferred, what: str):
 
 
 class _Step:
-    __slots__ = ("impl", "code", "inputs", "outputs", "in_meta", "out_meta", "release", "label")
+    __slots__ = ("impl", "code", "inputs", "outputs", "in_meta", "out_meta", "release", "label", "constant_inputs",
+                 "cache")
 
 
 class Plan:
@@ -81,6 +82,9 @@ class Plan:
             step.out_meta = [self._meta(sg.operands[k]) for k in operation.outputs]
             step.release = release.get(pos, ())
             step.label = f"{name} operation {j} ({step.code.name})"
+            step.constant_inputs = frozenset(i for i, k in enumerate(operation.inputs)
+                                             if self.constants.get(k) is not None)
+            step.cache = {}
             self.steps.append(step)
         self.shapes = self._infer_static_shapes()
 
@@ -140,6 +144,7 @@ class Executor:
                             values[k], values[k] is None)
                         for k, m in zip(step.inputs, step.in_meta)]
             call.outs = [Arg(m[0], m[5], m[1], m[2], m[3]) for m in step.out_meta]
+            call.constant_inputs, call.cache = step.constant_inputs, step.cache
             results = self._run_step(step, call)
             for k, result in zip(step.outputs, results):
                 values[k] = result

@@ -92,13 +92,27 @@ class Call:
     """One call of an operation: its inputs and outputs, and the executor's context.
 
     ``runner`` runs referenced subgraphs (IF/WHILE); ``relaxed`` says float32 may be computed
-    with float16 range and precision.
+    with float16 range and precision. ``constant_inputs`` are the positions of inputs that are
+    model constants, and ``cache`` lives as long as the compiled operation: see :meth:`derived`.
     """
 
     ins: list[Arg]
     outs: list[Arg]
     relaxed: bool = False
     runner: Any = None
+    constant_inputs: frozenset = frozenset()
+    cache: dict | None = None
+
+    def derived(self, key, positions, compute):
+        """``compute()``, remembered for the compiled operation when it depends only on the
+        inputs at ``positions`` and they are all constants (prepared weights, multipliers,
+        lookup tables); recomputed on every call otherwise."""
+        if self.cache is None or not self.constant_inputs.issuperset(positions):
+            return compute()
+        value = self.cache.get(key)
+        if value is None:
+            value = self.cache[key] = compute()
+        return value
 
 
 @dataclass(frozen=True)
