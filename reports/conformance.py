@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import collections
 import datetime
-import html
 from pathlib import Path
 
 import jinja2
@@ -42,6 +41,7 @@ def write_report(path: str, rows, driver: str) -> None:
                              autoescape=jinja2.select_autoescape(["html"]))
     page = env.get_template("conformance.html.j2").render(
         driver=driver, generated=datetime.datetime.now().isoformat(timespec="seconds"), matrix=dict(sorted(matrix.items())),
-        dtypes=dtypes, totals=totals, outcomes=OUTCOMES, failures=failures, cell_class=cell_class, escape=html.escape)
+        dtypes=dtypes, summary=", ".join(f"{totals[o]} {o}" for o in OUTCOMES if totals[o]), failures=failures,
+        cell_class=cell_class)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(page, encoding="utf-8")
