@@ -300,13 +300,7 @@ class ReferencePreparedModel(hal.PreparedModel):
         start = time.monotonic_ns()
         if _deadline_passed(deadline_ns):
             raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the execution deadline passed")
-        main = self.model.main
-        if len(request.inputs) != len(main.input_indexes) or len(request.outputs) != len(main.output_indexes):
-            raise HalError(ErrorStatus.INVALID_ARGUMENT,
-                           f"request has {len(request.inputs)} inputs and {len(request.outputs)} outputs, "
-                           f"model has {len(main.input_indexes)} and {len(main.output_indexes)}")
-        pools = [self._pool(p) for p in request.pools]
-        inputs = [self._read_input(i, arg, pools) for i, arg in enumerate(request.inputs)]
+        pools, inputs = self._check_request(request)
         executor = Executor(self.plans, self.model.relax_computation_float32_to_float16, deadline_ns,
                             loop_timeout_ns)
         device_start = time.monotonic_ns()
@@ -328,6 +322,23 @@ class ReferencePreparedModel(hal.PreparedModel):
                 target(result)
         timing = hal.Timing(device_ns, time.monotonic_ns() - start) if measure else hal.NO_TIMING
         return hal.ExecutionResult(shapes, timing)
+
+    def _check_request(self, request: hal.Request):
+        """Validate the whole request before anything runs; return its pools and input arrays."""
+        main = self.model.main
+        if len(request.inputs) != len(main.input_indexes) or len(request.outputs) != len(main.output_indexes):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                           f"request has {len(request.inputs)} inputs and {len(request.outputs)} outputs, "
+                           f"model has {len(main.input_indexes)} and {len(main.output_indexes)}")
+        pools = [self._pool(p) for p in request.pools]
+        inputs = [self._read_input(i, arg, pools) for i, arg in enumerate(request.inputs)]
+        for i, arg in enumerate(request.outputs):
+            what = f"output {i}"
+            if arg.lifetime == hal.ArgumentLifetime.NO_VALUE:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: outputs may not be omitted")
+            if not isinstance(self._region(arg, pools, what), ReferenceBuffer):
+                self._shape(main.operands[main.output_indexes[i]], arg, what, need_known=False)
+        return pools, inputs
 
     def _pool(self, pool):
         if isinstance(pool, hal.SharedMemory):
@@ -420,6 +431,8 @@ class ReferencePreparedModel(hal.PreparedModel):
         return self._run(request, measure, deadline_ns, loop_timeout_ns)
 
     def execute(self, request, measure, deadline_ns, loop_timeout_ns, callback):
+        self._check_request(request)  # an invalid request fails the launch itself
+
         def work():
             try:
                 result = self._run(request, measure, deadline_ns, loop_timeout_ns)
