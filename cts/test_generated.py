@@ -1,6 +1,8 @@
 """CTS generated tests: every test model of the project's corpus (``cts/corpus``) and of
-``--vectors``, through the runtime API, in each execution mode, and again with its output
-dimensions left unspecified (dynamic output shapes; not for models with IF, WHILE or RANK).
+``--vectors``, through the runtime API, in each execution mode (sync, async, burst, fenced), and
+again with its output dimensions left unspecified (``dynamic``; not for models with IF, WHILE or
+RANK), with every input and output in device memory (``device_memory``), through the compilation
+cache (``cached``), and, for quant8 models, as their signed-quant8 twin (``signed``).
 
 A failure names the operation, the data type and the worst element, and saves the model as a
 test-vector file with the one command that replays it.
@@ -14,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from nnapi_ref import vectors
+from nnapi_ref import ops
 from nnapi_ref.harness import MODES, outputs_fully_specified, run_test, supports_dynamic_outputs
 from nnapi_ref.types import OperandCode, OperationCode, type_name
 
 CORPUS = Path(__file__).parent / "corpus"
-VARIANTS = MODES + ("dynamic",)
+VARIANTS = MODES + ("dynamic", "device_memory", "cached", "signed")
 
 
 @dataclass
@@ -52,6 +55,30 @@ def describe(test: vectors.TestModel) -> tuple[str, str]:
     return OperationCode(op.type).name, dtype
 
 
+def accepted_by_signatures(test: vectors.TestModel) -> bool:
+    """Every operation accepts its operand types at some feature level (NNAPI's signatures)."""
+    registry = ops.load_all()
+    for sg in [test.model.main] + test.model.referenced:
+        for op in sg.operations:
+            impl = registry.get(op.type)
+            if impl is None or impl.match([sg.operands[k].type for k in op.inputs],
+                                          [sg.operands[k].type for k in op.outputs]) is None:
+                return False
+    return True
+
+
+def applicable(test: vectors.TestModel, variant: str) -> vectors.TestModel | None:
+    """The test model a variant runs, or None when the variant does not apply to it."""
+    if variant == "dynamic" and not supports_dynamic_outputs(test.model):
+        return None
+    if variant == "fenced" and not outputs_fully_specified(test.model):
+        return None
+    if variant == "signed":
+        twin = vectors.signed_twin(test)
+        return twin if twin is not None and accepted_by_signatures(twin) else None
+    return test
+
+
 _cases_cache: dict[tuple, list[Case]] = {}
 
 
@@ -66,14 +93,10 @@ def collect_cases(config) -> list[Case]:
             for test in vectors.load_file(path):
                 if level is not None and (test.min_feature_level or 0) > level:
                     continue
-                operation, dtype = describe(test)
-                variants = MODES if test.expect_failure else VARIANTS
-                for variant in variants:
-                    if variant == "dynamic" and not supports_dynamic_outputs(test.model):
-                        continue
-                    if variant == "fenced" and not outputs_fully_specified(test.model):
-                        continue
-                    cases.append(Case(test, variant, operation, dtype, path))
+                for variant in (MODES if test.expect_failure else VARIANTS):
+                    case_test = applicable(test, variant)
+                    if case_test is not None:
+                        cases.append(Case(case_test, variant, *describe(case_test), path))
         _cases_cache[key] = cases
     return _cases_cache[key]
 
@@ -103,14 +126,22 @@ def save_reproducer(case: Case, folder: str) -> Path:
     return path
 
 
-def test_generated(case: Case, devices, request, driver_spec):
-    mode = "sync" if case.variant == "dynamic" else case.variant
-    result = run_test(case.test, devices, mode, dynamic_outputs=case.variant == "dynamic")
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("compilation-cache"))
+
+
+def test_generated(case: Case, devices, request, driver_spec, cache_dir):
+    mode = case.variant if case.variant in MODES else "sync"
+    result = run_test(case.test, devices, mode, dynamic_outputs=case.variant == "dynamic",
+                      device_memory=case.variant == "device_memory",
+                      cache_dir=cache_dir if case.variant == "cached" else None)
     if result.status == "skip":
         pytest.skip(f"{result.message} ({case.operation} {case.dtype})")
     if result.status != "pass":
         path = save_reproducer(case, request.config.getoption("reproducers"))
-        replay = f"nnts vectors run {path} --driver {driver_spec} --mode {mode}" + \
-            (" --dynamic" if case.variant == "dynamic" else "")
+        replay = f"nnts vectors run {path} --driver {driver_spec} --mode {mode}" + {
+            "dynamic": " --dynamic", "device_memory": " --device-memory", "cached": " --cache-dir out/cache"}.get(
+            case.variant, "")
         pytest.fail(f"{case.operation} {case.dtype} ({case.variant}), test model {case.test.name} from "
                     f"{case.path}: {result.message}\nreproducer: {path}\nreplay: {replay}", pytrace=False)

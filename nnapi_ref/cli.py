@@ -63,7 +63,7 @@ def _run_files(job) -> list[dict]:
     """Worker: run every test of some files; returns plain result dicts."""
     from . import vectors
     from .harness import ERROR, run_test
-    files, driver, pattern, mode, dynamic = job
+    files, driver, pattern, mode, dynamic, device_memory, cache_dir = job
     devices = _devices(driver)
     regex = re.compile(pattern) if pattern else None
     results = []
@@ -76,7 +76,8 @@ def _run_files(job) -> list[dict]:
         for test in tests:
             if regex and not regex.search(test.name):
                 continue
-            r = run_test(test, devices, mode, dynamic_outputs=dynamic)
+            r = run_test(test, devices, mode, dynamic_outputs=dynamic, device_memory=device_memory,
+                         cache_dir=cache_dir)
             results.append({"name": r.name, "source": str(path), "status": r.status, "message": r.message})
     return results
 
@@ -112,7 +113,8 @@ def cmd_vectors_run(args) -> int:
         print(f"nnts: {e}", file=sys.stderr)
         return 2
     jobs = args.jobs or os.cpu_count() or 1
-    tasks = [([f], args.driver, args.filter, args.mode, args.dynamic) for f in files]
+    tasks = [([f], args.driver, args.filter, args.mode, args.dynamic, args.device_memory, args.cache_dir)
+             for f in files]
     results: list[dict] = []
     if jobs > 1 and len(tasks) > 1:
         with ProcessPoolExecutor(jobs) as pool:
@@ -199,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--filter", help="only tests whose name matches this regular expression")
     r.add_argument("--mode", choices=("sync", "async", "burst", "fenced"), default="sync")
     r.add_argument("--dynamic", action="store_true", help="leave output dimensions unspecified")
+    r.add_argument("--device-memory", action="store_true",
+                   help="put inputs and outputs in memory from descriptors (memory domains)")
+    r.add_argument("--cache-dir", help="compile through the compilation cache in this folder (save, then reload)")
     r.add_argument("--json", help="write results as JSON to this file")
     r.add_argument("--junit", help="write results as JUnit XML to this file")
     r.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: one per core)")

@@ -4,13 +4,14 @@ feed the inputs, execute in the chosen mode, and compare every output with NNAPI
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .errors import NnapiError
 from .hal import Model as HalModel, Subgraph
-from .runtime import Burst, Compilation, Device, Execution, Model, OperandType
+from .runtime import Burst, Compilation, Device, Execution, Memory, MemoryDesc, Model, OperandType
 from .tolerance import compare, compare_multinomial
 from .types import DTYPES, SCALAR_TYPES, Lifetime, OperandCode, OperationCode
 from .vectors import TestModel
@@ -97,20 +98,37 @@ def outputs_fully_specified(model: HalModel) -> bool:
                for k in main.output_indexes)
 
 
-def execute(compilation: Compilation, test: TestModel, mode: str = "sync") -> tuple[list[np.ndarray], list[tuple]]:
-    """Run ``test``'s inputs through ``compilation``; return the outputs and their dimensions."""
+def _device_memory(compilation: Compilation, index: int, is_input: bool) -> Memory:
+    """A memory for one input or output in the memory domain of the compilation's device."""
+    desc = MemoryDesc()
+    (desc.add_input_role if is_input else desc.add_output_role)(compilation, index)
+    desc.finish()
+    return Memory.from_desc(desc)
+
+
+def execute(compilation: Compilation, test: TestModel, mode: str = "sync",
+            device_memory: bool = False) -> tuple[list[np.ndarray], list[tuple]]:
+    """Run ``test``'s inputs through ``compilation``; return the outputs and their dimensions.
+    With ``device_memory`` every input and output lives in memory allocated from a descriptor."""
     execution = Execution(compilation)
     if test.expect_failure:
         execution.set_loop_timeout(EXPECT_FAILURE_LOOP_TIMEOUT_NS)
     main = test.model.main
     for i, value in enumerate(test.inputs):
-        execution.set_input(i, None if value is None else np.ascontiguousarray(value))
-    outputs = []
+        if value is None or not device_memory:
+            execution.set_input(i, None if value is None else np.ascontiguousarray(value))
+        else:
+            memory = _device_memory(compilation, i, True)
+            Memory.copy(Memory.from_buffer(np.ascontiguousarray(value).copy()), memory)
+            execution.set_input_from_memory(i, memory, 0, 0)
+    outputs, output_memories = [], []
     for i, k in enumerate(main.output_indexes):
-        operand = main.operands[k]
-        out = np.zeros(test.expected[i].size, DTYPES[operand.type])
-        outputs.append(out)
-        execution.set_output(i, out)
+        outputs.append(np.zeros(test.expected[i].size, DTYPES[main.operands[k].type]))
+        if device_memory:
+            output_memories.append(_device_memory(compilation, i, False))
+            execution.set_output_from_memory(i, output_memories[-1], 0, 0)
+        else:
+            execution.set_output(i, outputs[-1])
     if mode == "sync":
         execution.compute()
     elif mode == "async":
@@ -121,8 +139,20 @@ def execute(compilation: Compilation, test: TestModel, mode: str = "sync") -> tu
         execution.start_compute_with_dependencies([]).wait()
     else:
         raise ValueError(f"unknown execution mode {mode!r}")
+    for out, memory in zip(outputs, output_memories):
+        Memory.copy(memory, Memory.from_buffer(out))
     dims = [execution.get_output_operand_dimensions(i) for i in range(len(outputs))]
     return outputs, dims
+
+
+def compile_for(model: Model, devices: list[Device], cache_dir: str | None, token: bytes) -> Compilation:
+    """Compile ``model``; with ``cache_dir``, compile once to fill the cache, then again from it."""
+    for _ in range(2 if cache_dir else 1):
+        compilation = Compilation(model, devices)
+        if cache_dir:
+            compilation.set_caching(cache_dir, token)
+        compilation.finish()
+    return compilation
 
 
 def check_outputs(test: TestModel, outputs: list[np.ndarray], dims: list[tuple]) -> list[str]:
@@ -152,8 +182,12 @@ def check_outputs(test: TestModel, outputs: list[np.ndarray], dims: list[tuple])
     return problems
 
 
-def run_test(test: TestModel, devices: list[Device], mode: str = "sync", dynamic_outputs: bool = False) -> TestResult:
-    """Build, compile for ``devices`` and execute one test model; judge the result."""
+def run_test(test: TestModel, devices: list[Device], mode: str = "sync", dynamic_outputs: bool = False,
+             device_memory: bool = False, cache_dir: str | None = None) -> TestResult:
+    """Build, compile for ``devices`` and execute one test model; judge the result.
+
+    ``device_memory`` puts every input and output in memory from descriptors (memory domains);
+    ``cache_dir`` compiles through the compilation cache (saved, then reloaded)."""
     result = TestResult(test.name, FAIL, source=test.source)
     if mode == "fenced" and (dynamic_outputs or not outputs_fully_specified(test.model)):
         result.status, result.message = SKIP, "fenced execution needs fully specified output dimensions"
@@ -175,10 +209,9 @@ def run_test(test: TestModel, devices: list[Device], mode: str = "sync", dynamic
                 result.status, result.message = SKIP, f"unsupported: {', '.join(names)}"
                 return result
         stage = "compile"
-        compilation = Compilation(model, devices)
-        compilation.finish()
+        compilation = compile_for(model, devices, cache_dir, hashlib.sha256(test.name.encode()).digest())
         stage = "execute"
-        outputs, dims = execute(compilation, test, mode)
+        outputs, dims = execute(compilation, test, mode, device_memory)
     except NnapiError as e:
         result.stage = stage
         if test.expect_failure:

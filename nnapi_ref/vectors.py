@@ -242,3 +242,47 @@ def write_file(path: str | os.PathLike, tests: list[TestModel], source: str = "n
     doc = {"format": FORMAT, "source": source, "license": LICENSE, "tests": [test_to_json(t) for t in tests]}
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f)
+
+
+# -- variants ----------------------------------------------------------------------------------
+
+def _signed(array: np.ndarray) -> np.ndarray:
+    return (array.astype(np.int16) - 128).astype(np.int8)
+
+
+def signed_twin(test: TestModel) -> TestModel | None:
+    """The model with every TENSOR_QUANT8_ASYMM operand made TENSOR_QUANT8_ASYMM_SIGNED (zero point
+    and values shifted by -128): it must compute the same real values. None when the model has no
+    such operand, or has an operation whose meaning the shift changes: CAST converts raw values,
+    and PAD_V2's pad value is an INT32 scalar in the quantized domain."""
+    subgraphs = [test.model.main] + test.model.referenced
+    if not any(o.type == OperandCode.TENSOR_QUANT8_ASYMM for sg in subgraphs for o in sg.operands):
+        return None
+    if any(op.type in (OperationCode.CAST, OperationCode.PAD_V2) for sg in subgraphs for op in sg.operations):
+        return None
+
+    def convert(sg: Subgraph) -> Subgraph:
+        operands = []
+        for o in sg.operands:
+            if o.type == OperandCode.TENSOR_QUANT8_ASYMM:
+                value = None if o.value is None else _signed(o.value)
+                o = Operand(OperandCode.TENSOR_QUANT8_ASYMM_SIGNED, o.dimensions, o.scale, o.zero_point - 128,
+                            o.lifetime, value, o.channel_quant)
+            else:
+                o = Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant)
+            operands.append(o)
+        return Subgraph(operands, list(sg.operations), sg.input_indexes, sg.output_indexes)
+
+    main = convert(test.model.main)
+    model = Model(main, [convert(sg) for sg in test.model.referenced], test.model.relax_computation_float32_to_float16)
+
+    def shift(indexes, values):
+        return [v if v is None or test.model.main.operands[k].type != OperandCode.TENSOR_QUANT8_ASYMM else _signed(v)
+                for k, v in zip(indexes, values)]
+
+    return TestModel(name=f"{test.name}_signed_twin", model=model,
+                     inputs=shift(test.model.main.input_indexes, test.inputs),
+                     expected=shift(test.model.main.output_indexes, test.expected), ignored=list(test.ignored),
+                     min_feature_level=max(test.min_feature_level or 0, 30), expect_failure=test.expect_failure,
+                     multinomial_tolerance=test.multinomial_tolerance, source=test.source,
+                     output_dims=list(test.output_dims))

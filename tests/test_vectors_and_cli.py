@@ -168,3 +168,34 @@ def test_devices_and_ops_commands(capsys):
 
 def test_missing_path_is_an_error(tmp_path):
     assert cli.main(["vectors", "run", str(tmp_path / "nope")]) == 2
+
+
+def quant8_add_test():
+    test = add_test("q", [130, 140], [128, 100], [0, 0])
+    for k, dims in ((0, [2]), (1, [2]), (3, [2])):
+        test["main"]["operands"][k].update(type="TENSOR_QUANT8_ASYMM", scale=0.5, zero_point=128)
+    # a = [1, 6], b = [0, -14] -> sum [1, -8] -> quantized at scale 0.5, zero point 128: [130, 112]
+    test["main"]["operands"][3]["data"] = [130, 112]
+    return test
+
+
+def test_signed_twin_shifts_zero_points_and_values(tmp_path):
+    (test,) = vectors.load_file(write(tmp_path / "q.json", [quant8_add_test()]))
+    twin = vectors.signed_twin(test)
+    operands = twin.model.main.operands
+    assert operands[0].type == T.TENSOR_QUANT8_ASYMM_SIGNED and operands[0].zero_point == 0
+    assert twin.inputs[0].tolist() == [2, 12] and twin.expected[0].tolist() == [2, -16]
+    assert twin.min_feature_level == 30
+    devices = get_devices()
+    assert run_test(test, devices).status == "pass" and run_test(twin, devices).status == "pass"
+    (floats,) = vectors.load_file(write(tmp_path / "f.json", [add_test("f", [1, 2], [3, 4], [4, 6])]))
+    assert vectors.signed_twin(floats) is None
+
+
+def test_device_memory_and_cached_compilation_variants(tmp_path):
+    (test,) = vectors.load_file(write(tmp_path / "q.json", [quant8_add_test()]))
+    devices = get_devices()
+    assert run_test(test, devices, device_memory=True).status == "pass"
+    cache = tmp_path / "cache"
+    assert run_test(test, devices, cache_dir=str(cache)).status == "pass"
+    assert len(list(cache.iterdir())) == 2  # the model and data cache files were written
