@@ -280,6 +280,17 @@ def byte_size(code: OperandCode, dims) -> int:
     return n * DTYPES[code].itemsize
 
 
+def combine_dimensions(a, b) -> tuple[int, ...] | None:
+    """Merge two partially known shapes (0 = unknown dimension, () = unknown rank); None if they
+    conflict."""
+    a, b = tuple(a), tuple(b)
+    if not a or not b:
+        return a or b
+    if len(a) != len(b) or any(x and y and x != y for x, y in zip(a, b)):
+        return None
+    return tuple(x or y for x, y in zip(a, b))
+
+
 def type_name(code: int) -> str:
     """A printable name for an operand code, also for codes outside the enum."""
     try:

@@ -270,27 +270,25 @@ class Compilation:
         for device, operations in groups:
             sub, inputs, outputs = step_model(model, operations)
             step = Step(device, operations, sub, inputs, outputs)
-            try:
-                step.prepared = self._prepare(device, sub, deadline, cache=False)
-            except NnapiError:
-                if not self.fallback or device is MANAGER.cpu:
-                    raise
-                step.device = MANAGER.cpu
-                step.prepared = self._prepare(MANAGER.cpu, sub, deadline, cache=False)
+            self._prepare_with_fallback(step, deadline, cache=False)
             steps.append(step)
         return ExecutionPlan(steps)
 
     def _single_step(self, device: Device, model: HalModel, deadline) -> Step:
         main = model.main
         step = Step(device, None, model, list(main.input_indexes), list(main.output_indexes))
+        self._prepare_with_fallback(step, deadline, cache=True)
+        return step
+
+    def _prepare_with_fallback(self, step: Step, deadline, cache: bool) -> None:
+        """Prepare ``step`` on its device or, when that fails and fallback is allowed, on the CPU."""
         try:
-            step.prepared = self._prepare(device, model, deadline, cache=True)
+            step.prepared = self._prepare(step.device, step.model, deadline, cache)
         except NnapiError:
-            if not self.fallback or device is MANAGER.cpu:
+            if not self.fallback or step.device is MANAGER.cpu:
                 raise
             step.device = MANAGER.cpu
-            step.prepared = self._prepare(MANAGER.cpu, model, deadline, cache=False)
-        return step
+            step.prepared = self._prepare(MANAGER.cpu, step.model, deadline, cache=False)
 
     def _prepare(self, device: Device, model: HalModel, deadline, cache: bool) -> hal.PreparedModel:
         driver = device.driver

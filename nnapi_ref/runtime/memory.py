@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import hal
 from ..errors import NnapiError, check
-from ..types import DTYPES, ResultCode
+from ..types import DTYPES, ResultCode, combine_dimensions
 
 PROT_READ, PROT_WRITE = mmap.PROT_READ, mmap.PROT_WRITE
 BAD_STATE = ResultCode.BAD_STATE
@@ -179,7 +179,7 @@ class MemoryDesc:
                   (self.operand.type, self.operand.scale, self.operand.zero_point),
                   f"MemoryDesc.{call}: the operand differs from the other roles' in type or quantization")
         self.operand = operand
-        dims = _merge(self.dimensions, operand.dimensions)
+        dims = combine_dimensions(self.dimensions, operand.dimensions)
         check(dims is not None, f"MemoryDesc.{call}: dimensions {list(operand.dimensions)} conflict with "
                                 f"{list(self.dimensions)}")
         self.dimensions = dims
@@ -194,7 +194,7 @@ class MemoryDesc:
     def set_dimensions(self, dimensions: Sequence[int]) -> None:
         check(not self.finished, "MemoryDesc.set_dimensions: the descriptor is finished", BAD_STATE)
         check(dimensions is not None, "MemoryDesc.set_dimensions: dimensions is None", ResultCode.UNEXPECTED_NULL)
-        dims = _merge(self.dimensions, tuple(dimensions))
+        dims = combine_dimensions(self.dimensions, tuple(dimensions))
         check(dims is not None, f"MemoryDesc.set_dimensions: {list(dimensions)} conflict with {list(self.dimensions)}")
         self.dimensions = dims
 
@@ -220,11 +220,3 @@ class MemoryDesc:
         roles = self.input_roles if is_input else self.output_roles
         return any(c is compilation and i == index for c, i, _ in roles)
 
-
-def _merge(a: tuple, b: tuple):
-    a, b = tuple(a), tuple(b)
-    if not a or not b:
-        return a or b
-    if len(a) != len(b) or any(x and y and x != y for x, y in zip(a, b)):
-        return None
-    return tuple(x or y for x, y in zip(a, b))
