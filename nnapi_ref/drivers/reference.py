@@ -210,7 +210,14 @@ class ReferenceDevice(hal.Device):
         if not input_roles and not output_roles:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "allocate: no roles")
         operand = None
+        seen = set()
         for role, is_input in [(r, True) for r in input_roles] + [(r, False) for r in output_roles]:
+            if not 0.0 < role.probability <= 1.0:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"allocate: role probability {role.probability} "
+                                                              f"outside (0, 1]")
+            if (role.model_index, role.io_index, is_input) in seen:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"allocate: role {role} given twice")
+            seen.add((role.model_index, role.io_index, is_input))
             if not 0 <= role.model_index < len(prepared_models):
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"allocate: role names model {role.model_index}")
             prepared = prepared_models[role.model_index]
@@ -277,7 +284,7 @@ class ReferenceBuffer(hal.Buffer):
 
     def copy_from(self, source: hal.SharedMemory, dimensions: Sequence[int]) -> None:
         dims = _combine_dims(self.dimensions, tuple(dimensions))
-        if dims is None or not dims or 0 in dims:
+        if dims is None or not dims or 0 in dims or 0 in tuple(dimensions):  # given dimensions: all specified
             raise HalError(ErrorStatus.INVALID_ARGUMENT,
                            f"copy with dimensions {list(dimensions)} into a memory of {list(self.dimensions)}")
         needed = int(np.prod(dims)) * DTYPES[self.type].itemsize
