@@ -450,6 +450,282 @@ def finish(acc: np.ndarray, call: Call, fuse: int, n_channels: int, bound: float
 
 
 # ---------------------------------------------------------------------------------------------
+# Prepared fast paths (CONV_2D, DEPTHWISE_CONV_2D)
+# ---------------------------------------------------------------------------------------------
+#
+# Weights are prepared once per compiled operation (Call.derived: filters as the matmul wants
+# them, zero-point corrected, bias folded with the input zero point, requantization parameters),
+# and the output is computed by blocks of output rows: each block's accumulator is still in the
+# cache while the epilogue (bias, activation, requantization, cast) makes its passes over it.
+#
+# Quantized fast path: the input is used as is (not zero-point corrected) and its zero point is
+# folded into the bias, exactly: sum((x - zx) * w') + bias = sum(x * w') + (bias - zx * sum(w'))
+# with w' the corrected filter, padding with zx (i.e. 0 once corrected). Both sides are the same
+# integer; the raw accumulator sum(x * w') is exact in float32 while bound_raw < 2**24, and the
+# float32 affine requantization (proven exact for the folded bias by _requant_affine) finishes.
+# Anything else (no proof, larger accumulators) takes the general path.
+
+# Float32 elements of one block (accumulator + input columns). Small blocks (L2-sized) measured
+# slower on the shared 2-core machine (per-block overhead, contested cache): blocks only bound the
+# temporaries of large inputs.
+BLOCK_ELEMENTS = 1 << 21
+
+
+def _row_blocks(rows: int, row_elements: int):
+    step = max(1, BLOCK_ELEMENTS // max(1, row_elements))
+    return [(r, min(r + step, rows)) for r in range(0, rows, step)]
+
+
+class _QuantPrep:
+    """Prepared quantized weights and requantization of one convolution (see above)."""
+
+    __slots__ = ("weights", "mw", "bias_eff", "max_bias_eff", "max_bias", "affine", "table", "max_offset",
+                 "signed")
+
+
+def _prepare_quant(call: Call, weights_int: np.ndarray, wsum: np.ndarray, n_channels: int, fuse: int,
+                   matrix_dtype=np.float32) -> _QuantPrep:
+    """``weights_int``: zero-point corrected int64 filter in the layout the kernel uses;
+    ``wsum``: its per-output-channel sums."""
+    inp, flt, bias, out = call.ins[0], call.ins[1], call.ins[2], call.outs[0]
+    prep = _QuantPrep()
+    prep.mw = int(np.abs(weights_int).max(initial=0))
+    prep.weights = weights_int.astype(matrix_dtype)
+    b = bias.value.astype(np.int64)
+    prep.bias_eff = b - np.int64(inp.zero_point) * wsum.astype(np.int64)
+    prep.max_bias = float(np.abs(b).max(initial=0))
+    prep.max_bias_eff = float(np.abs(prep.bias_eff).max(initial=0))
+    mult, shift = output_multipliers(inp, flt, out, n_channels)
+    lo, hi = activation_range_quant(fuse, out)
+    dtype = DTYPES[out.type]
+    mult = np.broadcast_to(mult, (n_channels,)) if mult.size > 1 else mult.reshape(1)
+    shift = np.broadcast_to(shift, (n_channels,)) if shift.size > 1 else shift.reshape(1)
+    prep.affine = None
+    if prep.max_bias_eff < 2.0 ** 24:
+        prep.affine = _requant_affine(np.ascontiguousarray(mult).tobytes(), np.ascontiguousarray(shift).tobytes(),
+                                      int(out.zero_point), int(lo), int(hi), np.dtype(dtype).str,
+                                      prep.bias_eff.tobytes())
+    prep.signed = dtype == np.int8
+    prep.table, prep.max_offset = None, 0.0
+    if prep.affine is None:
+        lut = _requant_table(np.ascontiguousarray(mult).tobytes(), np.ascontiguousarray(shift).tobytes(),
+                             int(out.zero_point), int(lo), int(hi), np.dtype(dtype).str)
+        if lut is not None:
+            table, a_lo, stride, span = lut
+            per_channel = len(a_lo) > 1
+            base = np.arange(n_channels, dtype=np.int64) * stride if per_channel else np.zeros(1, np.int64)
+            # Index of accumulator value a (folded bias included) in channel c: a + offset[c].
+            offset = np.broadcast_to(prep.bias_eff - a_lo + base, (n_channels,))
+            prep.max_offset = float(np.abs(offset).max(initial=0))
+            prep.table = (table.view(np.uint8), offset.astype(np.float32),
+                          np.broadcast_to(base, (n_channels,)).astype(np.float32),
+                          np.broadcast_to(base + span, (n_channels,)).astype(np.float32))
+    return prep
+
+
+def _quant_fast_ok(prep: _QuantPrep, inp, reduction: int, padded: bool) -> bool:
+    """Whether the folded float32 path is exact for this input (bounds from its values)."""
+    if prep.affine is None and prep.table is None:
+        return False
+    x = inp.value
+    if x.size == 0:
+        return False
+    xmin, xmax = int(x.min()), int(x.max())
+    zx = inp.zero_point
+    raw = max(abs(xmin), abs(xmax), abs(zx) if padded else 0)
+    corrected = max(abs(xmax - zx), abs(xmin - zx))
+    bound = float(reduction) * raw * prep.mw
+    if float(reduction) * corrected * prep.mw + prep.max_bias >= 2.0 ** 31:
+        return False
+    if prep.affine is not None:
+        return bound + prep.max_bias_eff < 2.0 ** 24
+    return bound + prep.max_offset < 2.0 ** 24
+
+
+def _requant_params(prep: _QuantPrep):
+    """The per-channel arrays of the block requantization (affine, else table)."""
+    if prep.affine is not None:
+        r, c, low, high = prep.affine
+        return [np.broadcast_to(r, c.shape), c, low, high]
+    _, offset, base, top = prep.table
+    return [offset, base, top]
+
+
+def _requant_block(acc: np.ndarray, params, prep: _QuantPrep, out_block: np.ndarray) -> None:
+    """Requantization of one block of exact raw accumulators (in place in ``acc``) into
+    ``out_block`` (uint8 storage). Affine: float32 multiply, add, clip, cast (int8 outputs are
+    computed offset by 128 and flipped back with ^ 0x80). Table: index, clip, look up."""
+    if prep.affine is not None:
+        r, c, low, high = params
+        acc *= r
+        acc += c
+        np.clip(acc, low, high, out=acc)
+        np.copyto(out_block, acc, casting="unsafe")
+        if prep.signed:
+            np.bitwise_xor(out_block, np.uint8(0x80), out=out_block)
+        return
+    offset, base, top = params
+    acc += offset
+    np.clip(acc, base, top, out=acc)
+    prep.table[0].take(acc.astype(np.intp), out=out_block)
+
+
+def _float_block(acc: np.ndarray, bias, lo, hi, fuse: int) -> None:
+    acc += bias
+    if fuse != FuseCode.NONE:
+        np.clip(acc, lo, hi, out=acc)
+
+
+def conv2d_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
+    """CONV_2D through the prepared path (NHWC result), or None when it does not apply."""
+    inp, flt = call.ins[0], call.ins[1]
+    n, h, w, c = dims
+    kh, kw = kernel
+    oh, ow = out_hw
+    K = kh * kw * c
+    quant = inp.type in QUANT8
+    if quant:
+        def compute():
+            wi = flt.value.reshape(c_out, K).astype(np.int64)
+            if flt.type != PC and flt.zero_point:
+                wi -= flt.zero_point
+            return _prepare_quant(call, np.ascontiguousarray(wi.T), wi.sum(axis=1), c_out, p.fuse)
+        prep = call.derived(("conv_quant",), range(1, len(call.ins)), compute)
+        padded = any(p.pads)
+        if not _quant_fast_ok(prep, inp, K, padded):
+            return None
+        wmat = prep.weights
+    elif inp.type == F32 and float_dtype(n * oh * ow * c_out * K) == np.float32:
+        wmat = call.derived(("conv_f32",), (1,),
+                            lambda: np.ascontiguousarray(flt.value.reshape(c_out, K).T.astype(np.float32)))
+        bias = call.derived(("bias_f32",), (2,), lambda: call.ins[2].value.astype(np.float32))
+        lo, hi = FLOAT_ACTIVATION_RANGE[FuseCode(p.fuse)]
+    else:
+        return None
+    x = to_nhwc(inp.value, p.nchw)
+    left, _, top, _ = p.pads
+    sh, sw, dh, dw = p.stride_h, p.stride_w, p.dilation_h, p.dilation_w
+    if kh == 1 and kw == 1 and sh == 1 and sw == 1 and left == 0 and top == 0 and oh == h and ow == w:
+        win = x.reshape(n, oh, ow, 1, 1, c)
+    else:
+        need_h, need_w = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+        xp = padded_window_input(x, top, left, need_h, need_w, inp.zero_point if quant else 0)
+        win = im2col(xp, kh, kw, sh, sw, dh, dw, oh, ow)
+    if quant:
+        out = np.empty((n, oh, ow, c_out), np.uint8)
+        params = _requant_params(prep)
+    else:
+        out = np.empty((n, oh, ow, c_out), np.float32)
+    for b in range(n):
+        for y0, y1 in _row_blocks(oh, ow * (K + c_out)):
+            cols = win[b, y0:y1].reshape(-1, K)
+            ob = out[b, y0:y1].reshape(-1, c_out)
+            if quant:
+                acc = np.matmul(cols.astype(np.float32), wmat)
+                _requant_block(acc, params, prep, ob)
+            else:
+                np.matmul(cols, wmat, out=ob)
+                _float_block(ob, bias, lo, hi, p.fuse)
+    if quant and prep.signed:
+        out = out.view(np.int8)
+    return out
+
+
+def _padded_rows(x: np.ndarray, r0: int, r1: int, top: int, left: int, need_w: int, fill, dtype) -> np.ndarray:
+    """Padded rows r0..r1 (padded coordinates, ``need_w`` padded columns) of the NHWC input,
+    converted to ``dtype``; ``fill`` outside the input."""
+    n, h, w, c = x.shape
+    buf = np.empty((n, r1 - r0, need_w, c), dtype)
+    i0, i1 = max(r0 - top, 0), min(r1 - top, h)
+    c0, c1 = max(0, -left), min(w, need_w - left)
+    if i1 <= i0 or c1 <= c0:
+        buf[...] = fill
+        return buf
+    b0, b1 = i0 + top - r0, i1 + top - r0
+    buf[:, b0:b1, c0 + left:c1 + left] = x[:, i0:i1, c0:c1]
+    if b0 > 0:
+        buf[:, :b0] = fill
+    if b1 < r1 - r0:
+        buf[:, b1:] = fill
+    if c0 + left > 0:
+        buf[:, b0:b1, :c0 + left] = fill
+    if c1 + left < need_w:
+        buf[:, b0:b1, c1 + left:] = fill
+    return buf
+
+
+def depthwise_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
+    """DEPTHWISE_CONV_2D through the prepared path (NHWC result), or None when it does not apply:
+    one einsum per block of output rows over the block's padded float32 input."""
+    inp, flt = call.ins[0], call.ins[1]
+    n, h, w, c = dims
+    kh, kw = kernel
+    oh, ow = out_hw
+    quant = inp.type in QUANT8
+    flat = p.stride_w == 1  # width and channels flattened into one axis (see depthwise_nhwc)
+    if quant:
+        def compute():
+            wi = flt.value[0].astype(np.int64)  # (KH, KW, C_out)
+            if flt.type != PC and flt.zero_point:
+                wi -= flt.zero_point
+            return _prepare_quant(call, wi, wi.sum(axis=(0, 1)), c_out, p.fuse)
+        prep = call.derived(("dw_quant",), range(1, len(call.ins)), compute)
+        if not _quant_fast_ok(prep, inp, kh * kw, any(p.pads)):
+            return None
+        wt, params = prep.weights, _requant_params(prep)
+        if flat:
+            wt, params = call.derived(("dw_tiles", ow), range(1, len(call.ins)),
+                                      lambda: (np.tile(wt, (1, 1, ow)),
+                                               [np.tile(a, ow) if np.ndim(a) else a for a in params]))
+        fill = inp.zero_point
+    elif inp.type == F32:
+        lo, hi = FLOAT_ACTIVATION_RANGE[FuseCode(p.fuse)]
+
+        def compute_f():
+            wt = flt.value[0].astype(np.float32)
+            bias = call.ins[2].value.astype(np.float32)
+            if flat:
+                return np.tile(wt, (1, 1, ow)), np.tile(bias, ow)
+            return wt, bias
+        wt, bias = call.derived(("dw_f32", ow), (1, 2), compute_f)
+        fill = 0
+    else:
+        return None
+    x = to_nhwc(inp.value, p.nchw)
+    mult = c_out // c
+    if mult > 1:
+        x = np.repeat(x, mult, axis=3)
+    left, _, top, _ = p.pads
+    sh, sw, dh, dw = p.stride_h, p.stride_w, p.dilation_h, p.dilation_w
+    need_w = (ow - 1) * sw + (kw - 1) * dw + 1
+    out = np.empty((n, oh, ow, c_out), np.uint8 if quant else np.float32)
+    row_elements = n * (ow * c_out * 2 + sh * need_w * c_out)
+    for y0, y1 in _row_blocks(oh, row_elements):
+        rows = y1 - y0
+        r0, r1 = y0 * sh, (y1 - 1) * sh + (kh - 1) * dh + 1
+        xb = _padded_rows(x, r0, r1, top, left, need_w, fill, np.float32)
+        s0, s1, s2, s3 = xb.strides
+        if flat:
+            wins = np.lib.stride_tricks.as_strided(xb, (n, rows, kh, kw, ow * c_out),
+                                                   (s0, s1 * sh, s1 * dh, s2 * dw, s3), writeable=False)
+            spec, shape = "nyijk,ijk->nyk", (n, rows, ow * c_out)
+        else:
+            wins = np.lib.stride_tricks.as_strided(xb, (n, rows, ow, kh, kw, c_out),
+                                                   (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3), writeable=False)
+            spec, shape = "nyxijc,ijc->nyxc", (n, rows, ow, c_out)
+        ob = out[:, y0:y1].reshape(shape)
+        if quant:
+            acc = np.einsum(spec, wins, wt)
+            _requant_block(acc, params, prep, ob)
+        else:
+            np.einsum(spec, wins, wt, out=ob)
+            _float_block(ob, bias, lo, hi, p.fuse)
+    if quant and prep.signed:
+        out = out.view(np.int8)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # Signatures
 # ---------------------------------------------------------------------------------------------
 
@@ -512,7 +788,12 @@ class _Conv(Operation):
         return parse_spatial(call, self.name, self.base, self.n_extra, self.dilation)
 
     def geometry(self, call: Call):
-        """Validate; return (params, (N, H, W, C), (KH, KW), (OH, OW), C_out)."""
+        """Validate; return (params, (N, H, W, C), (KH, KW), (OH, OW), C_out). Remembered per
+        input shape when every other input is a constant (the operand types, scales and zero
+        points are fixed for the compiled operation); the result must not be modified."""
+        return call.derived(("geometry", call.ins[0].shape), range(1, len(call.ins)), lambda: self._geometry(call))
+
+    def _geometry(self, call: Call):
         inp, flt, bias, out = call.ins[0], call.ins[1], call.ins[2], call.outs[0]
         name = self.name
         _check_tensor_ranks(name, inp, flt, bias)
@@ -551,6 +832,9 @@ class Conv2D(_Conv):
 
     def execute(self, call: Call):
         p, (n, h, w, c), (kh, kw), (oh, ow), c_out = self.geometry(call)
+        fast = conv2d_fast(call, p, (n, h, w, c), (kh, kw), (oh, ow), c_out)
+        if fast is not None:
+            return [from_nhwc(fast, p.nchw)]
         dtype, bound = accumulator_type(call, kh * kw * c, n * oh * ow * c_out * kh * kw * c)
         x, wt = operand_values(call.ins[0], call.ins[1], dtype)
         x = to_nhwc(x, p.nchw)
@@ -604,6 +888,9 @@ class DepthwiseConv2D(_Conv):
 
     def execute(self, call: Call):
         p, (n, h, w, c), (kh, kw), (oh, ow), c_out = self.geometry(call)
+        fast = depthwise_fast(call, p, (n, h, w, c), (kh, kw), (oh, ow), c_out)
+        if fast is not None:
+            return [from_nhwc(fast, p.nchw)]
         inp = call.ins[0]
         quant = inp.type in QUANT8
         bound = None

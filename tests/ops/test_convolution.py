@@ -534,3 +534,133 @@ def test_finish_quant_fast_paths_are_exact(case, signed, zp, scale, real, n_ch, 
     direct = conv.finish_quant(acc.copy(), bias, mult, shift, out, fuse, None)
     fast = conv.finish_quant(acc.copy(), bias, mult, shift, out, fuse, float(bound))
     np.testing.assert_array_equal(fast, direct)
+
+
+# ---- prepared (cached) fast paths: a compiled model run twice, weights constant or fed ----
+
+def _run_compiled_twice(code, ins, out):
+    """Compile a one-operation model once and execute it twice; returns both outputs."""
+    from nnapi_ref.runtime import Compilation, Execution
+    from nnapi_ref.testing import build_operation_model
+    model, fed = build_operation_model(code, ins, [out])
+    compilation = Compilation(model)
+    compilation.finish()
+    results = []
+    for _ in range(2):
+        execution = Execution(compilation)
+        for n, i in enumerate(fed):
+            execution.set_input(n, np.ascontiguousarray(ins[i].value))
+        buffer = np.zeros(int(np.prod(out.dims)), DTYPES_[out.type])
+        execution.set_output(0, buffer)
+        execution.compute()
+        results.append(buffer.reshape(out.dims))
+    return results
+
+
+from nnapi_ref.types import DTYPES as DTYPES_  # noqa: E402
+
+
+def _conv_operands(code, x, w, b, pads, strides, fuse, t, q, const, extra=(), wtype=None, scales=None,
+                   channel_dim=0, nchw=False):
+    sx, zx, sw_, zw, so, zo = q or (0.0, 0, 0.0, 0, 0.0, 0)
+    btype = I32 if t in (Q8, S8) else t
+    bscale = 0.0 if scales is not None or not q else float(np.float32(sx) * np.float32(sw_))
+    ins = [tensor(t, x, sx, zx),
+           tensor(wtype or t, w, sw_, zw, as_input=not const, channel_scales=scales, channel_dim=channel_dim),
+           tensor(btype, b, bscale, as_input=not const)]
+    ins += [scalar(INT, v) for v in pads] + [scalar(INT, strides[0]), scalar(INT, strides[1])]
+    ins += [scalar(INT, v) for v in extra] + [scalar(INT, fuse), scalar(BOOL, nchw)]
+    return ins, q
+
+
+CACHED_CASES = [
+    # (code, x shape, w shape, pads, strides, depth multiplier)
+    (Op.CONV_2D, (2, 32, 32, 64), (64, 1, 1, 64), (0, 0, 0, 0), (1, 1), None),       # 1x1 matmul, float32 path
+    (Op.CONV_2D, (1, 33, 31, 8), (48, 3, 3, 8), (1, 1, 0, 1), (2, 2), None),         # im2col, padded, strided
+    (Op.CONV_2D, (1, 40, 40, 24), (16, 1, 1, 24), (0, 0, 0, 0), (2, 1), None),       # strided 1x1
+    (Op.DEPTHWISE_CONV_2D, (2, 17, 19, 12), (1, 3, 3, 12), (1, 1, 1, 1), (1, 1), 1),
+    (Op.DEPTHWISE_CONV_2D, (1, 18, 18, 16), (1, 3, 3, 16), (0, 1, 0, 1), (2, 2), 1),
+    (Op.DEPTHWISE_CONV_2D, (1, 9, 10, 4), (1, 3, 3, 8), (2, 0, 1, 1), (1, 2), 2),
+]
+
+
+def _naive_for(code, x, w, b, pads, strides, mult):
+    return naive_conv(x, w, b, pads, strides, depth_mult=mult if code == Op.DEPTHWISE_CONV_2D else None)
+
+
+@pytest.mark.parametrize("case", range(len(CACHED_CASES)))
+@pytest.mark.parametrize("const", [True, False])
+@pytest.mark.parametrize("nchw", [False, True])
+def test_cached_float_paths(case, const, nchw):
+    code, xs, ws, pads, strides, mult = CACHED_CASES[case]
+    x, w = rand_f(*xs), rand_f(*ws)
+    n_out = ws[3] if code == Op.DEPTHWISE_CONV_2D else ws[0]
+    b = rand_f(n_out)
+    ins, _ = _conv_operands(code, x.transpose(0, 3, 1, 2) if nchw else x, w, b, pads, strides, 3, F32, None, const,
+                            extra=() if mult is None else (mult,), nchw=nchw)
+    expected = np.clip(_naive_for(code, x, w, b, pads, strides, mult), 0, 6)
+    shape = expected.shape if not nchw else tuple(np.array(expected.shape)[[0, 3, 1, 2]])
+    first, second = _run_compiled_twice(code, ins, output(F32, shape))
+    if nchw:
+        first, second = first.transpose(0, 2, 3, 1), second.transpose(0, 2, 3, 1)
+    assert_float(first, expected)
+    np.testing.assert_array_equal(second, first)
+
+
+@pytest.mark.parametrize("case", range(len(CACHED_CASES)))
+@pytest.mark.parametrize("const", [True, False])
+@pytest.mark.parametrize("t,fuse,zo,per_channel", [(Q8, 3, 0, False), (Q8, 0, 128, False), (S8, 1, -128, False),
+                                                   (S8, 0, 3, False), (Q8, 0, 100, True), (S8, 3, -128, True)])
+def test_cached_quant_paths(case, const, t, fuse, zo, per_channel):
+    """Affine (ReLU-like outputs) and table (mid zero point) requantization, input zero point
+    folded into the bias, against exact integer sums requantized by the scalar helpers."""
+    code, xs, ws, pads, strides, mult = CACHED_CASES[case]
+    lo, hi = (0, 255) if t == Q8 else (-128, 127)
+    dt = np.uint8 if t == Q8 else np.int8
+    rng = np.random.default_rng(case)
+    x = rng.integers(lo, hi + 1, xs)
+    dw = code == Op.DEPTHWISE_CONV_2D
+    n_out = ws[3] if dw else ws[0]
+    sx, zx, so = 0.05, lo + 90, 0.2
+    if per_channel:
+        w = rng.integers(-127, 128, ws)
+        scales = list(rng.uniform(0.002, 0.02, n_out))
+        q, wtype, zw = (sx, zx, 0.0, 0, so, zo), PC, 0
+    else:
+        w = rng.integers(lo, hi + 1, ws)
+        scales, zw = None, lo + 120
+        q, wtype = (sx, zx, 0.01, zw, so, zo), t
+    b = rng.integers(-4000, 4000, n_out)
+    ins, _ = _conv_operands(code, x.astype(dt), w.astype(np.int8 if per_channel else dt), b, pads, strides, fuse, t,
+                            q, const, extra=() if mult is None else (mult,), wtype=wtype, scales=scales,
+                            channel_dim=3 if dw else 0)
+    acc = _naive_for(code, x - zx, w - zw, b, pads, strides, mult)
+    if per_channel:
+        reals = [float(np.float32(sx) * np.float32(s)) / float(np.float32(so)) for s in scales]
+    else:
+        reals = float(np.float32(sx) * np.float32(0.01)) / float(np.float32(so))
+    act_lo = lo if fuse == 0 else max(lo, zo)
+    act_hi = hi if fuse != 3 else min(hi, zo + 30)
+    expected = requant_ref(acc, reals, zo, act_lo, act_hi)
+    first, second = _run_compiled_twice(code, ins, output(t, expected.shape, so, zo))
+    np.testing.assert_array_equal(first, expected)
+    np.testing.assert_array_equal(second, expected)
+
+
+def test_cached_quant_paths_are_taken(monkeypatch):
+    """The prepared paths above are the ones exercised (not the general fallback)."""
+    from nnapi_ref.ops import convolution as cv
+    taken = []
+    for name in ("conv2d_fast", "depthwise_fast"):
+        original = getattr(cv, name)
+
+        def spy(*args, _original=original):
+            result = _original(*args)
+            taken.append(result is not None)
+            return result
+        monkeypatch.setattr(cv, name, spy)
+    test_cached_quant_paths(0, True, Q8, 3, 0, False)
+    test_cached_quant_paths(3, True, S8, 0, 3, False)
+    test_cached_float_paths(0, True, False)
+    test_cached_float_paths(4, False, False)
+    assert taken == [True] * 8  # two executions each
