@@ -483,7 +483,7 @@ class _QuantPrep:
                  "signed")
 
 
-def _prepare_quant(call: Call, weights_int: np.ndarray, wsum: np.ndarray, n_channels: int, fuse: int,
+def prepare_quant(call: Call, weights_int: np.ndarray, wsum: np.ndarray, n_channels: int, fuse: int,
                    matrix_dtype=np.float32) -> _QuantPrep:
     """``weights_int``: zero-point corrected int64 filter in the layout the kernel uses;
     ``wsum``: its per-output-channel sums."""
@@ -523,7 +523,7 @@ def _prepare_quant(call: Call, weights_int: np.ndarray, wsum: np.ndarray, n_chan
     return prep
 
 
-def _quant_fast_ok(prep: _QuantPrep, inp, reduction: int, padded: bool) -> bool:
+def quant_fast_ok(prep: _QuantPrep, inp, reduction: int, padded: bool) -> bool:
     """Whether the folded float32 path is exact for this input (bounds from its values)."""
     if prep.affine is None and prep.table is None:
         return False
@@ -542,7 +542,7 @@ def _quant_fast_ok(prep: _QuantPrep, inp, reduction: int, padded: bool) -> bool:
     return bound + prep.max_offset < 2.0 ** 24
 
 
-def _requant_params(prep: _QuantPrep):
+def requant_params(prep: _QuantPrep):
     """The per-channel arrays of the block requantization (affine, else table)."""
     if prep.affine is not None:
         r, c, low, high = prep.affine
@@ -551,7 +551,7 @@ def _requant_params(prep: _QuantPrep):
     return [offset, base, top]
 
 
-def _requant_block(acc: np.ndarray, params, prep: _QuantPrep, out_block: np.ndarray) -> None:
+def requant_block(acc: np.ndarray, params, prep: _QuantPrep, out_block: np.ndarray) -> None:
     """Requantization of one block of exact raw accumulators (in place in ``acc``) into
     ``out_block`` (uint8 storage). Affine: float32 multiply, add, clip, cast (int8 outputs are
     computed offset by 128 and flipped back with ^ 0x80). Table: index, clip, look up."""
@@ -589,10 +589,10 @@ def conv2d_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
             wi = flt.value.reshape(c_out, K).astype(np.int64)
             if flt.type != PC and flt.zero_point:
                 wi -= flt.zero_point
-            return _prepare_quant(call, np.ascontiguousarray(wi.T), wi.sum(axis=1), c_out, p.fuse)
+            return prepare_quant(call, np.ascontiguousarray(wi.T), wi.sum(axis=1), c_out, p.fuse)
         prep = call.derived(("conv_quant",), range(1, len(call.ins)), compute)
         padded = any(p.pads)
-        if not _quant_fast_ok(prep, inp, K, padded):
+        if not quant_fast_ok(prep, inp, K, padded):
             return None
         wmat = prep.weights
     elif inp.type == F32 and float_dtype(n * oh * ow * c_out * K) == np.float32:
@@ -613,7 +613,7 @@ def conv2d_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
         win = im2col(xp, kh, kw, sh, sw, dh, dw, oh, ow)
     if quant:
         out = np.empty((n, oh, ow, c_out), np.uint8)
-        params = _requant_params(prep)
+        params = requant_params(prep)
     else:
         out = np.empty((n, oh, ow, c_out), np.float32)
     for b in range(n):
@@ -622,7 +622,7 @@ def conv2d_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
             ob = out[b, y0:y1].reshape(-1, c_out)
             if quant:
                 acc = np.matmul(cols.astype(np.float32), wmat)
-                _requant_block(acc, params, prep, ob)
+                requant_block(acc, params, prep, ob)
             else:
                 np.matmul(cols, wmat, out=ob)
                 _float_block(ob, bias, lo, hi, p.fuse)
@@ -668,11 +668,11 @@ def depthwise_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
             wi = flt.value[0].astype(np.int64)  # (KH, KW, C_out)
             if flt.type != PC and flt.zero_point:
                 wi -= flt.zero_point
-            return _prepare_quant(call, wi, wi.sum(axis=(0, 1)), c_out, p.fuse)
+            return prepare_quant(call, wi, wi.sum(axis=(0, 1)), c_out, p.fuse)
         prep = call.derived(("dw_quant",), range(1, len(call.ins)), compute)
-        if not _quant_fast_ok(prep, inp, kh * kw, any(p.pads)):
+        if not quant_fast_ok(prep, inp, kh * kw, any(p.pads)):
             return None
-        wt, params = prep.weights, _requant_params(prep)
+        wt, params = prep.weights, requant_params(prep)
         if flat:
             wt, params = call.derived(("dw_tiles", ow), range(1, len(call.ins)),
                                       lambda: (np.tile(wt, (1, 1, ow)),
@@ -716,7 +716,7 @@ def depthwise_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
         ob = out[:, y0:y1].reshape(shape)
         if quant:
             acc = np.einsum(spec, wins, wt)
-            _requant_block(acc, params, prep, ob)
+            requant_block(acc, params, prep, ob)
         else:
             np.einsum(spec, wins, wt, out=ob)
             _float_block(ob, bias, lo, hi, p.fuse)

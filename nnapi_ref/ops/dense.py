@@ -10,8 +10,9 @@ import numpy as np
 
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from .common import apply_activation, broadcast_shape, check_fuse_code
-from .convolution import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype, quant_magnitudes,
-                          quantize_multipliers, requantize, wrap_int32)
+from .convolution import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype, prepare_quant,
+                          quant_fast_ok, quant_magnitudes, quantize_multipliers, requant_block, requant_params,
+                          requantize, wrap_int32)
 
 F32, F16, Q8, S8, I32, BOOL, TI32 = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
                                     T.TENSOR_QUANT8_ASYMM_SIGNED, T.INT32, T.BOOL, T.TENSOR_INT32)
@@ -54,6 +55,9 @@ class FullyConnected(Operation):
         num_units, input_size = wts.shape
         fuse = fuse.scalar()
         if inp.type in QUANT8:
+            fast = _fully_connected_fast(call, num_units, input_size, fuse)
+            if fast is not None:
+                return [fast]
             mx, mw = quant_magnitudes(inp, wts)
             bound = float(input_size) * mx * mw
             dtype = np.float32 if bound < 2.0 ** 24 else np.float64
@@ -71,9 +75,31 @@ class FullyConnected(Operation):
         # converting them would cost more than the product (NNAPI's CPU path sums in float32 too).
         dtype = float_dtype(inp.value.size * num_units) if wts.value.size < LARGE_WEIGHTS else np.float32
         x = inp.value.reshape(-1, input_size).astype(dtype, copy=False)
-        acc = (x @ wts.value.astype(dtype, copy=False).T).astype(np.float32)
-        acc += bias.value.astype(np.float32)
+        wmat = call.derived(("weights", np.dtype(dtype).str), (1,),
+                            lambda: np.ascontiguousarray(wts.value.astype(dtype).T))
+        acc = (x @ wmat).astype(np.float32, copy=False)
+        acc += call.derived(("bias",), (2,), lambda: bias.value.astype(np.float32))
         return [float_activation(acc, fuse, out)]
+
+
+def _fully_connected_fast(call: Call, num_units: int, input_size: int, fuse: int):
+    """Quantized FULLY_CONNECTED through the prepared path of the convolutions (weights
+    corrected and transposed once, input zero point folded into the bias), or None."""
+    inp, wts = call.ins[0], call.ins[1]
+
+    def compute():
+        wi = wts.value.astype(np.int64)
+        if wts.zero_point:
+            wi -= wts.zero_point
+        return prepare_quant(call, np.ascontiguousarray(wi.T), wi.sum(axis=1), num_units, fuse)
+    prep = call.derived(("quant",), (1, 2, 3), compute)
+    if not quant_fast_ok(prep, inp, input_size, False):
+        return None
+    x = inp.value.reshape(-1, input_size)
+    out = np.empty((x.shape[0], num_units), np.uint8)
+    acc = np.matmul(x.astype(np.float32), prep.weights)
+    requant_block(acc, requant_params(prep), prep, out)
+    return out.view(np.int8) if prep.signed else out
 
 
 @register

@@ -135,3 +135,58 @@ def test_batch_matmul_validation():
     bad(bmm, a, np.ones((1, 3, 2), np.float32))               # ranks differ
     bad(bmm, np.ones(3, np.float32), np.ones(3, np.float32))  # rank 1
     bad(bmm, a, np.ones((2, 3), np.float32), adj_x=False, adj_y=False)
+
+
+# ---- prepared (cached) paths: a compiled model run twice, weights constant or fed ----
+
+def _fc_compiled_twice(ins, out):
+    from nnapi_ref.runtime import Compilation, Execution
+    from nnapi_ref.testing import build_operation_model
+    from nnapi_ref.types import DTYPES
+    model, fed = build_operation_model(Op.FULLY_CONNECTED, ins, [out])
+    compilation = Compilation(model)
+    compilation.finish()
+    results = []
+    for _ in range(2):
+        execution = Execution(compilation)
+        for n, i in enumerate(fed):
+            execution.set_input(n, np.ascontiguousarray(ins[i].value))
+        buffer = np.zeros(int(np.prod(out.dims)), DTYPES[out.type])
+        execution.set_output(0, buffer)
+        execution.compute()
+        results.append(buffer.reshape(out.dims))
+    return results
+
+
+@pytest.mark.parametrize("const", [True, False])
+@pytest.mark.parametrize("t,fuse,zo", [(Q8, 3, 0), (Q8, 0, 128), (S8, 1, -128), (S8, 0, 5)])
+def test_fc_quant_cached(const, t, fuse, zo):
+    lo, hi = (0, 255) if t == Q8 else (-128, 127)
+    dt = np.uint8 if t == Q8 else np.int8
+    x = RNG.integers(lo, hi + 1, (5, 300))
+    w = RNG.integers(lo, hi + 1, (40, 300))
+    b = RNG.integers(-5000, 5000, 40)
+    sx, zx, sw, zw, so = 0.05, lo + 70, 0.01, lo + 130, 0.4
+    ins = [tensor(t, x.astype(dt), sx, zx), tensor(t, w.astype(dt), sw, zw, as_input=not const),
+           tensor(I32, b, float(np.float32(sx) * np.float32(sw)), as_input=not const), scalar(INT, fuse)]
+    acc = (x - zx) @ (w - zw).T + b
+    real = float(np.float32(sx) * np.float32(sw)) / float(np.float32(so))
+    act_lo = lo if fuse == 0 else max(lo, zo)
+    act_hi = hi if fuse != 3 else min(hi, zo + 15)
+    expected = requant(acc, real, zo, act_lo, act_hi)
+    for result in _fc_compiled_twice(ins, output(t, (5, 40), so, zo)):
+        np.testing.assert_array_equal(result, expected)
+
+
+@pytest.mark.parametrize("const", [True, False])
+@pytest.mark.parametrize("shape", [(2, 30), (3, 600)])  # float64 and float32 weight paths
+def test_fc_float_cached(const, shape):
+    units, k = shape[0] * 7, shape[1]
+    x = RNG.uniform(-1, 1, (4, k)).astype(np.float32)
+    w = RNG.uniform(-1, 1, (units, k)).astype(np.float32)
+    b = RNG.uniform(-1, 1, units).astype(np.float32)
+    ins = [tensor(F32, x), tensor(F32, w, as_input=not const), tensor(F32, b, as_input=not const), scalar(INT, 1)]
+    expected = np.maximum(x.astype(np.float64) @ w.T.astype(np.float64) + b, 0)
+    first, second = _fc_compiled_twice(ins, output(F32, (4, units)))
+    np.testing.assert_allclose(first, expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(second, first)
