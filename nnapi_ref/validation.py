@@ -5,6 +5,7 @@ INVALID_ARGUMENT. Shape checks that need concrete shapes happen in the executor'
 """
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
@@ -156,7 +157,8 @@ def validate_subgraph(model: Model, sg: Subgraph, name: str) -> int:
 
 
 def topological_order(sg: Subgraph, name: str = "model") -> list[int]:
-    """Operation indexes in an order where each runs after the writers of its inputs."""
+    """Operation indexes in an order where each runs after the writers of its inputs: always the
+    lowest-indexed ready operation next, so a subgraph already in order keeps its order."""
     ready = {k for k, o in enumerate(sg.operands) if o.lifetime not in
              (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT)}
     writer_of = {k: j for j, op in enumerate(sg.operations) for k in op.outputs}
@@ -166,15 +168,17 @@ def topological_order(sg: Subgraph, name: str = "model") -> list[int]:
         for k in set(op.inputs):
             if k not in ready:
                 consumers.setdefault(k, []).append(j)
-    order = [j for j, w in waiting.items() if w == 0]
-    i = 0
-    while i < len(order):
-        for k in sg.operations[order[i]].outputs:
-            for j in consumers.get(k, ()):
-                waiting[j] -= 1
-                if waiting[j] == 0:
-                    order.append(j)
-        i += 1
+    heap = [j for j, w in waiting.items() if w == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        j = heapq.heappop(heap)
+        order.append(j)
+        for k in sg.operations[j].outputs:
+            for consumer in consumers.get(k, ()):
+                waiting[consumer] -= 1
+                if waiting[consumer] == 0:
+                    heapq.heappush(heap, consumer)
     if len(order) != len(sg.operations):
         missing = sorted(set(range(len(sg.operations))) - set(order))
         unwritten = sorted({k for j in missing for k in sg.operations[j].inputs if k not in ready and k not in writer_of})

@@ -159,7 +159,7 @@ def test_off_by_one_rounding_is_caught_where_amplified(vector_dir, tmp_path):
     assert "AVERAGE_POOL_2D TENSOR_QUANT8_ASYMM (sync), test model nntsbroken_avgpool_quant8_amplified" in output
     assert "expected 8, got 4" in output
     # ... but not on its own: one LSB is within the quant8 tolerance (the corpus' pools pass too).
-    assert all("nntsbroken_avgpool_quant8_amplified-" in f for f in failed), failed
+    assert all("nntsbroken_avgpool_quant8_amplified" in f for f in failed), failed  # any variant of it
 
 
 def test_float16_arithmetic_is_caught(vector_dir, tmp_path):

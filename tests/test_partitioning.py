@@ -182,3 +182,29 @@ def test_step_models_pass_only_what_crosses_steps():
         assert len(first.model.main.input_indexes) == 2 and len(first.model.main.output_indexes) == 1
         assert len(second.model.main.input_indexes) == 2  # the sum and b
         assert len(third.model.main.input_indexes) == 2  # the product and a
+
+
+def test_operations_added_in_any_order_run_and_report_support_in_that_order():
+    """MUL is added before the ADD that feeds it: drivers get execution order, the application
+    sees supported-operation flags in the order it added the operations."""
+    model = Model()
+    t = OperandType(T.TENSOR_FLOAT32, [2, 2])
+    a, b, s, out = model.add_operand(t), model.add_operand(t), model.add_operand(t), model.add_operand(t)
+    fuse = model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(fuse, np.int32(0))
+    model.add_operation(MUL, [s, b, fuse], [out])
+    model.add_operation(ADD, [a, b, fuse], [s])
+    model.identify_inputs_and_outputs([a, b], [out])
+    model.finish()
+    assert [op.type for op in model.hal_model.main.operations] == [ADD, MUL]
+    with using_drivers([SubsetDevice("multiplier", [MUL])]) as devices:
+        assert model.get_supported_operations_for_devices(devices) == [True, False]
+    compilation = Compilation(model)
+    compilation.finish()
+    execution = Execution(compilation)
+    execution.set_input(0, A)
+    execution.set_input(1, B)
+    result = np.zeros((2, 2), np.float32)
+    execution.set_output(0, result)
+    execution.compute()
+    np.testing.assert_array_equal(result, (A + B) * B)

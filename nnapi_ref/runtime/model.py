@@ -16,7 +16,7 @@ from ..errors import NnapiError, check
 from ..hal import ChannelQuant, Model as HalModel, Operand, Operation, Subgraph
 from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
                      OperationCode, ResultCode, type_name)
-from ..validation import validate_model, validate_operand_type
+from ..validation import topological_order, validate_model, validate_operand_type
 
 UNEXPECTED_NULL = ResultCode.UNEXPECTED_NULL
 BAD_STATE = ResultCode.BAD_STATE
@@ -220,6 +220,12 @@ class Model:
         check(self._inputs is not None, "finish: identify_inputs_and_outputs was not called")
         hal = self._to_hal()
         self.feature_level = validate_model(hal)
+        # Drivers receive operations in execution order, as NNAPI's runtime hands them over;
+        # ``_run_order[i]`` is the index the application gave the i-th operation of the HAL model.
+        self._run_order = topological_order(hal.main)
+        hal.main.operations = [hal.main.operations[j] for j in self._run_order]
+        for sg in hal.referenced:
+            sg.operations = [sg.operations[j] for j in topological_order(sg)]
         self._hal = hal
         self._finished = True
 
@@ -231,7 +237,7 @@ class Model:
         check(self._finished, "get_supported_operations_for_devices: the model is not finished", BAD_STATE)
         devices = list(devices)
         check(len(devices) > 0, "get_supported_operations_for_devices: no devices given")
-        supported = [False] * len(self._operations)
+        supported = [False] * len(self._operations)  # in the HAL model's (run) order
         for device in devices:
             try:
                 flags = device.driver.get_supported_operations(self._hal)
@@ -241,7 +247,10 @@ class Model:
                 raise NnapiError(ResultCode.OP_FAILED, f"{device.name} returned {len(flags)} flags for "
                                                        f"{len(supported)} operations")
             supported = [a or bool(b) for a, b in zip(supported, flags)]
-        return supported
+        by_added_order = [False] * len(supported)
+        for flag, j in zip(supported, self._run_order):
+            by_added_order[j] = flag
+        return by_added_order
 
     # -- what the runtime uses -------------------------------------------------------------------
 
