@@ -122,12 +122,16 @@ class Execution:
 
     # -- binding -------------------------------------------------------------------------------
 
+    def _check_not_computing(self, call: str) -> None:
+        """BAD_STATE while computing, and once computed unless the execution is reusable."""
+        if self._state == "computation":
+            raise NnapiError(BAD_STATE, f"Execution.{call}: the execution is computing")
+        if self._state == "completed" and not self._reusable:
+            raise NnapiError(BAD_STATE, f"Execution.{call}: the execution has already been computed")
+
     def _check_preparation(self, call: str) -> None:
-        check(self._state == "preparation" or (self._reusable and self._state == "completed"),
-              f"Execution.{call}: the execution has already been computed" if not self._reusable else
-              f"Execution.{call}: the execution is computing", BAD_STATE)
-        if self._state == "completed":
-            self._state = "preparation"
+        self._check_not_computing(call)
+        self._state = "preparation"
 
     def _operand(self, index: int, is_input: bool, call: str):
         indexes = self._main.input_indexes if is_input else self._main.output_indexes
@@ -242,9 +246,7 @@ class Execution:
 
     def _begin(self, call: str) -> int | None:
         with self._lock:
-            check(self._state == "preparation" or (self._reusable and self._state == "completed"),
-                  f"Execution.{call}: the execution " +
-                  ("is computing" if self._state == "computation" else "has already been computed"), BAD_STATE)
+            self._check_not_computing(call)
             for role, bindings in (("input", self._inputs), ("output", self._outputs)):
                 missing = [i for i, b in enumerate(bindings) if b is None]
                 check(not missing, f"Execution.{call}: {role}s {missing} are not set")
