@@ -211,3 +211,32 @@ def test_fenced_execution_waits_for_its_dependency(constants_file):
     second.set_output(0, out)
     second.start_compute_with_dependencies([event]).wait()
     np.testing.assert_array_equal(out, (C0 + EXPECTED) * (C2 + X3))
+
+
+def test_fenced_execution_gives_a_sync_fence_and_waits_for_an_outside_one(constants_file):
+    from nnapi_ref import Event
+    from nnapi_ref.hal import SyncFence
+    model, _ = build_add_mul(constants_file)
+    compilation = Compilation(model, get_devices())
+    compilation.finish()
+    outside = SyncFence()
+    execution = Execution(compilation)
+    execution.set_input(0, X1)
+    execution.set_input(1, X3)
+    out = np.zeros((3, 4), np.float32)
+    execution.set_output(0, out)
+    waiter = threading.Thread(target=lambda: execution.start_compute_with_dependencies(
+        [Event.from_sync_fence(outside)]).wait())
+    waiter.start()
+    waiter.join(0.2)
+    assert waiter.is_alive() and not out.any()  # still waiting for the outside fence
+    outside.signal()
+    waiter.join(10)
+    np.testing.assert_array_equal(out, EXPECTED)
+    second = Execution(compilation)
+    second.set_input(0, X1)
+    second.set_input(1, X3)
+    second.set_output(0, np.zeros((3, 4), np.float32))
+    event = second.start_compute_with_dependencies([])
+    event.wait()
+    assert event.get_sync_fence().is_signalled()

@@ -61,24 +61,27 @@ def _byte_view(buffer, writable: bool, what: str) -> np.ndarray:
 
 
 class Event:
-    """ANeuralNetworksEvent: completion of an asynchronous or fenced execution."""
+    """ANeuralNetworksEvent: completion of an asynchronous or fenced execution, or of an outside
+    sync fence (``from_sync_fence``)."""
 
     def __init__(self, fence: hal.SyncFence | None = None):
         self._done = threading.Event()
         self.error: NnapiError | None = None
-        self.fence = fence
+        self.fence = fence           # what get_sync_fence returns
+        self._completes_by_fence = False
 
     @classmethod
     def from_sync_fence(cls, fence: hal.SyncFence) -> "Event":
-        """ANeuralNetworksEvent_createFromSyncFenceFd."""
+        """ANeuralNetworksEvent_createFromSyncFenceFd: the event is done when the fence fires."""
         if fence is None:
             raise NnapiError(ResultCode.UNEXPECTED_NULL, "Event.from_sync_fence: fence is None")
         event = cls(fence)
+        event._completes_by_fence = True
         return event
 
     def get_sync_fence(self) -> hal.SyncFence:
         """ANeuralNetworksEvent_getSyncFenceFd: BAD_DATA if the event has no fence."""
-        check(self.fence is not None, "Event.get_sync_fence: the event was not created with a sync fence")
+        check(self.fence is not None, "Event.get_sync_fence: the event has no sync fence")
         return self.fence
 
     def _complete(self, error: NnapiError | None) -> None:
@@ -87,11 +90,10 @@ class Event:
 
     def wait(self) -> None:
         """ANeuralNetworksEvent_wait: block until done; raise the execution's error."""
-        if self.fence is not None and not self._done.is_set():
+        if self._completes_by_fence and not self._done.is_set():
             self.fence.wait()
-            if self.fence.status != hal.ErrorStatus.NONE:
-                self.error = NnapiError(ResultCode.OP_FAILED, "the sync fence signalled an error")
-            self._done.set()
+            self._complete(None if self.fence.status == hal.ErrorStatus.NONE else
+                           NnapiError(ResultCode.OP_FAILED, "the sync fence signalled an error"))
         self._done.wait()
         if self.error is not None:
             raise self.error
@@ -334,7 +336,7 @@ class Execution:
         plan = self.compilation.plan
         fences = []
         for event in dependencies:
-            if event.fence is None:
+            if not event._completes_by_fence:
                 try:
                     event.wait()
                 except NnapiError as e:
@@ -377,7 +379,6 @@ class Execution:
                 complete()
             else:
                 threading.Thread(target=complete, name="nnapi-fenced", daemon=True).start()
-            done.fence = None
             return done
         for fence in fences:
             fence.wait()
