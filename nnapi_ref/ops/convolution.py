@@ -517,9 +517,11 @@ def prepare_quant(call: Call, weights_int: np.ndarray, wsum: np.ndarray, n_chann
             # Index of accumulator value a (folded bias included) in channel c: a + offset[c].
             offset = np.broadcast_to(prep.bias_eff - a_lo + base, (n_channels,))
             prep.max_offset = float(np.abs(offset).max(initial=0))
-            prep.table = (table.view(np.uint8), offset.astype(np.float32),
-                          np.broadcast_to(base, (n_channels,)).astype(np.float32),
-                          np.broadcast_to(base + span, (n_channels,)).astype(np.float32))
+            if per_channel:
+                low, high = base.astype(np.float32), (base + span).astype(np.float32)
+            else:  # scalar bounds: np.clip is several times faster with them
+                low, high = np.float32(0), np.float32(span[0])
+            prep.table = (table.view(np.uint8), offset.astype(np.float32), low, high)
     return prep
 
 
@@ -546,7 +548,10 @@ def requant_params(prep: _QuantPrep):
     """The per-channel arrays of the block requantization (affine, else table)."""
     if prep.affine is not None:
         r, c, low, high = prep.affine
-        return [np.broadcast_to(r, c.shape), c, low, high]
+        r = np.broadcast_to(r, c.shape)
+        if np.all(r == r[0]):
+            r = r[0]  # one multiplier (per-tensor filter): a scalar multiplies faster
+        return [r, c, low, high]
     _, offset, base, top = prep.table
     return [offset, base, top]
 
