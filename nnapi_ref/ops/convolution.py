@@ -471,6 +471,29 @@ def finish(acc: np.ndarray, call: Call, fuse: int, n_channels: int, bound: float
 BLOCK_ELEMENTS = 1 << 21
 
 
+try:  # BLAS sgemm with beta = 1 adds the bias during the product (one pass over the output fewer)
+    from scipy.linalg.blas import sgemm as _sgemm
+except ImportError:  # scipy is optional
+    _sgemm = None
+
+
+def matmul_add(cols: np.ndarray, wmat: np.ndarray, add, out: np.ndarray) -> np.ndarray:
+    """``out = cols @ wmat + add`` in float32 (``add`` broadcast over the rows), written into the
+    C-contiguous ``out``. With integer operands whose sums stay below 2**24 the result is exact
+    in any summation order."""
+    if _sgemm is not None and cols.flags.c_contiguous and wmat.flags.c_contiguous and out.flags.c_contiguous \
+            and cols.dtype == np.float32 and wmat.dtype == np.float32 and cols.shape[0] > 0:
+        out[...] = add
+        # Fortran view of the row-major product: out.T = wmat.T @ cols.T, accumulated into out.T.
+        result = _sgemm(1.0, wmat.T, cols.T, beta=1.0, c=out.T, overwrite_c=1)
+        if not np.shares_memory(result, out):
+            out[...] = result.T
+        return out
+    np.matmul(cols, wmat, out=out)
+    out += add
+    return out
+
+
 def _row_blocks(rows: int, row_elements: int):
     step = max(1, BLOCK_ELEMENTS // max(1, row_elements))
     return [(r, min(r + step, rows)) for r in range(0, rows, step)]
@@ -556,7 +579,8 @@ def requant_params(prep: _QuantPrep):
     return [offset, base, top]
 
 
-def requant_block(acc: np.ndarray, params, prep: _QuantPrep, out_block: np.ndarray) -> None:
+def requant_block(acc: np.ndarray, params, prep: _QuantPrep, out_block: np.ndarray,
+                  offset_added: bool = False) -> None:
     """Requantization of one block of exact raw accumulators (in place in ``acc``) into
     ``out_block`` (uint8 storage). Affine: float32 multiply, add, clip, cast (int8 outputs are
     computed offset by 128 and flipped back with ^ 0x80). Table: index, clip, look up."""
@@ -570,7 +594,8 @@ def requant_block(acc: np.ndarray, params, prep: _QuantPrep, out_block: np.ndarr
             np.bitwise_xor(out_block, np.uint8(0x80), out=out_block)
         return
     offset, base, top = params
-    acc += offset
+    if not offset_added:
+        acc += offset
     np.clip(acc, base, top, out=acc)
     prep.table[0].take(acc.astype(np.intp), out=out_block)
 
@@ -626,11 +651,16 @@ def conv2d_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
             cols = win[b, y0:y1].reshape(-1, K)
             ob = out[b, y0:y1].reshape(-1, c_out)
             if quant:
-                acc = np.matmul(cols.astype(np.float32), wmat)
-                requant_block(acc, params, prep, ob)
+                xf = cols.astype(np.float32)
+                if prep.affine is None and K < c_out:  # table: the integer offset added exactly in the product
+                    acc = matmul_add(xf, wmat, params[0], np.empty((xf.shape[0], c_out), np.float32))
+                    requant_block(acc, params, prep, ob, offset_added=True)
+                else:
+                    requant_block(np.matmul(xf, wmat), params, prep, ob)
             else:
-                np.matmul(cols, wmat, out=ob)
-                _float_block(ob, bias, lo, hi, p.fuse)
+                matmul_add(cols if cols.flags.c_contiguous else np.ascontiguousarray(cols), wmat, bias, ob)
+                if p.fuse != FuseCode.NONE:
+                    np.clip(ob, lo, hi, out=ob)
     if quant and prep.signed:
         out = out.view(np.int8)
     return out

@@ -581,6 +581,7 @@ CACHED_CASES = [
     (Op.DEPTHWISE_CONV_2D, (2, 17, 19, 12), (1, 3, 3, 12), (1, 1, 1, 1), (1, 1), 1),
     (Op.DEPTHWISE_CONV_2D, (1, 18, 18, 16), (1, 3, 3, 16), (0, 1, 0, 1), (2, 2), 1),
     (Op.DEPTHWISE_CONV_2D, (1, 9, 10, 4), (1, 3, 3, 8), (2, 0, 1, 1), (1, 2), 2),
+    (Op.CONV_2D, (1, 12, 12, 8), (40, 1, 1, 8), (0, 0, 0, 0), (1, 1), None),         # K < C_out: offset in the gemm
 ]
 
 
@@ -664,3 +665,18 @@ def test_cached_quant_paths_are_taken(monkeypatch):
     test_cached_float_paths(0, True, False)
     test_cached_float_paths(4, False, False)
     assert taken == [True] * 8  # two executions each
+
+
+@pytest.mark.parametrize("blas", [True, False])
+def test_matmul_add_with_and_without_scipy(monkeypatch, blas):
+    from nnapi_ref.ops import convolution as cv
+    if not blas:
+        monkeypatch.setattr(cv, "_sgemm", None)
+    rng = np.random.default_rng(5)
+    cols = rng.integers(-255, 256, (37, 11)).astype(np.float32)
+    wmat = rng.integers(-255, 256, (11, 23)).astype(np.float32)
+    add = rng.integers(-10 ** 5, 10 ** 5, 23).astype(np.float32)
+    out = np.full((37, 23), np.nan, np.float32)
+    result = cv.matmul_add(cols, wmat, add, out)
+    assert result is out
+    np.testing.assert_array_equal(out, cols.astype(np.int64) @ wmat.astype(np.int64) + add.astype(np.int64))
