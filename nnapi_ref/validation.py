@@ -43,10 +43,12 @@ def operand_type_problem(code, dimensions, scale: float, zero_point: int, channe
     elif code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
         if scale != 0 or zero_point != 0:
             return f"{type_name(code)} takes its scales from channel quantization; scale and zero point must be 0"
-    elif code in (T.TENSOR_INT32, T.INT32):
+    elif code == T.TENSOR_INT32:
         if scale < 0:
-            return f"{type_name(code)} scale {scale} must not be negative"
-    elif code != T.SUBGRAPH and (scale != 0 or zero_point != 0):
+            return f"TENSOR_INT32 scale {scale} must not be negative"
+        if zero_point != 0:
+            return f"TENSOR_INT32 zero point must be 0, got {zero_point}"
+    elif scale != 0 or zero_point != 0:
         return f"{type_name(code)} must have scale 0 and zero point 0, got {scale} and {zero_point}"
     if channel_quant is not None:
         if code != T.TENSOR_QUANT8_SYMM_PER_CHANNEL:

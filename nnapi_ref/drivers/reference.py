@@ -17,7 +17,7 @@ from ..errors import NnapiError
 from ..executor import Executor, Plan, prepare_plans
 from ..hal import ErrorStatus, HalError
 from ..types import (DTYPES, MAX_NUMBER_OF_CACHE_FILES, SCALAR_TYPES, DeviceTypeCode, FeatureLevel, Lifetime,
-                     OperandCode, OperationCode, PreferenceCode, PriorityCode, ResultCode)
+                     OperandCode, OperationCode, PreferenceCode, PriorityCode, ResultCode, combine_dimensions)
 from ..validation import validate_model
 
 # How the executor's result codes travel back across the driver interface.
@@ -57,16 +57,11 @@ _INPUT_COUNTS = {OperationCode.CONV_2D: frozenset({7, 8, 10, 11, 13}),
 
 
 def _hal_model_problem(model: hal.Model) -> str | None:
-    """What the HAL requires beyond the shared validation: scalars (and SUBGRAPH operands) carry
-    no scale or zero point, TENSOR_INT32 has zero point 0, and operations come in execution order
-    (each reads only operands already written; the runtime sorts models before handing them over)."""
+    """What the HAL requires beyond the shared validation: CONV_2D/DEPTHWISE_CONV_2D input counts
+    the signature tables don't pin down, and operations in execution order (each reads only
+    operands already written; the runtime sorts models before handing them over)."""
     subgraphs = [("main", model.main)] + [(f"subgraph {k}", sg) for k, sg in enumerate(model.referenced)]
     for name, sg in subgraphs:
-        for i, o in enumerate(sg.operands):
-            if (o.type in SCALAR_TYPES or o.type == OperandCode.SUBGRAPH) and (o.scale != 0 or o.zero_point != 0):
-                return f"{name} operand {i}: a {OperandCode(o.type).name} must have scale 0 and zero point 0"
-            if o.type == OperandCode.TENSOR_INT32 and o.zero_point != 0:
-                return f"{name} operand {i}: TENSOR_INT32 must have zero point 0, got {o.zero_point}"
         for j, op in enumerate(sg.operations):
             counts = _INPUT_COUNTS.get(op.type)
             if counts and len(op.inputs) not in counts:
@@ -232,11 +227,11 @@ class ReferenceDevice(hal.Device):
                     (operand.type, operand.scale, operand.zero_point):
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, "allocate: roles of different operand types")
             operand = candidate if operand is None else operand
-            dims = _combine_dims(operand.dimensions, candidate.dimensions)
+            dims = combine_dimensions(operand.dimensions, candidate.dimensions)
             if dims is None:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, "allocate: roles with incompatible dimensions")
             operand = hal.Operand(operand.type, dims, operand.scale, operand.zero_point)
-        dims = _combine_dims(operand.dimensions, tuple(desc.dimensions))
+        dims = combine_dimensions(operand.dimensions, tuple(desc.dimensions))
         if dims is None:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "allocate: dimensions incompatible with the roles")
         roles = {(id(prepared_models[r.model_index]), r.io_index, True) for r in input_roles}
@@ -252,16 +247,6 @@ class ReferenceDevice(hal.Device):
         if buffer is None:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"unknown device memory token {token}")
         return buffer
-
-
-def _combine_dims(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
-    """Merge two partially known shapes (0 = unknown, () = unknown rank); None if they conflict."""
-    a, b = tuple(a), tuple(b)
-    if not a or not b:
-        return a or b
-    if len(a) != len(b) or any(x and y and x != y for x, y in zip(a, b)):
-        return None
-    return tuple(x or y for x, y in zip(a, b))
 
 
 class ReferenceBuffer(hal.Buffer):
@@ -283,7 +268,7 @@ class ReferenceBuffer(hal.Buffer):
         destination.buffer[:] = raw
 
     def copy_from(self, source: hal.SharedMemory, dimensions: Sequence[int]) -> None:
-        dims = _combine_dims(self.dimensions, tuple(dimensions))
+        dims = combine_dimensions(self.dimensions, tuple(dimensions))
         if dims is None or not dims or 0 in dims or 0 in tuple(dimensions):  # given dimensions: all specified
             raise HalError(ErrorStatus.INVALID_ARGUMENT,
                            f"copy with dimensions {list(dimensions)} into a memory of {list(self.dimensions)}")
@@ -293,7 +278,7 @@ class ReferenceBuffer(hal.Buffer):
         self.data = source.buffer.copy().view(DTYPES[self.type]).reshape(dims)
 
     def write(self, array: np.ndarray) -> None:
-        if _combine_dims(self.dimensions, array.shape) is None:
+        if combine_dimensions(self.dimensions, array.shape) is None:
             raise HalError(ErrorStatus.GENERAL_FAILURE,
                            f"output of shape {list(array.shape)} into device memory of {list(self.dimensions)}")
         self.data = array.copy()
@@ -384,7 +369,7 @@ class ReferencePreparedModel(hal.PreparedModel):
             if arg.dimensions:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: dimensions given for a scalar")
             return ()
-        dims = _combine_dims(operand.dimensions, arg.dimensions)
+        dims = combine_dimensions(operand.dimensions, arg.dimensions)
         if dims is None:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: dimensions {list(arg.dimensions)} conflict with "
                                                          f"the model's {list(operand.dimensions)}")
@@ -425,7 +410,7 @@ class ReferencePreparedModel(hal.PreparedModel):
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: device memory not allocated for this role")
             return region.write
         dims = self._shape(operand, arg, what, need_known=False)
-        if _combine_dims(dims, result.shape) is None and result.ndim:
+        if combine_dimensions(dims, result.shape) is None and result.ndim:
             raise HalError(ErrorStatus.GENERAL_FAILURE,
                            f"{what}: computed shape {list(result.shape)} differs from {list(dims)}")
         if region.nbytes < result.nbytes:
@@ -488,12 +473,12 @@ class ReferencePreparedModel(hal.PreparedModel):
             operand = main.operands[main.output_indexes[i]]
             if operand.type in SCALAR_TYPES or arg.lifetime == hal.ArgumentLifetime.NO_VALUE:
                 continue
-            dims = _combine_dims(operand.dimensions, tuple(arg.dimensions))
+            dims = combine_dimensions(operand.dimensions, tuple(arg.dimensions))
             if arg.lifetime == hal.ArgumentLifetime.POOL and 0 <= arg.pool_index < len(request.pools) and \
                     isinstance(request.pools[arg.pool_index], (int, np.integer)):
                 buffer = self.device._buffers.get(int(request.pools[arg.pool_index]))
                 if buffer is not None and dims is not None:
-                    dims = _combine_dims(dims, buffer.dimensions)
+                    dims = combine_dimensions(dims, buffer.dimensions)
             if dims is not None and (not dims or 0 in dims):
                 raise HalError(ErrorStatus.INVALID_ARGUMENT,
                                f"execute_fenced: output {i} has unspecified dimensions {list(dims)}")
