@@ -1,7 +1,7 @@
 """VTS: tests that call a driver's interface (:mod:`nnapi_ref.hal`) directly, with no runtime in
 between, so no validation or CPU fallback hides a driver's faults. ``pytest vts --driver=...``.
 
-A package (unlike ``cts``) only so that ``vts/test_generated.py`` and ``cts/test_generated.py``
+A package (as ``cts`` and ``tests`` are) so that ``vts/test_generated.py`` and ``cts/test_generated.py``
 can be collected in the same session. Environment variables sizing the run:
 
 * ``NNTS_VTS_SUBSET``: how many test models of each test-vector file also run the other execution
