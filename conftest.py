@@ -46,6 +46,13 @@ def pytest_configure(config):
     config.pluginmanager.register(ConformanceResults(), "nnts-results")
 
 
+def pytest_collection_modifyitems(config, items):
+    vts = ROOT / "vts"
+    for item in items:
+        if vts in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.vts)
+
+
 @pytest.fixture(scope="session")
 def driver_spec(pytestconfig) -> str:
     return pytestconfig.getoption("driver")
