@@ -15,7 +15,7 @@ import pytest
 from nnapi_ref import hal
 from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request, RequestArgument, SharedMemory
 from nnapi_ref.harness import supports_dynamic_outputs
-from nnapi_ref.types import DTYPES, SCALAR_TYPES, Lifetime, OperationCode, PreferenceCode, PriorityCode
+from nnapi_ref.types import DTYPES, SCALAR_TYPES, OperationCode, PreferenceCode, PriorityCode
 
 SUBSET_ENV = "NNTS_VTS_SUBSET"
 MUTATION_SUBSET_ENV = "NNTS_VTS_MUTATION_SUBSET"

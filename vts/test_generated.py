@@ -198,7 +198,7 @@ def test_generated(case: VtsCase, driver, request):
         io = make_io(test, "pool", shrink_output=0)
         outcome = run_path(prepared, io.request, "sync")
         if outcome.status == ErrorStatus.GENERAL_FAILURE:
-            pytest.skip(f"the driver cannot execute this model with unspecified outputs (GENERAL_FAILURE)")
+            pytest.skip("the driver cannot execute this model with unspecified outputs (GENERAL_FAILURE)")
         assert outcome.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, \
             f"output 0 one byte short: expected OUTPUT_INSUFFICIENT_SIZE, got {outcome.status.name} {outcome.message}"
         assert len(outcome.shapes) == n_outputs, \

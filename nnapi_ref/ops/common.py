@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import check
 from ..types import DTYPES, FuseCode, OperandCode as T
-from .base import Arg
+from .base import Arg, Call, Operation
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
@@ -172,6 +172,22 @@ def broadcast_shape(a: tuple, b: tuple) -> tuple:
         check(x == y or x == 1 or y == 1, f"shapes {a} and {b} cannot be broadcast (dimension {i})")
         out.append(y if x == 1 else x)
     return tuple(out)
+
+
+def check_rank_at_least_1(name: str, *args: Arg) -> None:
+    """Operations documented "up to 4 dimensions, from 1" reject rank-0 tensors."""
+    for i, a in enumerate(args):
+        check(a.rank >= 1, f"{name} input {i} must have rank >= 1, got a rank-0 tensor")
+
+
+class BroadcastBinary(Operation):
+    """An operation on two tensors of rank >= 1 broadcast against each other (comparisons,
+    logical operations, MAXIMUM, MINIMUM, POW, PRELU)."""
+
+    def infer(self, call: Call):
+        a, b = call.ins[0], call.ins[1]
+        check_rank_at_least_1(self.name, a, b)
+        return [broadcast_shape(a.shape, b.shape)]
 
 
 def normalize_axis(axis: int, rank: int) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import broadcast_shape
+from .common import BroadcastBinary, check_rank_at_least_1
 from .elementwise import QUANT8, requantize
 
 F32 = np.float32
@@ -22,10 +22,6 @@ _COMPARABLE = {
 }
 
 
-def _check_rank_from_1(name: str, *args) -> None:
-    for i, a in enumerate(args):
-        check(a.rank >= 1, f"{name} input {i} must have rank >= 1, got a rank-0 tensor")
-
 
 def _real(arg) -> np.ndarray:
     """The values to compare: real values in float32 for quantized tensors, else the data."""
@@ -34,15 +30,10 @@ def _real(arg) -> np.ndarray:
     return arg.value
 
 
-class _Comparison(Operation):
+class _Comparison(BroadcastBinary):
     signatures = [Signature(level, [t, t], [T.TENSOR_BOOL8])
                   for level, types in _COMPARABLE.items() for t in types]
     ufunc = None
-
-    def infer(self, call: Call):
-        a, b = call.ins
-        _check_rank_from_1(self.name, a, b)
-        return [broadcast_shape(a.shape, b.shape)]
 
     def execute(self, call: Call):
         a, b = call.ins
@@ -86,14 +77,9 @@ class LessEqual(_Comparison):
     ufunc = np.less_equal
 
 
-class _LogicalBinary(Operation):
+class _LogicalBinary(BroadcastBinary):
     signatures = [Signature(29, [T.TENSOR_BOOL8, T.TENSOR_BOOL8], [T.TENSOR_BOOL8])]
     ufunc = None
-
-    def infer(self, call: Call):
-        a, b = call.ins
-        _check_rank_from_1(self.name, a, b)
-        return [broadcast_shape(a.shape, b.shape)]
 
     def execute(self, call: Call):
         a, b = call.ins
@@ -118,7 +104,7 @@ class LogicalNot(Operation):
     signatures = [Signature(29, [T.TENSOR_BOOL8], [T.TENSOR_BOOL8])]
 
     def infer(self, call: Call):
-        _check_rank_from_1(self.name, call.ins[0])
+        check_rank_at_least_1(self.name, call.ins[0])
         return [call.ins[0].shape]
 
     def execute(self, call: Call):
@@ -136,7 +122,7 @@ class Select(Operation):
 
     def infer(self, call: Call):
         cond, a, b = call.ins
-        _check_rank_from_1(self.name, cond, a, b)
+        check_rank_at_least_1(self.name, cond, a, b)
         check(tuple(cond.shape) == tuple(a.shape),
               f"SELECT condition shape {list(cond.shape)} differs from input1 shape {list(a.shape)}")
         check(tuple(a.shape) == tuple(b.shape),

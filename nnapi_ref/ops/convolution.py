@@ -26,7 +26,7 @@ import numpy as np
 from ..types import FuseCode, PaddingCode
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from ..types import DTYPES
-from .common import (FLOAT_ACTIVATION_RANGE, QUANT_RANGE, activation_range_quant, apply_activation, check_fuse_code,
+from .common import (FLOAT_ACTIVATION_RANGE, activation_range_quant, check_fuse_code,
                      multiply_by_quantized_multiplier, round_half_away, wrap_int32)
 
 F32, F16, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import apply_activation, broadcast_shape, check_fuse_code
+from .common import broadcast_shape, check_fuse_code
 from .convolution import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype, prepare_quant,
                           quant_fast_ok, quant_magnitudes, quantize_multipliers, requant_block, requant_params,
                           requantize, wrap_int32)

@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register, signatures
-from .common import (QUANT_RANGE, apply_activation, broadcast_shape, check_fuse_code,
+from .common import (QUANT_RANGE, BroadcastBinary, apply_activation, broadcast_shape, check_fuse_code,
                      multiply_by_quantized_multiplier, quantize_multiplier, round_half_away)
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
@@ -57,10 +57,6 @@ def requantize(arg, out) -> np.ndarray:
     lo, hi = QUANT_RANGE[out.type]
     return np.clip(round_half_away(np.clip(q, lo, hi)), lo, hi).astype(np.int64)
 
-
-def _check_rank_from_1(name: str, *args) -> None:
-    for i, a in enumerate(args):
-        check(a.rank >= 1, f"{name} input {i} must have rank >= 1, got a rank-0 tensor")
 
 
 class _BinaryWithActivation(Operation):
@@ -225,16 +221,11 @@ class Div(_BinaryWithActivation):
         return np.where(zero, 0, q).astype(np.int32)  # INT32_MIN // -1 wraps around
 
 
-class _MaximumMinimum(Operation):
+class _MaximumMinimum(BroadcastBinary):
     signatures = _pair_signatures({
         29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM),
         30: (T.TENSOR_QUANT8_ASYMM_SIGNED,),
     })
-
-    def infer(self, call: Call):
-        a, b = call.ins
-        _check_rank_from_1(self.name, a, b)
-        return [broadcast_shape(a.shape, b.shape)]
 
     def execute(self, call: Call):
         a, b = call.ins
@@ -266,14 +257,9 @@ class Minimum(_MaximumMinimum):
 
 
 @register
-class Pow(Operation):
+class Pow(BroadcastBinary):
     code = OperationCode.POW
     signatures = _pair_signatures({29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)})
-
-    def infer(self, call: Call):
-        base, exponent = call.ins
-        _check_rank_from_1(self.name, base, exponent)
-        return [broadcast_shape(base.shape, exponent.shape)]
 
     def execute(self, call: Call):
         base, exponent = call.ins
@@ -283,17 +269,12 @@ class Pow(Operation):
 
 
 @register
-class Prelu(Operation):
+class Prelu(BroadcastBinary):
     code = OperationCode.PRELU
     signatures = _pair_signatures({
         29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM),
         30: (T.TENSOR_QUANT8_ASYMM_SIGNED,),
     })
-
-    def infer(self, call: Call):
-        x, alpha = call.ins
-        _check_rank_from_1(self.name, x, alpha)
-        return [broadcast_shape(x.shape, alpha.shape)]
 
     def execute(self, call: Call):
         x, alpha = call.ins

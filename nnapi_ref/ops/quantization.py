@@ -16,13 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import QUANT_RANGE, round_half_away
+from .common import QUANT_RANGE, check_rank_at_least_1, round_half_away
 
 F32 = np.float32
 
-
-def _check_rank_from_1(name: str, arg) -> None:
-    check(arg.rank >= 1, f"{name} input must have rank >= 1, got a rank-0 tensor")
 
 
 @register
@@ -33,7 +30,7 @@ class Quantize(Operation):
                   for out in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)]
 
     def infer(self, call: Call):
-        _check_rank_from_1(self.name, call.ins[0])
+        check_rank_at_least_1(self.name, call.ins[0])
         return [call.ins[0].shape]
 
     def execute(self, call: Call):
@@ -102,7 +99,7 @@ class Cast(Operation):
                   + [Signature(30, [a], [a]) for a in _CAST_IDENTITY_ONLY])
 
     def infer(self, call: Call):
-        _check_rank_from_1(self.name, call.ins[0])
+        check_rank_at_least_1(self.name, call.ins[0])
         return [call.ins[0].shape]
 
     def execute(self, call: Call):

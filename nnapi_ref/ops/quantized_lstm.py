@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register
+from .base import Call, Operation, OperationCode, Signature, T, check, register
 from .common import multiply_by_quantized_multiplier as mbqm
 from .common import quantize_multiplier, wrap
 from .common import rounding_divide_by_pot as rdbpot
