@@ -24,6 +24,7 @@ from nnapi_ref import (UINT64_MAX, Burst, Compilation, DurationCode, Execution, 
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice, SubsetDevice
 from nnapi_ref.hal import ErrorStatus
+from nnapi_ref.testing import counting_loop_model
 
 MODES = ("sync", "async", "burst", "fenced")
 MISSED_DEADLINE = (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.MISSED_DEADLINE_PERSISTENT)
@@ -162,33 +163,6 @@ def test_output_dimensions_given_at_execution(devices):
 # WHILE loop timeout, deadlines
 # ---------------------------------------------------------------------------------------------
 
-def while_model(step: float, limit: float = 5.0) -> Model:
-    """WHILE (i < limit) { i = i + step }: counts to ``limit`` from 0; never ends if step is 0."""
-    one = f32(1)
-    cond = Model()
-    i, lim, less = cond.add_operand(one), cond.add_operand(one), cond.add_operand(OperandType(T.TENSOR_BOOL8, [1]))
-    cond.set_operand_value(lim, np.array([limit], np.float32))
-    cond.add_operation(OperationCode.LESS, [i, lim], [less])
-    cond.identify_inputs_and_outputs([i], [less])
-    cond.finish()
-    body = Model()
-    i, inc, fuse, out = body.add_operand(one), body.add_operand(one), body.add_operand(I32), body.add_operand(one)
-    body.set_operand_value(inc, np.array([step], np.float32))
-    body.set_operand_value(fuse, np.int32(0))
-    body.add_operation(ADD, [i, inc, fuse], [out])
-    body.identify_inputs_and_outputs([i], [out])
-    body.finish()
-    model = Model()
-    c, b = model.add_operand(OperandType(T.MODEL)), model.add_operand(OperandType(T.MODEL))
-    start, result = model.add_operand(one), model.add_operand(one)
-    model.set_operand_value_from_model(c, cond)
-    model.set_operand_value_from_model(b, body)
-    model.add_operation(OperationCode.WHILE, [c, b, start], [result])
-    model.identify_inputs_and_outputs([start], [result])
-    model.finish()
-    return model
-
-
 def while_execution(compilation: Compilation, out: np.ndarray | None = None) -> Execution:
     execution = Execution(compilation)
     execution.set_input(0, np.zeros(1, np.float32))
@@ -198,21 +172,21 @@ def while_execution(compilation: Compilation, out: np.ndarray | None = None) -> 
 
 @pytest.fixture
 def while_devices(devices):
-    require(while_model(1.0), devices, "WHILE")
+    require(counting_loop_model(1.0), devices, "WHILE")
     return devices
 
 
 def test_finite_while_loop_computes(while_devices, request):
     request.node.nnts_op = "WHILE"
     out = np.zeros(1, np.float32)
-    while_execution(compiled(while_model(1.0), while_devices), out).compute()
+    while_execution(compiled(counting_loop_model(1.0), while_devices), out).compute()
     assert out[0] == 5.0
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_infinite_loop_hits_a_1ms_loop_timeout(while_devices, mode, request):
     request.node.nnts_op = "WHILE"
-    compilation = compiled(while_model(0.0), while_devices)
+    compilation = compiled(counting_loop_model(0.0), while_devices)
     execution = while_execution(compilation)
     execution.set_loop_timeout(1_000_000)  # 1 ms
     start = time.monotonic()
@@ -228,7 +202,7 @@ def test_infinite_loop_hits_a_1ms_loop_timeout(while_devices, mode, request):
 def test_infinite_loop_hits_the_default_loop_timeout(while_devices, request):
     """Without set_loop_timeout, the default of 2 s applies."""
     request.node.nnts_op = "WHILE"
-    execution = while_execution(compiled(while_model(0.0), while_devices))
+    execution = while_execution(compiled(counting_loop_model(0.0), while_devices))
     start = time.monotonic()
     error = failure(execution, "sync")
     elapsed = time.monotonic() - start
@@ -238,7 +212,7 @@ def test_infinite_loop_hits_the_default_loop_timeout(while_devices, request):
 
 def test_loop_timeout_does_not_fall_back_to_the_cpu(while_devices):
     """A missed deadline is final: even with CPU fallback allowed it is reported, not retried."""
-    compilation = Compilation(while_model(0.0))
+    compilation = Compilation(counting_loop_model(0.0))
     compilation.finish()
     execution = while_execution(compilation)
     execution.set_loop_timeout(1_000_000)
@@ -248,7 +222,7 @@ def test_loop_timeout_does_not_fall_back_to_the_cpu(while_devices):
 
 
 def test_loop_timeout_above_the_maximum_is_clamped(while_devices):
-    execution = while_execution(compiled(while_model(1.0), while_devices))
+    execution = while_execution(compiled(counting_loop_model(1.0), while_devices))
     execution.set_loop_timeout(10 ** 15)  # more than the 15 s maximum: clamped, not an error
     execution.compute()
 
@@ -289,8 +263,8 @@ def test_generous_execution_deadline_is_met(deadline_device, mode):
 def test_deadline_interrupts_a_long_execution(deadline_device, request):
     """An execution that would run long (a loop with a 15 s loop timeout) stops at its 50 ms deadline."""
     request.node.nnts_op = "WHILE"
-    require(while_model(1.0), deadline_device, "WHILE")
-    execution = while_execution(compiled(while_model(0.0), deadline_device))
+    require(counting_loop_model(1.0), deadline_device, "WHILE")
+    execution = while_execution(compiled(counting_loop_model(0.0), deadline_device))
     execution.set_loop_timeout(15_000_000_000)
     execution.set_timeout(50_000_000)
     start = time.monotonic()

@@ -80,6 +80,35 @@ def build_operation_model(code: OperationCode, inputs: Sequence[Operand], output
     return model, fed
 
 
+def counting_loop_model(step: float, limit: float = 5.0) -> Model:
+    """WHILE (i < limit) { i = i + step } on a [1] float32 tensor, from the input: counts up to
+    ``limit``; never ends when ``step`` is 0 (for loop-timeout tests)."""
+    one, bool1 = OperandType(OperandCode.TENSOR_FLOAT32, [1]), OperandType(OperandCode.TENSOR_BOOL8, [1])
+    cond = Model()
+    i, lim, less = cond.add_operand(one), cond.add_operand(one), cond.add_operand(bool1)
+    cond.set_operand_value(lim, np.array([limit], np.float32))
+    cond.add_operation(OperationCode.LESS, [i, lim], [less])
+    cond.identify_inputs_and_outputs([i], [less])
+    cond.finish()
+    body = Model()
+    i, inc, fuse, out = (body.add_operand(one), body.add_operand(one), body.add_operand(OperandType(OperandCode.INT32)),
+                         body.add_operand(one))
+    body.set_operand_value(inc, np.array([step], np.float32))
+    body.set_operand_value(fuse, np.int32(0))
+    body.add_operation(OperationCode.ADD, [i, inc, fuse], [out])
+    body.identify_inputs_and_outputs([i], [out])
+    body.finish()
+    model = Model()
+    cond_ref, body_ref = model.add_operand(OperandType(OperandCode.MODEL)), model.add_operand(OperandType(OperandCode.MODEL))
+    start, result = model.add_operand(one), model.add_operand(one)
+    model.set_operand_value_from_model(cond_ref, cond)
+    model.set_operand_value_from_model(body_ref, body)
+    model.add_operation(OperationCode.WHILE, [cond_ref, body_ref, start], [result])
+    model.identify_inputs_and_outputs([start], [result])
+    model.finish()
+    return model
+
+
 def run_operation(code: OperationCode, inputs: Sequence[Operand], outputs: Sequence[Operand],
                   relaxed: bool = False, devices=None) -> list[np.ndarray]:
     """Run one operation; returns its outputs as arrays shaped as the runtime reported."""

@@ -14,6 +14,7 @@ from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice
 from nnapi_ref.hal import ErrorStatus
 from nnapi_ref.runtime.memory import PROT_READ
+from nnapi_ref.testing import counting_loop_model
 
 F2 = OperandType(T.TENSOR_FLOAT32, [2])
 
@@ -250,36 +251,8 @@ def test_missed_deadline_persistent_for_an_execution_timeout_already_passed():
         assert code_of(execution.compute) == ResultCode.MISSED_DEADLINE_PERSISTENT
 
 
-def infinite_loop_model() -> Model:
-    """WHILE (i < 1) { i = i + 0 }: never terminates."""
-    f1, b1 = OperandType(T.TENSOR_FLOAT32, [1]), OperandType(T.TENSOR_BOOL8, [1])
-    cond = Model()
-    i, one, less = cond.add_operand(f1), cond.add_operand(f1), cond.add_operand(b1)
-    cond.set_operand_value(one, np.ones(1, np.float32))
-    cond.add_operation(OperationCode.LESS, [i, one], [less])
-    cond.identify_inputs_and_outputs([i], [less])
-    cond.finish()
-    body = Model()
-    i, zero, fuse, out = body.add_operand(f1), body.add_operand(f1), body.add_operand(OperandType(T.INT32)), \
-        body.add_operand(f1)
-    body.set_operand_value(zero, np.zeros(1, np.float32))
-    body.set_operand_value(fuse, np.int32(0))
-    body.add_operation(OperationCode.ADD, [i, zero, fuse], [out])
-    body.identify_inputs_and_outputs([i], [out])
-    body.finish()
-    model = Model()
-    cond_ref, body_ref = model.add_operand(OperandType(T.MODEL)), model.add_operand(OperandType(T.MODEL))
-    start, result = model.add_operand(f1), model.add_operand(f1)
-    model.set_operand_value_from_model(cond_ref, cond)
-    model.set_operand_value_from_model(body_ref, body)
-    model.add_operation(OperationCode.WHILE, [cond_ref, body_ref, start], [result])
-    model.identify_inputs_and_outputs([start], [result])
-    model.finish()
-    return model
-
-
 def test_missed_deadline_transient_from_the_while_loop_timeout():
-    execution = Execution(compiled(infinite_loop_model()))
+    execution = Execution(compiled(counting_loop_model(step=0.0, limit=1.0)))
     execution.set_input(0, np.zeros(1, np.float32))
     execution.set_output(0, np.zeros(1, np.float32))
     execution.set_loop_timeout(1_000_000)  # 1 ms
