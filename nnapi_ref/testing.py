@@ -51,11 +51,16 @@ def output(type: OperandCode, dims: Sequence[int] | None = None, scale: float = 
     return Operand(type, None, scale, zero_point, tuple(dims) if dims is not None else None)
 
 
+def fed_inputs(inputs: Sequence[Operand]) -> list[int]:
+    """Positions of the operands fed at execution time (model inputs); the rest are constants."""
+    return [i for i, o in enumerate(inputs) if o.as_input and not o.omitted and o.type not in SCALAR_TYPES]
+
+
 def build_operation_model(code: OperationCode, inputs: Sequence[Operand], outputs: Sequence[Operand],
                           relaxed: bool = False) -> tuple[Model, list[int]]:
     """A finished one-operation model and the positions (in ``inputs``) of its model inputs."""
     model = Model()
-    fed = []
+    fed = fed_inputs(inputs)
     for i, o in enumerate(inputs):
         dims = o.dims if o.dims is not None else ()
         k = model.add_operand(OperandType(o.type, dims, o.scale, o.zero_point))
@@ -63,9 +68,7 @@ def build_operation_model(code: OperationCode, inputs: Sequence[Operand], output
             model.set_operand_symm_per_channel_quant_params(k, o.channel_scales, o.channel_dim)
         if o.omitted:
             model.set_operand_value(k, None)
-        elif o.as_input and o.type not in SCALAR_TYPES:
-            fed.append(i)
-        else:
+        elif i not in fed:
             model.set_operand_value(k, o.value)
     first_out = len(inputs)
     for o in outputs:
@@ -109,14 +112,21 @@ def counting_loop_model(step: float, limit: float = 5.0) -> Model:
     return model
 
 
-def run_operation(code: OperationCode, inputs: Sequence[Operand], outputs: Sequence[Operand],
-                  relaxed: bool = False, devices=None) -> list[np.ndarray]:
-    """Run one operation; returns its outputs as arrays shaped as the runtime reported."""
-    model, fed = build_operation_model(code, inputs, outputs, relaxed)
+def compile_operation(code: OperationCode, inputs: Sequence[Operand], outputs: Sequence[Operand],
+                      relaxed: bool = False, devices=None) -> Compilation:
+    """A finished compilation of a one-operation model (see :func:`build_operation_model`)."""
+    model, _ = build_operation_model(code, inputs, outputs, relaxed)
     compilation = Compilation(model, devices)
     compilation.finish()
+    return compilation
+
+
+def execute_operation(compilation: Compilation, inputs: Sequence[Operand],
+                      outputs: Sequence[Operand]) -> list[np.ndarray]:
+    """Execute a compilation from :func:`compile_operation` once; returns its outputs as arrays
+    shaped as the runtime reported."""
     execution = Execution(compilation)
-    for n, i in enumerate(fed):
+    for n, i in enumerate(fed_inputs(inputs)):
         execution.set_input(n, np.ascontiguousarray(inputs[i].value))
     buffers = []
     for n, o in enumerate(outputs):
@@ -133,3 +143,9 @@ def run_operation(code: OperationCode, inputs: Sequence[Operand], outputs: Seque
         count = int(np.prod(dims)) if dims else 1
         results.append(buffer[:count].reshape(dims).copy())
     return results
+
+
+def run_operation(code: OperationCode, inputs: Sequence[Operand], outputs: Sequence[Operand],
+                  relaxed: bool = False, devices=None) -> list[np.ndarray]:
+    """Run one operation; returns its outputs as arrays shaped as the runtime reported."""
+    return execute_operation(compile_operation(code, inputs, outputs, relaxed, devices), inputs, outputs)

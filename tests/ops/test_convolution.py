@@ -12,7 +12,7 @@ import pytest
 
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops.common import multiply_by_quantized_multiplier, quantize_multiplier
-from nnapi_ref.testing import omitted, output, run_operation, scalar, tensor
+from nnapi_ref.testing import compile_operation, execute_operation, omitted, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
 
 F32, F16, Q8, S8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -540,24 +540,8 @@ def test_finish_quant_fast_paths_are_exact(case, signed, zp, scale, real, n_ch, 
 
 def _run_compiled_twice(code, ins, out):
     """Compile a one-operation model once and execute it twice; returns both outputs."""
-    from nnapi_ref.runtime import Compilation, Execution
-    from nnapi_ref.testing import build_operation_model
-    model, fed = build_operation_model(code, ins, [out])
-    compilation = Compilation(model)
-    compilation.finish()
-    results = []
-    for _ in range(2):
-        execution = Execution(compilation)
-        for n, i in enumerate(fed):
-            execution.set_input(n, np.ascontiguousarray(ins[i].value))
-        buffer = np.zeros(int(np.prod(out.dims)), DTYPES_[out.type])
-        execution.set_output(0, buffer)
-        execution.compute()
-        results.append(buffer.reshape(out.dims))
-    return results
-
-
-from nnapi_ref.types import DTYPES as DTYPES_  # noqa: E402
+    compilation = compile_operation(code, ins, [out])
+    return [execute_operation(compilation, ins, [out])[0] for _ in range(2)]
 
 
 def _conv_operands(code, x, w, b, pads, strides, fuse, t, q, const, extra=(), wtype=None, scales=None,

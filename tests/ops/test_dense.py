@@ -10,7 +10,7 @@ import pytest
 
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops.common import multiply_by_quantized_multiplier, quantize_multiplier
-from nnapi_ref.testing import output, run_operation, scalar, tensor
+from nnapi_ref.testing import compile_operation, execute_operation, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
 
 F32, F16, Q8, S8, I32, INT, BOOL = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
@@ -140,22 +140,8 @@ def test_batch_matmul_validation():
 # ---- prepared (cached) paths: a compiled model run twice, weights constant or fed ----
 
 def _fc_compiled_twice(ins, out):
-    from nnapi_ref.runtime import Compilation, Execution
-    from nnapi_ref.testing import build_operation_model
-    from nnapi_ref.types import DTYPES
-    model, fed = build_operation_model(Op.FULLY_CONNECTED, ins, [out])
-    compilation = Compilation(model)
-    compilation.finish()
-    results = []
-    for _ in range(2):
-        execution = Execution(compilation)
-        for n, i in enumerate(fed):
-            execution.set_input(n, np.ascontiguousarray(ins[i].value))
-        buffer = np.zeros(int(np.prod(out.dims)), DTYPES[out.type])
-        execution.set_output(0, buffer)
-        execution.compute()
-        results.append(buffer.reshape(out.dims))
-    return results
+    compilation = compile_operation(Op.FULLY_CONNECTED, ins, [out])
+    return [execute_operation(compilation, ins, [out])[0] for _ in range(2)]
 
 
 @pytest.mark.parametrize("const", [True, False])
