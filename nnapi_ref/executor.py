@@ -6,6 +6,9 @@ one model for one execution, with its deadline and WHILE loop timeout.
 """
 from __future__ import annotations
 
+import ctypes
+import functools
+import platform
 import time
 
 import numpy as np
@@ -16,6 +19,29 @@ from .hal import Model, Subgraph
 from .ops.base import Arg, Call, ValueUnknown
 from .types import DTYPES, SCALAR_TYPES, Lifetime, OperationCode, ResultCode, LOOP_TIMEOUT_DEFAULT_NS
 from .validation import CONSTANT_LIFETIMES, topological_order
+
+
+# glibc mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Ask glibc to keep freed memory for reuse instead of returning it to the system.
+
+    An inference allocates and frees tens of megabytes of activations. By default glibc serves
+    blocks above a (dynamic) threshold with fresh mmaps and trims the heap after large frees, so
+    the next inference page-faults all of it in again: measured on MobileNet v2, that made the
+    mean latency 1.5x the best. Keeping freed memory (blocks up to 32 MiB from the heap, never
+    trimmed) holds the process at its peak footprint instead. Process-wide, once, glibc only;
+    returns whether it was applied."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
+    except (OSError, AttributeError):
+        return False
 
 
 def _known(shape) -> bool:
@@ -47,6 +73,7 @@ class Plan:
     """One subgraph ready to run."""
 
     def __init__(self, model: Model, sg: Subgraph, name: str):
+        keep_freed_memory()
         registry = ops.load_all()
         self.subgraph = sg
         self.name = name
