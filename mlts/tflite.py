@@ -1,0 +1,902 @@
+"""Import a TensorFlow Lite flatbuffer (.tflite) as an :class:`nnapi_ref.Model` of NNAPI operations.
+
+    from mlts.tflite import load_tflite
+    model, info = load_tflite("mobilenet_v1_1.0_224_quant.tflite")   # a finished nnapi_ref.Model
+    info.inputs[0].shape, info.inputs[0].dtype, info.outputs[0].scale, ...
+
+The flatbuffer is read by a small hand-written reader (:class:`Table`), following TFLite's schema
+(``tensorflow/compiler/mlir/lite/schema/schema.fbs``): a table's field ``k`` is found through
+the table's vtable at byte offset ``4 + 2k``. Only what the importer needs is read.
+
+Mapping (TFLite → NNAPI), besides the one-to-one operations:
+
+* Tensor types: FLOAT32 → TENSOR_FLOAT32; INT8 activations → TENSOR_QUANT8_ASYMM_SIGNED; UINT8 →
+  TENSOR_QUANT8_ASYMM; INT8 weights with one scale per output channel →
+  TENSOR_QUANT8_SYMM_PER_CHANNEL (``channel_dim`` = TFLite's ``quantized_dimension``: 0 for
+  CONV_2D filters, 3 for DEPTHWISE_CONV_2D filters); INT32 bias → TENSOR_INT32 with scale
+  ``input_scale * filter_scale`` (0 with a per-channel filter, as NeuralNetworks.h requires);
+  INT16 → TENSOR_QUANT16_SYMM; INT64 constants (shapes, axes, paddings) → TENSOR_INT32.
+* Fused activations (NONE, RELU, RELU_N1_TO_1, RELU6) → NNAPI fuse codes 0-3; where NNAPI's
+  operation has no fuse input (CONCATENATION, ...) a separate RELU/RELU1/RELU6 follows.
+* Padding SAME/VALID → NNAPI's implicit padding codes. Both put ``total // 2`` before and the rest
+  after, with ``total = max((out - 1) * stride + (k - 1) * dilation + 1 - in, 0)`` and
+  ``out = ceil(in / stride)`` (SAME) or ``ceil((in - (k - 1) * dilation) / stride)`` (VALID), so
+  the padding is the same element for element (:func:`same_padding` checks each layer).
+* QUANTIZE between two quantized types (the uint8↔int8 edges of the ``_quant`` classifiers):
+  NNAPI's QUANTIZE takes only float input, so it becomes DEQUANTIZE → QUANTIZE through float32,
+  which is exact when the two scales are equal (``round((q - z1) * s / s) = q - z1``).
+* FULLY_CONNECTED: any input rank is flattened to ``[batch, in]`` (NNAPI does the same);
+  ``keep_num_dims`` adds a RESHAPE back. NNAPI's FULLY_CONNECTED has no per-channel filter, so a
+  per-channel int8 FC becomes RESHAPE → 1×1 CONV_2D → RESHAPE. Hybrid FCs (int8 weights, float
+  activations) get their weights dequantized to float32 at import.
+* Quantized MEAN whose output quantization differs from its input's (NNAPI's MEAN keeps the
+  input's): MEAN in the input's quantization, then a requantizing DEQUANTIZE → QUANTIZE.
+* UNIDIRECTIONAL_SEQUENCE_LSTM (float or hybrid): NNAPI operation 92 with zero initial states
+  (TFLite's variable state tensors after ``reset_all_variables()``); TFLite's layer-norm inputs
+  20-23 move to NNAPI's 24-27 and the options become inputs 20-23.
+
+Anything else (an unknown operator, a custom operator, an unsupported type or option) raises
+:class:`TFLiteImportError` (a ValueError) naming the TFLite operator and its index; a malformed
+or truncated file raises it too, never a crash deep inside.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from nnapi_ref import Model, OperandType
+from nnapi_ref.errors import NnapiError
+from nnapi_ref.types import OperandCode as T, OperationCode as Op
+
+
+class TFLiteImportError(ValueError):
+    """The file is not a well-formed .tflite model, or uses something the importer cannot map."""
+
+
+# ----------------------------------------------------------------------------- flatbuffer reader
+
+class Table:
+    """One flatbuffer table at byte ``pos`` of ``buf``: an int32 offset back to its vtable, whose
+    uint16 entries (after the vtable's and the table's sizes) are the fields' offsets within the
+    table, 0 for an absent field. Every read is bounds-checked (:class:`TFLiteImportError`)."""
+
+    __slots__ = ("buf", "pos", "vtable", "vtable_size", "what")
+
+    def __init__(self, buf: bytes, pos: int, what: str = "table"):
+        self.buf, self.pos, self.what = buf, pos, what
+        self.vtable = pos - _unpack(buf, "<i", pos, what)
+        self.vtable_size = _unpack(buf, "<H", self.vtable, f"{what} vtable")
+        if self.vtable_size < 4 or self.vtable_size % 2:
+            raise TFLiteImportError(f"malformed .tflite: {what} has a vtable of {self.vtable_size} bytes")
+        _need(buf, self.vtable, self.vtable_size, f"{what} vtable")
+
+    def _offset(self, slot: int) -> int:
+        o = 4 + 2 * slot
+        return _unpack(self.buf, "<H", self.vtable + o, self.what) if o < self.vtable_size else 0
+
+    def scalar(self, slot: int, fmt: str, default=0):
+        """Field ``slot`` as a scalar of struct format ``fmt`` ('b', 'B', 'i', 'I', 'f', '?', 'q', 'Q')."""
+        o = self._offset(slot)
+        return _unpack(self.buf, "<" + fmt, self.pos + o, self.what) if o else default
+
+    def _target(self, slot: int) -> int | None:
+        o = self._offset(slot)
+        if not o:
+            return None
+        at = self.pos + o
+        return at + _unpack(self.buf, "<I", at, self.what)
+
+    def table(self, slot: int, what: str = "table") -> "Table | None":
+        at = self._target(slot)
+        return None if at is None else Table(self.buf, at, what)
+
+    def vector(self, slot: int, dtype, what: str = "vector") -> np.ndarray | None:
+        """A vector of scalars as a (read-only, possibly unaligned) numpy view; None if absent."""
+        at = self._target(slot)
+        if at is None:
+            return None
+        dtype = np.dtype(dtype).newbyteorder("<")
+        n = _unpack(self.buf, "<I", at, what)
+        _need(self.buf, at + 4, n * dtype.itemsize, what)
+        return np.frombuffer(self.buf, dtype, n, at + 4)
+
+    def string(self, slot: int) -> str | None:
+        raw = self.vector(slot, np.uint8, "string")
+        return None if raw is None else raw.tobytes().decode("utf-8", "replace")
+
+    def tables(self, slot: int, what: str = "table") -> list["Table"]:
+        """A vector of tables (each element an offset relative to itself); [] if absent."""
+        at = self._target(slot)
+        if at is None:
+            return []
+        n = _unpack(self.buf, "<I", at, what)
+        _need(self.buf, at + 4, 4 * n, what)
+        out = []
+        for k in range(n):
+            p = at + 4 + 4 * k
+            out.append(Table(self.buf, p + _unpack(self.buf, "<I", p, what), f"{what} {k}"))
+        return out
+
+
+def _need(buf, pos: int, size: int, what: str) -> None:
+    if pos < 0 or size < 0 or pos + size > len(buf):
+        raise TFLiteImportError(f"malformed .tflite: {what} at byte {pos} (+{size}) lies outside the "
+                                f"file's {len(buf)} bytes (truncated?)")
+
+
+def _unpack(buf, fmt: str, pos: int, what: str):
+    _need(buf, pos, struct.calcsize(fmt), what)
+    return struct.unpack_from(fmt, buf, pos)[0]
+
+
+def root_table(buf: bytes) -> Table:
+    """The Model table of a .tflite file (root offset at byte 0, optional identifier 'TFL3')."""
+    if len(buf) < 8:
+        raise TFLiteImportError(f"malformed .tflite: {len(buf)} bytes is too short for a flatbuffer")
+    if buf[4:8] != b"TFL3":
+        raise TFLiteImportError(f"not a .tflite file: file identifier {bytes(buf[4:8])!r}, expected b'TFL3'")
+    return Table(buf, _unpack(buf, "<I", 0, "root offset"), "Model")
+
+
+# ----------------------------------------------------------------------------- schema
+
+# TFLite's TensorType → numpy dtype of the raw data.
+TENSOR_TYPES = {0: ("FLOAT32", np.float32), 1: ("FLOAT16", np.float16), 2: ("INT32", np.int32),
+                3: ("UINT8", np.uint8), 4: ("INT64", np.int64), 5: ("STRING", None), 6: ("BOOL", np.bool_),
+                7: ("INT16", np.int16), 8: ("COMPLEX64", None), 9: ("INT8", np.int8), 10: ("FLOAT64", np.float64),
+                11: ("COMPLEX128", None), 12: ("UINT64", np.uint64), 13: ("RESOURCE", None),
+                14: ("VARIANT", None), 15: ("UINT32", np.uint32), 16: ("UINT16", np.uint16), 17: ("INT4", None)}
+
+# TFLite's BuiltinOperator codes 0-127 (a name for every code, for error messages).
+BUILTIN_NAMES = (
+    "ADD AVERAGE_POOL_2D CONCATENATION CONV_2D DEPTHWISE_CONV_2D DEPTH_TO_SPACE DEQUANTIZE EMBEDDING_LOOKUP "
+    "FLOOR FULLY_CONNECTED HASHTABLE_LOOKUP L2_NORMALIZATION L2_POOL_2D LOCAL_RESPONSE_NORMALIZATION LOGISTIC "
+    "LSH_PROJECTION LSTM MAX_POOL_2D MUL RELU RELU_N1_TO_1 RELU6 RESHAPE RESIZE_BILINEAR RNN SOFTMAX "
+    "SPACE_TO_DEPTH SVDF TANH CONCAT_EMBEDDINGS SKIP_GRAM CALL CUSTOM EMBEDDING_LOOKUP_SPARSE PAD "
+    "UNIDIRECTIONAL_SEQUENCE_RNN GATHER BATCH_TO_SPACE_ND SPACE_TO_BATCH_ND TRANSPOSE MEAN SUB DIV SQUEEZE "
+    "UNIDIRECTIONAL_SEQUENCE_LSTM STRIDED_SLICE BIDIRECTIONAL_SEQUENCE_RNN EXP TOPK_V2 SPLIT LOG_SOFTMAX "
+    "DELEGATE BIDIRECTIONAL_SEQUENCE_LSTM CAST PRELU MAXIMUM ARG_MAX MINIMUM LESS NEG PADV2 GREATER "
+    "GREATER_EQUAL LESS_EQUAL SELECT SLICE SIN TRANSPOSE_CONV SPARSE_TO_DENSE TILE EXPAND_DIMS EQUAL "
+    "NOT_EQUAL LOG SUM SQRT RSQRT SHAPE POW ARG_MIN FAKE_QUANT REDUCE_PROD REDUCE_MAX PACK LOGICAL_OR "
+    "ONE_HOT LOGICAL_AND LOGICAL_NOT UNPACK REDUCE_MIN FLOOR_DIV REDUCE_ANY SQUARE ZEROS_LIKE FILL "
+    "FLOOR_MOD RANGE RESIZE_NEAREST_NEIGHBOR LEAKY_RELU SQUARED_DIFFERENCE MIRROR_PAD ABS SPLIT_V UNIQUE "
+    "CEIL REVERSE_V2 ADD_N GATHER_ND COS WHERE RANK ELU REVERSE_SEQUENCE MATRIX_DIAG QUANTIZE "
+    "MATRIX_SET_DIAG ROUND HARD_SWISH IF WHILE NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5 SCATTER_ND "
+    "SELECT_V2 DENSIFY SEGMENT_SUM BATCH_MATMUL PLACEHOLDER_FOR_GREATER_OP_CODES").split()
+
+
+def builtin_name(code: int) -> str:
+    return BUILTIN_NAMES[code] if 0 <= code < len(BUILTIN_NAMES) else f"builtin operator {code}"
+
+
+@dataclass
+class TfTensor:
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    type: int                       # TFLite TensorType
+    data: np.ndarray | None         # constant data (shape applied), None for activations
+    scale: np.ndarray | None = None  # float32 scales, None when not quantized
+    zero_point: np.ndarray | None = None
+    quantized_dimension: int = 0
+    is_variable: bool = False
+
+    @property
+    def type_name(self) -> str:
+        return TENSOR_TYPES.get(self.type, (f"tensor type {self.type}",))[0]
+
+    @property
+    def per_channel(self) -> bool:
+        return self.scale is not None and len(self.scale) > 1
+
+
+@dataclass
+class TfOperator:
+    index: int
+    name: str                        # builtin name, or "CUSTOM(code)"
+    inputs: list[int]                # tensor indices, -1 for an omitted optional input
+    outputs: list[int]
+    options: Table | None
+    intermediates: list[int] = field(default_factory=list)
+
+
+@dataclass
+class TfGraph:
+    tensors: list[TfTensor]
+    operators: list[TfOperator]
+    inputs: list[int]
+    outputs: list[int]
+    description: str = ""
+
+
+def _ints(v) -> list[int]:
+    return [] if v is None else [int(x) for x in v]
+
+
+def parse_tflite(buf: bytes) -> TfGraph:
+    """Read the first subgraph of a .tflite flatbuffer (field slots follow schema.fbs)."""
+    model = root_table(buf)
+    subgraphs = model.tables(2, "SubGraph")
+    if not subgraphs:
+        raise TFLiteImportError("malformed .tflite: the model has no subgraph")
+    if len(subgraphs) > 1:
+        raise TFLiteImportError(f"unsupported .tflite: {len(subgraphs)} subgraphs (control flow); only one is supported")
+    buffers = model.tables(4, "Buffer")
+    opcodes = []
+    for oc in model.tables(1, "OperatorCode"):
+        # builtin_code (slot 3) superseded the int8 deprecated_builtin_code (slot 0) at code 127.
+        code = max(oc.scalar(0, "b", 0), oc.scalar(3, "i", 0))
+        opcodes.append(f"CUSTOM({oc.string(1)})" if code == 32 else builtin_name(code))
+    sg = subgraphs[0]
+    tensors = []
+    for k, t in enumerate(sg.tables(0, "Tensor")):
+        shape = tuple(_ints(t.vector(0, np.int32, "tensor shape")))
+        ttype = t.scalar(1, "b", 0)
+        data = None
+        b = t.scalar(2, "I", 0)
+        if b:
+            if b >= len(buffers):
+                raise TFLiteImportError(f"malformed .tflite: tensor {k} names buffer {b} of {len(buffers)}")
+            raw = buffers[b].vector(0, np.uint8, "buffer data")
+            if raw is None and buffers[b].scalar(1, "Q", 0) > 1:   # data outside the flatbuffer (> 2 GB models)
+                off, size = buffers[b].scalar(1, "Q", 0), buffers[b].scalar(2, "Q", 0)
+                _need(buf, off, size, f"buffer {b}")
+                raw = np.frombuffer(buf, np.uint8, size, off)
+            if raw is not None and raw.size:
+                dtype = TENSOR_TYPES.get(ttype, ("", None))[1]
+                if dtype is None:
+                    raise TFLiteImportError(f"unsupported .tflite: constant tensor {k} has type "
+                                            f"{TENSOR_TYPES.get(ttype, (ttype,))[0]}")
+                n = int(np.prod(shape)) if shape else 1
+                if raw.size != n * np.dtype(dtype).itemsize:
+                    raise TFLiteImportError(f"malformed .tflite: tensor {k} of shape {list(shape)} has "
+                                            f"{raw.size} bytes of data")
+                data = raw.view(np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(shape)  # aligned copy
+        tensor = TfTensor(k, t.string(3) or "", shape, ttype, data, is_variable=bool(t.scalar(5, "?", False)))
+        q = t.table(4, "QuantizationParameters")
+        if q is not None:
+            scale = q.vector(2, np.float32, "quantization scale")
+            if scale is not None and scale.size:
+                zp = q.vector(3, np.int64, "quantization zero point")
+                tensor.scale = scale.astype(np.float32)
+                tensor.zero_point = (np.zeros(scale.size, np.int64) if zp is None or not zp.size
+                                     else zp.astype(np.int64))
+                tensor.quantized_dimension = q.scalar(6, "i", 0)
+        tensors.append(tensor)
+    operators = []
+    for k, o in enumerate(sg.tables(3, "Operator")):
+        i = o.scalar(0, "I", 0)
+        if i >= len(opcodes):
+            raise TFLiteImportError(f"malformed .tflite: operator {k} has opcode index {i} of {len(opcodes)}")
+        ins, outs = _ints(o.vector(1, np.int32, "operator inputs")), _ints(o.vector(2, np.int32, "operator outputs"))
+        for t in ins + outs:
+            if not -1 <= t < len(tensors):
+                raise TFLiteImportError(f"malformed .tflite: operator {k} ({opcodes[i]}) names tensor {t} "
+                                        f"of {len(tensors)}")
+        operators.append(TfOperator(k, opcodes[i], ins, outs, o.table(4, "builtin options"),
+                                    _ints(o.vector(8, np.int32, "intermediates"))))
+    ins, outs = _ints(sg.vector(1, np.int32, "subgraph inputs")), _ints(sg.vector(2, np.int32, "subgraph outputs"))
+    for t in ins + outs:
+        if not 0 <= t < len(tensors):
+            raise TFLiteImportError(f"malformed .tflite: subgraph input/output names tensor {t} of {len(tensors)}")
+    return TfGraph(tensors, operators, ins, outs, model.string(3) or "")
+
+
+# ----------------------------------------------------------------------------- conversion
+
+@dataclass
+class TensorInfo:
+    """A model input or output: TFLite's name and tensor index, the NNAPI operand's shape, numpy
+    dtype and quantization (scale 0 for float)."""
+
+    name: str
+    tensor: int
+    operand: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    tflite_type: str
+    scale: float = 0.0
+    zero_point: int = 0
+
+    @property
+    def quantized(self) -> bool:
+        return self.scale != 0.0
+
+    def dequantize(self, q: np.ndarray) -> np.ndarray:
+        q = np.asarray(q)
+        return (q.astype(np.float64) - self.zero_point) * self.scale if self.quantized else q.astype(np.float64)
+
+
+@dataclass
+class TFLiteInfo:
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    operators: list[str]             # TFLite operator names, in order
+    nnapi_operations: list[str]      # the NNAPI operations emitted, in order
+    notes: list[str]                 # lowerings that are not one-to-one
+    operand_of: dict[int, int]       # TFLite tensor index -> NNAPI operand index (activations)
+    description: str = ""
+
+
+FUSED = {0: 0, 1: 1, 2: 2, 3: 3}    # TFLite ActivationFunctionType -> NNAPI FuseCode
+FUSED_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
+PADDING = {0: 1, 1: 2}              # TFLite Padding SAME/VALID -> NNAPI PaddingCode SAME/VALID
+QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+def same_padding(in_size: int, stride: int, dilation: int, k: int) -> tuple[int, int]:
+    """TFLite's SAME padding (before, after) of one spatial dimension, as TFLite's
+    ComputePaddingWithOffset computes it; NNAPI's SAME gives the same numbers."""
+    out = (in_size + stride - 1) // stride
+    total = (out - 1) * stride + (k - 1) * dilation + 1 - in_size
+    before = max(total, 0) // 2
+    return before, max(total, 0) - before
+
+
+def conv_out_size(padding: int, in_size: int, stride: int, dilation: int, k: int) -> int:
+    """TFLite's ComputeOutSize (padding 0 SAME, 1 VALID)."""
+    effective = (k - 1) * dilation + 1
+    return (in_size + stride - 1) // stride if padding == 0 else (in_size + stride - effective) // stride
+
+
+class _Converter:
+    def __init__(self, g: TfGraph):
+        self.g = g
+        self.m = Model()
+        self.operand_of: dict[int, int] = {}
+        self.const_cache: dict[tuple, int] = {}
+        self.notes: list[str] = []
+        self.emitted: list[str] = []
+        self.op: TfOperator | None = None
+        self.folded: set[int] = set()
+        self.emit_after: list = []
+
+    # -- errors ------------------------------------------------------------------------------------
+
+    def fail(self, msg: str):
+        op = self.op
+        where = f"TFLite operator {op.index} ({op.name})" if op is not None else "TFLite model"
+        raise TFLiteImportError(f"{where}: {msg}")
+
+    def note(self, msg: str) -> None:
+        op = self.op
+        self.notes.append(f"operator {op.index} ({op.name}): {msg}" if op is not None else msg)
+
+    # -- operand types -------------------------------------------------------------------------
+
+    def t(self, k: int) -> TfTensor:
+        return self.g.tensors[k]
+
+    def quant(self, t: TfTensor) -> tuple[float, int]:
+        if t.scale is None:
+            self.fail(f"tensor {t.index} ({t.name!r}) of type {t.type_name} has no quantization parameters")
+        if t.per_channel:
+            self.fail(f"tensor {t.index} ({t.name!r}) is quantized per channel where NNAPI needs one scale")
+        return float(t.scale[0]), int(t.zero_point[0])
+
+    def operand_type(self, t: TfTensor) -> OperandType:
+        """The NNAPI type of a TFLite tensor used as an activation (or a plain constant)."""
+        name = t.type_name
+        if name == "FLOAT32":
+            return OperandType(T.TENSOR_FLOAT32, t.shape)
+        if name == "FLOAT16":
+            return OperandType(T.TENSOR_FLOAT16, t.shape)
+        if name in ("INT32", "INT64"):
+            scale, zp = (float(t.scale[0]), int(t.zero_point[0])) if t.scale is not None and not t.per_channel \
+                else (0.0, 0)
+            return OperandType(T.TENSOR_INT32, t.shape, scale, zp)
+        if name == "BOOL":
+            return OperandType(T.TENSOR_BOOL8, t.shape)
+        if name == "INT8":
+            return OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, t.shape, *self.quant(t))
+        if name == "UINT8":
+            return OperandType(T.TENSOR_QUANT8_ASYMM, t.shape, *self.quant(t))
+        if name == "INT16":
+            scale, zp = self.quant(t)
+            if zp != 0:
+                self.fail(f"tensor {t.index} ({t.name!r}): INT16 with zero point {zp} (NNAPI's "
+                          f"TENSOR_QUANT16_SYMM has none)")
+            return OperandType(T.TENSOR_QUANT16_SYMM, t.shape, scale)
+        self.fail(f"tensor {t.index} ({t.name!r}) has type {name}, which the importer does not support")
+
+    def add(self, otype: OperandType, value=None, channel_quant=None) -> int:
+        k = self.m.add_operand(otype)
+        if channel_quant is not None:
+            self.m.set_operand_symm_per_channel_quant_params(k, *channel_quant)
+        if value is not None:
+            self.m.set_operand_value(k, value)
+        return k
+
+    def const(self, otype: OperandType, value, channel_quant=None, key=None) -> int:
+        """A constant operand (shared between uses when ``key`` is given)."""
+        full_key = (key, otype, channel_quant) if key is not None else None
+        if full_key is not None and full_key in self.const_cache:
+            return self.const_cache[full_key]
+        k = self.add(otype, np.ascontiguousarray(value), channel_quant)
+        if full_key is not None:
+            self.const_cache[full_key] = k
+        return k
+
+    def i32(self, v) -> int:
+        return self.const(OperandType(T.INT32), np.int32(v), key=("i32", int(v)))
+
+    def f32(self, v) -> int:
+        return self.const(OperandType(T.FLOAT32), np.float32(v), key=("f32", float(np.float32(v))))
+
+    def boolean(self, v) -> int:
+        return self.const(OperandType(T.BOOL), np.bool_(v), key=("bool", bool(v)))
+
+    def i32_tensor(self, values) -> int:
+        v = np.asarray(values, np.int64)
+        if v.size and (v.min() < -2 ** 31 or v.max() >= 2 ** 31):
+            self.fail(f"constant {v.tolist()} does not fit in int32")
+        v = v.astype(np.int32)
+        return self.const(OperandType(T.TENSOR_INT32, v.shape if v.ndim else (1,)), v.reshape(-1) if not v.ndim else v,
+                          key=("i32t", v.tobytes(), v.shape))
+
+    def omitted(self, code=T.TENSOR_FLOAT32) -> int:
+        k = self.m.add_operand(OperandType(code, (0,)))
+        self.m.set_operand_value(k, None)
+        return k
+
+    def value_of(self, k: int, what: str) -> np.ndarray:
+        """The data of a constant input tensor (error if it is computed)."""
+        if k < 0 or self.t(k).data is None:
+            self.fail(f"{what} must be a constant tensor")
+        return self.t(k).data
+
+    def tensor(self, k: int) -> int:
+        """The operand of TFLite tensor ``k`` as an operation input: the operand already defined
+        for an activation, or a new constant operand of its own type."""
+        if k in self.operand_of:
+            return self.operand_of[k]
+        t = self.t(k)
+        if t.data is None:
+            self.fail(f"input tensor {k} ({t.name!r}) is neither a constant nor computed before this operator")
+        otype = self.operand_type(t)
+        data = t.data.astype(np.int32) if t.type_name == "INT64" else t.data
+        if not t.shape:   # a rank-0 constant tensor: NNAPI tensors have rank >= 1
+            otype = OperandType(otype.type, (1,), otype.scale, otype.zero_point)
+            data = data.reshape(1)
+        return self.const(otype, data, key=("tensor", k))
+
+    def define(self, k: int, otype: OperandType | None = None) -> int:
+        """The operand of an operator's output tensor ``k``."""
+        if k in self.operand_of:
+            self.fail(f"tensor {k} is written by two operators")
+        t = self.t(k)
+        if t.data is not None:
+            self.fail(f"output tensor {k} ({t.name!r}) has constant data")
+        if 0 in t.shape or not t.shape:
+            self.fail(f"output tensor {k} ({t.name!r}) has unknown or empty shape {list(t.shape)}")
+        idx = self.add(otype or self.operand_type(t))
+        self.operand_of[k] = idx
+        return idx
+
+    def temp(self, like: OperandType, shape) -> int:
+        return self.add(OperandType(like.type, shape, like.scale, like.zero_point))
+
+    def emit(self, code: Op, ins, outs) -> None:
+        self.m.add_operation(code, ins, outs)
+        self.emitted.append(code.name)
+
+    def out_type(self, k: int) -> OperandType:
+        return self.operand_type(self.t(k))
+
+    # -- options -------------------------------------------------------------------------------
+
+    def options(self) -> Table | None:
+        return self.op.options
+
+    def opt(self, slot: int, fmt: str, default=0):
+        o = self.op.options
+        return default if o is None else o.scalar(slot, fmt, default)
+
+    def fuse(self, slot: int) -> int:
+        act = self.opt(slot, "b", 0)
+        if act not in FUSED:
+            self.fail(f"fused activation {FUSED_NAMES.get(act, act)} has no NNAPI fuse code")
+        return FUSED[act]
+
+    def activation_after(self, fuse: int, out_k: int, otype: OperandType) -> int:
+        """For operations without a fuse input: the operand to write, and a RELU* appended after it."""
+        if fuse == 0:
+            return self.define(out_k)
+        tmp = self.temp(otype, otype.dimensions)
+        self.emit_after.append((tmp, fuse, out_k))
+        return tmp
+
+    # -- operators -------------------------------------------------------------------------------
+    # One method per TFLite builtin, named op_<BUILTIN NAME>; ``op.inputs``/``op.outputs`` are
+    # TFLite tensor indices (-1 for an omitted optional input). Option slots follow schema.fbs.
+
+    def type_of(self, idx: int) -> OperandType:
+        o = self.m._operands[idx]
+        return OperandType(o.type, o.dimensions, o.scale, o.zero_point)
+
+    def dequantized(self, t: TfTensor) -> np.ndarray:
+        """A constant int8/uint8 (per-tensor or per-channel) or float16 tensor as float32."""
+        data = t.data
+        if t.type_name == "FLOAT16":
+            return data.astype(np.float32)
+        if t.scale is None:
+            self.fail(f"tensor {t.index} ({t.name!r}) of type {t.type_name} has no quantization parameters")
+        shape = [1] * data.ndim
+        if t.per_channel:
+            shape[t.quantized_dimension] = -1
+        scale = t.scale.astype(np.float32).reshape(shape)
+        zp = t.zero_point.astype(np.float32).reshape(shape)
+        return ((data.astype(np.float32) - zp) * scale).astype(np.float32)
+
+    def filter_operand(self, k: int, x_type: OperandType, channel_dim: int, shape=None) -> int:
+        """The weights of a convolution / FC (``shape``: reshaped) in the type NNAPI wants with an
+        input of type ``x_type``."""
+        t = self.t(k)
+        data = self.value_of(k, "the filter")
+        shape = tuple(shape or data.shape)
+        data = data.reshape(shape)
+        key = ("filter", k, shape, x_type.type)
+        if x_type.type == T.TENSOR_FLOAT32:
+            if t.type_name == "FLOAT32":
+                return self.const(OperandType(T.TENSOR_FLOAT32, shape), data, key=key)
+            if t.type_name in ("INT8", "UINT8", "FLOAT16"):
+                if t.type_name != "FLOAT16" and ("hybrid", k) not in self.const_cache:
+                    self.const_cache[("hybrid", k)] = 0
+                    self.note(f"hybrid weights (tensor {k}, {t.type_name}) dequantized to float32 "
+                              "(NNAPI has no hybrid operation)")
+                return self.const(OperandType(T.TENSOR_FLOAT32, shape), self.dequantized(t).reshape(shape), key=key)
+        elif x_type.type in QUANT8 and t.type_name in ("INT8", "UINT8"):
+            if t.per_channel:
+                if t.type_name != "INT8" or np.any(t.zero_point != 0):
+                    self.fail(f"per-channel filter tensor {k} must be INT8 with zero points 0")
+                if t.quantized_dimension != channel_dim:
+                    self.fail(f"filter tensor {k} is quantized along dimension {t.quantized_dimension}; "
+                              f"NNAPI needs {channel_dim}")
+                cq = (tuple(float(s) for s in t.scale), channel_dim)
+                return self.const(OperandType(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, shape), data.astype(np.int8),
+                                  channel_quant=cq, key=key)
+            scale, zp = self.quant(t)
+            if x_type.type == T.TENSOR_QUANT8_ASYMM_SIGNED and t.type_name == "UINT8":
+                data, zp = (data.astype(np.int16) - 128).astype(np.int8), zp - 128
+            elif x_type.type == T.TENSOR_QUANT8_ASYMM and t.type_name == "INT8":
+                data, zp = (data.astype(np.int16) + 128).astype(np.uint8), zp + 128
+            return self.const(OperandType(x_type.type, shape, scale, zp), data, key=key)
+        self.fail(f"filter tensor {k} of type {t.type_name} with input type {x_type.type.name} is not supported")
+
+    def bias_operand(self, k: int, x_type: OperandType, w_idx: int, n: int) -> int:
+        w_type = self.type_of(w_idx)
+        if x_type.type == T.TENSOR_FLOAT32:
+            if k < 0:
+                return self.const(OperandType(T.TENSOR_FLOAT32, (n,)), np.zeros(n, np.float32), key=("zeros", n))
+            t = self.t(k)
+            data = self.value_of(k, "the bias")
+            if t.type_name != "FLOAT32":
+                self.fail(f"bias tensor {k} of type {t.type_name} with float input is not supported")
+            return self.const(OperandType(T.TENSOR_FLOAT32, (n,)), data.reshape(n), key=("tensor", k))
+        # NNAPI: bias scale = input scale * filter scale, 0 (ignored) with a per-channel filter.
+        per_channel = w_type.type == T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+        scale = 0.0 if per_channel else float(np.float32(x_type.scale) * np.float32(w_type.scale))
+        if k < 0:
+            data = np.zeros(n, np.int32)
+        else:
+            t = self.t(k)
+            data = self.value_of(k, "the bias")
+            if t.type_name != "INT32":
+                self.fail(f"bias tensor {k} of type {t.type_name} with quantized input is not supported "
+                          "(NNAPI needs INT32)")
+            if t.scale is not None:
+                want = (np.float64(x_type.scale) * np.asarray(self.m._operands[w_idx].channel_quant.scales)
+                        if per_channel else np.array([scale]))
+                if np.max(np.abs(t.scale.astype(np.float64) - want) / want) > 1e-5:
+                    self.note(f"bias tensor {k} scale differs from input scale * filter scale; "
+                              "NNAPI uses the latter (as TFLite's kernels do)")
+        return self.const(OperandType(T.TENSOR_INT32, (n,), scale), data.astype(np.int32).reshape(n),
+                          key=("bias", k, scale))
+
+    def conv(self, op: TfOperator, depthwise: bool) -> None:
+        ins = op.inputs
+        if len(ins) < 2:
+            self.fail(f"takes at least 2 inputs, got {len(ins)}")
+        x, w, b = ins[0], ins[1], ins[2] if len(ins) > 2 else -1
+        xi = self.tensor(x)
+        xt = self.type_of(xi)
+        wshape = self.value_of(w, "the filter").shape
+        if len(xt.dimensions) != 4 or len(wshape) != 4:
+            self.fail(f"input {list(xt.dimensions)} and filter {list(wshape)} must be 4-D")
+        padding = self.opt(0, "b")
+        sw, sh = self.opt(1, "i"), self.opt(2, "i")
+        if depthwise:
+            fuse = self.fuse(4)
+            dw, dh = self.opt(5, "i", 1), self.opt(6, "i", 1)
+            c_out = wshape[3]
+            if wshape[0] != 1 or c_out % xt.dimensions[3]:
+                self.fail(f"filter {list(wshape)} does not fit input {list(xt.dimensions)}")
+            mult = c_out // xt.dimensions[3]   # the depth_multiplier option is unreliable in old files
+        else:
+            fuse = self.fuse(3)
+            dw, dh = self.opt(4, "i", 1), self.opt(5, "i", 1)
+            c_out = wshape[0]
+        if padding not in PADDING:
+            self.fail(f"padding {padding} is neither SAME nor VALID")
+        n, h, wd, _ = xt.dimensions
+        kh, kw = wshape[1], wshape[2]
+        expect = (n, conv_out_size(padding, h, sh, dh, kh), conv_out_size(padding, wd, sw, dw, kw), c_out)
+        out_k = op.outputs[0]
+        if tuple(self.t(out_k).shape) != expect:
+            self.fail(f"output shape {list(self.t(out_k).shape)} differs from {list(expect)} computed with "
+                      f"{'SAME' if padding == 0 else 'VALID'} padding")
+        wi = self.filter_operand(w, xt, 3 if depthwise else 0)
+        bi = self.bias_operand(b, xt, wi, c_out)
+        args = [xi, wi, bi, self.i32(PADDING[padding]), self.i32(sw), self.i32(sh)]
+        if depthwise:
+            args.append(self.i32(mult))
+        args.append(self.i32(fuse))
+        if dw != 1 or dh != 1:
+            args += [self.boolean(False), self.i32(dw), self.i32(dh)]
+        self.emit(Op.DEPTHWISE_CONV_2D if depthwise else Op.CONV_2D, args, [self.define(out_k)])
+
+    def op_CONV_2D(self, op):
+        self.conv(op, depthwise=False)
+
+    def op_DEPTHWISE_CONV_2D(self, op):
+        self.conv(op, depthwise=True)
+
+    def reshape_to(self, src: int, shape, dst: int) -> None:
+        self.emit(Op.RESHAPE, [src, self.i32_tensor(list(shape))], [dst])
+
+    def op_FULLY_CONNECTED(self, op):
+        ins = op.inputs
+        x, w, b = ins[0], ins[1], ins[2] if len(ins) > 2 else -1
+        fuse = self.fuse(0)
+        if self.opt(1, "b") != 0:
+            self.fail("weights_format other than DEFAULT (shuffled weights) is not supported")
+        if self.opt(3, "?", False) and self.t(w).type_name == "INT8" and self.t(x).type_name == "FLOAT32":
+            self.note("asymmetric_quantize_inputs ignored: the weights are dequantized instead")
+        xi = self.tensor(x)
+        xt = self.type_of(xi)
+        wt = self.t(w)
+        wshape = self.value_of(w, "the weights").shape
+        if len(wshape) != 2:
+            self.fail(f"weights must be 2-D, got {list(wshape)}")
+        units, n_in = wshape
+        total = int(np.prod(xt.dimensions))
+        if total % n_in:
+            self.fail(f"input {list(xt.dimensions)} is not a whole number of rows of {n_in}")
+        batch = total // n_in
+        out_k = op.outputs[0]
+        out_shape = tuple(self.t(out_k).shape)
+        if int(np.prod(out_shape)) != batch * units:
+            self.fail(f"output shape {list(out_shape)} does not hold {batch} x {units} values")
+        ot = self.out_type(out_k)
+        if xt.type in QUANT8 and wt.per_channel:
+            # NNAPI's FULLY_CONNECTED has no per-channel filter: RESHAPE -> 1x1 CONV_2D -> RESHAPE.
+            self.note("per-channel FULLY_CONNECTED lowered to RESHAPE -> 1x1 CONV_2D -> RESHAPE")
+            x4 = self.temp(xt, (batch, 1, 1, n_in))
+            self.reshape_to(xi, (batch, 1, 1, n_in), x4)
+            wi = self.filter_operand(w, xt, 0, (units, 1, 1, n_in))
+            bi = self.bias_operand(b, xt, wi, units)
+            y4 = self.temp(ot, (batch, 1, 1, units))
+            self.emit(Op.CONV_2D, [x4, wi, bi, self.i32(2), self.i32(1), self.i32(1), self.i32(fuse)], [y4])
+            self.reshape_to(y4, out_shape, self.define(out_k))
+            return
+        if len(xt.dimensions) < 2:
+            x2 = self.temp(xt, (batch, n_in))
+            self.reshape_to(xi, (batch, n_in), x2)
+            xi = x2
+        wi = self.filter_operand(w, xt, 0)
+        bi = self.bias_operand(b, xt, wi, units)
+        if out_shape == (batch, units):
+            self.emit(Op.FULLY_CONNECTED, [xi, wi, bi, self.i32(fuse)], [self.define(out_k)])
+        else:   # keep_num_dims: NNAPI's output is 2-D
+            y2 = self.temp(ot, (batch, units))
+            self.emit(Op.FULLY_CONNECTED, [xi, wi, bi, self.i32(fuse)], [y2])
+            self.reshape_to(y2, out_shape, self.define(out_k))
+
+    def binary(self, op, code: Op):
+        a, b = op.inputs[:2]
+        self.emit(code, [self.tensor(a), self.tensor(b), self.i32(self.fuse(0))], [self.define(op.outputs[0])])
+
+    def op_ADD(self, op):
+        self.binary(op, Op.ADD)
+
+    def op_SUB(self, op):
+        self.binary(op, Op.SUB)
+
+    def op_MUL(self, op):
+        self.binary(op, Op.MUL)
+
+    def op_DIV(self, op):
+        self.binary(op, Op.DIV)
+
+    def pool(self, op, code: Op):
+        padding = self.opt(0, "b")
+        if padding not in PADDING:
+            self.fail(f"padding {padding} is neither SAME nor VALID")
+        sw, sh, fw, fh = (self.opt(s, "i") for s in (1, 2, 3, 4))
+        xi = self.tensor(op.inputs[0])
+        n, h, w, c = self.type_of(xi).dimensions
+        expect = (n, conv_out_size(padding, h, sh, 1, fh), conv_out_size(padding, w, sw, 1, fw), c)
+        if tuple(self.t(op.outputs[0]).shape) != expect:
+            self.fail(f"output shape {list(self.t(op.outputs[0]).shape)} differs from {list(expect)}")
+        args = [xi, self.i32(PADDING[padding]), self.i32(sw), self.i32(sh), self.i32(fw), self.i32(fh),
+                self.i32(self.fuse(5))]
+        self.emit(code, args, [self.define(op.outputs[0])])
+
+    def op_AVERAGE_POOL_2D(self, op):
+        self.pool(op, Op.AVERAGE_POOL_2D)
+
+    def op_MAX_POOL_2D(self, op):
+        self.pool(op, Op.MAX_POOL_2D)
+
+    def requantize(self, src: int, out_k: int) -> None:
+        """src (quantized) -> TFLite tensor out_k of another quantization, through float32:
+        DEQUANTIZE -> QUANTIZE (NNAPI has no quantized-to-quantized QUANTIZE)."""
+        f = self.temp(OperandType(T.TENSOR_FLOAT32), self.type_of(src).dimensions)
+        self.emit(Op.DEQUANTIZE, [src], [f])
+        self.emit(Op.QUANTIZE, [f], [self.define(out_k)])
+
+    def op_MEAN(self, op):
+        x, axes_k = op.inputs[:2]
+        xi = self.tensor(x)
+        xt = self.type_of(xi)
+        rank = len(xt.dimensions)
+        axes = sorted({int(a) % rank for a in np.asarray(self.value_of(axes_k, "the axes")).reshape(-1)})
+        keep = bool(self.opt(0, "?", False))
+        out_k = op.outputs[0]
+        ot = self.out_type(out_k)
+        args = [xi, self.i32_tensor(axes), self.i32(int(keep))]
+        if xt.type in QUANT8 and (np.float32(ot.scale) != np.float32(xt.scale) or ot.zero_point != xt.zero_point):
+            # NNAPI's MEAN keeps the input's quantization.
+            self.note(f"MEAN output quantization ({ot.scale:.7g}, {ot.zero_point}) differs from the input's "
+                      f"({xt.scale:.7g}, {xt.zero_point}): MEAN, then DEQUANTIZE -> QUANTIZE")
+            tmp = self.temp(xt, ot.dimensions)
+            self.emit(Op.MEAN, args, [tmp])
+            self.requantize(tmp, out_k)
+        else:
+            self.emit(Op.MEAN, args, [self.define(out_k)])
+
+    def op_RESHAPE(self, op):
+        self.reshape_to(self.tensor(op.inputs[0]), self.t(op.outputs[0]).shape, self.define(op.outputs[0]))
+
+    def op_SQUEEZE(self, op):
+        xi = self.tensor(op.inputs[0])
+        shape = self.type_of(xi).dimensions
+        dims = _ints(self.options().vector(0, np.int32, "squeeze_dims")) if self.options() is not None else []
+        axes = sorted({d % len(shape) for d in dims}) if dims else [i for i, s in enumerate(shape) if s == 1]
+        if any(shape[a] != 1 for a in axes):
+            self.fail(f"squeezes dimensions {axes} of {list(shape)} that are not 1")
+        self.emit(Op.SQUEEZE, [xi, self.i32_tensor(axes)], [self.define(op.outputs[0])])
+
+    def op_SOFTMAX(self, op):
+        xi = self.tensor(op.inputs[0])
+        beta = self.opt(0, "f", 0.0)
+        args = [xi, self.f32(beta)]
+        if len(self.type_of(xi).dimensions) not in (2, 4):
+            args.append(self.i32(-1))
+        self.emit(Op.SOFTMAX, args, [self.define(op.outputs[0])])
+
+    def op_PAD(self, op):
+        pads = np.asarray(self.value_of(op.inputs[1], "the paddings"))
+        self.emit(Op.PAD, [self.tensor(op.inputs[0]), self.i32_tensor(pads)], [self.define(op.outputs[0])])
+
+    def op_PADV2(self, op):
+        pads = np.asarray(self.value_of(op.inputs[1], "the paddings"))
+        xi = self.tensor(op.inputs[0])
+        value = np.asarray(self.value_of(op.inputs[2], "the pad value")).reshape(-1)[0]
+        pad = self.f32(value) if self.type_of(xi).type == T.TENSOR_FLOAT32 else self.i32(int(value))
+        self.emit(Op.PAD_V2, [xi, self.i32_tensor(pads), pad], [self.define(op.outputs[0])])
+
+    def op_QUANTIZE(self, op):
+        xi = self.tensor(op.inputs[0])
+        if self.type_of(xi).type in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16):
+            self.emit(Op.QUANTIZE, [xi], [self.define(op.outputs[0])])
+            return
+        xt, ot = self.type_of(xi), self.out_type(op.outputs[0])
+        exact = np.float32(xt.scale) == np.float32(ot.scale)
+        self.note(f"quantized QUANTIZE ({xt.type.name} -> {ot.type.name}) as DEQUANTIZE -> QUANTIZE"
+                  + (" (exact: equal scales)" if exact else " (rounds through float32)"))
+        self.requantize(xi, op.outputs[0])
+
+    def op_DEQUANTIZE(self, op):
+        x = op.inputs[0]
+        if x not in self.operand_of and self.t(x).data is not None:   # constant (e.g. float16 weights): fold
+            t_out = self.t(op.outputs[0])
+            t_out.data = self.dequantized(self.t(x)).reshape(t_out.shape)
+            self.folded.add(op.outputs[0])
+            return
+        self.emit(Op.DEQUANTIZE, [self.tensor(x)], [self.define(op.outputs[0])])
+
+    def unary(self, op, code: Op):
+        self.emit(code, [self.tensor(op.inputs[0])], [self.define(op.outputs[0])])
+
+    def op_RELU(self, op):
+        self.unary(op, Op.RELU)
+
+    def op_RELU6(self, op):
+        self.unary(op, Op.RELU6)
+
+    def op_RELU_N1_TO_1(self, op):
+        self.unary(op, Op.RELU1)
+
+    def op_LOGISTIC(self, op):
+        self.unary(op, Op.LOGISTIC)
+
+    def op_TANH(self, op):
+        self.unary(op, Op.TANH)
+
+    def op_HARD_SWISH(self, op):
+        self.unary(op, Op.HARD_SWISH)
+
+    def op_CONCATENATION(self, op):
+        ins = [self.tensor(k) for k in op.inputs]
+        rank = len(self.t(op.outputs[0]).shape)
+        axis = self.opt(0, "i") % rank
+        out = self.activation_after(self.fuse(1), op.outputs[0], self.out_type(op.outputs[0]))
+        self.emit(Op.CONCATENATION, ins + [self.i32(axis)], [out])
+
+    def op_TRANSPOSE(self, op):
+        perm = np.asarray(self.value_of(op.inputs[1], "the permutation"))
+        self.emit(Op.TRANSPOSE, [self.tensor(op.inputs[0]), self.i32_tensor(perm)], [self.define(op.outputs[0])])
+
+    # -- model -----------------------------------------------------------------------------------
+
+    def convert(self, extra_outputs=()) -> tuple[Model, TFLiteInfo]:
+        g = self.g
+        for k in g.inputs:
+            if self.t(k).data is not None:
+                self.fail(f"model input tensor {k} has constant data")
+            self.define(k)
+        for op in g.operators:
+            self.op = op
+            handler = getattr(self, "op_" + op.name, None)
+            if handler is None:
+                self.fail("is not supported by the TFLite importer (no NNAPI mapping implemented)")
+            self.emit_after = []
+            try:
+                handler(op)
+                for tmp, fuse, out_k in self.emit_after:
+                    self.emit({1: Op.RELU, 2: Op.RELU1, 3: Op.RELU6}[fuse], [tmp], [self.define(out_k)])
+            except NnapiError as e:
+                self.fail(f"NNAPI rejects the mapping: {e}")
+            for k in op.outputs:
+                if k >= 0 and k not in self.operand_of and k not in self.folded:
+                    self.fail(f"output tensor {k} was not produced by the mapping")
+        self.op = None
+        outputs = list(g.outputs) + [k for k in extra_outputs if k not in g.outputs]
+        for k in outputs:
+            if k not in self.operand_of:
+                raise TFLiteImportError(f"TFLite model: output tensor {k} is not computed by any operator")
+        try:
+            self.m.identify_inputs_and_outputs([self.operand_of[k] for k in g.inputs],
+                                               [self.operand_of[k] for k in outputs])
+            self.m.finish()
+        except NnapiError as e:
+            raise TFLiteImportError(f"TFLite model: NNAPI rejects the converted model: {e}") from None
+        info = TFLiteInfo([self.io_info(k) for k in g.inputs], [self.io_info(k) for k in outputs],
+                          [op.name for op in g.operators], self.emitted, self.notes, dict(self.operand_of),
+                          g.description)
+        return self.m, info
+
+    def io_info(self, k: int) -> TensorInfo:
+        t = self.t(k)
+        idx = self.operand_of[k]
+        o = self.m._operands[idx]
+        from nnapi_ref.types import DTYPES
+        return TensorInfo(t.name, k, idx, tuple(o.dimensions), DTYPES[o.type], t.type_name, o.scale, o.zero_point)
+
+
+def load_tflite(path, extra_outputs=()) -> tuple[Model, TFLiteInfo]:
+    """Convert the .tflite file at ``path`` into a finished nnapi_ref Model (NNAPI operations).
+
+    ``extra_outputs``: TFLite tensor indices of intermediate activations to expose as additional
+    model outputs (after the model's own), e.g. to find the first layer where two runtimes differ.
+    Raises TFLiteImportError (a ValueError) for a malformed file or anything it cannot map."""
+    buf = Path(path).read_bytes()
+    return convert(parse_tflite(buf), extra_outputs)
+
+
+def convert(g: TfGraph, extra_outputs=()) -> tuple[Model, TFLiteInfo]:
+    return _Converter(g).convert(extra_outputs)
