@@ -666,38 +666,70 @@ def conv2d_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
     return out
 
 
-def _padded_rows(x: np.ndarray, r0: int, r1: int, top: int, left: int, need_w: int, fill, dtype) -> np.ndarray:
-    """Padded rows r0..r1 (padded coordinates, ``need_w`` padded columns) of the NHWC input,
-    converted to ``dtype``; ``fill`` outside the input."""
+def _phase_rows(x: np.ndarray, r0: int, r1: int, top: int, left: int, sw: int, phases: int, width: int, fill,
+                dtype) -> np.ndarray:
+    """Padded rows r0..r1 of the NHWC input converted to ``dtype``, their columns split by phase
+    modulo the horizontal stride: ``buf[:, r, ph, j] = padded[:, r0 + r, j * sw + ph]`` for
+    ``width`` columns j per phase, ``fill`` outside the input. With one phase, the padded rows."""
     n, h, w, c = x.shape
-    buf = np.empty((n, r1 - r0, need_w, c), dtype)
+    buf = np.empty((n, r1 - r0, phases, width, c), dtype)
     i0, i1 = max(r0 - top, 0), min(r1 - top, h)
-    c0, c1 = max(0, -left), min(w, need_w - left)
-    if i1 <= i0 or c1 <= c0:
+    b0, b1 = max(i0 + top - r0, 0), max(i1 + top - r0, 0)
+    if i1 <= i0:
         buf[...] = fill
         return buf
-    b0, b1 = i0 + top - r0, i1 + top - r0
-    buf[:, b0:b1, c0 + left:c1 + left] = x[:, i0:i1, c0:c1]
-    if b0 > 0:
-        buf[:, :b0] = fill
-    if b1 < r1 - r0:
-        buf[:, b1:] = fill
-    if c0 + left > 0:
-        buf[:, b0:b1, :c0 + left] = fill
-    if c1 + left < need_w:
-        buf[:, b0:b1, c1 + left:] = fill
+    buf[:, :b0] = fill
+    buf[:, b1:] = fill
+    for ph in range(phases):
+        # Phase columns j whose input column j * sw + ph - left is inside the input.
+        j0 = min(width, max(0, -((ph - left) // sw)))
+        j1 = max(j0, min(width, (w - 1 - ph + left) // sw + 1))
+        dst = buf[:, b0:b1, ph]
+        if j1 > j0:
+            first = j0 * sw + ph - left
+            dst[:, :, j0:j1] = x[:, i0:i1, first:first + (j1 - j0 - 1) * sw + 1:sw]
+        dst[:, :, :j0] = fill
+        dst[:, :, j1:] = fill
     return buf
 
 
+def _tap_layout(kw: int, sw: int, dw: int):
+    """Where kernel column j reads in :func:`_phase_rows`'s layout, for a flattened einsum:
+    (phases, taps per phase M, column step, [(phase, m) for each j]); tap (phase, m) of output
+    column x reads phase column x + m * step. Needs sw == 1 or dw == 1."""
+    if sw == 1:
+        return 1, kw, dw, [(0, j) for j in range(kw)]
+    return min(sw, kw), -(-kw // sw), 1, [(j % sw, j // sw) for j in range(kw)]
+
+
+def _tap_grid(wt: np.ndarray, taps, phases: int, m: int, ow: int) -> np.ndarray:
+    """(KH, KW, C) weights as the (KH, phases, M, OW * C) grid the flattened einsum multiplies
+    by, tiled along the output row; zero at (phase, m) pairs no kernel column maps to."""
+    kh, _, c = wt.shape
+    grid = np.zeros((kh, phases, m, c), wt.dtype)
+    for j, (ph, k) in enumerate(taps):
+        grid[:, ph, k] = wt[:, j]
+    return np.tile(grid, (1, 1, 1, ow))
+
+
 def depthwise_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
-    """DEPTHWISE_CONV_2D through the prepared path (NHWC result), or None when it does not apply:
-    one einsum per block of output rows over the block's padded float32 input."""
+    """DEPTHWISE_CONV_2D through the prepared path (NHWC result), or None when it does not apply.
+
+    One einsum per block of output rows, with the width and channel axes of an output row
+    flattened into one long axis (OW * C elements: einsum's inner loop) and the weights tiled
+    along it. For a horizontal stride > 1 the padded input columns are first split by phase
+    (column modulo stride), so that the columns one kernel tap reads for consecutive outputs are
+    again adjacent: a stride-2 3-wide kernel becomes a 2-phase x 2-tap grid with one zero weight.
+    (Horizontal stride and dilation both > 1 take the general path.)"""
     inp, flt = call.ins[0], call.ins[1]
     n, h, w, c = dims
     kh, kw = kernel
     oh, ow = out_hw
+    sh, sw, dh, dw = p.stride_h, p.stride_w, p.dilation_h, p.dilation_w
+    if sw > 1 and dw > 1:
+        return None
+    phases, m, step, taps = _tap_layout(kw, sw, dw)
     quant = inp.type in QUANT8
-    flat = p.stride_w == 1  # width and channels flattened into one axis (see depthwise_nhwc)
     if quant:
         def compute():
             wi = flt.value[0].astype(np.int64)  # (KH, KW, C_out)
@@ -707,22 +739,15 @@ def depthwise_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
         prep = call.derived(("dw_quant",), range(1, len(call.ins)), compute)
         if not quant_fast_ok(prep, inp, kh * kw, any(p.pads)):
             return None
-        wt, params = prep.weights, requant_params(prep)
-        if flat:
-            wt, params = call.derived(("dw_tiles", ow), range(1, len(call.ins)),
-                                      lambda: (np.tile(wt, (1, 1, ow)),
-                                               [np.tile(a, ow) if np.ndim(a) else a for a in params]))
+        grid, params = call.derived(("dw_grid", ow), range(1, len(call.ins)),
+                                    lambda: (_tap_grid(prep.weights, taps, phases, m, ow),
+                                             [np.tile(a, ow) if np.ndim(a) else a for a in requant_params(prep)]))
         fill = inp.zero_point
     elif inp.type == F32:
         lo, hi = FLOAT_ACTIVATION_RANGE[FuseCode(p.fuse)]
-
-        def compute_f():
-            wt = flt.value[0].astype(np.float32)
-            bias = call.ins[2].value.astype(np.float32)
-            if flat:
-                return np.tile(wt, (1, 1, ow)), np.tile(bias, ow)
-            return wt, bias
-        wt, bias = call.derived(("dw_f32", ow), (1, 2), compute_f)
+        grid, bias = call.derived(("dw_f32", ow), (1, 2),
+                                  lambda: (_tap_grid(flt.value[0].astype(np.float32), taps, phases, m, ow),
+                                           np.tile(call.ins[2].value.astype(np.float32), ow)))
         fill = 0
     else:
         return None
@@ -731,29 +756,21 @@ def depthwise_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
     if mult > 1:
         x = np.repeat(x, mult, axis=3)
     left, _, top, _ = p.pads
-    sh, sw, dh, dw = p.stride_h, p.stride_w, p.dilation_h, p.dilation_w
-    need_w = (ow - 1) * sw + (kw - 1) * dw + 1
+    width = ow + (m - 1) * step  # phase columns read by a row of outputs
     out = np.empty((n, oh, ow, c_out), np.uint8 if quant else np.float32)
-    row_elements = n * (ow * c_out * 2 + sh * need_w * c_out)
+    row_elements = n * (ow * c_out * 2 + sh * phases * width * c_out)
     for y0, y1 in _row_blocks(oh, row_elements):
         rows = y1 - y0
         r0, r1 = y0 * sh, (y1 - 1) * sh + (kh - 1) * dh + 1
-        xb = _padded_rows(x, r0, r1, top, left, need_w, fill, np.float32)
-        s0, s1, s2, s3 = xb.strides
-        if flat:
-            wins = np.lib.stride_tricks.as_strided(xb, (n, rows, kh, kw, ow * c_out),
-                                                   (s0, s1 * sh, s1 * dh, s2 * dw, s3), writeable=False)
-            spec, shape = "nyijk,ijk->nyk", (n, rows, ow * c_out)
-        else:
-            wins = np.lib.stride_tricks.as_strided(xb, (n, rows, ow, kh, kw, c_out),
-                                                   (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3), writeable=False)
-            spec, shape = "nyxijc,ijc->nyxc", (n, rows, ow, c_out)
-        ob = out[:, y0:y1].reshape(shape)
+        xb = _phase_rows(x, r0, r1, top, left, sw, phases, width, fill, np.float32)
+        s0, s1, s2, s3, s4 = xb.strides
+        wins = np.lib.stride_tricks.as_strided(xb, (n, rows, kh, phases, m, ow * c_out),
+                                               (s0, s1 * sh, s1 * dh, s2, s3 * step, s4), writeable=False)
+        ob = out[:, y0:y1].reshape(n, rows, ow * c_out)
         if quant:
-            acc = np.einsum(spec, wins, wt)
-            requant_block(acc, params, prep, ob)
+            requant_block(np.einsum("nyipmk,ipmk->nyk", wins, grid), params, prep, ob)
         else:
-            np.einsum(spec, wins, wt, out=ob)
+            np.einsum("nyipmk,ipmk->nyk", wins, grid, out=ob)
             _float_block(ob, bias, lo, hi, p.fuse)
     if quant and prep.signed:
         out = out.view(np.int8)

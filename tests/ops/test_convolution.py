@@ -565,6 +565,11 @@ CACHED_CASES = [
     (Op.DEPTHWISE_CONV_2D, (2, 17, 19, 12), (1, 3, 3, 12), (1, 1, 1, 1), (1, 1), 1),
     (Op.DEPTHWISE_CONV_2D, (1, 18, 18, 16), (1, 3, 3, 16), (0, 1, 0, 1), (2, 2), 1),
     (Op.DEPTHWISE_CONV_2D, (1, 9, 10, 4), (1, 3, 3, 8), (2, 0, 1, 1), (1, 2), 2),
+    # Horizontal strides > 1 split the input columns into phases: 3 phases x 2 taps, a kernel
+    # width not a multiple of the stride, and a kernel narrower than the stride.
+    (Op.DEPTHWISE_CONV_2D, (1, 11, 13, 5), (1, 5, 5, 5), (2, 2, 2, 2), (3, 3), 1),
+    (Op.DEPTHWISE_CONV_2D, (1, 10, 9, 3), (1, 2, 4, 6), (1, 0, 0, 1), (3, 1), 2),
+    (Op.DEPTHWISE_CONV_2D, (1, 9, 12, 4), (1, 3, 1, 4), (0, 0, 1, 1), (2, 1), 1),
     (Op.CONV_2D, (1, 12, 12, 8), (40, 1, 1, 8), (0, 0, 0, 0), (1, 1), None),         # K < C_out: offset in the gemm
 ]
 
