@@ -30,7 +30,9 @@ Mapping (TFLite → NNAPI), besides the one-to-one operations:
   per-channel int8 FC becomes RESHAPE → 1×1 CONV_2D → RESHAPE. Hybrid FCs (int8 weights, float
   activations) get their weights dequantized to float32 at import.
 * Quantized MEAN whose output quantization differs from its input's (NNAPI's MEAN keeps the
-  input's): MEAN in the input's quantization, then a requantizing DEQUANTIZE → QUANTIZE.
+  input's): DEQUANTIZE → MEAN in float32 → QUANTIZE, which rounds the mean once, as TFLite's
+  optimized kernel does (a quantized MEAN followed by a requantization rounds twice: one output
+  in five off by one on MobileNet v2's global pool).
 * UNIDIRECTIONAL_SEQUENCE_LSTM (float or hybrid): NNAPI operation 92 with zero initial states
   (TFLite's variable state tensors after ``reset_all_variables()``); TFLite's layer-norm inputs
   20-23 move to NNAPI's 24-27 and the options become inputs 20-23.
@@ -749,12 +751,16 @@ class _Converter:
         ot = self.out_type(out_k)
         args = [xi, self.i32_tensor(axes), self.i32(int(keep))]
         if xt.type in QUANT8 and (np.float32(ot.scale) != np.float32(xt.scale) or ot.zero_point != xt.zero_point):
-            # NNAPI's MEAN keeps the input's quantization.
+            # NNAPI's MEAN keeps the input's quantization (and truncates its division); computed
+            # in float32 instead, the mean is rounded once to the output's quantization, as
+            # TFLite's optimized kernel does (its reference kernel truncates the multiplier).
             self.note(f"MEAN output quantization ({ot.scale:.7g}, {ot.zero_point}) differs from the input's "
-                      f"({xt.scale:.7g}, {xt.zero_point}): MEAN, then DEQUANTIZE -> QUANTIZE")
-            tmp = self.temp(xt, ot.dimensions)
-            self.emit(Op.MEAN, args, [tmp])
-            self.requantize(tmp, out_k)
+                      f"({xt.scale:.7g}, {xt.zero_point}): DEQUANTIZE -> MEAN (float32) -> QUANTIZE")
+            f_in = self.temp(OperandType(T.TENSOR_FLOAT32), xt.dimensions)
+            f_out = self.temp(OperandType(T.TENSOR_FLOAT32), ot.dimensions)
+            self.emit(Op.DEQUANTIZE, [xi], [f_in])
+            self.emit(Op.MEAN, [f_in] + args[1:], [f_out])
+            self.emit(Op.QUANTIZE, [f_out], [self.define(out_k)])
         else:
             self.emit(Op.MEAN, args, [self.define(out_k)])
 
