@@ -847,6 +847,52 @@ class _Converter:
         perm = np.asarray(self.value_of(op.inputs[1], "the permutation"))
         self.emit(Op.TRANSPOSE, [self.tensor(op.inputs[0]), self.i32_tensor(perm)], [self.define(op.outputs[0])])
 
+    def op_UNIDIRECTIONAL_SEQUENCE_LSTM(self, op):
+        ins = list(op.inputs) + [-1] * (24 - len(op.inputs))
+        xi = self.tensor(ins[0])
+        xt = self.type_of(xi)
+        if xt.type != T.TENSOR_FLOAT32:
+            self.fail(f"{xt.type.name} input: NNAPI has no quantized sequence LSTM (its QUANTIZED_LSTM is one "
+                      "time step of the integer LSTM); only float and hybrid (int8 weights, float "
+                      "activations) LSTMs are imported")
+        if self.opt(5, "?", False):
+            self.fail("diagonal_recurrent_tensors is not supported by NNAPI")
+        act, cell_clip, proj_clip = self.opt(0, "b"), self.opt(1, "f", 0.0), self.opt(2, "f", 0.0)
+        time_major = bool(self.opt(3, "?", False))
+        hybrid = any(k >= 0 and self.t(k).type_name in ("INT8", "UINT8") for k in ins[1:18] + ins[20:24])
+        if hybrid:
+            self.note("hybrid LSTM: int8 weights dequantized to float32 (NNAPI has no hybrid LSTM; TFLite's "
+                      "hybrid kernel quantizes the activations on the fly instead)")
+
+        def weight(k: int) -> int:
+            if k < 0:
+                return self.omitted()
+            t = self.t(k)
+            data = self.value_of(k, f"LSTM weight tensor {k}")
+            if t.type_name == "FLOAT32":
+                return self.const(OperandType(T.TENSOR_FLOAT32, data.shape), data, key=("tensor", k))
+            if t.type_name in ("INT8", "UINT8", "FLOAT16"):
+                return self.const(OperandType(T.TENSOR_FLOAT32, data.shape), self.dequantized(t), key=("deq", k))
+            self.fail(f"LSTM weight tensor {k} has type {t.type_name}")
+
+        n_cell = self.value_of(ins[1] if ins[1] >= 0 else ins[2], "the input-to-forget weights").shape[0]
+        n_out = self.value_of(ins[16], "the projection weights").shape[0] if ins[16] >= 0 else n_cell
+        batch = xt.dimensions[1 if time_major else 0]
+        states = []
+        for k, n in ((ins[18], n_out), (ins[19], n_cell)):
+            # TFLite's state inputs are variable tensors, zero after reset_all_variables(); NNAPI
+            # has none, so each inference starts from zero states (constants).
+            if k < 0 or not self.t(k).is_variable:
+                self.fail(f"LSTM state input {k} is not a variable tensor")
+            states.append(self.const(OperandType(T.TENSOR_FLOAT32, (batch, n)), np.zeros((batch, n), np.float32),
+                                     key=("zeros", batch, n)))
+        args = [xi] + [weight(k) for k in ins[1:18]] + states
+        args += [self.i32(act), self.f32(cell_clip), self.f32(proj_clip), self.boolean(time_major)]
+        args += [weight(k) for k in ins[20:24]]   # layer normalization: TFLite inputs 20-23 -> NNAPI 24-27
+        if len(op.outputs) != 1:
+            self.fail(f"{len(op.outputs)} outputs; expected 1")
+        self.emit(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, args, [self.define(op.outputs[0])])
+
     # -- model -----------------------------------------------------------------------------------
 
     def convert(self, extra_outputs=()) -> tuple[Model, TFLiteInfo]:
