@@ -35,7 +35,9 @@ Mapping (TFLite → NNAPI), besides the one-to-one operations:
   in five off by one on MobileNet v2's global pool).
 * UNIDIRECTIONAL_SEQUENCE_LSTM (float or hybrid): NNAPI operation 92 with zero initial states
   (TFLite's variable state tensors after ``reset_all_variables()``); TFLite's layer-norm inputs
-  20-23 move to NNAPI's 24-27 and the options become inputs 20-23.
+  20-23 move to NNAPI's 24-27 and the options become inputs 20-23. Hybrid LSTMs get their weights
+  dequantized. Integer (int8/int16) LSTMs are refused: NNAPI's QUANTIZED_LSTM is a single time
+  step and, without layer normalization, ignores the gate biases that TFLite's kernel adds.
 
 Anything else (an unknown operator, a custom operator, an unsupported type or option) raises
 :class:`TFLiteImportError` (a ValueError) naming the TFLite operator and its index; a malformed
@@ -852,9 +854,14 @@ class _Converter:
         xi = self.tensor(ins[0])
         xt = self.type_of(xi)
         if xt.type != T.TENSOR_FLOAT32:
-            self.fail(f"{xt.type.name} input: NNAPI has no quantized sequence LSTM (its QUANTIZED_LSTM is one "
-                      "time step of the integer LSTM); only float and hybrid (int8 weights, float "
-                      "activations) LSTMs are imported")
+            layer_norm = any(k >= 0 for k in ins[20:24])
+            self.fail(f"integer LSTM ({xt.type.name} input) cannot be mapped: NNAPI has no quantized sequence "
+                      "LSTM, and its QUANTIZED_LSTM (one time step of the 8x8->16 integer LSTM) "
+                      + ("would have to be unrolled over the time steps (not implemented)" if layer_norm else
+                         "applies the gate biases only inside layer normalization (AOSP's QLSTM.cpp precomputes "
+                         "the effective biases with bias=nullptr), while this LSTM has no layer normalization "
+                         "and TFLite adds its gate biases to the gate accumulators: the biases would be lost")
+                      + "; only float and hybrid (int8 weights, float activations) LSTMs are imported")
         if self.opt(5, "?", False):
             self.fail("diagonal_recurrent_tensors is not supported by NNAPI")
         act, cell_clip, proj_clip = self.opt(0, "b"), self.opt(1, "f", 0.0), self.opt(2, "f", 0.0)
