@@ -17,7 +17,7 @@ from ..errors import NnapiError
 from ..executor import Executor, Plan, prepare_plans
 from ..hal import ErrorStatus, HalError
 from ..types import (DTYPES, MAX_NUMBER_OF_CACHE_FILES, SCALAR_TYPES, DeviceTypeCode, FeatureLevel, Lifetime,
-                     OperandCode, OperationCode, PreferenceCode, PriorityCode, ResultCode, combine_dimensions)
+                     OperandCode, PreferenceCode, PriorityCode, ResultCode, combine_dimensions)
 from ..validation import validate_model
 
 # How the executor's result codes travel back across the driver interface.
@@ -50,23 +50,11 @@ def validate_for_driver(model: hal.Model) -> int:
     return level
 
 
-# Input counts NNAPI allows where the signature tables accept more (their optional trailing inputs
-# come in groups: layout, then both dilation factors).
-_INPUT_COUNTS = {OperationCode.CONV_2D: frozenset({7, 8, 10, 11, 13}),
-                 OperationCode.DEPTHWISE_CONV_2D: frozenset({8, 9, 11, 12, 14})}
-
-
 def _hal_model_problem(model: hal.Model) -> str | None:
-    """What the HAL requires beyond the shared validation: CONV_2D/DEPTHWISE_CONV_2D input counts
-    the signature tables don't pin down, and operations in execution order (each reads only
-    operands already written; the runtime sorts models before handing them over)."""
+    """What the HAL requires beyond the shared validation: operations in execution order (each
+    reads only operands already written; the runtime sorts models before handing them over)."""
     subgraphs = [("main", model.main)] + [(f"subgraph {k}", sg) for k, sg in enumerate(model.referenced)]
     for name, sg in subgraphs:
-        for j, op in enumerate(sg.operations):
-            counts = _INPUT_COUNTS.get(op.type)
-            if counts and len(op.inputs) not in counts:
-                return f"{name} operation {j}: {OperationCode(op.type).name} takes {sorted(counts)} inputs, " \
-                       f"not {len(op.inputs)}"
         written = {k for k, o in enumerate(sg.operands)
                    if o.lifetime not in (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT)}
         for j, op in enumerate(sg.operations):

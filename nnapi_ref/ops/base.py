@@ -119,7 +119,9 @@ class Call:
 class Signature:
     """Operand types an operation accepts from feature level ``level`` on.
 
-    ``optional`` trailing inputs may be left out of the operation altogether (a layout flag, say).
+    ``optional`` trailing inputs may be left out of the operation altogether (a layout flag, say);
+    a tuple gives the numbers that may be left out, for optional inputs that come in groups (a
+    convolution's dilation factors go together).
     ``repeat`` is the index of an input that may appear one or more times in its place
     (CONCATENATION's tensors); ``repeat_outputs`` lets the single output type repeat (SPLIT).
     """
@@ -127,7 +129,7 @@ class Signature:
     level: int
     inputs: tuple[OperandCode, ...]
     outputs: tuple[OperandCode, ...]
-    optional: int = 0
+    optional: int | tuple[int, ...] = 0
     repeat: int | None = None
     repeat_outputs: bool = False
 
@@ -152,7 +154,8 @@ class Signature:
                     and all(t == body for t in in_types[len(head):len(head) + n])
                     and tuple(in_types[len(head) + n:]) == tail)
         n = len(in_types)
-        if not len(self.inputs) - self.optional <= n <= len(self.inputs):
+        left_out = len(self.inputs) - n
+        if not (left_out in self.optional if isinstance(self.optional, tuple) else 0 <= left_out <= self.optional):
             return False
         return tuple(in_types) == self.inputs[:n]
 

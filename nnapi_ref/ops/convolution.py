@@ -799,12 +799,12 @@ def conv_signatures(n_explicit: int, n_implicit: int, optional_from_29: bool, mi
     explicit = [I32] * n_explicit
     implicit = (implicit_head or []) + [I32] * (n_implicit - len(implicit_head or []))
     sigs = []
-    opt_tail = [BOOL, I32, I32]
+    opt_tail = [BOOL, I32, I32]  # layout, then both dilation factors or neither
     for scalars in (explicit, implicit):
         if optional_from_29:
             sigs += _typed(27, scalars, by_level={27: base27})
-            sigs += _typed(29, scalars, opt_tail, 3, {27: base27, 29: base29})
-            sigs += _typed(30, scalars, opt_tail, 3, {30: base30})
+            sigs += _typed(29, scalars, opt_tail, (0, 2, 3), {27: base27, 29: base29})
+            sigs += _typed(30, scalars, opt_tail, (0, 2, 3), {30: base30})
         else:
             sigs += _typed(min_level, scalars, always_tail, 0, {27: base27, 29: base29})
             sigs += _typed(30, scalars, always_tail, 0, {30: base30})

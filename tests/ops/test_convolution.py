@@ -669,3 +669,22 @@ def test_matmul_add_with_and_without_scipy(monkeypatch, blas):
     result = cv.matmul_add(cols, wmat, add, out)
     assert result is out
     np.testing.assert_array_equal(out, cols.astype(np.int64) @ wmat.astype(np.int64) + add.astype(np.int64))
+
+
+@pytest.mark.parametrize("code,extra", [(Op.CONV_2D, ()), (Op.DEPTHWISE_CONV_2D, (1,))])
+@pytest.mark.parametrize("explicit", [True, False])
+def test_dilation_factors_come_in_pairs(code, extra, explicit):
+    """The optional layout and dilation inputs: none, the layout, or the layout and both dilation
+    factors; a model with a single dilation factor is rejected when it is built (BAD_DATA)."""
+    from nnapi_ref.testing import build_operation_model
+    x, w = rand_f(1, 5, 5, 2), rand_f(1, 3, 3, 2) if extra else rand_f(2, 3, 3, 2)
+    pads = [scalar(INT, 1)] * 4 if explicit else [scalar(INT, 1)]
+    head = [tensor(F32, x), tensor(F32, w, as_input=False), tensor(F32, rand_f(2), as_input=False), *pads,
+            scalar(INT, 1), scalar(INT, 1), *[scalar(INT, v) for v in extra], scalar(INT, 0)]
+    out = [output(F32, (1, 5, 5, 2) if explicit else None)]
+    tails = {0: [], 1: [scalar(BOOL, False)], 3: [scalar(BOOL, False), scalar(INT, 1), scalar(INT, 1)]}
+    for tail in tails.values():
+        build_operation_model(code, head + tail, out)
+    with pytest.raises(NnapiError) as e:
+        build_operation_model(code, head + [scalar(BOOL, False), scalar(INT, 1)], out)
+    assert e.value.code == ResultCode.BAD_DATA
