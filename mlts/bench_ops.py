@@ -17,6 +17,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
+import statistics  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -31,18 +32,23 @@ RNG = np.random.default_rng(0)
 BLOCKS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
 
 
-def best_time(fn, repeat: int, min_time: float = 0.2) -> float:
-    """Best wall time of ``fn`` in seconds over ``repeat`` runs (at least ``min_time`` in all)."""
+def run_times(fn, repeat: int, min_time: float = 0.2) -> list[float]:
+    """Wall times of ``fn`` in seconds: at least ``repeat`` runs and ``min_time`` in all, after
+    one untimed warm-up run."""
     fn()
-    best, total, k = float("inf"), 0.0, 0
-    while k < repeat or total < min_time:
+    times: list[float] = []
+    while len(times) < repeat or sum(times) < min_time:
         t0 = time.perf_counter()
         fn()
-        dt = time.perf_counter() - t0
-        best, total, k = min(best, dt), total + dt, k + 1
-        if k >= 50 * repeat:
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 50 * repeat:
             break
-    return best
+    return times
+
+
+def best_time(fn, repeat: int, min_time: float = 0.2) -> float:
+    """Best wall time of ``fn`` in seconds (see :func:`run_times`)."""
+    return min(run_times(fn, repeat, min_time))
 
 
 def matmul_gflops() -> float:
@@ -247,9 +253,11 @@ def bench_graph(quant: bool, quick: bool) -> None:
         execution.set_output(0, result)
         execution.compute()
 
-    t = best_time(infer, 2 if quick else 5, 1.0)
-    print(f"MobileNet v2 224x224 {'quant8' if quant else 'float32':7s}: {t * 1e3:7.1f} ms/inference "
-          f"({builder.flops / 1e9:.2f} GFLOP, {builder.flops / t / 1e9:.1f} GFLOP/s)")
+    times = run_times(infer, 2 if quick else 5, 1.0)
+    t, median = min(times), statistics.median(times)
+    print(f"MobileNet v2 224x224 {'quant8' if quant else 'float32':7s}: {t * 1e3:7.1f} ms/inference best, "
+          f"{median * 1e3:.1f} median of {len(times)} ({builder.flops / 1e9:.2f} GFLOP, {builder.flops / t / 1e9:.1f} "
+          f"GFLOP/s at best)")
 
 
 def bench_tflite() -> None:
