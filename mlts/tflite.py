@@ -221,13 +221,23 @@ def _ints(v) -> list[int]:
 
 
 def parse_tflite(buf: bytes) -> TfGraph:
-    """Read the first subgraph of a .tflite flatbuffer (field slots follow schema.fbs)."""
+    """Read the (only) subgraph of a .tflite flatbuffer (field slots follow schema.fbs)."""
+    try:
+        return _parse(buf)
+    except TFLiteImportError:
+        raise
+    except (struct.error, ArithmeticError, IndexError, KeyError, TypeError, ValueError) as e:
+        raise TFLiteImportError(f"malformed .tflite: {type(e).__name__}: {e}") from None
+
+
+def _parse(buf: bytes) -> TfGraph:
     model = root_table(buf)
     subgraphs = model.tables(2, "SubGraph")
     if not subgraphs:
         raise TFLiteImportError("malformed .tflite: the model has no subgraph")
     if len(subgraphs) > 1:
-        raise TFLiteImportError(f"unsupported .tflite: {len(subgraphs)} subgraphs (control flow); only one is supported")
+        raise TFLiteImportError(f"unsupported .tflite: {len(subgraphs)} subgraphs (control flow); "
+                                "only one is supported")
     buffers = model.tables(4, "Buffer")
     opcodes = []
     for oc in model.tables(1, "OperatorCode"):
@@ -907,7 +917,10 @@ class _Converter:
         for k in g.inputs:
             if self.t(k).data is not None:
                 self.fail(f"model input tensor {k} has constant data")
-            self.define(k)
+            try:
+                self.define(k)
+            except NnapiError as e:
+                self.fail(f"model input tensor {k}: {e}")
         for op in g.operators:
             self.op = op
             handler = getattr(self, "op_" + op.name, None)
@@ -918,8 +931,13 @@ class _Converter:
                 handler(op)
                 for tmp, fuse, out_k in self.emit_after:
                     self.emit({1: Op.RELU, 2: Op.RELU1, 3: Op.RELU6}[fuse], [tmp], [self.define(out_k)])
+            except TFLiteImportError:
+                raise
             except NnapiError as e:
                 self.fail(f"NNAPI rejects the mapping: {e}")
+            except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as e:
+                # Inconsistent operands (a wrong input count, shapes that do not fit, ...).
+                self.fail(f"malformed or unsupported operands ({type(e).__name__}: {e})")
             for k in op.outputs:
                 if k >= 0 and k not in self.operand_of and k not in self.folded:
                     self.fail(f"output tensor {k} was not produced by the mapping")
@@ -958,4 +976,10 @@ def load_tflite(path, extra_outputs=()) -> tuple[Model, TFLiteInfo]:
 
 
 def convert(g: TfGraph, extra_outputs=()) -> tuple[Model, TFLiteInfo]:
-    return _Converter(g).convert(extra_outputs)
+    """Convert a parsed graph (see :func:`parse_tflite`) into a finished nnapi_ref Model."""
+    try:
+        return _Converter(g).convert(extra_outputs)
+    except TFLiteImportError:
+        raise
+    except (NnapiError, ArithmeticError, IndexError, KeyError, TypeError, ValueError) as e:
+        raise TFLiteImportError(f"TFLite model: malformed or unsupported ({type(e).__name__}: {e})") from None
