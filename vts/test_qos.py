@@ -3,15 +3,21 @@ accepted; compilations and executions with a deadline of now, in the past, short
 AOSP's rule: with a deadline that is already due or short, a driver may either complete (then
 with correct results) or report MISSED_DEADLINE_TRANSIENT / MISSED_DEADLINE_PERSISTENT; without a
 deadline it must complete. Model: the first fully supported test model of the corpus.
+
+Loop timeouts (AOSP's INFINITE_LOOP_TIMEOUT test kind): a WHILE loop that never ends, executed
+with a 1 ms loop timeout on every path, must fail with MISSED_DEADLINE_* (not any error, and not
+after the 2 s default); a loop that ends computes its result under the default timeout.
 """
 from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
-from nnapi_ref.hal import ErrorStatus, HalError
+from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request, RequestArgument, SharedMemory
 from nnapi_ref.harness import check_outputs
+from nnapi_ref.testing import counting_loop_model
 from nnapi_ref.types import PreferenceCode, PriorityCode
 
 from .support import PATHS, clone_model, make_io, mark_node, model_cases, prepare, run_path
@@ -110,3 +116,43 @@ def test_prepare_from_cache_with_deadline(kind, case, driver, tmp_path):
     finally:
         for f in files:
             f.close()
+
+
+# -- loop timeouts -------------------------------------------------------------------------------
+
+def _loop_request(start: float) -> tuple[Request, SharedMemory]:
+    """Input ``start`` and the output of a counting loop model, float32 [1] each, in one pool."""
+    pool = SharedMemory(np.zeros(8, np.uint8))
+    pool.buffer[:4] = np.frombuffer(np.float32(start).tobytes(), np.uint8)
+    return Request([RequestArgument(ArgumentLifetime.POOL, 0, 0, 4)], [RequestArgument(ArgumentLifetime.POOL, 0, 4, 4)],
+                   [pool]), pool
+
+
+def _prepared_loop(driver, step: float):
+    model = counting_loop_model(step).hal_model
+    if not all(driver.get_supported_operations(model)):
+        pytest.skip("the driver does not support WHILE (with LESS and ADD on float32)")
+    return prepare(driver, model)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_infinite_loop_hits_the_loop_timeout(path, driver, request):
+    request.node.nnts_op, request.node.nnts_dtype = "WHILE", "TENSOR_FLOAT32"
+    prepared = _prepared_loop(driver, 0.0)
+    loop_request, _ = _loop_request(0.0)
+    start = time.monotonic()
+    outcome = run_path(prepared, loop_request, path, loop_timeout_ns=1_000_000)
+    elapsed = time.monotonic() - start
+    assert outcome.status in MISSED, f"{path}: an infinite WHILE loop with a 1 ms loop timeout gave " \
+                                     f"{outcome.status.name} {outcome.message}, expected MISSED_DEADLINE_*"
+    assert elapsed < 1.5, f"{path}: a 1 ms loop timeout fired after {elapsed:.2f} s"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_finite_loop_completes(path, driver, request):
+    request.node.nnts_op, request.node.nnts_dtype = "WHILE", "TENSOR_FLOAT32"
+    prepared = _prepared_loop(driver, 1.0)
+    loop_request, pool = _loop_request(0.0)
+    outcome = run_path(prepared, loop_request, path)
+    assert outcome.status == ErrorStatus.NONE, f"{path}: {outcome.status.name} {outcome.message}"
+    assert pool.buffer[4:8].view(np.float32)[0] == 5.0, "WHILE (i < 5) { i += 1 } from 0 must give 5"
