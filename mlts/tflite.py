@@ -18,10 +18,12 @@ Mapping (TFLite → NNAPI), besides the one-to-one operations:
   INT16 → TENSOR_QUANT16_SYMM; INT64 constants (shapes, axes, paddings) → TENSOR_INT32.
 * Fused activations (NONE, RELU, RELU_N1_TO_1, RELU6) → NNAPI fuse codes 0-3; where NNAPI's
   operation has no fuse input (CONCATENATION, ...) a separate RELU/RELU1/RELU6 follows.
-* Padding SAME/VALID → NNAPI's implicit padding codes. Both put ``total // 2`` before and the rest
-  after, with ``total = max((out - 1) * stride + (k - 1) * dilation + 1 - in, 0)`` and
-  ``out = ceil(in / stride)`` (SAME) or ``ceil((in - (k - 1) * dilation) / stride)`` (VALID), so
-  the padding is the same element for element (:func:`same_padding` checks each layer).
+* Padding SAME/VALID → NNAPI's implicit padding codes. TFLite (ComputePaddingWithOffset) and
+  NNAPI (calculateExplicitPadding) both put ``total // 2`` before and the rest after, with
+  ``total = max((out - 1) * stride + (k - 1) * dilation + 1 - in, 0)`` and ``out = ceil(in /
+  stride)`` (SAME) or ``ceil((in - (k - 1) * dilation) / stride)`` (VALID): the same padding,
+  also when it is asymmetric (MobileNets' stride-2 layers pad 0 before and 1 after). Each
+  convolution and pooling checks its output shape against TFLite's (ComputeOutSize).
 * QUANTIZE between two quantized types (the uint8↔int8 edges of the ``_quant`` classifiers):
   NNAPI's QUANTIZE takes only float input, so it becomes DEQUANTIZE → QUANTIZE through float32,
   which is exact when the two scales are equal (``round((q - z1) * s / s) = q - z1``).
@@ -53,7 +55,7 @@ import numpy as np
 
 from nnapi_ref import Model, OperandType
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.types import OperandCode as T, OperationCode as Op
+from nnapi_ref.types import DTYPES, OperandCode as T, OperationCode as Op
 
 
 class TFLiteImportError(ValueError):
@@ -339,15 +341,6 @@ FUSED = {0: 0, 1: 1, 2: 2, 3: 3}    # TFLite ActivationFunctionType -> NNAPI Fus
 FUSED_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
 PADDING = {0: 1, 1: 2}              # TFLite Padding SAME/VALID -> NNAPI PaddingCode SAME/VALID
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
-
-
-def same_padding(in_size: int, stride: int, dilation: int, k: int) -> tuple[int, int]:
-    """TFLite's SAME padding (before, after) of one spatial dimension, as TFLite's
-    ComputePaddingWithOffset computes it; NNAPI's SAME gives the same numbers."""
-    out = (in_size + stride - 1) // stride
-    total = (out - 1) * stride + (k - 1) * dilation + 1 - in_size
-    before = max(total, 0) // 2
-    return before, max(total, 0) - before
 
 
 def conv_out_size(padding: int, in_size: int, stride: int, dilation: int, k: int) -> int:
@@ -667,8 +660,6 @@ class _Converter:
         fuse = self.fuse(0)
         if self.opt(1, "b") != 0:
             self.fail("weights_format other than DEFAULT (shuffled weights) is not supported")
-        if self.opt(3, "?", False) and self.t(w).type_name == "INT8" and self.t(x).type_name == "FLOAT32":
-            self.note("asymmetric_quantize_inputs ignored: the weights are dequantized instead")
         xi = self.tensor(x)
         xt = self.type_of(xi)
         wt = self.t(w)
@@ -960,9 +951,8 @@ class _Converter:
     def io_info(self, k: int) -> TensorInfo:
         t = self.t(k)
         idx = self.operand_of[k]
-        o = self.m._operands[idx]
-        from nnapi_ref.types import DTYPES
-        return TensorInfo(t.name, k, idx, tuple(o.dimensions), DTYPES[o.type], t.type_name, o.scale, o.zero_point)
+        o = self.type_of(idx)
+        return TensorInfo(t.name, k, idx, o.dimensions, DTYPES[o.type], t.type_name, o.scale, o.zero_point)
 
 
 def load_tflite(path, extra_outputs=()) -> tuple[Model, TFLiteInfo]:
