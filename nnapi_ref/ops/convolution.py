@@ -26,7 +26,7 @@ import numpy as np
 from ..types import FuseCode, PaddingCode
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from ..types import DTYPES
-from .common import (FLOAT_ACTIVATION_RANGE, activation_range_quant, check_fuse_code,
+from .common import (FLOAT_ACTIVATION_RANGE, QUANT_RANGE, activation_range_quant, check_fuse_code,
                      multiply_by_quantized_multiplier, round_half_away, wrap_int32)
 
 F32, F16, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
@@ -270,67 +270,115 @@ def _requant_table(mult_bytes: bytes, shift_bytes: bytes, zero_point: int, lo: i
     return table, a_lo, stride, span
 
 
+# Raw accumulators summed exactly in float32 stay below this magnitude.
+FLOAT32_EXACT = (1 << 24) - 1
+
+
+def _clamped_requant(v: np.ndarray, mult: np.ndarray, shift: np.ndarray, zero_point: int, lo: int, hi: int):
+    """The exact q(v) = clip(requantize(v) + zero_point, lo, hi) of int32 accumulators ``v``
+    (int64 arrays), element by element with per-element multipliers and shifts."""
+    return np.clip(requantize(v, mult, shift) + zero_point, lo, hi)
+
+
+def _step_points(mult, shift, zero_point, lo, hi, bias, limit):
+    """The points that pin down a = raw accumulator -> q(a + bias) on |a| <= ``limit`` (kept
+    where a + bias is an int32): per channel, both ends of the range and, for every level q takes
+    above its value at the low end, the first a reaching it and the a just before. Found by a
+    vectorized binary search per (channel, level): q is non-decreasing in a. Returns the channel,
+    a and the exact q(a + bias) of every point."""
+    top = (1 << 31) - 1
+    a_min = np.maximum(-limit, -top - bias)
+    a_max = np.minimum(limit, top - bias)
+    chans = np.flatnonzero(a_min <= a_max)
+
+    def q(ch, a):
+        return _clamped_requant(a + bias[ch], mult[ch], shift[ch], zero_point, lo, hi)
+
+    q_min, q_max = q(chans, a_min[chans]), q(chans, a_max[chans])
+    counts = q_max - q_min
+    ch = np.repeat(chans, counts)
+    level = np.repeat(q_min + 1 - (np.cumsum(counts) - counts), counts) + np.arange(ch.size)
+    below, reached = a_min[ch], a_max[ch]  # q(below) < level <= q(reached)
+    while True:
+        open_ = reached - below > 1
+        if not open_.any():
+            break
+        mid = (below + reached) // 2
+        up = q(ch, mid) >= level
+        reached = np.where(open_ & up, mid, reached)
+        below = np.where(open_ & ~up, mid, below)
+    point_ch = np.concatenate([chans, chans, ch, ch])
+    point_a = np.concatenate([a_min[chans], a_max[chans], reached, reached - 1])
+    return point_ch, point_a, q(point_ch, point_a)
+
+
 @functools.lru_cache(maxsize=512)
 def _requant_affine(mult_bytes: bytes, shift_bytes: bytes, zero_point: int, lo: int, hi: int, dtype: str,
-                    bias_bytes: bytes):
-    """Float32 parameters (r, c, low, high) per output channel such that, for every integer
-    accumulator a with |a| < 2**24,
+                    bias_bytes: bytes, limit: int = FLOAT32_EXACT):
+    """Parameters (r, c, low, high) per output channel, float32 if possible else float64, such
+    that for every integer accumulator a with |a| <= ``limit`` (< 2**24: exact in float32) and
+    a + bias an int32,
 
-        uint8(clip(float32(float32(a * r) + c), low, high))  (then ^ 0x80 for int8 outputs)
+        uint8(clip(a * r + c, low, high))  (then ^ 0x80 for int8 outputs)
 
-    equals the exact clamped requantization q(a + bias), or None when that cannot be proven.
+    computed in r's precision (a * r rounded, then + c rounded) equals the exact clamped
+    requantization q(a + bias); None when that cannot be proven. The bias (any int32: it is folded
+    into c) and the multipliers are per channel.
 
     The float expression G is non-decreasing in a (IEEE rounding is monotone), and so is q, so
-    they agree everywhere iff they agree on both sides of every step of q: those few points (at
-    most hi - lo steps per channel, read off the exact table) are checked with the very same numpy
-    operations the fast path uses."""
-    lut = _requant_table(mult_bytes, shift_bytes, zero_point, lo, hi, dtype)
-    if lut is None:
-        return None
-    table, a_lo, stride, _ = lut
+    they agree on the whole range iff they agree at its ends and on both sides of every step of q
+    (:func:`_step_points`: at most hi - lo steps per channel), checked with the very same numpy
+    operations the fast path uses. Float32 is exact enough when the steps lie at small |a * r|
+    relative to 1 / r; tiny multipliers or large biases (per-channel real models) need float64."""
     bias = np.frombuffer(bias_bytes, np.int64)
     n_ch = len(bias)
-    mult = np.frombuffer(mult_bytes, np.int64)
-    shift = np.frombuffer(shift_bytes, np.int64)
+    mult = np.broadcast_to(np.frombuffer(mult_bytes, np.int64), (n_ch,))
+    shift = np.broadcast_to(np.frombuffer(shift_bytes, np.int64), (n_ch,))
+    if np.any(mult < 0):
+        return None
     real = mult.astype(np.float64) * np.exp2(shift.astype(np.float64) - 31)
-    real = np.broadcast_to(real, (n_ch,))
+    ch, a, want = _step_points(mult, shift, zero_point, lo, hi, bias, min(int(limit), FLOAT32_EXACT))
     base = 0 if dtype == np.dtype(np.uint8).str else -128  # G computes q - base, in [0, 255]
+    want = want - base
     # Exactly, q(a) - zero_point = floor(a * real + 1/2 +- 2**-(rs+1)) with rs the right shift:
     # SRDHM rounds first, then RoundingDivideByPOT; the sign is that of the SRDHM result. One
-    # affine function can only follow one side: the positive one serves outputs whose zero point
-    # is their lowest value (ReLU-like), the negative one those whose zero point is the highest.
+    # affine function per channel follows one side: the positive one serves channels whose steps
+    # all lie at positive accumulators (ReLU-like outputs), the negative one negative ones; each
+    # channel takes the one that holds for all its points.
     rs = np.maximum(-shift, 0).astype(np.float64)
-    for sign in (1, -1):
-        result = _affine_candidate(table, a_lo, stride, bias, real, rs, sign, zero_point, lo, hi, base)
-        if result is not None:
-            return result
+    centre = bias * real + (zero_point + 0.5 - base)
+    for ftype in (np.float32, np.float64):
+        low, high = ftype(lo - base), ftype(hi - base)
+        r = real.astype(ftype)
+        chosen, settled = np.zeros(n_ch, ftype), np.zeros(n_ch, bool)
+        for sign in (1, -1):
+            c = (centre + sign * np.exp2(-rs - 1)).astype(ftype)
+            g = np.multiply(a.astype(ftype), r[ch])
+            g += c[ch]
+            np.clip(g, low, high, out=g)
+            wrong = np.bincount(ch, g.astype(np.uint8).astype(np.int64) != want, minlength=n_ch)
+            take = (wrong == 0) & ~settled
+            chosen[take] = c[take]
+            settled |= take
+        if settled.all():
+            return r, chosen, low, high
     return None
 
 
-def _affine_candidate(table, a_lo, stride, bias, real, rs, sign, zero_point, lo, hi, base):
-    n_ch = len(bias)
-    r = real.astype(np.float32)
-    c = (bias * real + (zero_point + 0.5 - base) + sign * np.exp2(-rs - 1)).astype(np.float32)
-    c = np.broadcast_to(c, (n_ch,))
-    low, high = np.float32(lo - base), np.float32(hi - base)
-    q2d = table.reshape(len(a_lo), stride).astype(np.int64)
-    tab = np.arange(n_ch) if len(a_lo) > 1 else np.zeros(n_ch, np.int64)
-    t_idx, j = np.nonzero(q2d[:, 1:] != q2d[:, :-1])  # q steps between j and j + 1 in table t_idx
-    # Every (output channel, step) pair: the channel's table must be the step's table.
-    ch = np.nonzero(tab[:, None] == t_idx[None, :])
-    ch, step = ch[0], ch[1]
-    after = a_lo[t_idx[step]] + j[step] + 1 - bias[ch]  # first accumulator value of the new step
-    if after.size and (np.abs(after).max() + 1 >= 2 ** 24):
-        return None
-    points = np.concatenate([after, after - 1]).astype(np.float32)
-    chans = np.concatenate([ch, ch])
-    want = np.concatenate([q2d[t_idx[step], j[step] + 1], q2d[t_idx[step], j[step]]]) - base
-    g = np.multiply(points, r[chans])
-    g += c[chans]
+def apply_affine(acc: np.ndarray, r, c, low, high, out: np.ndarray) -> None:
+    """``out`` (uint8) = clip(acc * r + c, low, high) computed in r's precision (see
+    :func:`_requant_affine`), for exact integer accumulators in float32 ``acc`` (overwritten
+    when r is float32)."""
+    if np.result_type(r) == np.float32:
+        acc *= r
+        acc += c
+        np.clip(acc, low, high, out=acc)
+        np.copyto(out, acc, casting="unsafe")
+        return
+    g = np.multiply(acc, r, dtype=np.float64)
+    g += c
     np.clip(g, low, high, out=g)
-    if not np.array_equal(g.astype(np.uint8).astype(np.int64), want):
-        return None
-    return r, c, low, high
+    np.copyto(out, g, casting="unsafe")
 
 
 def finish_quant(acc: np.ndarray, bias: np.ndarray, mult, shift, out, fuse: int,
@@ -345,18 +393,16 @@ def finish_quant(acc: np.ndarray, bias: np.ndarray, mult, shift, out, fuse: int,
     mult = np.broadcast_to(np.asarray(mult, np.int64), (n_ch,)) if np.size(mult) > 1 else np.asarray(mult, np.int64).reshape(1)
     shift = np.broadcast_to(np.asarray(shift, np.int64), (n_ch,)) if np.size(shift) > 1 else np.asarray(shift, np.int64).reshape(1)
     max_bias = float(np.abs(bias).max(initial=0))
-    if bound is not None and bound + max_bias < 2.0 ** 24 and acc.dtype == np.float32 and acc.ndim \
-            and acc.shape[-1] == bias.size and acc.size >= AFFINE_MIN_SIZE:
+    if bound is not None and bound <= FLOAT32_EXACT and bound + max_bias < 2.0 ** 31 and acc.dtype == np.float32 \
+            and acc.ndim and acc.shape[-1] == bias.size and acc.size >= AFFINE_MIN_SIZE:
+        limit = min(FLOAT32_EXACT, 1 << max(0, int(bound)).bit_length())  # a power of two: few cache entries
         affine = _requant_affine(np.ascontiguousarray(mult).tobytes(), np.ascontiguousarray(shift).tobytes(),
-                                 int(out.zero_point), int(lo), int(hi), np.dtype(dtype).str, bias.tobytes())
+                                 int(out.zero_point), int(lo), int(hi), np.dtype(dtype).str, bias.tobytes(), limit)
         if affine is not None:
-            r, c, low, high = affine
             if not acc.flags.writeable:
                 acc = acc.copy()
-            acc *= r
-            acc += c
-            np.clip(acc, low, high, out=acc)
-            q = acc.astype(np.uint8)
+            q = np.empty(acc.shape, np.uint8)
+            apply_affine(acc, *affine, q)
             if dtype == np.int8:
                 q ^= np.uint8(0x80)
                 q = q.view(np.int8)
@@ -502,14 +548,14 @@ def _row_blocks(rows: int, row_elements: int):
 class _QuantPrep:
     """Prepared quantized weights and requantization of one convolution (see above)."""
 
-    __slots__ = ("weights", "mw", "bias_eff", "max_bias_eff", "max_bias", "affine", "table", "max_offset",
+    __slots__ = ("weights", "mw", "bias_eff", "max_bias", "affine", "affine_limit", "table", "max_offset",
                  "signed")
 
 
 def prepare_quant(call: Call, weights_int: np.ndarray, wsum: np.ndarray, n_channels: int, fuse: int,
-                   matrix_dtype=np.float32) -> _QuantPrep:
+                  reduction: int, matrix_dtype=np.float32) -> _QuantPrep:
     """``weights_int``: zero-point corrected int64 filter in the layout the kernel uses;
-    ``wsum``: its per-output-channel sums."""
+    ``wsum``: its per-output-channel sums; ``reduction``: products per output element."""
     inp, flt, bias, out = call.ins[0], call.ins[1], call.ins[2], call.outs[0]
     prep = _QuantPrep()
     prep.mw = int(np.abs(weights_int).max(initial=0))
@@ -517,17 +563,17 @@ def prepare_quant(call: Call, weights_int: np.ndarray, wsum: np.ndarray, n_chann
     b = bias.value.astype(np.int64)
     prep.bias_eff = b - np.int64(inp.zero_point) * wsum.astype(np.int64)
     prep.max_bias = float(np.abs(b).max(initial=0))
-    prep.max_bias_eff = float(np.abs(prep.bias_eff).max(initial=0))
+    # The raw accumulator sum(x * w') over any input of this type (padding included) is bounded by:
+    qmin, qmax = QUANT_RANGE[inp.type]
+    prep.affine_limit = min(FLOAT32_EXACT, reduction * max(abs(qmin), abs(qmax)) * prep.mw)
     mult, shift = output_multipliers(inp, flt, out, n_channels)
     lo, hi = activation_range_quant(fuse, out)
     dtype = DTYPES[out.type]
     mult = np.broadcast_to(mult, (n_channels,)) if mult.size > 1 else mult.reshape(1)
     shift = np.broadcast_to(shift, (n_channels,)) if shift.size > 1 else shift.reshape(1)
-    prep.affine = None
-    if prep.max_bias_eff < 2.0 ** 24:
-        prep.affine = _requant_affine(np.ascontiguousarray(mult).tobytes(), np.ascontiguousarray(shift).tobytes(),
-                                      int(out.zero_point), int(lo), int(hi), np.dtype(dtype).str,
-                                      prep.bias_eff.tobytes())
+    prep.affine = _requant_affine(np.ascontiguousarray(mult).tobytes(), np.ascontiguousarray(shift).tobytes(),
+                                  int(out.zero_point), int(lo), int(hi), np.dtype(dtype).str, prep.bias_eff.tobytes(),
+                                  prep.affine_limit)
     prep.signed = dtype == np.int8
     prep.table, prep.max_offset = None, 0.0
     if prep.affine is None:
@@ -563,7 +609,7 @@ def quant_fast_ok(prep: _QuantPrep, inp, reduction: int, padded: bool) -> bool:
     if float(reduction) * corrected * prep.mw + prep.max_bias >= 2.0 ** 31:
         return False
     if prep.affine is not None:
-        return bound + prep.max_bias_eff < 2.0 ** 24
+        return bound <= prep.affine_limit
     return bound + prep.max_offset < 2.0 ** 24
 
 
@@ -582,14 +628,10 @@ def requant_params(prep: _QuantPrep):
 def requant_block(acc: np.ndarray, params, prep: _QuantPrep, out_block: np.ndarray,
                   offset_added: bool = False) -> None:
     """Requantization of one block of exact raw accumulators (in place in ``acc``) into
-    ``out_block`` (uint8 storage). Affine: float32 multiply, add, clip, cast (int8 outputs are
-    computed offset by 128 and flipped back with ^ 0x80). Table: index, clip, look up."""
+    ``out_block`` (uint8 storage). Affine: multiply, add, clip, cast (int8 outputs are computed
+    offset by 128 and flipped back with ^ 0x80). Table: index, clip, look up."""
     if prep.affine is not None:
-        r, c, low, high = params
-        acc *= r
-        acc += c
-        np.clip(acc, low, high, out=acc)
-        np.copyto(out_block, acc, casting="unsafe")
+        apply_affine(acc, *params, out_block)
         if prep.signed:
             np.bitwise_xor(out_block, np.uint8(0x80), out=out_block)
         return
@@ -619,7 +661,7 @@ def conv2d_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
             wi = flt.value.reshape(c_out, K).astype(np.int64)
             if flt.type != PC and flt.zero_point:
                 wi -= flt.zero_point
-            return prepare_quant(call, np.ascontiguousarray(wi.T), wi.sum(axis=1), c_out, p.fuse)
+            return prepare_quant(call, np.ascontiguousarray(wi.T), wi.sum(axis=1), c_out, p.fuse, K)
         prep = call.derived(("conv_quant",), range(1, len(call.ins)), compute)
         padded = any(p.pads)
         if not quant_fast_ok(prep, inp, K, padded):
@@ -735,7 +777,7 @@ def depthwise_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
             wi = flt.value[0].astype(np.int64)  # (KH, KW, C_out)
             if flt.type != PC and flt.zero_point:
                 wi -= flt.zero_point
-            return prepare_quant(call, wi, wi.sum(axis=(0, 1)), c_out, p.fuse)
+            return prepare_quant(call, wi, wi.sum(axis=(0, 1)), c_out, p.fuse, kh * kw)
         prep = call.derived(("dw_quant",), range(1, len(call.ins)), compute)
         if not quant_fast_ok(prep, inp, kh * kw, any(p.pads)):
             return None

@@ -91,7 +91,7 @@ def _fully_connected_fast(call: Call, num_units: int, input_size: int, fuse: int
         wi = wts.value.astype(np.int64)
         if wts.zero_point:
             wi -= wts.zero_point
-        return prepare_quant(call, np.ascontiguousarray(wi.T), wi.sum(axis=1), num_units, fuse)
+        return prepare_quant(call, np.ascontiguousarray(wi.T), wi.sum(axis=1), num_units, fuse, input_size)
     prep = call.derived(("quant",), (1, 2, 3), compute)
     if not quant_fast_ok(prep, inp, input_size, False):
         return None

@@ -536,6 +536,77 @@ def test_finish_quant_fast_paths_are_exact(case, signed, zp, scale, real, n_ch, 
     np.testing.assert_array_equal(fast, direct)
 
 
+def _real_model_cases():
+    for case in range(48):
+        yield pytest.param(case, case % 2 == 0, case % 4 < 2, case % 3 != 0, id=f"case{case}")
+
+
+@pytest.mark.parametrize("case,signed,relu,big_bias", list(_real_model_cases()))
+def test_finish_quant_with_real_model_scales(case, signed, relu, big_bias):
+    """Per-channel int8 models (TFLite's post-training quantization) have multipliers down to
+    1e-7 and int32 biases up to ~1e9. The affine requantization, proven per channel (in float64
+    where float32 is not exact enough), agrees with the direct fixed-point path; for ReLU-like
+    outputs (all steps at positive accumulators) it must be found."""
+    from nnapi_ref.ops import convolution as conv
+    from nnapi_ref.ops.base import Arg
+    rng = np.random.default_rng(100 + case)
+    n_ch = int(rng.integers(1, 40))
+    lo, hi = (-128, 127) if signed else (0, 255)
+    zp = int(rng.integers(lo, hi + 1))
+    out = Arg(S8 if signed else Q8, (1,), 0.05, zp)
+    fuse = 1 if relu else 0
+    reals = np.exp(rng.uniform(np.log(1e-7), np.log(0.05), n_ch))
+    mult, shift = conv.quantize_multipliers(reals)
+    bias = rng.integers(-2 ** 30, 2 ** 30, n_ch) if big_bias else rng.integers(-10 ** 5, 10 ** 5, n_ch)
+    bound = 2 ** 22
+    acc = rng.integers(-bound, bound + 1, (6000, n_ch))
+    # Half the accumulators just around the steps of each channel: (level - zp) / real - bias.
+    levels = rng.integers(lo, hi + 1, (3000, n_ch))
+    near = np.round((levels - zp) / reals) - bias + rng.integers(-3, 4, (3000, n_ch))
+    acc[:3000] = np.where(np.abs(near) <= bound, near, acc[:3000])
+    acc = acc.astype(np.float32)
+    direct = conv.finish_quant(acc.copy(), bias.astype(np.int32), mult, shift, out, fuse, None)
+    fast = conv.finish_quant(acc.copy(), bias.astype(np.int32), mult, shift, out, fuse, float(bound))
+    np.testing.assert_array_equal(fast, direct)
+    if relu:
+        act_lo, act_hi = conv.activation_range_quant(fuse, out)
+        affine = conv._requant_affine(mult.tobytes(), shift.tobytes(), zp, act_lo, act_hi,
+                                      np.dtype(np.int8 if signed else np.uint8).str, bias.astype(np.int64).tobytes(),
+                                      bound)
+        assert affine is not None
+
+
+def test_per_channel_conv_with_real_model_scales_takes_the_fast_path(monkeypatch):
+    """An int8 1x1 convolution quantized like TFLite's per-channel models (weight scales spread
+    over three decades, biases up to 2**28) runs on the prepared float path, exactly."""
+    from nnapi_ref.ops import convolution as cv
+    taken = []
+    original = cv.conv2d_fast
+
+    def spy(*args):
+        result = original(*args)
+        taken.append(result is not None)
+        return result
+    monkeypatch.setattr(cv, "conv2d_fast", spy)
+    rng = np.random.default_rng(3)
+    n_out, k = 24, 32
+    x = rng.integers(-128, 128, (1, 20, 20, k))
+    w = rng.integers(-127, 128, (n_out, 1, 1, k))
+    scales = list(np.exp(rng.uniform(np.log(1e-5), np.log(1e-2), n_out)))
+    b = rng.integers(-2 ** 28, 2 ** 28, n_out)
+    sx, zx, so, zo = 0.02, -5, 0.03, -128
+    ins, _ = _conv_operands(Op.CONV_2D, x.astype(np.int8), w.astype(np.int8), b, (0, 0, 0, 0), (1, 1), 3, S8,
+                            (sx, zx, 0.0, 0, so, zo), True, wtype=PC, scales=scales, channel_dim=0)
+    acc = _naive_for(Op.CONV_2D, x - zx, w, b, (0, 0, 0, 0), (1, 1), None)
+    reals = [float(np.float32(sx) * np.float32(s)) / float(np.float32(so)) for s in scales]
+    lo, hi = zo, zo + round(6 / so)  # ReLU6: [0, 6] quantized
+    expected = requant_ref(acc, reals, zo, lo, hi)
+    first, second = _run_compiled_twice(Op.CONV_2D, ins, output(S8, expected.shape, so, zo))
+    np.testing.assert_array_equal(first, expected)
+    np.testing.assert_array_equal(second, expected)
+    assert taken == [True, True]
+
+
 # ---- prepared (cached) fast paths: a compiled model run twice, weights constant or fed ----
 
 def _run_compiled_twice(code, ins, out):
