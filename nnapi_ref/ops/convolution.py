@@ -340,19 +340,21 @@ def _requant_affine(mult_bytes: bytes, shift_bytes: bytes, zero_point: int, lo: 
     ch, a, want = _step_points(mult, shift, zero_point, lo, hi, bias, min(int(limit), FLOAT32_EXACT))
     base = 0 if dtype == np.dtype(np.uint8).str else -128  # G computes q - base, in [0, 255]
     want = want - base
-    # Exactly, q(a) - zero_point = floor(a * real + 1/2 +- 2**-(rs+1)) with rs the right shift:
-    # SRDHM rounds first, then RoundingDivideByPOT; the sign is that of the SRDHM result. One
+    # Exactly, q(a) - zero_point = floor(v * real + 1/2 +- 2**-(rs+1)) with v = a + bias and rs
+    # the right shift: SRDHM rounds half up, then RoundingDivideByPOT (rs > 0) rounds half away
+    # from zero, the sign being that of v; without a right shift, floor(v * real + 1/2). One
     # affine function per channel follows one side: the positive one serves channels whose steps
-    # all lie at positive accumulators (ReLU-like outputs), the negative one negative ones; each
-    # channel takes the one that holds for all its points.
+    # all lie at positive v (ReLU-like outputs), the negative one negative ones; each channel
+    # takes the one that holds for all its points.
     rs = np.maximum(-shift, 0).astype(np.float64)
+    nudge = np.where(rs > 0, np.exp2(-rs - 1), 0.0)
     centre = bias * real + (zero_point + 0.5 - base)
     for ftype in (np.float32, np.float64):
         low, high = ftype(lo - base), ftype(hi - base)
         r = real.astype(ftype)
         chosen, settled = np.zeros(n_ch, ftype), np.zeros(n_ch, bool)
         for sign in (1, -1):
-            c = (centre + sign * np.exp2(-rs - 1)).astype(ftype)
+            c = (centre + sign * nudge).astype(ftype)
             g = np.multiply(a.astype(ftype), r[ch])
             g += c[ch]
             np.clip(g, low, high, out=g)

@@ -576,6 +576,29 @@ def test_finish_quant_with_real_model_scales(case, signed, relu, big_bias):
         assert affine is not None
 
 
+@pytest.mark.parametrize("signed", [False, True])
+def test_affine_requantization_without_a_right_shift(signed):
+    """Multipliers in [0.5, 1) have no RoundingDivideByPOT (q = floor(v * real + 1/2), no
+    sign-dependent nudge), and those >= 1 shift left: ReLU-like outputs still get the proven
+    affine path, and it agrees with the direct fixed-point path."""
+    from nnapi_ref.ops import convolution as conv
+    from nnapi_ref.ops.base import Arg
+    rng = np.random.default_rng(9)
+    reals = np.array([0.72, 0.5, 0.99, 0.3, 1.3, 0.06])
+    mult, shift = conv.quantize_multipliers(reals)
+    assert list(shift[:3]) == [0, 0, 0] and shift[4] > 0
+    lo = -128 if signed else 0
+    out = Arg(S8 if signed else Q8, (1,), 0.05, lo)
+    bias = rng.integers(-5000, 5000, 6)
+    acc = rng.integers(-20000, 20000, (20000, 6)).astype(np.float32)
+    affine = conv._requant_affine(mult.tobytes(), shift.tobytes(), lo, lo, lo + 255,
+                                  np.dtype(np.int8 if signed else np.uint8).str, bias.astype(np.int64).tobytes(), 20000)
+    assert affine is not None
+    direct = conv.finish_quant(acc.copy(), bias.astype(np.int32), mult, shift, out, 1, None)
+    fast = conv.finish_quant(acc.copy(), bias.astype(np.int32), mult, shift, out, 1, 20000.0)
+    np.testing.assert_array_equal(fast, direct)
+
+
 def test_per_channel_conv_with_real_model_scales_takes_the_fast_path(monkeypatch):
     """An int8 1x1 convolution quantized like TFLite's per-channel models (weight scales spread
     over three decades, biases up to 2**28) runs on the prepared float path, exactly."""
