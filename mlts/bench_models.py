@@ -14,8 +14,9 @@ resolver, XNNPACK on), both on one CPU thread, on the real inputs of the folder:
 * LSTMs: every sequence of ``lstm_inputs.npz`` of the model's input shape, TFLite's variable
   state tensors reset before each (``reset_all_variables``), as nnapi_ref starts from zero states.
 
-Reports per model: ms/inference for each (best and median over all timed runs), the ratio of the
-medians nnapi_ref / TFLite, and agreement: for classifiers (a SOFTMAX at the end) the fraction of
+Reports per model: ms/inference for each (best and median over all timed runs; the two are
+timed alternately, input by input, so that a shared machine's drift affects both alike), the
+ratio of the medians nnapi_ref / TFLite, and agreement: for classifiers (a SOFTMAX at the end) the fraction of
 inputs (frames, for sequence outputs) with the same top-1, and the max |difference| of the outputs,
 dequantized for quantized outputs (also in quantization steps). A model the importer refuses is
 listed with the reason, with TFLite's timing alone. ``--ref-kernels`` also compares with TFLite's
@@ -172,6 +173,10 @@ def bench_model(path: Path, models_dir: Path, rounds: int, tflite_runs: int, ref
         return row
     row["samples"] = len(samples)
     classifier = ours is not None and "SOFTMAX" in info.operators[-2:]
+    tflite_times: list[float] = []
+    if tfl is not None:
+        for _ in range(5):
+            tfl.run(samples[0])
     if ours is not None:
         ours.run(samples[0])   # warm-up (first execution prepares the weights)
         outputs, times = [], []
@@ -180,15 +185,17 @@ def bench_model(path: Path, models_dir: Path, rounds: int, tflite_runs: int, ref
                 t0 = time.perf_counter()
                 y = ours.run(x)
                 times.append(time.perf_counter() - t0)
+                if tfl is not None:   # alternately: the machine's drift affects both alike
+                    tflite_times.append(timed(lambda: tfl.run(x)))
                 if r == 0:
                     outputs.append(y)
         row["nnapi_ref"] = summary(times)
     if tfl is not None:
-        for _ in range(5):
-            tfl.run(samples[0])
         theirs = [tfl.run(x) for x in samples]
-        times = [timed(lambda: tfl.run(samples[k % len(samples)])) for k in range(max(tflite_runs, len(samples)))]
-        row["tflite"] = summary(times)
+        if not tflite_times:
+            tflite_times = [timed(lambda: tfl.run(samples[k % len(samples)]))
+                            for k in range(max(tflite_runs, len(samples)))]
+        row["tflite"] = summary(tflite_times)
         if ours is not None:
             row["agreement"] = agreement(info, outputs, theirs, classifier)
             row["ratio"] = row["nnapi_ref"]["median_ms"] / row["tflite"]["median_ms"]
