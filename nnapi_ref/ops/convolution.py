@@ -315,21 +315,29 @@ def _step_points(mult, shift, zero_point, lo, hi, bias, limit):
 @functools.lru_cache(maxsize=512)
 def _requant_affine(mult_bytes: bytes, shift_bytes: bytes, zero_point: int, lo: int, hi: int, dtype: str,
                     bias_bytes: bytes, limit: int = FLOAT32_EXACT):
-    """Parameters (r, c, low, high) per output channel, float32 if possible else float64, such
-    that for every integer accumulator a with |a| <= ``limit`` (< 2**24: exact in float32) and
-    a + bias an int32,
+    """Parameters (r, c, low, high, t0, step) per output channel, float32 if possible else
+    float64, such that for every integer accumulator a with |a| <= ``limit`` (< 2**24: exact in
+    float32) and a + bias an int32, G(a) = uint8(:func:`affine_values` (a)) (then ^ 0x80 for int8
+    outputs), i.e.
 
-        uint8(clip(a * r + c, low, high))  (then ^ 0x80 for int8 outputs)
+        t = a * r + c;  t += clip(t - t0, 0, step);  clip(t, low, high)
 
-    computed in r's precision (a * r rounded, then + c rounded) equals the exact clamped
-    requantization q(a + bias); None when that cannot be proven. The bias (any int32: it is folded
-    into c) and the multipliers are per channel.
+    computed in r's precision, equals the exact clamped requantization q(a + bias); None when
+    that cannot be proven. The bias (any int32: it is folded into c) and the multipliers are per
+    channel; step is None when no channel needs it.
 
-    The float expression G is non-decreasing in a (IEEE rounding is monotone), and so is q, so
-    they agree on the whole range iff they agree at its ends and on both sides of every step of q
-    (:func:`_step_points`: at most hi - lo steps per channel), checked with the very same numpy
-    operations the fast path uses. Float32 is exact enough when the steps lie at small |a * r|
-    relative to 1 / r; tiny multipliers or large biases (per-channel real models) need float64."""
+    Exactly, q(a) - zero_point = floor(v * real + 1/2 +- nudge) with v = a + bias, where
+    nudge = 2**-(rs+1) for a right shift rs > 0 (SRDHM rounds half up, then RoundingDivideByPOT
+    rounds half away from zero: the sign is that of v), 0 without one. A channel whose steps all
+    lie on one side of v = 0 (ReLU-like outputs) is one affine function; one with steps on both
+    sides starts from the negative side's offset and adds 2 * nudge in a narrow ramp just above
+    t0 = zero_point + 1/2, where v crosses 0 and no step lies.
+
+    G is non-decreasing in a (IEEE rounding is monotone), and so is q, so they agree on the whole
+    range iff they agree at its ends and on both sides of every step of q (:func:`_step_points`:
+    at most hi - lo steps per channel), checked with the very same numpy operations the fast path
+    uses. Float32 is exact enough when the steps lie at small |a * r| relative to 1 / r; tiny
+    multipliers or large biases (per-channel real models) need float64."""
     bias = np.frombuffer(bias_bytes, np.int64)
     n_ch = len(bias)
     mult = np.broadcast_to(np.frombuffer(mult_bytes, np.int64), (n_ch,))
@@ -340,47 +348,56 @@ def _requant_affine(mult_bytes: bytes, shift_bytes: bytes, zero_point: int, lo: 
     ch, a, want = _step_points(mult, shift, zero_point, lo, hi, bias, min(int(limit), FLOAT32_EXACT))
     base = 0 if dtype == np.dtype(np.uint8).str else -128  # G computes q - base, in [0, 255]
     want = want - base
-    # Exactly, q(a) - zero_point = floor(v * real + 1/2 +- 2**-(rs+1)) with v = a + bias and rs
-    # the right shift: SRDHM rounds half up, then RoundingDivideByPOT (rs > 0) rounds half away
-    # from zero, the sign being that of v; without a right shift, floor(v * real + 1/2). One
-    # affine function per channel follows one side: the positive one serves channels whose steps
-    # all lie at positive v (ReLU-like outputs), the negative one negative ones; each channel
-    # takes the one that holds for all its points.
+    points = a.astype(np.float32)
     rs = np.maximum(-shift, 0).astype(np.float64)
     nudge = np.where(rs > 0, np.exp2(-rs - 1), 0.0)
     centre = bias * real + (zero_point + 0.5 - base)
+
+    def wrong_per_channel(params):
+        r, c, low, high, t0, step = params
+        g = affine_values(points, r[ch], c[ch], low, high, t0, None if step is None else step[ch])
+        return np.bincount(ch, g.astype(np.uint8).astype(np.int64) != want, minlength=n_ch)
+
     for ftype in (np.float32, np.float64):
         low, high = ftype(lo - base), ftype(hi - base)
         r = real.astype(ftype)
         chosen, settled = np.zeros(n_ch, ftype), np.zeros(n_ch, bool)
         for sign in (1, -1):
             c = (centre + sign * nudge).astype(ftype)
-            g = np.multiply(a.astype(ftype), r[ch])
-            g += c[ch]
-            np.clip(g, low, high, out=g)
-            wrong = np.bincount(ch, g.astype(np.uint8).astype(np.int64) != want, minlength=n_ch)
-            take = (wrong == 0) & ~settled
+            take = (wrong_per_channel((r, c, low, high, None, None)) == 0) & ~settled
             chosen[take] = c[take]
             settled |= take
         if settled.all():
-            return r, chosen, low, high
+            return r, chosen, low, high, None, None
+        c = np.where(settled, chosen, (centre - nudge).astype(ftype))
+        step = np.where(settled, 0, 2 * nudge).astype(ftype)
+        params = (r, c, low, high, ftype(zero_point - base + 0.5), step)
+        if not wrong_per_channel(params).any():
+            return params
     return None
 
 
-def apply_affine(acc: np.ndarray, r, c, low, high, out: np.ndarray) -> None:
-    """``out`` (uint8) = clip(acc * r + c, low, high) computed in r's precision (see
-    :func:`_requant_affine`), for exact integer accumulators in float32 ``acc`` (overwritten
-    when r is float32)."""
-    if np.result_type(r) == np.float32:
-        acc *= r
-        acc += c
-        np.clip(acc, low, high, out=acc)
-        np.copyto(out, acc, casting="unsafe")
-        return
-    g = np.multiply(acc, r, dtype=np.float64)
-    g += c
-    np.clip(g, low, high, out=g)
-    np.copyto(out, g, casting="unsafe")
+def affine_values(acc: np.ndarray, r, c, low, high, t0=None, step=None, in_place: bool = False) -> np.ndarray:
+    """The float values of the affine requantization (see :func:`_requant_affine`) of exact
+    integer accumulators in float32 ``acc``, in r's precision; ``in_place`` may reuse ``acc``."""
+    if in_place and np.result_type(r) == np.float32:
+        t = acc
+        t *= r
+    else:
+        t = np.multiply(acc, r, dtype=np.result_type(r))
+    t += c
+    if step is not None:
+        ramp = t - t0
+        np.clip(ramp, 0, step, out=ramp)
+        t += ramp
+    np.clip(t, low, high, out=t)
+    return t
+
+
+def apply_affine(acc: np.ndarray, params, out: np.ndarray) -> None:
+    """``out`` (uint8) = the affine requantization ``params`` (from :func:`_requant_affine`) of
+    exact integer accumulators in float32 ``acc`` (may be overwritten)."""
+    np.copyto(out, affine_values(acc, *params, in_place=True), casting="unsafe")
 
 
 def finish_quant(acc: np.ndarray, bias: np.ndarray, mult, shift, out, fuse: int,
@@ -404,7 +421,7 @@ def finish_quant(acc: np.ndarray, bias: np.ndarray, mult, shift, out, fuse: int,
             if not acc.flags.writeable:
                 acc = acc.copy()
             q = np.empty(acc.shape, np.uint8)
-            apply_affine(acc, *affine, q)
+            apply_affine(acc, affine, q)
             if dtype == np.int8:
                 q ^= np.uint8(0x80)
                 q = q.view(np.int8)
@@ -618,11 +635,11 @@ def quant_fast_ok(prep: _QuantPrep, inp, reduction: int, padded: bool) -> bool:
 def requant_params(prep: _QuantPrep):
     """The per-channel arrays of the block requantization (affine, else table)."""
     if prep.affine is not None:
-        r, c, low, high = prep.affine
+        r, c, *rest = prep.affine
         r = np.broadcast_to(r, c.shape)
         if np.all(r == r[0]):
             r = r[0]  # one multiplier (per-tensor filter): a scalar multiplies faster
-        return [r, c, low, high]
+        return [r, c, *rest]
     _, offset, base, top = prep.table
     return [offset, base, top]
 
@@ -633,7 +650,7 @@ def requant_block(acc: np.ndarray, params, prep: _QuantPrep, out_block: np.ndarr
     ``out_block`` (uint8 storage). Affine: multiply, add, clip, cast (int8 outputs are computed
     offset by 128 and flipped back with ^ 0x80). Table: index, clip, look up."""
     if prep.affine is not None:
-        apply_affine(acc, *params, out_block)
+        apply_affine(acc, params, out_block)
         if prep.signed:
             np.bitwise_xor(out_block, np.uint8(0x80), out=out_block)
         return

@@ -545,8 +545,8 @@ def _real_model_cases():
 def test_finish_quant_with_real_model_scales(case, signed, relu, big_bias):
     """Per-channel int8 models (TFLite's post-training quantization) have multipliers down to
     1e-7 and int32 biases up to ~1e9. The affine requantization, proven per channel (in float64
-    where float32 is not exact enough), agrees with the direct fixed-point path; for ReLU-like
-    outputs (all steps at positive accumulators) it must be found."""
+    where float32 is not exact enough; with the ramp at v = 0 where steps lie on both sides, as in
+    linear layers), is found and agrees with the direct fixed-point path."""
     from nnapi_ref.ops import convolution as conv
     from nnapi_ref.ops.base import Arg
     rng = np.random.default_rng(100 + case)
@@ -568,12 +568,12 @@ def test_finish_quant_with_real_model_scales(case, signed, relu, big_bias):
     direct = conv.finish_quant(acc.copy(), bias.astype(np.int32), mult, shift, out, fuse, None)
     fast = conv.finish_quant(acc.copy(), bias.astype(np.int32), mult, shift, out, fuse, float(bound))
     np.testing.assert_array_equal(fast, direct)
-    if relu:
-        act_lo, act_hi = conv.activation_range_quant(fuse, out)
-        affine = conv._requant_affine(mult.tobytes(), shift.tobytes(), zp, act_lo, act_hi,
-                                      np.dtype(np.int8 if signed else np.uint8).str, bias.astype(np.int64).tobytes(),
-                                      bound)
-        assert affine is not None
+    act_lo, act_hi = conv.activation_range_quant(fuse, out)
+    affine = conv._requant_affine(mult.tobytes(), shift.tobytes(), zp, act_lo, act_hi,
+                                  np.dtype(np.int8 if signed else np.uint8).str, bias.astype(np.int64).tobytes(), bound)
+    assert affine is not None
+    if not relu and not big_bias:  # steps on both sides of v = 0 in some channel: the ramp is used
+        assert affine[5] is not None and np.any(affine[5] > 0)
 
 
 @pytest.mark.parametrize("signed", [False, True])
