@@ -47,6 +47,7 @@ or truncated file raises it too, never a crash deep inside.
 """
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,6 +341,10 @@ class TFLiteInfo:
 FUSED = {0: 0, 1: 1, 2: 2, 3: 3}    # TFLite ActivationFunctionType -> NNAPI FuseCode
 FUSED_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
 PADDING = {0: 1, 1: 2}              # TFLite Padding SAME/VALID -> NNAPI PaddingCode SAME/VALID
+# Operators that are one NNAPI operation of the same operands: binary ones with a fused activation.
+BINARY_OPS = {"ADD": Op.ADD, "SUB": Op.SUB, "MUL": Op.MUL, "DIV": Op.DIV}
+UNARY_OPS = {"RELU": Op.RELU, "RELU6": Op.RELU6, "RELU_N1_TO_1": Op.RELU1, "LOGISTIC": Op.LOGISTIC, "TANH": Op.TANH,
+             "HARD_SWISH": Op.HARD_SWISH}
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
 
@@ -704,18 +709,6 @@ class _Converter:
         a, b = op.inputs[:2]
         self.emit(code, [self.tensor(a), self.tensor(b), self.i32(self.fuse(0))], [self.define(op.outputs[0])])
 
-    def op_ADD(self, op):
-        self.binary(op, Op.ADD)
-
-    def op_SUB(self, op):
-        self.binary(op, Op.SUB)
-
-    def op_MUL(self, op):
-        self.binary(op, Op.MUL)
-
-    def op_DIV(self, op):
-        self.binary(op, Op.DIV)
-
     def pool(self, op, code: Op):
         padding = self.opt(0, "b")
         if padding not in PADDING:
@@ -821,24 +814,6 @@ class _Converter:
     def unary(self, op, code: Op):
         self.emit(code, [self.tensor(op.inputs[0])], [self.define(op.outputs[0])])
 
-    def op_RELU(self, op):
-        self.unary(op, Op.RELU)
-
-    def op_RELU6(self, op):
-        self.unary(op, Op.RELU6)
-
-    def op_RELU_N1_TO_1(self, op):
-        self.unary(op, Op.RELU1)
-
-    def op_LOGISTIC(self, op):
-        self.unary(op, Op.LOGISTIC)
-
-    def op_TANH(self, op):
-        self.unary(op, Op.TANH)
-
-    def op_HARD_SWISH(self, op):
-        self.unary(op, Op.HARD_SWISH)
-
     def op_CONCATENATION(self, op):
         ins = [self.tensor(k) for k in op.inputs]
         rank = len(self.t(op.outputs[0]).shape)
@@ -915,6 +890,10 @@ class _Converter:
         for op in g.operators:
             self.op = op
             handler = getattr(self, "op_" + op.name, None)
+            if op.name in BINARY_OPS:
+                handler = functools.partial(self.binary, code=BINARY_OPS[op.name])
+            elif op.name in UNARY_OPS:
+                handler = functools.partial(self.unary, code=UNARY_OPS[op.name])
             if handler is None:
                 self.fail("is not supported by the TFLite importer (no NNAPI mapping implemented)")
             self.emit_after = []
