@@ -64,10 +64,13 @@ class FullyConnected(Operation):
             x = inp.value.reshape(-1, input_size).astype(dtype)
             if inp.zero_point:
                 x -= inp.zero_point
-            w = wts.value.astype(dtype)
-            if wts.zero_point:
-                w -= wts.zero_point
-            acc = x @ w.T
+
+            def corrected_weights():
+                w = wts.value.astype(dtype)
+                if wts.zero_point:
+                    w -= wts.zero_point
+                return np.ascontiguousarray(w.T)
+            acc = x @ call.derived(("corrected_weights", np.dtype(dtype).str), (1,), corrected_weights)
             real = float(np.float32(inp.scale) * np.float32(wts.scale)) / float(np.float32(out.scale))
             mult, shift = quantize_multipliers(real)
             return [finish_quant(acc, bias.value, mult, shift, out, fuse, bound)]
