@@ -15,6 +15,8 @@ fixed-point arithmetic) exactly:
 """
 from __future__ import annotations
 
+import functools
+
 
 import numpy as np
 
@@ -65,6 +67,17 @@ def _count_leading_zeros_u32(x: np.ndarray) -> np.ndarray:
     return 32 - length
 
 
+@functools.lru_cache(maxsize=64)
+def _exp_of_diffs(multiplier: int, left_shift: int) -> np.ndarray:
+    """The fixed-point exp (Q0.31) of every 8-bit input difference -255..0 (index diff + 255),
+    rescaled by the softmax multiplier: the same values, computed once instead of per element."""
+    diff = np.arange(-255, 1, dtype=np.int64)
+    rescaled = fp.multiply_by_quantized_multiplier_greater_than_one(diff, multiplier, left_shift)
+    table = fp.exp_on_negative_values(rescaled, _SCALED_DIFF_INTEGER_BITS)
+    table.flags.writeable = False
+    return table
+
+
 def softmax_quant8(x: np.ndarray, in_scale: float, beta: float, out_type) -> np.ndarray:
     """Quantized softmax along the last axis of raw values ``x`` (uint8 or int8)."""
     qmin, qmax = Q8_RANGE[out_type]
@@ -78,8 +91,7 @@ def softmax_quant8(x: np.ndarray, in_scale: float, beta: float, out_type) -> np.
     xi = x.astype(np.int64)
     diff = xi - xi.max(axis=-1, keepdims=True)
     used = diff >= diff_min
-    rescaled = fp.multiply_by_quantized_multiplier_greater_than_one(diff, multiplier, left_shift)
-    exp = fp.exp_on_negative_values(rescaled, _SCALED_DIFF_INTEGER_BITS)  # Q0.31
+    exp = _exp_of_diffs(multiplier, left_shift)[diff + 255]  # Q0.31
     exp_acc = fp.rescale(exp, 0, _ACCUMULATION_INTEGER_BITS)
     sum_of_exps = fp.wrap32(np.sum(np.where(used, exp_acc, 0), axis=-1, keepdims=True))
     headroom_plus_one = _count_leading_zeros_u32(sum_of_exps)
