@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..types import DTYPES
 from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import QUANT_RANGE, check_rank_at_least_1, round_half_away
+from .common import QUANT_RANGE, check_rank_at_least_1
 
 F32 = np.float32
 
@@ -34,15 +35,20 @@ class Quantize(Operation):
         return [call.ins[0].shape]
 
     def execute(self, call: Call):
-        x = call.ins[0].value.astype(F32)
+        x = call.ins[0].value.astype(F32, copy=False)
         out = call.outs[0]
         lo, hi = QUANT_RANGE[out.type]
         with np.errstate(all="ignore"):
-            # x / scale in float32; rounded in float64, where adding 0.5 is exact (in float32,
-            # 0.49999997 + 0.5 rounds up to 1.0 and would round the value the wrong way).
-            q = round_half_away((x / F32(out.scale)).astype(np.float64)) + out.zero_point
-            q = np.where(np.isnan(q), hi, np.clip(q, lo, hi))
-        return [q.astype(np.int64)]
+            # x / scale in float32; rounded half away from zero in float64, where adding +-0.5 to a
+            # float32 value is exact (in float32, 0.49999997 + 0.5 rounds up to 1.0 and would round
+            # the value the wrong way).
+            q = np.divide(x, F32(out.scale), dtype=F32).astype(np.float64)
+            q += np.copysign(0.5, q)
+            np.trunc(q, out=q)
+            q += out.zero_point
+            np.clip(q, lo, hi, out=q)
+            q[np.isnan(q)] = hi
+        return [q.astype(DTYPES[out.type])]
 
 
 _DEQUANTIZE_INPUTS = {
