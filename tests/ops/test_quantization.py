@@ -59,6 +59,12 @@ def test_quantize_rounds_just_below_half_down():
     np.testing.assert_array_equal(out, [10, 10, 11, 9])
 
 
+def test_quantize_nan_and_infinities_saturate():
+    # NaN goes to the top of the range (NNAPI's min/max chain), infinities to their end.
+    out = quantize(F32, [np.nan, np.inf, -np.inf, -np.nan], S8, 0.1, 3)
+    np.testing.assert_array_equal(out, [127, 127, -128, 127])
+
+
 def test_quantize_float16_to_signed():
     # scale 0.25, zp -1: 0.125 -> 0.5 -> 1 -> 0 ; -0.375 -> -1.5 -> -2 -> -3 ; 40 -> 160 -> 127
     out = quantize(F16, [[0.125, -0.375], [40.0, -40.0]], S8, 0.25, -1)
