@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 
-
 import numpy as np
 
 from . import fixedpoint as fp
