@@ -12,8 +12,10 @@ from scipy.special import expit
 
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops.base import REGISTRY, Arg, Call
-from nnapi_ref.testing import output, run_operation, scalar, tensor
+from nnapi_ref.testing import Operand, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
+
+from .support import assert_op_bad_data
 
 Q8 = T.TENSOR_QUANT8_ASYMM
 Q8S = T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -22,15 +24,9 @@ F16 = T.TENSOR_FLOAT16
 QRANGE = {Q8: (0, 255), Q8S: (-128, 127)}
 
 
-def run1(code, x: "Operand", out_type, scale=0.0, zp=0, relaxed=False, extra=()):
+def run1(code, x: Operand, out_type, scale=0.0, zp=0, relaxed=False, extra=()):
     (result,) = run_operation(code, [x, *extra], [output(out_type, x.dims, scale, zp)], relaxed=relaxed)
     return result
-
-
-def assert_bad_data(code, inputs, outputs):
-    with pytest.raises(NnapiError) as info:
-        run_operation(code, inputs, outputs)
-    assert info.value.code == ResultCode.BAD_DATA
 
 
 # ---- RELU family ----------------------------------------------------------------------------
@@ -103,23 +99,23 @@ def test_relu6_property(values):
 @pytest.mark.parametrize("code", [O.RELU, O.RELU1, O.RELU6, O.LOGISTIC, O.TANH])
 def test_rank_above_4_rejected(code):
     x = np.zeros((1, 1, 1, 1, 2), np.float32)
-    assert_bad_data(code, [tensor(F32, x)], [output(F32, x.shape)])
+    assert_op_bad_data(code, [tensor(F32, x)], [output(F32, x.shape)])
 
 
 @pytest.mark.parametrize("code", [O.RELU, O.RELU1, O.RELU6])
 @pytest.mark.parametrize("scale,zp", [(0.25, 128), (0.5, 100)])
 def test_relu_quantized_output_params_must_match(code, scale, zp):
-    assert_bad_data(code, [tensor(Q8, [1, 2], 0.5, 128)], [output(Q8, (2,), scale, zp)])
+    assert_op_bad_data(code, [tensor(Q8, [1, 2], 0.5, 128)], [output(Q8, (2,), scale, zp)])
 
 
 @pytest.mark.parametrize("code", [O.RELU, O.RELU1, O.RELU6, O.LOGISTIC, O.TANH, O.HARD_SWISH])
 def test_type_mismatch_rejected(code):
-    assert_bad_data(code, [tensor(F32, [1.0, 2.0])], [output(F16, (2,))])
+    assert_op_bad_data(code, [tensor(F32, [1.0, 2.0])], [output(F16, (2,))])
 
 
 @pytest.mark.parametrize("code", [O.RELU, O.LOGISTIC, O.TANH, O.HARD_SWISH])
 def test_int32_rejected(code):
-    assert_bad_data(code, [tensor(T.TENSOR_INT32, [1, 2])], [output(T.TENSOR_INT32, (2,))])
+    assert_op_bad_data(code, [tensor(T.TENSOR_INT32, [1, 2])], [output(T.TENSOR_INT32, (2,))])
 
 
 # ---- LOGISTIC, TANH: float ------------------------------------------------------------------
@@ -204,7 +200,7 @@ def test_quantized_logistic_tanh_monotone(scale, zp):
     (O.TANH, Q8, 1 / 128, 0), (O.TANH, Q8, 1 / 256, 128), (O.TANH, Q8S, 1 / 128, 128),
 ])
 def test_logistic_tanh_output_quantization_enforced(code, type_, scale, zp):
-    assert_bad_data(code, [tensor(type_, [1, 2], 0.5, 0)], [output(type_, (2,), scale, zp)])
+    assert_op_bad_data(code, [tensor(type_, [1, 2], 0.5, 0)], [output(type_, (2,), scale, zp)])
 
 
 # ---- ELU ------------------------------------------------------------------------------------
@@ -226,9 +222,9 @@ def test_elu_float16():
 
 
 def test_elu_alpha_type_must_match():
-    assert_bad_data(O.ELU, [tensor(F32, [1.0]), scalar(T.FLOAT16, 1.0)], [output(F32, (1,))])
-    assert_bad_data(O.ELU, [tensor(F16, [1.0]), scalar(T.FLOAT32, 1.0)], [output(F16, (1,))])
-    assert_bad_data(O.ELU, [tensor(Q8, [1], 0.5, 0), scalar(T.FLOAT32, 1.0)], [output(Q8, (1,), 0.5, 0)])
+    assert_op_bad_data(O.ELU, [tensor(F32, [1.0]), scalar(T.FLOAT16, 1.0)], [output(F32, (1,))])
+    assert_op_bad_data(O.ELU, [tensor(F16, [1.0]), scalar(T.FLOAT32, 1.0)], [output(F16, (1,))])
+    assert_op_bad_data(O.ELU, [tensor(Q8, [1], 0.5, 0), scalar(T.FLOAT32, 1.0)], [output(Q8, (1,), 0.5, 0)])
 
 
 # ---- HARD_SWISH -----------------------------------------------------------------------------

@@ -13,6 +13,8 @@ from nnapi_ref.errors import NnapiError
 from nnapi_ref.testing import output, run_operation, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
 
+from .support import assert_bad_data
+
 Q8 = T.TENSOR_QUANT8_ASYMM
 S8 = T.TENSOR_QUANT8_ASYMM_SIGNED
 F32 = T.TENSOR_FLOAT32
@@ -28,12 +30,6 @@ COMPARISONS = {
 
 def compare(code, t, a, b, sa=0.0, za=0, sb=0.0, zb=0, out_type=B8):
     return run_operation(code, [tensor(t, a, sa, za), tensor(t, b, sb, zb)], [output(out_type)])[0]
-
-
-def assert_bad_data(fn, *args, **kwargs):
-    with pytest.raises(NnapiError) as info:
-        fn(*args, **kwargs)
-    assert info.value.code == ResultCode.BAD_DATA, info.value
 
 
 def expected(code, a, b):

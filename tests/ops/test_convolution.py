@@ -15,6 +15,8 @@ from nnapi_ref.ops.common import multiply_by_quantized_multiplier, quantize_mult
 from nnapi_ref.testing import compile_operation, execute_operation, omitted, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
 
+from .support import assert_bad_data as bad
+
 F32, F16, Q8, S8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
 PC, I32, INT, BOOL = T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_INT32, T.INT32, T.BOOL
 SAME, VALID = 1, 2
@@ -422,12 +424,6 @@ def test_transpose_conv_against_torch():
 # ---------------------------------------------------------------------------------------------
 # Validation: every documented constraint is BAD_DATA
 # ---------------------------------------------------------------------------------------------
-
-def bad(fn, *args, **kwargs):
-    with pytest.raises(NnapiError) as e:
-        fn(*args, **kwargs)
-    assert e.value.code == ResultCode.BAD_DATA, e.value
-
 
 X, W, B = rand_f(1, 5, 5, 2), rand_f(3, 3, 3, 2), rand_f(3)
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops.common import multiply_by_quantized_multiplier, quantize_multiplier
 from nnapi_ref.testing import compile_operation, execute_operation, output, run_operation, scalar, tensor
-from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
+from nnapi_ref.types import OperandCode as T, OperationCode as Op
+
+from .support import assert_bad_data as bad
 
 F32, F16, Q8, S8, I32, INT, BOOL = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
                                     T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32, T.INT32, T.BOOL)
@@ -73,12 +74,6 @@ def test_fc_quant_matches_exact_reference(t, lo, hi, k):
     real = float(np.float32(0.25) * np.float32(0.125)) / q[4]
     act_hi = min(hi, q[5] + int(np.round(6 / q[4])))
     np.testing.assert_array_equal(out, requant(acc, real, q[5], max(lo, q[5]), act_hi))
-
-
-def bad(fn, *args, **kwargs):
-    with pytest.raises(NnapiError) as e:
-        fn(*args, **kwargs)
-    assert e.value.code == ResultCode.BAD_DATA, e.value
 
 
 def test_fc_validation():

@@ -17,6 +17,8 @@ from nnapi_ref.ops.base import Arg, Call
 from nnapi_ref.testing import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
 
+from .support import assert_bad_data
+
 Q8 = T.TENSOR_QUANT8_ASYMM
 S8 = T.TENSOR_QUANT8_ASYMM_SIGNED
 F32 = T.TENSOR_FLOAT32
@@ -39,12 +41,6 @@ def pair(code, t, a, b, out_type=None, **quant):
     return run_operation(code, [tensor(t, a, quant.get("sa", 0.0), quant.get("za", 0)),
                                 tensor(t, b, quant.get("sb", 0.0), quant.get("zb", 0))],
                          [output(out_type, None, quant.get("so", 0.0), quant.get("zo", 0))])[0]
-
-
-def assert_bad_data(fn, *args, **kwargs):
-    with pytest.raises(NnapiError) as info:
-        fn(*args, **kwargs)
-    assert info.value.code == ResultCode.BAD_DATA, info.value
 
 
 # ---------------------------------------------------------------- ADD

@@ -5,7 +5,6 @@ the ``farmhash`` package (pyfarmhash; skipped when not installed) with keys pack
 and by hash-independent properties (sparse = bits packed MSB first, the sparse offset, weight
 scaling and negation).
 """
-import math
 import struct
 
 import numpy as np

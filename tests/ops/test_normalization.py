@@ -13,19 +13,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scipy.special import log_softmax, softmax
 
-from nnapi_ref.errors import NnapiError
 from nnapi_ref.testing import output, run_operation, scalar, tensor
-from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
+from nnapi_ref.types import OperandCode as T, OperationCode as O
+
+from .support import assert_op_bad_data
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
 Q8, Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
 FSCALAR = {F32: T.FLOAT32, F16: T.FLOAT16}
-
-
-def assert_bad_data(code, inputs, outputs):
-    with pytest.raises(NnapiError) as info:
-        run_operation(code, inputs, outputs)
-    assert info.value.code == ResultCode.BAD_DATA
 
 
 # ---- SOFTMAX -------------------------------------------------------------------------------
@@ -98,17 +93,17 @@ def test_softmax_quantized_axis():
 def test_softmax_validation():
     x = np.zeros((2, 3), np.float32)
     out = [output(F32)]
-    assert_bad_data(O.SOFTMAX, [tensor(F32, x), scalar(T.FLOAT32, 0.0)], out)            # beta must be > 0
-    assert_bad_data(O.SOFTMAX, [tensor(F32, x), scalar(T.FLOAT32, -1.0)], out)
-    assert_bad_data(O.SOFTMAX, [tensor(F32, x), scalar(T.FLOAT32, 1.0), scalar(T.INT32, 2)], out)   # axis
-    assert_bad_data(O.SOFTMAX, [tensor(F32, x), scalar(T.FLOAT32, 1.0), scalar(T.INT32, -3)], out)
-    assert_bad_data(O.SOFTMAX, [tensor(F32, np.zeros((1, 1, 1, 1, 2), np.float32)), scalar(T.FLOAT32, 1.0)], out)
-    assert_bad_data(O.SOFTMAX, [tensor(F16, x), scalar(T.FLOAT32, 1.0)], [output(F16)])  # beta type for float16
+    assert_op_bad_data(O.SOFTMAX, [tensor(F32, x), scalar(T.FLOAT32, 0.0)], out)            # beta must be > 0
+    assert_op_bad_data(O.SOFTMAX, [tensor(F32, x), scalar(T.FLOAT32, -1.0)], out)
+    assert_op_bad_data(O.SOFTMAX, [tensor(F32, x), scalar(T.FLOAT32, 1.0), scalar(T.INT32, 2)], out)   # axis
+    assert_op_bad_data(O.SOFTMAX, [tensor(F32, x), scalar(T.FLOAT32, 1.0), scalar(T.INT32, -3)], out)
+    assert_op_bad_data(O.SOFTMAX, [tensor(F32, np.zeros((1, 1, 1, 1, 2), np.float32)), scalar(T.FLOAT32, 1.0)], out)
+    assert_op_bad_data(O.SOFTMAX, [tensor(F16, x), scalar(T.FLOAT32, 1.0)], [output(F16)])  # beta type for float16
     q = np.zeros((2, 3), np.uint8)
     for scale, zp in [(1 / 128, 0), (1 / 256, 1)]:
-        assert_bad_data(O.SOFTMAX, [tensor(Q8, q, 0.5, 0), scalar(T.FLOAT32, 1.0)], [output(Q8, None, scale, zp)])
+        assert_op_bad_data(O.SOFTMAX, [tensor(Q8, q, 0.5, 0), scalar(T.FLOAT32, 1.0)], [output(Q8, None, scale, zp)])
     qs = np.zeros((2, 3), np.int8)
-    assert_bad_data(O.SOFTMAX, [tensor(Q8S, qs, 0.5, 0), scalar(T.FLOAT32, 1.0)], [output(Q8S, None, 1 / 256, 0)])
+    assert_op_bad_data(O.SOFTMAX, [tensor(Q8S, qs, 0.5, 0), scalar(T.FLOAT32, 1.0)], [output(Q8S, None, 1 / 256, 0)])
 
 
 # ---- LOG_SOFTMAX ---------------------------------------------------------------------------
@@ -128,8 +123,8 @@ def test_log_softmax(type_, axis):
 
 def test_log_softmax_validation():
     x = tensor(F32, np.zeros((2, 3), np.float32))
-    assert_bad_data(O.LOG_SOFTMAX, [x, scalar(T.FLOAT32, 1.0), scalar(T.INT32, 2)], [output(F32)])
-    assert_bad_data(O.LOG_SOFTMAX, [x, scalar(T.FLOAT32, 0.0), scalar(T.INT32, 0)], [output(F32)])
+    assert_op_bad_data(O.LOG_SOFTMAX, [x, scalar(T.FLOAT32, 1.0), scalar(T.INT32, 2)], [output(F32)])
+    assert_op_bad_data(O.LOG_SOFTMAX, [x, scalar(T.FLOAT32, 0.0), scalar(T.INT32, 0)], [output(F32)])
 
 
 # ---- L2_NORMALIZATION ----------------------------------------------------------------------
@@ -172,12 +167,12 @@ def test_l2_quantized_within_one_unit(type_, zp_in, out_zp, axis):
 
 def test_l2_validation():
     q = np.zeros((2, 3), np.uint8)
-    assert_bad_data(O.L2_NORMALIZATION, [tensor(Q8, q, 0.5, 1)], [output(Q8, None, 1 / 256, 128)])
-    assert_bad_data(O.L2_NORMALIZATION, [tensor(Q8, q, 0.5, 1)], [output(Q8, None, 1 / 128, 0)])
-    assert_bad_data(O.L2_NORMALIZATION, [tensor(Q8S, q.astype(np.int8), 0.5, 1)], [output(Q8S, None, 1 / 128, 128)])
+    assert_op_bad_data(O.L2_NORMALIZATION, [tensor(Q8, q, 0.5, 1)], [output(Q8, None, 1 / 256, 128)])
+    assert_op_bad_data(O.L2_NORMALIZATION, [tensor(Q8, q, 0.5, 1)], [output(Q8, None, 1 / 128, 0)])
+    assert_op_bad_data(O.L2_NORMALIZATION, [tensor(Q8S, q.astype(np.int8), 0.5, 1)], [output(Q8S, None, 1 / 128, 128)])
     x = tensor(F32, np.ones((2, 3), np.float32))
-    assert_bad_data(O.L2_NORMALIZATION, [x, scalar(T.INT32, 2)], [output(F32)])
-    assert_bad_data(O.L2_NORMALIZATION, [tensor(F32, np.ones((1, 1, 1, 1, 2), np.float32))], [output(F32)])
+    assert_op_bad_data(O.L2_NORMALIZATION, [x, scalar(T.INT32, 2)], [output(F32)])
+    assert_op_bad_data(O.L2_NORMALIZATION, [tensor(F32, np.ones((1, 1, 1, 1, 2), np.float32))], [output(F32)])
 
 
 # ---- LOCAL_RESPONSE_NORMALIZATION ----------------------------------------------------------
@@ -212,11 +207,11 @@ def test_lrn(type_, radius, axis):
 def test_lrn_validation():
     x = tensor(F32, np.ones((1, 1, 1, 3), np.float32))
     params = [scalar(T.INT32, 1), scalar(T.FLOAT32, 1.0), scalar(T.FLOAT32, 1.0), scalar(T.FLOAT32, 0.5)]
-    assert_bad_data(O.LOCAL_RESPONSE_NORMALIZATION, [x, *params, scalar(T.INT32, 4)], [output(F32)])
+    assert_op_bad_data(O.LOCAL_RESPONSE_NORMALIZATION, [x, *params, scalar(T.INT32, 4)], [output(F32)])
     zero_bias = [scalar(T.INT32, 1), scalar(T.FLOAT32, 0.0), scalar(T.FLOAT32, 1.0), scalar(T.FLOAT32, 0.5)]
-    assert_bad_data(O.LOCAL_RESPONSE_NORMALIZATION, [x, *zero_bias], [output(F32)])
+    assert_op_bad_data(O.LOCAL_RESPONSE_NORMALIZATION, [x, *zero_bias], [output(F32)])
     f16 = [scalar(T.INT32, 1), scalar(T.FLOAT32, 1.0), scalar(T.FLOAT32, 1.0), scalar(T.FLOAT32, 0.5)]
-    assert_bad_data(O.LOCAL_RESPONSE_NORMALIZATION, [tensor(F16, np.ones((1, 3), np.float16)), *f16], [output(F16)])
+    assert_op_bad_data(O.LOCAL_RESPONSE_NORMALIZATION, [tensor(F16, np.ones((1, 3), np.float16)), *f16], [output(F16)])
 
 
 # ---- INSTANCE_NORMALIZATION ----------------------------------------------------------------
@@ -260,4 +255,4 @@ def test_instance_normalization_constant_plane():
 def test_instance_normalization_validation():
     ins = [tensor(F32, np.ones((2, 3, 4), np.float32)), scalar(T.FLOAT32, 1.0), scalar(T.FLOAT32, 0.0),
            scalar(T.FLOAT32, 1e-3), scalar(T.BOOL, False)]
-    assert_bad_data(O.INSTANCE_NORMALIZATION, ins, [output(F32)])
+    assert_op_bad_data(O.INSTANCE_NORMALIZATION, ins, [output(F32)])

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from nnapi_ref.errors import NnapiError
 from nnapi_ref.testing import output, run_operation, tensor
-from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
+from nnapi_ref.types import OperandCode as T, OperationCode as Op
+
+from .support import assert_bad_data
 
 Q8 = T.TENSOR_QUANT8_ASYMM
 S8 = T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -35,12 +36,6 @@ def cast(t_in, x, t_out, scale=0.0, zp=0, dims=None):
     qin = (scale, zp) if t_in in QUANTIZED else (0.0, 0)
     qout = (scale, zp) if t_out in QUANTIZED else (0.0, 0)
     return run_operation(Op.CAST, [tensor(t_in, x, *qin)], [output(t_out, dims, *qout)])[0]
-
-
-def assert_bad_data(fn, *args, **kwargs):
-    with pytest.raises(NnapiError) as info:
-        fn(*args, **kwargs)
-    assert info.value.code == ResultCode.BAD_DATA, info.value
 
 
 # ---------------------------------------------------------------- QUANTIZE

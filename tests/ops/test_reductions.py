@@ -11,18 +11,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from nnapi_ref.errors import NnapiError
 from nnapi_ref.testing import output, run_operation, scalar, tensor
-from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
+from nnapi_ref.types import OperandCode as T, OperationCode as O
+
+from .support import assert_op_bad_data
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
 Q8, Q8S, B8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_BOOL8
-
-
-def assert_bad_data(code, inputs, outputs):
-    with pytest.raises(NnapiError) as info:
-        run_operation(code, inputs, outputs)
-    assert info.value.code == ResultCode.BAD_DATA
 
 
 def reduce_inputs(code, x, axes, keep, type_=F32, scale=0.0, zp=0):
@@ -94,8 +89,8 @@ def test_mean_quant8_signed_truncates_toward_zero():
 
 def test_mean_quant8_output_quantization_must_match():
     x = np.array([[1, 2]], np.uint8)
-    assert_bad_data(O.MEAN, reduce_inputs(O.MEAN, x, [1], 0, Q8, 0.5, 3), [output(Q8, None, 0.25, 3)])
-    assert_bad_data(O.MEAN, reduce_inputs(O.MEAN, x, [1], 0, Q8, 0.5, 3), [output(Q8, None, 0.5, 4)])
+    assert_op_bad_data(O.MEAN, reduce_inputs(O.MEAN, x, [1], 0, Q8, 0.5, 3), [output(Q8, None, 0.25, 3)])
+    assert_op_bad_data(O.MEAN, reduce_inputs(O.MEAN, x, [1], 0, Q8, 0.5, 3), [output(Q8, None, 0.5, 4)])
 
 
 @settings(max_examples=25, deadline=None)
@@ -156,7 +151,7 @@ def test_reduce_max_min_quantized(type_, zp, x):
 
 def test_reduce_max_quantized_output_quantization_must_match():
     x = np.array([[1, 2]], np.uint8)
-    assert_bad_data(O.REDUCE_MAX, reduce_inputs(O.REDUCE_MAX, x, [1], False, Q8, 0.5, 3), [output(Q8, None, 0.5, 2)])
+    assert_op_bad_data(O.REDUCE_MAX, reduce_inputs(O.REDUCE_MAX, x, [1], False, Q8, 0.5, 3), [output(Q8, None, 0.5, 2)])
 
 
 def test_reduce_any_all():
@@ -172,19 +167,19 @@ def test_reduce_validation(code, type_):
     scale = 0.5 if type_ == Q8 else 0.0
     x = np.zeros((2, 3), np.bool_ if type_ == B8 else np.float32).astype(np.uint8 if type_ == Q8 else None)
     out = [output(type_, None, scale, 0)]
-    assert_bad_data(code, reduce_inputs(code, x, [2], 0, type_, scale), out)       # axis out of range
-    assert_bad_data(code, reduce_inputs(code, x, [-3], 0, type_, scale), out)
+    assert_op_bad_data(code, reduce_inputs(code, x, [2], 0, type_, scale), out)       # axis out of range
+    assert_op_bad_data(code, reduce_inputs(code, x, [-3], 0, type_, scale), out)
     inputs = reduce_inputs(code, x, [[0]], 0, type_, scale)                     # axes not 1-D
-    assert_bad_data(code, inputs, out)
+    assert_op_bad_data(code, inputs, out)
     big = np.zeros((1, 1, 1, 1, 2), x.dtype)                                    # rank 5
-    assert_bad_data(code, reduce_inputs(code, big, [0], 0, type_, scale), out)
+    assert_op_bad_data(code, reduce_inputs(code, big, [0], 0, type_, scale), out)
 
 
 def test_reduce_wrong_types_rejected():
     # REDUCE_SUM has no quantized variant; REDUCE_ANY takes only BOOL8.
-    assert_bad_data(O.REDUCE_SUM, reduce_inputs(O.REDUCE_SUM, np.ones((2, 2), np.uint8), [0], 0, Q8, 0.5),
+    assert_op_bad_data(O.REDUCE_SUM, reduce_inputs(O.REDUCE_SUM, np.ones((2, 2), np.uint8), [0], 0, Q8, 0.5),
                     [output(Q8, None, 0.5)])
-    assert_bad_data(O.REDUCE_ANY, reduce_inputs(O.REDUCE_ANY, np.ones((2, 2), np.float32), [0], 0, F32),
+    assert_op_bad_data(O.REDUCE_ANY, reduce_inputs(O.REDUCE_ANY, np.ones((2, 2), np.float32), [0], 0, F32),
                     [output(F32)])
 
 
@@ -220,9 +215,9 @@ def test_argmax_property(shape, data):
 
 def test_arg_validation():
     x = tensor(F32, np.zeros((2, 3), np.float32))
-    assert_bad_data(O.ARGMAX, [x, scalar(T.INT32, 2)], [output(I32)])
-    assert_bad_data(O.ARGMIN, [x, scalar(T.INT32, -3)], [output(I32)])
-    assert_bad_data(O.ARGMAX, [x, scalar(T.INT32, 0)], [output(F32)])  # output must be TENSOR_INT32
+    assert_op_bad_data(O.ARGMAX, [x, scalar(T.INT32, 2)], [output(I32)])
+    assert_op_bad_data(O.ARGMIN, [x, scalar(T.INT32, -3)], [output(I32)])
+    assert_op_bad_data(O.ARGMAX, [x, scalar(T.INT32, 0)], [output(F32)])  # output must be TENSOR_INT32
 
 
 # ---- TOPK_V2 -------------------------------------------------------------------------------
@@ -261,7 +256,7 @@ def test_topk_property(shape, data):
 
 def test_topk_validation():
     x = tensor(F32, np.zeros((2, 3), np.float32))
-    assert_bad_data(O.TOPK_V2, [x, scalar(T.INT32, 0)], [output(F32), output(I32)])
-    assert_bad_data(O.TOPK_V2, [x, scalar(T.INT32, 4)], [output(F32), output(I32)])
+    assert_op_bad_data(O.TOPK_V2, [x, scalar(T.INT32, 0)], [output(F32), output(I32)])
+    assert_op_bad_data(O.TOPK_V2, [x, scalar(T.INT32, 4)], [output(F32), output(I32)])
     q = tensor(Q8, np.zeros((2, 3), np.uint8), 0.5, 1)
-    assert_bad_data(O.TOPK_V2, [q, scalar(T.INT32, 1)], [output(Q8, None, 0.5, 2), output(I32)])
+    assert_op_bad_data(O.TOPK_V2, [q, scalar(T.INT32, 1)], [output(Q8, None, 0.5, 2), output(I32)])

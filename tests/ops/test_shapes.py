@@ -14,19 +14,10 @@ from nnapi_ref.runtime import Compilation, Execution
 from nnapi_ref.testing import build_operation_model, omitted, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
 
+from .support import assert_bad_data, const
+
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
 Q8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
-
-
-def const(t, value):
-    """A constant operand (parameters known at compilation time)."""
-    return tensor(t, value, as_input=False)
-
-
-def assert_bad_data(fn, *args, **kwargs):
-    with pytest.raises(NnapiError) as info:
-        fn(*args, **kwargs)
-    assert info.value.code == ResultCode.BAD_DATA, info.value
 
 
 def reshape(t, x, shape, scale=0.0, zp=0, out_scale=None, out_zp=None):

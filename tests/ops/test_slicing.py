@@ -10,26 +10,13 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from nnapi_ref.errors import NnapiError
 from nnapi_ref.testing import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
 
+from .support import assert_bad_data, assert_fails, const
+
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
 Q8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
-
-
-def const(t, value):
-    return tensor(t, value, as_input=False)
-
-
-def assert_fails(code, fn, *args, **kwargs):
-    with pytest.raises(NnapiError) as info:
-        fn(*args, **kwargs)
-    assert info.value.code == code, info.value
-
-
-def assert_bad_data(fn, *args, **kwargs):
-    assert_fails(ResultCode.BAD_DATA, fn, *args, **kwargs)
 
 
 # ---------------------------------------------------------------- CONCATENATION

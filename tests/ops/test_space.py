@@ -10,22 +10,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from nnapi_ref.errors import NnapiError
 from nnapi_ref.testing import omitted, output, run_operation, scalar, tensor
-from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
+from nnapi_ref.types import OperandCode as T, OperationCode as Op
+
+from .support import assert_bad_data, const
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
 Q8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
-
-
-def const(t, value):
-    return tensor(t, value, as_input=False)
-
-
-def assert_bad_data(fn, *args, **kwargs):
-    with pytest.raises(NnapiError) as info:
-        fn(*args, **kwargs)
-    assert info.value.code == ResultCode.BAD_DATA, info.value
 
 
 def layout(nchw):
