@@ -1816,6 +1816,21 @@ def gen_quantized_lstm():
     def margin(v):
         f = np.abs(v - np.round(v))
         return f.max()
+
+    def clear_step(x, h, c, W, R, B=None):
+        """One real-valued LSTM step (c', h'), or None when a pre-activation saturates or a
+        product or output lies within 0.2 units of a rounding boundary."""
+        pre = {g: x @ W[g].T + h @ R[g].T + (0 if B is None else B[g]) for g in "ifco"}
+        if max(np.abs(v).max() for v in pre.values()) > 7.5:
+            return None
+        i, f, o, g = sigmoid(pre["i"]), sigmoid(pre["f"]), sigmoid(pre["o"]), np.tanh(pre["c"])
+        c2 = f * c + i * g
+        h2 = o * np.tanh(c2)
+        if margin(f * c * 2048) < 0.3 and margin(i * g * 2048) < 0.3 and margin(c2 * 2048) < 0.3 \
+                and margin(h2 * 128) < 0.3:
+            return c2, h2
+        return None
+
     for seed in range(5000):
         rng = np.random.default_rng(1000 + seed)
         x = tx.rt(rng.integers(-100, 100, (1, 2)) / 128)
@@ -1824,14 +1839,9 @@ def gen_quantized_lstm():
         W = {g: tw.rt(rng.integers(-64, 64, (2, 2)) / 64) for g in "ifco"}
         R = W  # see below
         B = {g: tb.rt(rng.integers(-4000, 4000, 2) * tb.scale) for g in "ifco"}
-        pre = {g: x @ W[g].T + h @ R[g].T + B[g] for g in "ifco"}
-        if max(np.abs(v).max() for v in pre.values()) > 7.5:
-            continue
-        i, f, o, g = sigmoid(pre["i"]), sigmoid(pre["f"]), sigmoid(pre["o"]), np.tanh(pre["c"])
-        c2 = f * c + i * g
-        h2 = o * np.tanh(c2)
-        if margin(f * c * 2048) < 0.3 and margin(i * g * 2048) < 0.3 and margin(c2 * 2048) < 0.3 \
-                and margin(h2 * 128) < 0.3:
+        step = clear_step(x, h, c, W, R, B)
+        if step is not None:
+            c2, h2 = step
             break
     else:
         raise RuntimeError("no QUANTIZED_16BIT_LSTM case with enough margin")
@@ -1852,14 +1862,9 @@ def gen_quantized_lstm():
         c = tc.rt(rng.integers(-3000, 3000, (1, 2)) / 2048)
         W = {g: tw.rt(rng.integers(-64, 64, (2, 3)) / 64) for g in "ifco"}
         R = {g: tw.rt(rng.integers(-64, 64, (2, 2)) / 64) for g in "ifco"}
-        pre = {g: x @ W[g].T + h @ R[g].T for g in "ifco"}
-        if max(np.abs(v).max() for v in pre.values()) > 7.5:
-            continue
-        i, f, o, g = sigmoid(pre["i"]), sigmoid(pre["f"]), sigmoid(pre["o"]), np.tanh(pre["c"])
-        c2 = f * c + i * g
-        h2 = o * np.tanh(c2)
-        if margin(f * c * 2048) < 0.3 and margin(i * g * 2048) < 0.3 and margin(c2 * 2048) < 0.3 \
-                and margin(h2 * 128) < 0.3:
+        step = clear_step(x, h, c, W, R)
+        if step is not None:
+            c2, h2 = step
             break
     else:
         raise RuntimeError("no QUANTIZED_LSTM case with enough margin")
