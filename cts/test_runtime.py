@@ -82,6 +82,14 @@ X = np.array([1.0, -2.5, 3.25, 100.0], np.float32)
 Y = np.array([0.5, 0.5, -3.25, 1e-3], np.float32)
 
 
+def add_execution(compilation: Compilation) -> Execution:
+    """An execution of an :func:`add_model` compilation, its inputs set to X and Y."""
+    execution = Execution(compilation)
+    execution.set_input(0, X)
+    execution.set_input(1, Y)
+    return execution
+
+
 def compiled(model: Model, devices) -> Compilation:
     compilation = Compilation(model, devices)
     compilation.finish()
@@ -100,9 +108,7 @@ def test_output_insufficient_size_then_dimensions(devices, mode, declared):
     model = add_model(f32(*declared), second_output=True)
     require(model, devices, "ADD on TENSOR_FLOAT32 with unspecified output dimensions")
     compilation = compiled(model, devices)
-    execution = Execution(compilation)
-    execution.set_input(0, X)
-    execution.set_input(1, Y)
+    execution = add_execution(compilation)
     execution.set_output(0, np.zeros(3, np.float32))  # 12 bytes for 16
     out1 = np.zeros(4, np.float32)
     execution.set_output(1, out1)
@@ -117,9 +123,7 @@ def test_output_insufficient_size_then_dimensions(devices, mode, declared):
     assert e.value.code == ResultCode.OUTPUT_INSUFFICIENT_SIZE
     assert execution.get_output_operand_dimensions(1) == (4,)  # a sufficient output's shape is known
 
-    execution = Execution(compilation)
-    execution.set_input(0, X)
-    execution.set_input(1, Y)
+    execution = add_execution(compilation)
     out0 = np.zeros(4, np.float32)
     execution.set_output(0, out0)
     execution.set_output(1, out1)
@@ -134,9 +138,7 @@ def test_larger_output_buffer_than_needed(devices):
     """A buffer larger than the output is fine: the output's dimensions say how much is valid."""
     model = add_model(f32(0))
     require(model, devices, "ADD on TENSOR_FLOAT32 with unspecified output dimensions")
-    execution = Execution(compiled(model, devices))
-    execution.set_input(0, X)
-    execution.set_input(1, Y)
+    execution = add_execution(compiled(model, devices))
     out = np.full(10, 7.0, np.float32)
     execution.set_output(0, out)
     execution.compute()
@@ -149,9 +151,7 @@ def test_output_dimensions_given_at_execution(devices):
     model = add_model(f32(0))
     require(model, devices, "ADD on TENSOR_FLOAT32 with unspecified output dimensions")
     for mode in MODES:
-        execution = Execution(compiled(model, devices))
-        execution.set_input(0, X)
-        execution.set_input(1, Y)
+        execution = add_execution(compiled(model, devices))
         out = np.zeros(4, np.float32)
         execution.set_output(0, out, f32(4))
         compute(execution, mode)
@@ -239,9 +239,7 @@ def deadline_device(devices):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_execution_deadline_that_has_passed(deadline_device, mode):
-    execution = Execution(compiled(add_model(f32(4)), deadline_device))
-    execution.set_input(0, X)
-    execution.set_input(1, Y)
+    execution = add_execution(compiled(add_model(f32(4)), deadline_device))
     execution.set_output(0, np.zeros(4, np.float32))
     execution.set_timeout(1)  # 1 ns: over before the driver sees the request
     error = failure(execution, mode)
@@ -251,9 +249,7 @@ def test_execution_deadline_that_has_passed(deadline_device, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_generous_execution_deadline_is_met(deadline_device, mode):
     out = np.zeros(4, np.float32)
-    execution = Execution(compiled(add_model(f32(4)), deadline_device))
-    execution.set_input(0, X)
-    execution.set_input(1, Y)
+    execution = add_execution(compiled(add_model(f32(4)), deadline_device))
     execution.set_output(0, out)
     execution.set_timeout(30_000_000_000)
     compute(execution, mode)
@@ -276,9 +272,7 @@ def test_deadline_interrupts_a_long_execution(deadline_device, request):
 
 def test_fenced_duration_after_dependencies(deadline_device):
     """start_compute_with_dependencies' duration bounds the execution once its fences fire."""
-    execution = Execution(compiled(add_model(f32(4)), deadline_device))
-    execution.set_input(0, X)
-    execution.set_input(1, Y)
+    execution = add_execution(compiled(add_model(f32(4)), deadline_device))
     execution.set_output(0, np.zeros(4, np.float32))
     with pytest.raises(NnapiError) as e:
         execution.start_compute_with_dependencies([], 1).wait()
@@ -298,9 +292,7 @@ def test_generous_compilation_deadline_is_met(deadline_device):
     compilation.set_timeout(30_000_000_000)
     compilation.finish()
     out = np.zeros(4, np.float32)
-    execution = Execution(compilation)
-    execution.set_input(0, X)
-    execution.set_input(1, Y)
+    execution = add_execution(compilation)
     execution.set_output(0, out)
     execution.compute()
     np.testing.assert_array_equal(out, X + Y)
@@ -319,9 +311,7 @@ def one_device(devices):
 def measured(one_device, mode: str, model: Model | None = None):
     """Run with timing requested; return the execution and the wall-clock time around it (ns)."""
     out = np.zeros(4, np.float32)
-    execution = Execution(compiled(model or add_model(f32(4)), one_device))
-    execution.set_input(0, X)
-    execution.set_input(1, Y)
+    execution = add_execution(compiled(model or add_model(f32(4)), one_device))
     execution.set_output(0, out)
     execution.set_measure_timing(True)
     start = time.monotonic_ns()
@@ -355,9 +345,7 @@ def test_measured_durations_are_consistent(one_device, mode):
 
 
 def test_timing_not_requested_is_bad_state(one_device):
-    execution = Execution(compiled(add_model(f32(4)), one_device))
-    execution.set_input(0, X)
-    execution.set_input(1, Y)
+    execution = add_execution(compiled(add_model(f32(4)), one_device))
     execution.set_output(0, np.zeros(4, np.float32))
     execution.compute()
     for code in DurationCode:
@@ -376,9 +364,7 @@ def test_fenced_durations_of_an_unfenced_execution_equal_the_launched_ones(one_d
 def test_duration_of_a_failed_execution_is_bad_state(one_device):
     model = add_model(f32(0))
     require(model, one_device, "ADD on TENSOR_FLOAT32 with unspecified output dimensions")
-    execution = Execution(compiled(model, one_device))
-    execution.set_input(0, X)
-    execution.set_input(1, Y)
+    execution = add_execution(compiled(model, one_device))
     execution.set_output(0, np.zeros(1, np.float32))
     execution.set_measure_timing(True)
     assert failure(execution, "sync").code == ResultCode.OUTPUT_INSUFFICIENT_SIZE
@@ -438,9 +424,7 @@ def test_concurrent_compilations(devices):
         try:
             compilation = compiled(model, devices)
             out = np.zeros(4, np.float32)
-            execution = Execution(compilation)
-            execution.set_input(0, X)
-            execution.set_input(1, Y)
+            execution = add_execution(compilation)
             execution.set_output(0, out)
             execution.compute()
             results.append(out)
