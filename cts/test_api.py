@@ -23,6 +23,7 @@ from nnapi_ref import hal
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime.devices import Device
 from nnapi_ref.runtime.memory import PROT_READ, PROT_WRITE
+from nnapi_ref.testing import add_model
 
 UNEXPECTED_NULL, BAD_DATA, BAD_STATE = ResultCode.UNEXPECTED_NULL, ResultCode.BAD_DATA, ResultCode.BAD_STATE
 F2 = OperandType(T.TENSOR_FLOAT32, [2])
@@ -38,20 +39,6 @@ def code_of(call, *args, **kwargs) -> ResultCode:
         call(*args, **kwargs)
     assert e.value.message, "an NnapiError must name what is wrong"
     return e.value.code
-
-
-def add_model(output_dims=(2,), finish: bool = True) -> Model:
-    """out = a + b on float32 [2] tensors (inputs a, b; fused activation NONE)."""
-    model = Model()
-    a, b = model.add_operand(F2), model.add_operand(F2)
-    fuse = model.add_operand(I32)
-    out = model.add_operand(OperandType(T.TENSOR_FLOAT32, output_dims))
-    model.set_operand_value(fuse, np.int32(0))
-    model.add_operation(OperationCode.ADD, [a, b, fuse], [out])
-    model.identify_inputs_and_outputs([a, b], [out])
-    if finish:
-        model.finish()
-    return model
 
 
 @pytest.fixture

@@ -83,6 +83,22 @@ def build_operation_model(code: OperationCode, inputs: Sequence[Operand], output
     return model, fed
 
 
+def add_model(output_dims: Sequence[int] = (2,), finish: bool = True) -> Model:
+    """out = a + b on float32 [2] tensors (inputs a, b; fused activation NONE), for API tests;
+    ``output_dims`` may leave the output's shape unknown, ``finish=False`` leaves it editable."""
+    model = Model()
+    f2 = OperandType(OperandCode.TENSOR_FLOAT32, [2])
+    a, b = model.add_operand(f2), model.add_operand(f2)
+    fuse = model.add_operand(OperandType(OperandCode.INT32))
+    out = model.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, output_dims))
+    model.set_operand_value(fuse, np.int32(0))
+    model.add_operation(OperationCode.ADD, [a, b, fuse], [out])
+    model.identify_inputs_and_outputs([a, b], [out])
+    if finish:
+        model.finish()
+    return model
+
+
 def counting_loop_model(step: float, limit: float = 5.0) -> Model:
     """WHILE (i < limit) { i = i + step } on a [1] float32 tensor, from the input: counts up to
     ``limit``; never ends when ``step`` is 0 (for loop-timeout tests)."""

@@ -14,22 +14,9 @@ from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice
 from nnapi_ref.hal import ErrorStatus
 from nnapi_ref.runtime.memory import PROT_READ
-from nnapi_ref.testing import counting_loop_model
+from nnapi_ref.testing import add_model, counting_loop_model
 
 F2 = OperandType(T.TENSOR_FLOAT32, [2])
-
-
-def add_model(output_dims=(2,), finish=True):
-    model = Model()
-    a, b = model.add_operand(F2), model.add_operand(F2)
-    fuse = model.add_operand(OperandType(T.INT32))
-    out = model.add_operand(OperandType(T.TENSOR_FLOAT32, output_dims))
-    model.set_operand_value(fuse, np.int32(0))
-    model.add_operation(OperationCode.ADD, [a, b, fuse], [out])
-    model.identify_inputs_and_outputs([a, b], [out])
-    if finish:
-        model.finish()
-    return model
 
 
 def compiled(model=None, devices=None):
