@@ -24,6 +24,7 @@ from nnapi_ref import (UINT64_MAX, Burst, Compilation, DurationCode, Execution, 
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice, SubsetDevice
 from nnapi_ref.hal import ErrorStatus
+from nnapi_ref.harness import compute_in_mode
 from nnapi_ref.testing import counting_loop_model
 
 MODES = ("sync", "async", "burst", "fenced")
@@ -36,23 +37,10 @@ def f32(*dims) -> OperandType:
     return OperandType(T.TENSOR_FLOAT32, dims)
 
 
-def compute(execution: Execution, mode: str, compilation: Compilation | None = None) -> None:
-    if mode == "sync":
-        execution.compute()
-    elif mode == "async":
-        execution.start_compute().wait()
-    elif mode == "burst":
-        execution.burst_compute(Burst(compilation or execution.compilation))
-    elif mode == "fenced":
-        execution.start_compute_with_dependencies([]).wait()
-    else:
-        raise ValueError(mode)
-
-
 def failure(execution: Execution, mode: str) -> NnapiError:
     """The error ``execution`` fails with in ``mode`` (it must fail)."""
     with pytest.raises(NnapiError) as e:
-        compute(execution, mode)
+        compute_in_mode(execution, mode)
     return e.value
 
 
@@ -127,7 +115,7 @@ def test_output_insufficient_size_then_dimensions(devices, mode, declared):
     out0 = np.zeros(4, np.float32)
     execution.set_output(0, out0)
     execution.set_output(1, out1)
-    compute(execution, mode)
+    compute_in_mode(execution, mode)
     np.testing.assert_array_equal(out0, X + Y)
     np.testing.assert_array_equal(out1, X + X)
     assert execution.get_output_operand_dimensions(0) == (4,)
@@ -154,7 +142,7 @@ def test_output_dimensions_given_at_execution(devices):
         execution = add_execution(compiled(model, devices))
         out = np.zeros(4, np.float32)
         execution.set_output(0, out, f32(4))
-        compute(execution, mode)
+        compute_in_mode(execution, mode)
         np.testing.assert_array_equal(out, X + Y)
         assert execution.get_output_operand_dimensions(0) == (4,)
 
@@ -252,7 +240,7 @@ def test_generous_execution_deadline_is_met(deadline_device, mode):
     execution = add_execution(compiled(add_model(f32(4)), deadline_device))
     execution.set_output(0, out)
     execution.set_timeout(30_000_000_000)
-    compute(execution, mode)
+    compute_in_mode(execution, mode)
     np.testing.assert_array_equal(out, X + Y)
 
 
@@ -315,7 +303,7 @@ def measured(one_device, mode: str, model: Model | None = None):
     execution.set_output(0, out)
     execution.set_measure_timing(True)
     start = time.monotonic_ns()
-    compute(execution, mode)
+    compute_in_mode(execution, mode)
     wall = time.monotonic_ns() - start
     np.testing.assert_array_equal(out, X + Y)
     return execution, wall
@@ -400,7 +388,7 @@ def test_concurrent_executions_of_one_compilation(devices, mode):
                 if burst is not None:
                     execution.burst_compute(burst)
                 else:
-                    compute(execution, mode)
+                    compute_in_mode(execution, mode)
                 np.testing.assert_array_equal(out, a + Y, err_msg=f"thread {k}, execution {n}")
         except BaseException as e:  # collected, asserted in the main thread
             errors.append(e)
@@ -472,7 +460,7 @@ def run_chain(compilation: Compilation, mode: str = "sync", out: np.ndarray | No
     execution.set_input(1, B2)
     out = np.zeros((2, 2), np.float32) if out is None else out
     execution.set_output(0, out)
-    compute(execution, mode)
+    compute_in_mode(execution, mode)
     return out
 
 

@@ -106,6 +106,22 @@ def _device_memory(compilation: Compilation, index: int, is_input: bool) -> Memo
     return Memory.from_desc(desc)
 
 
+def compute_in_mode(execution: Execution, mode: str, compilation: Compilation | None = None) -> None:
+    """Run ``execution`` the way ``mode`` names: "sync" (compute), "async" (start_compute),
+    "burst" (a new burst of ``compilation``, by default the execution's own) or "fenced"
+    (start_compute_with_dependencies with none)."""
+    if mode == "sync":
+        execution.compute()
+    elif mode == "async":
+        execution.start_compute().wait()
+    elif mode == "burst":
+        execution.burst_compute(Burst(compilation or execution.compilation))
+    elif mode == "fenced":
+        execution.start_compute_with_dependencies([]).wait()
+    else:
+        raise ValueError(f"unknown execution mode {mode!r}")
+
+
 def execute(compilation: Compilation, test: TestModel, mode: str = "sync",
             device_memory: bool = False) -> tuple[list[np.ndarray], list[tuple]]:
     """Run ``test``'s inputs through ``compilation``; return the outputs and their dimensions.
@@ -129,16 +145,7 @@ def execute(compilation: Compilation, test: TestModel, mode: str = "sync",
             execution.set_output_from_memory(i, output_memories[-1], 0, 0)
         else:
             execution.set_output(i, outputs[-1])
-    if mode == "sync":
-        execution.compute()
-    elif mode == "async":
-        execution.start_compute().wait()
-    elif mode == "burst":
-        execution.burst_compute(Burst(compilation))
-    elif mode == "fenced":
-        execution.start_compute_with_dependencies([]).wait()
-    else:
-        raise ValueError(f"unknown execution mode {mode!r}")
+    compute_in_mode(execution, mode, compilation)
     for out, memory in zip(outputs, output_memories):
         Memory.copy(memory, Memory.from_buffer(out))
     dims = [execution.get_output_operand_dimensions(i) for i in range(len(outputs))]

@@ -7,8 +7,9 @@ import threading
 import numpy as np
 import pytest
 
-from nnapi_ref import (UINT64_MAX, Burst, Compilation, DurationCode, Execution, FuseCode, Memory, Model, NnapiError,
+from nnapi_ref import (UINT64_MAX, Compilation, DurationCode, Execution, FuseCode, Memory, Model, NnapiError,
                        OperandCode as T, OperandType, OperationCode, ResultCode, get_devices)
+from nnapi_ref.harness import compute_in_mode
 from nnapi_ref.runtime.memory import PROT_READ
 
 C0 = np.arange(12, dtype=np.float32).reshape(3, 4) / 4
@@ -68,14 +69,7 @@ def run(compilation, mode, measure=False):
     execution.set_output(0, out)
     if measure:
         execution.set_measure_timing(True)
-    if mode == "sync":
-        execution.compute()
-    elif mode == "async":
-        execution.start_compute().wait()
-    elif mode == "burst":
-        execution.burst_compute(Burst(compilation))
-    else:
-        execution.start_compute_with_dependencies([]).wait()
+    compute_in_mode(execution, mode)
     return out, execution
 
 
