@@ -25,7 +25,7 @@ from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice, SubsetDevice
 from nnapi_ref.hal import ErrorStatus
 from nnapi_ref.harness import compute_in_mode
-from nnapi_ref.testing import counting_loop_model
+from nnapi_ref.testing import chain_model, counting_loop_model
 
 MODES = ("sync", "async", "burst", "fenced")
 MISSED_DEADLINE = (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.MISSED_DEADLINE_PERSISTENT)
@@ -437,21 +437,6 @@ def test_concurrent_compilations(devices):
 A2 = np.array([[1, 2], [3, 4]], np.float32)
 B2 = np.array([[0.5, -1], [2, 3]], np.float32)
 CHAIN = (A2 + B2) * B2 + A2
-
-
-def chain_model(output_dims=(2, 2)) -> Model:
-    """out = ((a + b) * b) + a: ADD, MUL, ADD."""
-    model = Model()
-    t = f32(2, 2)
-    a, b, fuse = model.add_operand(t), model.add_operand(t), model.add_operand(I32)
-    model.set_operand_value(fuse, np.int32(0))
-    s, p, out = model.add_operand(t), model.add_operand(t), model.add_operand(f32(*output_dims))
-    model.add_operation(ADD, [a, b, fuse], [s])
-    model.add_operation(MUL, [s, b, fuse], [p])
-    model.add_operation(ADD, [p, a, fuse], [out])
-    model.identify_inputs_and_outputs([a, b], [out])
-    model.finish()
-    return model
 
 
 def run_chain(compilation: Compilation, mode: str = "sync", out: np.ndarray | None = None) -> np.ndarray:

@@ -99,6 +99,24 @@ def add_model(output_dims: Sequence[int] = (2,), finish: bool = True) -> Model:
     return model
 
 
+def chain_model(output_dims: Sequence[int] = (2, 2)) -> Model:
+    """out = ((a + b) * b) + a on float32 [2, 2] tensors: ADD, MUL, ADD in a chain (inputs a, b),
+    for partitioning tests; ``output_dims`` may leave the output's shape unknown."""
+    model = Model()
+    t = OperandType(OperandCode.TENSOR_FLOAT32, [2, 2])
+    a, b = model.add_operand(t), model.add_operand(t)
+    fuse = model.add_operand(OperandType(OperandCode.INT32))
+    model.set_operand_value(fuse, np.int32(0))
+    s, p = model.add_operand(t), model.add_operand(t)
+    out = model.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, output_dims))
+    model.add_operation(OperationCode.ADD, [a, b, fuse], [s])
+    model.add_operation(OperationCode.MUL, [s, b, fuse], [p])
+    model.add_operation(OperationCode.ADD, [p, a, fuse], [out])
+    model.identify_inputs_and_outputs([a, b], [out])
+    model.finish()
+    return model
+
+
 def counting_loop_model(step: float, limit: float = 5.0) -> Model:
     """WHILE (i < limit) { i = i + step } on a [1] float32 tensor, from the input: counts up to
     ``limit``; never ends when ``step`` is 0 (for loop-timeout tests)."""

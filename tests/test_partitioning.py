@@ -7,24 +7,9 @@ from nnapi_ref import (Compilation, Execution, Model, NnapiError, OperandCode as
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice, SubsetDevice
 from nnapi_ref.hal import ErrorStatus
+from nnapi_ref.testing import chain_model
 
 ADD, MUL = OperationCode.ADD, OperationCode.MUL
-
-
-def chain_model():
-    """out = ((a + b) * b) + a: ADD, MUL, ADD in a chain."""
-    model = Model()
-    t = OperandType(T.TENSOR_FLOAT32, [2, 2])
-    a, b = model.add_operand(t), model.add_operand(t)
-    fuse = model.add_operand(OperandType(T.INT32))
-    model.set_operand_value(fuse, np.int32(0))
-    s, p, out = model.add_operand(t), model.add_operand(t), model.add_operand(t)
-    model.add_operation(ADD, [a, b, fuse], [s])
-    model.add_operation(MUL, [s, b, fuse], [p])
-    model.add_operation(ADD, [p, a, fuse], [out])
-    model.identify_inputs_and_outputs([a, b], [out])
-    model.finish()
-    return model
 
 
 A = np.array([[1, 2], [3, 4]], np.float32)
