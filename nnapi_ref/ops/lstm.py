@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register
-from .rnn import check_rank, check_shape, fvalue, present, to_output
+from .rnn import check_aux_input, check_rank, check_shape, fvalue, present, to_output
 
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
 SCALAR = {F32: T.FLOAT32, F16: T.FLOAT16}
@@ -322,9 +322,7 @@ class BidirectionalSequenceLstm(Operation):
         bw_input_size = x.shape[2]
         if mode != "none":
             aux = ins[39]
-            check_rank(aux, 3, "auxiliary input")
-            check(tuple(aux.shape[:2]) == tuple(x.shape[:2]),
-                  f"auxiliary input shape {list(aux.shape)} does not match the input's first two dimensions")
+            check_aux_input(aux, x)
             if mode == "cross":
                 aux_size = aux.shape[2]
             else:

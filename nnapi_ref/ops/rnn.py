@@ -39,6 +39,14 @@ def check_rank(arg: Arg, rank: int, name: str) -> None:
           f"{name} must have rank {rank}, got {None if arg.shape is None else len(arg.shape)}")
 
 
+def check_aux_input(aux: Arg, x: Arg) -> None:
+    """A bidirectional sequence operation's auxiliary input: rank 3, with the input's time and
+    batch dimensions."""
+    check_rank(aux, 3, "auxiliary input")
+    check(tuple(aux.shape[:2]) == tuple(x.shape[:2]),
+          f"auxiliary input shape {list(aux.shape)} does not match the input's first two dimensions")
+
+
 def fused_activation(x: np.ndarray, fuse: int) -> np.ndarray:
     if fuse == FuseCode.NONE:
         return x
@@ -187,9 +195,7 @@ class BidirectionalSequenceRnn(Operation):
         bw_input_size = x.shape[2]
         if mode != "none":
             aux = ins[9]
-            check_rank(aux, 3, "auxiliary input")
-            check(tuple(aux.shape[:2]) == tuple(x.shape[:2]),
-                  f"auxiliary input shape {list(aux.shape)} does not match the input's first two dimensions")
+            check_aux_input(aux, x)
             if mode == "parallel":
                 bw_input_size = aux.shape[2]
             else:
