@@ -322,26 +322,25 @@ def operation_type(model):
             yield f"operation {j} type set to {bad}", mutate
 
 
-def operation_input_index(model):
+def _operand_index_out_of_range(model, side: str):
+    """Each operation's ``side`` ("inputs" or "outputs") index in turn set to one past the last operand."""
     n = len(model.main.operands)
     for j, op in enumerate(model.main.operations):
-        for i in range(len(op.inputs)):
+        for i in range(len(getattr(op, side))):
             def mutate(m, j=j, i=i):
                 op = m.main.operations[j]
-                m.main.operations[j] = _replace_io(op, inputs=op.inputs[:i] + (n,) + op.inputs[i + 1:])
+                indexes = getattr(op, side)
+                m.main.operations[j] = _replace_io(op, **{side: indexes[:i] + (n,) + indexes[i + 1:]})
                 return DEFAULTS
-            yield f"operation {j} input {i} set to operand {n} (out of range)", mutate
+            yield f"operation {j} {side[:-1]} {i} set to operand {n} (out of range)", mutate
+
+
+def operation_input_index(model):
+    return _operand_index_out_of_range(model, "inputs")
 
 
 def operation_output_index(model):
-    n = len(model.main.operands)
-    for j, op in enumerate(model.main.operations):
-        for i in range(len(op.outputs)):
-            def mutate(m, j=j, i=i):
-                op = m.main.operations[j]
-                m.main.operations[j] = _replace_io(op, outputs=op.outputs[:i] + (n,) + op.outputs[i + 1:])
-                return DEFAULTS
-            yield f"operation {j} output {i} set to operand {n} (out of range)", mutate
+    return _operand_index_out_of_range(model, "outputs")
 
 
 def operation_remove_write(model):
