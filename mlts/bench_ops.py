@@ -7,6 +7,7 @@ and quant8), the time per call through the operation's ``execute`` and the achie
 (2 flops per multiply-add), next to numpy's float32 matmul GFLOP/s on this machine; then the time
 per inference of a MobileNet v2 built with the NDK-style :class:`nnapi_ref.Model` builder, run
 through Compilation/Execution, with random weights. Not a test: figures vary with the machine.
+Real models against TensorFlow Lite, side by side: ``python -m mlts.bench_models``.
 """
 from __future__ import annotations
 
@@ -260,42 +261,16 @@ def bench_graph(quant: bool, quick: bool) -> None:
           f"GFLOP/s at best)")
 
 
-def bench_tflite() -> None:
-    """TFLite itself (ai-edge-litert, if installed; one thread) on the real models in
-    /work/shared/models, for comparison. Skipped quietly when unavailable."""
-    import glob
-    try:
-        from ai_edge_litert.interpreter import Interpreter
-    except ImportError:
-        print("TFLite comparison skipped: pip install ai-edge-litert")
-        return
-    for path in sorted(glob.glob(os.path.join(MODELS, "mobilenet*.tflite"))):
-        interpreter = Interpreter(model_path=path, num_threads=1)
-        interpreter.allocate_tensors()
-        detail = interpreter.get_input_details()[0]
-        x = (RNG.random(detail["shape"]) * 255).astype(detail["dtype"])
-        interpreter.set_tensor(detail["index"], x)
-        t = best_time(interpreter.invoke, 10, 1.0)
-        print(f"TFLite (1 thread) {os.path.basename(path):42s}: {t * 1e3:7.2f} ms/inference")
-
-
-MODELS = "/work/shared/models"
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--no-layers", action="store_true", help="only the whole-graph figures")
-    parser.add_argument("--tflite", action="store_true", help="also time TFLite (ai-edge-litert) on the real "
-                                                              "MobileNet models in " + MODELS)
     args = parser.parse_args(argv)
     peak = matmul_gflops()
     if not args.no_layers:
         bench_layers(peak, args.quick)
     for quant in (False, True):
         bench_graph(quant, args.quick)
-    if args.tflite:
-        bench_tflite()
     print(f"numpy float32 matmul: {peak:.1f} GFLOP/s (single thread: OMP_NUM_THREADS="
           f"{os.environ.get('OMP_NUM_THREADS')}, OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')})")
 
