@@ -274,12 +274,6 @@ def _requant_table(mult_bytes: bytes, shift_bytes: bytes, zero_point: int, lo: i
 FLOAT32_EXACT = (1 << 24) - 1
 
 
-def _clamped_requant(v: np.ndarray, mult: np.ndarray, shift: np.ndarray, zero_point: int, lo: int, hi: int):
-    """The exact q(v) = clip(requantize(v) + zero_point, lo, hi) of int32 accumulators ``v``
-    (int64 arrays), element by element with per-element multipliers and shifts."""
-    return np.clip(requantize(v, mult, shift) + zero_point, lo, hi)
-
-
 def _step_points(mult, shift, zero_point, lo, hi, bias, limit):
     """The points that pin down a = raw accumulator -> q(a + bias) on |a| <= ``limit`` (kept
     where a + bias is an int32): per channel, both ends of the range and, for every level q takes
@@ -291,8 +285,8 @@ def _step_points(mult, shift, zero_point, lo, hi, bias, limit):
     a_max = np.minimum(limit, top - bias)
     chans = np.flatnonzero(a_min <= a_max)
 
-    def q(ch, a):
-        return _clamped_requant(a + bias[ch], mult[ch], shift[ch], zero_point, lo, hi)
+    def q(ch, a):  # exact, element by element with each point's channel parameters
+        return np.clip(requantize(a + bias[ch], mult[ch], shift[ch]) + zero_point, lo, hi)
 
     q_min, q_max = q(chans, a_min[chans]), q(chans, a_max[chans])
     counts = q_max - q_min
