@@ -33,8 +33,9 @@ F32, F16, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
 Q8, S8, PC, TI32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_INT32
 QUANT8 = (Q8, S8)
 
-# Below this many multiply-adds a float convolution is accumulated in float64.
-SMALL_FLOAT_WORK = 1 << 22
+# Below this many multiply-adds a float convolution is accumulated in float64. (At 2**22 it
+# took a float64 path through a third of MobileNet v2's layers, ~10% of the inference.)
+SMALL_FLOAT_WORK = 1 << 16
 
 # ---------------------------------------------------------------------------------------------
 # Spatial parameters shared by convolutions and pooling
@@ -530,24 +531,12 @@ def finish(acc: np.ndarray, call: Call, fuse: int, n_channels: int, bound: float
 BLOCK_ELEMENTS = 1 << 21
 
 
-try:  # BLAS sgemm with beta = 1 adds the bias during the product (one pass over the output fewer)
-    from scipy.linalg.blas import sgemm as _sgemm
-except ImportError:  # scipy is optional
-    _sgemm = None
-
-
 def matmul_add(cols: np.ndarray, wmat: np.ndarray, add, out: np.ndarray) -> np.ndarray:
-    """``out = cols @ wmat + add`` in float32 (``add`` broadcast over the rows), written into the
-    C-contiguous ``out``. With integer operands whose sums stay below 2**24 the result is exact
-    in any summation order."""
-    if _sgemm is not None and cols.flags.c_contiguous and wmat.flags.c_contiguous and out.flags.c_contiguous \
-            and cols.dtype == np.float32 and wmat.dtype == np.float32 and cols.shape[0] > 0:
-        out[...] = add
-        # Fortran view of the row-major product: out.T = wmat.T @ cols.T, accumulated into out.T.
-        result = _sgemm(1.0, wmat.T, cols.T, beta=1.0, c=out.T, overwrite_c=1)
-        if not np.shares_memory(result, out):
-            out[...] = result.T
-        return out
+    """``out = cols @ wmat + add`` (``add`` broadcast over the rows), written into ``out``. With
+    integer operands whose sums stay below 2**24 the result is exact in any summation order.
+
+    (BLAS sgemm with beta = 1, adding ``add`` during the product, measured no faster on the
+    MobileNets and 1.2-1.5x slower for few rows.)"""
     np.matmul(cols, wmat, out=out)
     out += add
     return out
@@ -713,7 +702,7 @@ def conv2d_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
                 else:
                     requant_block(np.matmul(xf, wmat), params, prep, ob)
             else:
-                matmul_add(cols if cols.flags.c_contiguous else np.ascontiguousarray(cols), wmat, bias, ob)
+                matmul_add(cols, wmat, bias, ob)
                 if p.fuse != FuseCode.NONE:
                     np.clip(ob, lo, hi, out=ob)
     if quant and prep.signed:
