@@ -531,17 +531,6 @@ def finish(acc: np.ndarray, call: Call, fuse: int, n_channels: int, bound: float
 BLOCK_ELEMENTS = 1 << 21
 
 
-def matmul_add(cols: np.ndarray, wmat: np.ndarray, add, out: np.ndarray) -> np.ndarray:
-    """``out = cols @ wmat + add`` (``add`` broadcast over the rows), written into ``out``. With
-    integer operands whose sums stay below 2**24 the result is exact in any summation order.
-
-    (BLAS sgemm with beta = 1, adding ``add`` during the product, measured no faster on the
-    MobileNets and 1.2-1.5x slower for few rows.)"""
-    np.matmul(cols, wmat, out=out)
-    out += add
-    return out
-
-
 def _row_blocks(rows: int, row_elements: int):
     step = max(1, BLOCK_ELEMENTS // max(1, row_elements))
     return [(r, min(r + step, rows)) for r in range(0, rows, step)]
@@ -627,8 +616,7 @@ def requant_params(prep: _QuantPrep):
     return [offset, base, top]
 
 
-def requant_block(acc: np.ndarray, params, prep: _QuantPrep, out_block: np.ndarray,
-                  offset_added: bool = False) -> None:
+def requant_block(acc: np.ndarray, params, prep: _QuantPrep, out_block: np.ndarray) -> None:
     """Requantization of one block of exact raw accumulators (in place in ``acc``) into
     ``out_block`` (uint8 storage). Affine: multiply, add, clip, cast (int8 outputs are computed
     offset by 128 and flipped back with ^ 0x80). Table: index, clip, look up."""
@@ -638,8 +626,7 @@ def requant_block(acc: np.ndarray, params, prep: _QuantPrep, out_block: np.ndarr
             np.bitwise_xor(out_block, np.uint8(0x80), out=out_block)
         return
     offset, base, top = params
-    if not offset_added:
-        acc += offset
+    acc += offset
     np.clip(acc, base, top, out=acc)
     prep.table[0].take(acc.astype(np.intp), out=out_block)
 
@@ -672,7 +659,6 @@ def conv2d_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
     elif inp.type == F32 and float_dtype(n * oh * ow * c_out * K) == np.float32:
         wmat = call.derived(("conv_f32",), (1,),
                             lambda: np.ascontiguousarray(flt.value.reshape(c_out, K).T.astype(np.float32)))
-        bias = call.derived(("bias_f32",), (2,), lambda: call.ins[2].value.astype(np.float32))
         lo, hi = FLOAT_ACTIVATION_RANGE[FuseCode(p.fuse)]
     else:
         return None
@@ -685,26 +671,24 @@ def conv2d_fast(call: Call, p: Spatial, dims, kernel, out_hw, c_out):
         need_h, need_w = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
         xp = padded_window_input(x, top, left, need_h, need_w, inp.zero_point if quant else 0)
         win = im2col(xp, kh, kw, sh, sw, dh, dw, oh, ow)
+    # Epilogues run on output rows of OW * C_out elements, with the per-channel parameters tiled
+    # to match: numpy's inner loops are then long (1.3x faster than per-channel broadcasting).
     if quant:
         out = np.empty((n, oh, ow, c_out), np.uint8)
-        params = requant_params(prep)
+        params = call.derived(("conv_params", ow), range(1, len(call.ins)),
+                              lambda: [np.tile(a, ow) if np.ndim(a) else a for a in requant_params(prep)])
     else:
         out = np.empty((n, oh, ow, c_out), np.float32)
+        bias = call.derived(("bias_f32", ow), (2,), lambda: np.tile(call.ins[2].value.astype(np.float32), ow))
     for b in range(n):
         for y0, y1 in _row_blocks(oh, ow * (K + c_out)):
             cols = win[b, y0:y1].reshape(-1, K)
-            ob = out[b, y0:y1].reshape(-1, c_out)
+            ob = out[b, y0:y1].reshape(y1 - y0, ow * c_out)
             if quant:
-                xf = cols.astype(np.float32)
-                if prep.affine is None and K < c_out:  # table: the integer offset added exactly in the product
-                    acc = matmul_add(xf, wmat, params[0], np.empty((xf.shape[0], c_out), np.float32))
-                    requant_block(acc, params, prep, ob, offset_added=True)
-                else:
-                    requant_block(np.matmul(xf, wmat), params, prep, ob)
+                requant_block(np.matmul(cols.astype(np.float32), wmat).reshape(ob.shape), params, prep, ob)
             else:
-                matmul_add(cols, wmat, bias, ob)
-                if p.fuse != FuseCode.NONE:
-                    np.clip(ob, lo, hi, out=ob)
+                np.matmul(cols, wmat, out=ob.reshape(-1, c_out))
+                _float_block(ob, bias, lo, hi, p.fuse)
     if quant and prep.signed:
         out = out.view(np.int8)
     return out

@@ -746,18 +746,6 @@ def test_cached_quant_paths_are_taken(monkeypatch):
     assert taken == [True] * 8  # two executions each
 
 
-def test_matmul_add_is_exact_on_integers():
-    from nnapi_ref.ops import convolution as cv
-    rng = np.random.default_rng(5)
-    cols = rng.integers(-255, 256, (37, 11)).astype(np.float32)
-    wmat = rng.integers(-255, 256, (11, 23)).astype(np.float32)
-    add = rng.integers(-10 ** 5, 10 ** 5, 23).astype(np.float32)
-    out = np.full((37, 23), np.nan, np.float32)
-    result = cv.matmul_add(cols, wmat, add, out)
-    assert result is out
-    np.testing.assert_array_equal(out, cols.astype(np.int64) @ wmat.astype(np.int64) + add.astype(np.int64))
-
-
 @pytest.mark.parametrize("code,extra", [(Op.CONV_2D, ()), (Op.DEPTHWISE_CONV_2D, (1,))])
 @pytest.mark.parametrize("explicit", [True, False])
 def test_dilation_factors_come_in_pairs(code, extra, explicit):
