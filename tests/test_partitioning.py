@@ -186,10 +186,4 @@ def test_operations_added_in_any_order_run_and_report_support_in_that_order():
         assert model.get_supported_operations_for_devices(devices) == [True, False]
     compilation = Compilation(model)
     compilation.finish()
-    execution = Execution(compilation)
-    execution.set_input(0, A)
-    execution.set_input(1, B)
-    result = np.zeros((2, 2), np.float32)
-    execution.set_output(0, result)
-    execution.compute()
-    np.testing.assert_array_equal(result, (A + B) * B)
+    np.testing.assert_array_equal(execute(compilation), (A + B) * B)

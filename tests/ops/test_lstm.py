@@ -4,9 +4,10 @@ import math
 import numpy as np
 import pytest
 
-from nnapi_ref.errors import NnapiError
 from nnapi_ref.testing import omitted, output, run_operation, scalar, tensor
-from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
+from nnapi_ref.types import OperandCode as T, OperationCode as Op
+
+from .support import assert_bad_data
 
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
 RNG = np.random.default_rng(11)
@@ -245,22 +246,16 @@ def test_bidirectional_cross_linking_equals_concatenated_input():
     np.testing.assert_allclose(bw_out, e_bw[::-1], rtol=1e-5, atol=1e-6)
 
 
-def expect_bad_data(fn):
-    with pytest.raises(NnapiError) as e:
-        fn()
-    assert e.value.code == ResultCode.BAD_DATA
-
-
 def test_validation():
     p = make_params(3, 2)
     x, h, c = np.zeros((1, 3)), np.zeros((1, 2)), np.zeros((1, 2))
-    expect_bad_data(lambda: lstm_step(x, h, c, p, act=5))                       # activation code
-    expect_bad_data(lambda: lstm_step(x, h, c, p, cell_clip=-1.0))              # negative clip
-    expect_bad_data(lambda: lstm_step(np.zeros((1, 4)), h, c, p))                # input size
-    expect_bad_data(lambda: lstm_step(x, h, np.zeros((1, 3)), p))                # cell state size
-    expect_bad_data(lambda: lstm_step(x, h, c, dict(p, r2i=None)))               # half of the CIFG weights
-    expect_bad_data(lambda: lstm_step(x, h, c, dict(p, c2f=np.zeros(2))))        # peephole not all present
-    expect_bad_data(lambda: lstm_step(x, h, c, dict(p, proj_b=np.zeros(2))))     # projection bias alone
-    expect_bad_data(lambda: lstm_step(x, h, c, dict(p, ln_f=np.ones(2))))        # partial layer norm
-    expect_bad_data(lambda: lstm_step(x, h, c, dict(p, r2f=np.zeros((2, 3)))))   # recurrent weights shape
-    expect_bad_data(lambda: uni_lstm(x, h, c, p))                                # sequence input rank
+    assert_bad_data(lambda: lstm_step(x, h, c, p, act=5))                       # activation code
+    assert_bad_data(lambda: lstm_step(x, h, c, p, cell_clip=-1.0))              # negative clip
+    assert_bad_data(lambda: lstm_step(np.zeros((1, 4)), h, c, p))                # input size
+    assert_bad_data(lambda: lstm_step(x, h, np.zeros((1, 3)), p))                # cell state size
+    assert_bad_data(lambda: lstm_step(x, h, c, dict(p, r2i=None)))               # half of the CIFG weights
+    assert_bad_data(lambda: lstm_step(x, h, c, dict(p, c2f=np.zeros(2))))        # peephole not all present
+    assert_bad_data(lambda: lstm_step(x, h, c, dict(p, proj_b=np.zeros(2))))     # projection bias alone
+    assert_bad_data(lambda: lstm_step(x, h, c, dict(p, ln_f=np.ones(2))))        # partial layer norm
+    assert_bad_data(lambda: lstm_step(x, h, c, dict(p, r2f=np.zeros((2, 3)))))   # recurrent weights shape
+    assert_bad_data(lambda: uni_lstm(x, h, c, p))                                # sequence input rank

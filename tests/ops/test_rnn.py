@@ -2,9 +2,10 @@
 import numpy as np
 import pytest
 
-from nnapi_ref.errors import NnapiError
 from nnapi_ref.testing import omitted, output, run_operation, scalar, tensor
-from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
+from nnapi_ref.types import OperandCode as T, OperationCode as Op
+
+from .support import assert_bad_data, assert_op_bad_data
 
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
 RNG = np.random.default_rng(7)
@@ -137,30 +138,22 @@ def test_bidirectional_aux_inputs():
     np.testing.assert_allclose(bw_out, exp_bw[::-1], rtol=1e-5, atol=1e-6)
 
 
-def expect_bad_data(fn):
-    with pytest.raises(NnapiError) as e:
-        fn()
-    assert e.value.code == ResultCode.BAD_DATA
-
-
 def test_validation():
     w, r, b = cell(2, 3)
     x, h = np.zeros((1, 3)), np.zeros((1, 2))
-    expect_bad_data(lambda: rnn_step(x, w, r, b, h, 5))                   # activation code
-    expect_bad_data(lambda: rnn_step(np.zeros((1, 4)), w, r, b, h, 0))     # input size vs weights
-    expect_bad_data(lambda: rnn_step(x, w, np.zeros((2, 3)), b, h, 0))     # recurrent weights not square
-    expect_bad_data(lambda: rnn_step(x, w, r, np.zeros(3), h, 0))          # bias size
-    expect_bad_data(lambda: rnn_step(x, w, r, b, np.zeros((2, 2)), 0))     # hidden state batch
-    expect_bad_data(lambda: uni(np.zeros((2, 3)), w, r, b, h, 0, True))    # sequence input must be rank 3
+    assert_bad_data(lambda: rnn_step(x, w, r, b, h, 5))                   # activation code
+    assert_bad_data(lambda: rnn_step(np.zeros((1, 4)), w, r, b, h, 0))     # input size vs weights
+    assert_bad_data(lambda: rnn_step(x, w, np.zeros((2, 3)), b, h, 0))     # recurrent weights not square
+    assert_bad_data(lambda: rnn_step(x, w, r, np.zeros(3), h, 0))          # bias size
+    assert_bad_data(lambda: rnn_step(x, w, r, b, np.zeros((2, 2)), 0))     # hidden state batch
+    assert_bad_data(lambda: uni(np.zeros((2, 3)), w, r, b, h, 0, True))    # sequence input must be rank 3
     seq = np.zeros((2, 1, 3))
     # aux weights without an aux input
-    expect_bad_data(lambda: bidi(seq, (w, r, b), (w, r, b), h, h, aux_w=(np.zeros((2, 3)), np.zeros((2, 3)))))
+    assert_bad_data(lambda: bidi(seq, (w, r, b), (w, r, b), h, h, aux_w=(np.zeros((2, 3)), np.zeros((2, 3)))))
     # merged outputs take one output (plus states), not two
-    with pytest.raises(NnapiError) as e:
-        run_operation(Op.BIDIRECTIONAL_SEQUENCE_RNN,
-                      [tensor(F32, seq), tensor(F32, w), tensor(F32, r), tensor(F32, b), tensor(F32, h),
-                       tensor(F32, w), tensor(F32, r), tensor(F32, b), tensor(F32, h),
-                       omitted(F32), omitted(F32), omitted(F32),
-                       scalar(T.INT32, 0), scalar(T.BOOL, True), scalar(T.BOOL, True)],
-                      [output(F32), output(F32)])
-    assert e.value.code == ResultCode.BAD_DATA
+    assert_op_bad_data(Op.BIDIRECTIONAL_SEQUENCE_RNN,
+                       [tensor(F32, seq), tensor(F32, w), tensor(F32, r), tensor(F32, b), tensor(F32, h),
+                        tensor(F32, w), tensor(F32, r), tensor(F32, b), tensor(F32, h),
+                        omitted(F32), omitted(F32), omitted(F32),
+                        scalar(T.INT32, 0), scalar(T.BOOL, True), scalar(T.BOOL, True)],
+                       [output(F32), output(F32)])
