@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from .runtime import Compilation, Execution, Model, OperandType
+from .tolerance import compare
 from .types import DTYPES, SCALAR_TYPES, OperandCode, OperationCode
 
 
@@ -99,11 +100,12 @@ def add_model(output_dims: Sequence[int] = (2,), finish: bool = True) -> Model:
     return model
 
 
-def chain_model(output_dims: Sequence[int] = (2, 2)) -> Model:
+def chain_model(output_dims: Sequence[int] = (2, 2), input_dims: Sequence[int] = (2, 2)) -> Model:
     """out = ((a + b) * b) + a on float32 [2, 2] tensors: ADD, MUL, ADD in a chain (inputs a, b),
-    for partitioning tests; ``output_dims`` may leave the output's shape unknown."""
+    for partitioning and execution-sequence tests; ``output_dims`` may leave the output's shape
+    unknown, ``input_dims`` the inputs' and intermediates' (given at execution)."""
     model = Model()
-    t = OperandType(OperandCode.TENSOR_FLOAT32, [2, 2])
+    t = OperandType(OperandCode.TENSOR_FLOAT32, input_dims)
     a, b = model.add_operand(t), model.add_operand(t)
     fuse = model.add_operand(OperandType(OperandCode.INT32))
     model.set_operand_value(fuse, np.int32(0))
@@ -115,6 +117,28 @@ def chain_model(output_dims: Sequence[int] = (2, 2)) -> Model:
     model.identify_inputs_and_outputs([a, b], [out])
     model.finish()
     return model
+
+
+def chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """What :func:`chain_model` computes, in numpy float32."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return (a + b) * b + a
+
+
+def assert_step(step: str, expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> None:
+    """Every float32 output of one step of an execution sequence within NNAPI's tolerance; the
+    AssertionError names the step, so a driver's stale state shows where it went wrong."""
+    problems = []
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        e, a = np.asarray(e), np.asarray(a)
+        if a.size != e.size:
+            problems.append(f"output {i}: {a.size} values, expected {e.size}")
+            continue
+        result = compare(e, a.reshape(e.shape), OperandCode.TENSOR_FLOAT32, what=f"output {i}")
+        if not result.ok:
+            problems.append(result.message)
+    if problems:
+        raise AssertionError(f"{step}: {'; '.join(problems)}")
 
 
 def counting_loop_model(step: float, limit: float = 5.0) -> Model:

@@ -17,6 +17,14 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
 ``accepts_invalid_model`` no model validation: get_supported_operations and prepare_model
                           accept what they should reject with INVALID_ARGUMENT
 ``bad_timing``            measured timing has time on device > time in driver
+``burst_caches_pool``     a burst reads its inputs from a copy of each memory pool taken the
+                          first time it saw the pool's token (the contents cached, not the
+                          mapping), until the token is released
+``shared_scratch``        the intermediate results of the main model live in buffers allocated
+                          once per prepared model: right one execution at a time, but
+                          concurrent executions overwrite each other's intermediates
+``keeps_first_shape``     a prepared model reports the output shapes of its first successful
+                          execution for every later one (the data is right)
 ========================  ==================================================================
 
 Each fault is a wrapper around the reference implementation: a prepared model whose execution
@@ -25,11 +33,14 @@ an override of one reference driver method.
 """
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import numpy as np
 
 from .. import hal
 from ..ops.base import Arg, Call
-from ..types import OperandCode as T, OperationCode
+from ..types import Lifetime, OperandCode as T, OperationCode
 from .reference import ReferenceDevice, ReferencePreparedModel
 
 ADD_QUANT8_ERROR = 2
@@ -239,6 +250,111 @@ class BadTiming(BrokenDevice):
         return _BadTiming(prepared)
 
 
+# -- burst_caches_pool ---------------------------------------------------------------------------
+
+class _ContentCachingBurst(hal.Burst):
+    """Inputs are read from a copy of each shared memory pool taken when its memory identifier
+    token was first seen; the copy lives until the token is released."""
+
+    def __init__(self, prepared: ReferencePreparedModel):
+        self.prepared = prepared
+        self.copies: dict[int, hal.SharedMemory] = {}
+
+    def execute(self, request, memory_identifier_tokens, measure, deadline_ns, loop_timeout_ns):
+        if len(memory_identifier_tokens) != len(request.pools):
+            raise hal.HalError(hal.ErrorStatus.INVALID_ARGUMENT, "burst: one memory identifier token per pool needed")
+        n = len(request.pools)
+        staged = [self.copies.setdefault(token, hal.SharedMemory(pool.buffer.copy()))
+                  if isinstance(pool, hal.SharedMemory) else pool
+                  for pool, token in zip(request.pools, memory_identifier_tokens)]
+        inputs = [dataclasses.replace(a, pool_index=a.pool_index + n)
+                  if a.lifetime == hal.ArgumentLifetime.POOL and 0 <= a.pool_index < n else a for a in request.inputs]
+        return self.prepared._run(hal.Request(inputs, request.outputs, list(request.pools) + staged), measure,
+                                  deadline_ns, loop_timeout_ns)
+
+    def release_memory_resource(self, memory_identifier_token):
+        self.copies.pop(memory_identifier_token, None)
+
+
+class _ContentCachingPrepared(ReferencePreparedModel):
+    def __init__(self, prepared: ReferencePreparedModel):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+
+    def configure_execution_burst(self):
+        return _ContentCachingBurst(self)
+
+
+class BurstCachesPool(BrokenDevice):
+    """A burst caches the contents of the pools it is given by token, instead of their mapping:
+    a pool rewritten between two executions of one burst is read as it was the first time."""
+
+    FAULT = "burst_caches_pool"
+
+    def wrap_prepared(self, prepared):
+        return _ContentCachingPrepared(prepared)
+
+
+# -- shared_scratch ------------------------------------------------------------------------------
+
+SCRATCH_HOLD_S = 0.002  # how long an intermediate sits in the scratch buffer before it is read
+
+
+def _into_scratch(scratch: dict):
+    """A fault putting an operation's outputs into ``scratch`` (one buffer per output, kept
+    across executions) and returning those buffers, after the time a device would take."""
+    def fault(call: Call, outputs):
+        results = []
+        for i, out in enumerate(outputs):
+            out = np.asarray(out)
+            buffer = scratch.get(i)
+            if buffer is None or buffer.shape != out.shape or buffer.dtype != out.dtype:
+                buffer = scratch[i] = np.empty_like(out)
+            buffer[...] = out
+            results.append(buffer)
+        time.sleep(SCRATCH_HOLD_S)
+        return results
+    return fault
+
+
+class SharedScratch(BrokenDevice):
+    """The main model's operations writing only intermediate operands write them into one scratch
+    buffer per prepared model: executions one at a time are right, concurrent ones read each
+    other's intermediates."""
+
+    FAULT = "shared_scratch"
+
+    def wrap_prepared(self, prepared):
+        main = prepared.plans[0]
+        temporaries = {k for k, o in enumerate(main.subgraph.operands) if o.lifetime == Lifetime.TEMPORARY_VARIABLE}
+        for step in main.steps:
+            if set(step.outputs) <= temporaries:
+                step.impl = _WrappedOperation(step.impl, _into_scratch({}))
+        return prepared
+
+
+# -- keeps_first_shape -----------------------------------------------------------------------------
+
+class _FirstShapes(ReferencePreparedModel):
+    def __init__(self, prepared: ReferencePreparedModel):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+        self.first_shapes: list[hal.OutputShape] | None = None
+
+    def _run(self, request, measure, deadline_ns, loop_timeout_ns):
+        result = super()._run(request, measure, deadline_ns, loop_timeout_ns)
+        if self.first_shapes is None:
+            self.first_shapes = list(result.output_shapes)
+        return hal.ExecutionResult(list(self.first_shapes), result.timing)
+
+
+class KeepsFirstShape(BrokenDevice):
+    """Reports the output shapes of a prepared model's first successful execution ever after."""
+
+    FAULT = "keeps_first_shape"
+
+    def wrap_prepared(self, prepared):
+        return _FirstShapes(prepared)
+
+
 # Factories for ``--driver nnapi_ref.drivers.broken:<name>``.
 wrong_add_quant8 = WrongAddQuant8
 wrong_add_quant8_by_one = WrongAddQuant8ByOne
@@ -247,6 +363,10 @@ float16_arithmetic = Float16Arithmetic
 wrong_output_shape = WrongOutputShape
 accepts_invalid_model = AcceptsInvalidModel
 bad_timing = BadTiming
+burst_caches_pool = BurstCachesPool
+shared_scratch = SharedScratch
+keeps_first_shape = KeepsFirstShape
 
 ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, OffByOneRounding, Float16Arithmetic,
-                                  WrongOutputShape, AcceptsInvalidModel, BadTiming)}
+                                  WrongOutputShape, AcceptsInvalidModel, BadTiming, BurstCachesPool, SharedScratch,
+                                  KeepsFirstShape)}
