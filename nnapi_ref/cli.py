@@ -38,6 +38,21 @@ def cmd_devices(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    """Serve one driver over the remote-driver protocol (docs/remote-protocol.md)."""
+    from .drivers import load_driver
+    from .remote.server import serve_socket, serve_stdio
+    device = load_driver(args.driver)
+    if args.socket:
+        try:
+            serve_socket(device, args.socket)
+        except KeyboardInterrupt:
+            pass
+    else:
+        serve_stdio(device)
+    return 0
+
+
 def cmd_ops(args) -> int:
     from . import ops
     from .types import OperationCode, type_name
@@ -191,6 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("devices", help="list the devices and their capabilities")
     p.add_argument("--driver", default=DEFAULT_DRIVER)
     p.set_defaults(func=cmd_devices)
+    p = sub.add_parser("serve", help="serve a driver to remote clients (remote:nnts serve DRIVER, socket:PATH)")
+    p.add_argument("driver", help="reference, or module.path:factory")
+    p.add_argument("--socket", help="listen on this Unix socket instead of speaking on stdin/stdout")
+    p.set_defaults(func=cmd_serve)
     p = sub.add_parser("ops", help="list the operations the reference implements, per feature level and type")
     p.set_defaults(func=cmd_ops)
     p = sub.add_parser("vectors", help="test vectors")

@@ -5,26 +5,34 @@ A driver string is one of
 * ``reference``: the built-in ``nnapi-reference`` CPU driver;
 * ``module.path:factory``: a Python object implementing :class:`nnapi_ref.hal.Device`: a
   Device instance, a Device subclass, or a callable returning a Device;
-* ``remote:...``: reserved for drivers running in another process.
+* ``remote:COMMAND``: a driver in its own process: COMMAND is started and spoken to over its
+  stdin and stdout with the protocol of ``docs/remote-protocol.md`` (``remote:nnts serve
+  reference`` serves the reference; ``nnts`` means this installation);
+* ``socket:PATH``: a driver server already listening on the Unix socket PATH
+  (``nnts serve DRIVER --socket PATH``).
 
-Several drivers at once (for partitioning) are separated by commas.
+Several drivers at once (for partitioning) are separated by commas. ``isolate=True`` runs every
+in-process driver string through ``nnts serve`` in a process of its own.
 """
 from __future__ import annotations
 
 import importlib
+import shlex
 
 from ..errors import NnapiError
 from ..hal import Device
 from ..types import ResultCode
 
 
-def load_driver(spec: str) -> Device:
+def load_driver(spec: str, isolate: bool = False) -> Device:
     spec = spec.strip()
+    if isolate and not spec.startswith(("remote:", "socket:")):
+        spec = f"remote:nnts serve {shlex.quote(spec)}"
+    if spec.startswith(("remote:", "socket:")):
+        return _load_remote(spec)
     if spec in ("reference", "nnapi-reference"):
         from .reference import ReferenceDevice
         return ReferenceDevice()
-    if spec.startswith("remote:"):
-        raise NnapiError(ResultCode.UNAVAILABLE_DEVICE, f"driver {spec!r}: out-of-process drivers are not available yet")
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: expected 'reference' or 'module.path:factory'")
@@ -44,8 +52,20 @@ def load_driver(spec: str) -> Device:
     return driver
 
 
-def load_drivers(specs: str | list[str]) -> list[Device]:
+def _load_remote(spec: str) -> Device:
+    from ..hal import HalError
+    from ..remote.client import attach_socket, start_process
+    kind, _, target = spec.partition(":")
+    if not target.strip():
+        raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: expected {kind}:{'COMMAND' if kind == 'remote' else 'PATH'}")
+    try:
+        return start_process(target) if kind == "remote" else attach_socket(target)
+    except HalError as e:
+        raise NnapiError(ResultCode.UNAVAILABLE_DEVICE, f"driver {spec!r}: {e.message}") from None
+
+
+def load_drivers(specs: str | list[str], isolate: bool = False) -> list[Device]:
     """Drivers from a comma-separated string or a list of driver strings."""
     if isinstance(specs, str):
         specs = [s for s in specs.split(",") if s.strip()]
-    return [load_driver(s) for s in specs]
+    return [load_driver(s, isolate) for s in specs]

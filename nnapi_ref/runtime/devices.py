@@ -66,13 +66,14 @@ class DeviceManager:
 
     @property
     def cpu(self) -> Device:
-        """The CPU reference device used for fallback (the listed one when it is there)."""
+        """The CPU reference device used for fallback: the listed one when it is there (in this
+        process: a driver in another process may die, the fallback must not)."""
+        from ..drivers.reference import ReferenceDevice
         for device in self.devices:
-            if device.name == "nnapi-reference":
+            if isinstance(device.driver, ReferenceDevice) and device.name == "nnapi-reference":
                 return device
         with self._lock:
             if self._cpu is None:
-                from ..drivers.reference import ReferenceDevice
                 self._cpu = Device(ReferenceDevice())
             return self._cpu
 

@@ -1,0 +1,810 @@
+"""The remote-driver client: an :class:`nnapi_ref.hal.Device` whose driver runs in another process.
+
+The driver is untrusted. Whatever its process does (exits, is killed by a signal, writes a
+malformed, oversized or unexpected reply, or does not answer a call within its time budget) the
+call ends in a :class:`HalError` with DEAD_OBJECT whose message says what happened (the exit code
+or signal and the driver's last stderr lines, or the call that hung), the process is killed, and
+an :class:`Incident` is recorded for the test reports. The next device-level call (supported
+operations, prepare, allocate) starts a fresh process; objects of the dead one keep failing with
+DEAD_OBJECT.
+
+Time budgets, in seconds: ``NNTS_CALL_TIMEOUT`` (default 60) for each call and
+``NNTS_PREPARE_TIMEOUT`` (default 300) for starting, querying and preparing.
+"""
+from __future__ import annotations
+
+import collections
+import io
+import itertools
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .. import hal
+from ..hal import ErrorStatus, HalError
+from . import shm, wire
+from .wire import EncodeError, Msg, ProtocolError, Reader, Writer
+
+DEFAULT_CALL_TIMEOUT_S = 60.0
+DEFAULT_PREPARE_TIMEOUT_S = 300.0
+STDERR_LINES = 20
+
+# The replies each request may get (besides ERROR).
+_REPLIES = {
+    Msg.HELLO: Msg.DEVICE_INFO, Msg.GET_SUPPORTED_OPERATIONS: Msg.SUPPORTED, Msg.PREPARE_MODEL: Msg.PREPARED,
+    Msg.PREPARE_MODEL_FROM_CACHE: Msg.PREPARED, Msg.EXECUTE_SYNC: Msg.EXECUTED, Msg.EXECUTE_ASYNC: Msg.LAUNCHED,
+    Msg.EXECUTE_FENCED: Msg.FENCED_DONE, Msg.CONFIGURE_BURST: Msg.BURST, Msg.BURST_EXECUTE: Msg.EXECUTED,
+    Msg.BURST_RELEASE_MEMORY: Msg.OK, Msg.ALLOCATE: Msg.BUFFER, Msg.BUFFER_COPY_TO: Msg.OK,
+    Msg.BUFFER_COPY_FROM: Msg.OK,
+}
+_SLOW = frozenset({Msg.HELLO, Msg.GET_SUPPORTED_OPERATIONS, Msg.PREPARE_MODEL, Msg.PREPARE_MODEL_FROM_CACHE})
+
+
+# ---------------------------------------------------------------------------------------------
+# Incidents: what the test reports classify as CRASH or HANG
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Incident:
+    kind: str      # "crash" (the process died or broke the protocol) or "hang"
+    driver: str    # the driver string
+    message: str
+
+
+_incidents: list[Incident] = []
+_incidents_lock = threading.Lock()
+
+
+def incidents() -> list[Incident]:
+    """Every incident of this process so far, oldest first."""
+    with _incidents_lock:
+        return list(_incidents)
+
+
+def _record(incident: Incident) -> None:
+    with _incidents_lock:
+        _incidents.append(incident)
+
+
+# ---------------------------------------------------------------------------------------------
+# Transports
+# ---------------------------------------------------------------------------------------------
+
+def _command_argv(command: str) -> list[str]:
+    """``nnts ...`` runs this very installation (``python -m nnapi_ref.cli``), on PATH or not."""
+    argv = shlex.split(command)
+    if not argv:
+        raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, "remote: no command given")
+    if argv[0] == "nnts":
+        argv = [sys.executable, "-m", "nnapi_ref.cli"] + argv[1:]
+    return argv
+
+
+class ProcessTransport:
+    """A driver process started by the client, spoken to over its stdin and stdout."""
+
+    def __init__(self, command: str):
+        self.command = command
+        try:
+            self.proc = subprocess.Popen(_command_argv(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
+        except OSError as e:
+            raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"cannot start {command!r}: {e}") from None
+        self._out = io.BufferedReader(self.proc.stdout, 1 << 16)
+        self._stderr = collections.deque(maxlen=STDERR_LINES)
+        self._stderr_done = threading.Thread(target=self._drain_stderr, daemon=True, name="nnts-remote-stderr")
+        self._stderr_done.start()
+
+    def _drain_stderr(self) -> None:
+        for line in self.proc.stderr:
+            self._stderr.append(line.decode("utf-8", "replace").rstrip())
+
+    def send(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+
+    def read(self, n: int) -> bytes:
+        return self._out.read(n)
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    def death(self) -> str:
+        """How the process ended, and what it said last on stderr."""
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._stderr_done.join(timeout=1)
+        if code is None:
+            how = "did not exit"
+        elif code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name} ({-code})"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        tail = " | ".join(self._stderr)
+        return f"process {self.proc.pid} ({self.command}) {how}" + (f"; last stderr: {tail}" if tail else "")
+
+
+class SocketTransport:
+    """A driver server that is already running, on a Unix socket."""
+
+    def __init__(self, path: str):
+        self.command = f"socket:{path}"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.connect(path)
+        except OSError as e:
+            self.sock.close()
+            raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"cannot connect to {path}: {e}") from None
+        self._in = self.sock.makefile("rb", buffering=1 << 16)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read(self, n: int) -> bytes:
+        return self._in.read(n)
+
+    def kill(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+    def death(self) -> str:
+        return f"the connection to {self.command} was closed"
+
+
+# ---------------------------------------------------------------------------------------------
+# The connection: calls, replies, death
+# ---------------------------------------------------------------------------------------------
+
+class _Waiter:
+    __slots__ = ("request", "event", "reply", "error")
+
+    def __init__(self, request: Msg):
+        self.request = request
+        self.event = threading.Event()
+        self.reply: tuple[int, bytes] | None = None
+        self.error: HalError | None = None
+
+
+@dataclass
+class _Staging:
+    """What one call borrowed: regions to hand back, bytes to copy back into the caller's arrays."""
+
+    regions: list
+    arena_regions: list
+    copy_back: list
+
+
+class _AsyncExecution:
+    def __init__(self, callback: hal.ExecutionCallback, staging: _Staging, owner):
+        self.callback, self.staging, self.owner = callback, staging, owner
+        self.timer: threading.Timer | None = None
+
+
+class Connection:
+    """One driver process (or server connection) and the calls in flight to it."""
+
+    def __init__(self, transport, driver: str, call_timeout_s: float, prepare_timeout_s: float):
+        self.transport = transport
+        self.driver = driver
+        self.call_timeout_s = call_timeout_s
+        self.prepare_timeout_s = prepare_timeout_s
+        self.dead: str | None = None
+        self.arena = shm.StagingArena()
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._pending: dict[int, _Waiter] = {}
+        self._async: dict[int, _AsyncExecution] = {}
+        self._sent_regions: set[int] = set()
+        self._removed_regions: list[int] = []
+        self._released: list[int] = []
+        threading.Thread(target=self._read_replies, daemon=True, name="nnts-remote-reader").start()
+        w = Writer()
+        w.parts.append(wire.MAGIC)
+        w.u32(wire.VERSION)
+        r = self.call(Msg.HELLO, w, "start")
+        version = r.u32()
+        if version != wire.VERSION:
+            self.fail("crash", f"the server speaks protocol version {version}, the client {wire.VERSION}")
+            raise HalError(ErrorStatus.DEAD_OBJECT, self.dead)
+        self.info = self.decode(wire.read_device_info, r)
+        self.decode(Reader.end, r)
+
+    # -- sending -------------------------------------------------------------------------------
+    def _region_frames(self, regions) -> list[bytes]:
+        frames = []
+        for region in regions:
+            if region.id not in self._sent_regions:
+                self._sent_regions.add(region.id)
+                weakref.finalize(region, self._removed_regions.append, region.id)
+                w = Writer()
+                w.u64(region.id)
+                w.u64(region.size)
+                w.str(region.path)
+                frames.append(w.finish(Msg.REGION_ADD, 0))
+        while self._removed_regions:
+            region_id = self._removed_regions.pop()
+            self._sent_regions.discard(region_id)
+            w = Writer()
+            w.u64(region_id)
+            frames.append(w.finish(Msg.REGION_REMOVE, 0))
+        while self._released:
+            w = Writer()
+            w.u64(self._released.pop())
+            frames.append(w.finish(Msg.RELEASE, 0))
+        return frames
+
+    def _send(self, frame: bytes, regions) -> None:
+        with self._send_lock:
+            data = b"".join(self._region_frames(regions) + [frame])
+            try:
+                self.transport.send(data)
+            except OSError:
+                pass  # the reader sees the end of the stream and says why
+
+    def release(self, handle: int) -> None:
+        """Drop a server object (sent with the next call: a finalizer must not block)."""
+        self._released.append(handle)
+
+    def dead_error(self) -> HalError:
+        return HalError(ErrorStatus.DEAD_OBJECT, self.dead or "")
+
+    def call(self, msg: Msg, w: Writer, what: str, regions=(), async_execution: _AsyncExecution | None = None,
+             timeout_s: float | None = None) -> Reader:
+        """Send one request and wait for its reply; return a Reader over the reply's body."""
+        if self.dead:
+            raise self.dead_error()
+        call_id = next(self._ids)
+        waiter = _Waiter(msg)
+        with self._lock:
+            self._pending[call_id] = waiter
+            if async_execution is not None:
+                self._async[call_id] = async_execution
+        self._send(w.finish(msg, call_id), regions)
+        if timeout_s is None:
+            timeout_s = self.prepare_timeout_s if msg in _SLOW else self.call_timeout_s
+        if not waiter.event.wait(timeout_s):
+            self.fail("hang", f"HANG: {self.driver} did not return from {what} within {timeout_s:g} s; "
+                              f"its process was killed")
+        if waiter.error is not None:
+            raise waiter.error
+        reply, body = waiter.reply
+        r = Reader(body)
+        if reply == Msg.ERROR:
+            raise self.decode(wire.read_error, r)
+        return r
+
+    def decode(self, read, r: Reader):
+        """Decode a reply with ``read``; a malformed reply kills the connection."""
+        try:
+            return read(r)
+        except ProtocolError as e:
+            self.fail("crash", f"CRASH: {self.driver} sent a malformed reply ({e}); its process was killed")
+            raise self.dead_error() from None
+
+    # -- receiving -----------------------------------------------------------------------------
+    def _read_replies(self) -> None:
+        try:
+            while True:
+                header = self.transport.read(wire.HEADER.size)
+                if len(header) < wire.HEADER.size:
+                    self.fail("crash", None)
+                    return
+                length, msg, call_id = wire.HEADER.unpack(header)
+                if not 12 <= length <= 12 + wire.MAX_REPLY:
+                    raise ProtocolError(f"reply length {length} out of range")
+                body = self.transport.read(length - 12)
+                if len(body) < length - 12:
+                    self.fail("crash", None)
+                    return
+                self._deliver(msg, call_id, body)
+        except ProtocolError as e:
+            self.fail("crash", f"CRASH: {self.driver} broke the protocol ({e}); its process was killed")
+        except (OSError, ValueError):
+            self.fail("crash", None)
+
+    def _deliver(self, msg: int, call_id: int, body: bytes) -> None:
+        if msg == Msg.EXECUTION_DONE:
+            with self._lock:
+                execution = self._async.pop(call_id, None)
+                if call_id in self._pending:
+                    raise ProtocolError(f"EXECUTION_DONE for call {call_id} before it was launched")
+            if execution is None:
+                raise ProtocolError(f"EXECUTION_DONE for call {call_id}, which is no running execution")
+            r = Reader(body)
+            status = r.i32()
+            if status not in ErrorStatus._value2member_map_:
+                raise ProtocolError(f"unknown execution status {status}")
+            message, shapes, timing = r.str(), wire.read_output_shapes(r), wire.read_timing(r)
+            r.end()
+            _finish_async(execution, ErrorStatus(status), shapes, timing, message)
+            return
+        with self._lock:
+            waiter = self._pending.pop(call_id, None)
+            if waiter is None:
+                raise ProtocolError(f"reply {msg} to call {call_id}, which is not in flight")
+            if msg != Msg.ERROR and msg != _REPLIES[waiter.request]:
+                raise ProtocolError(f"reply {msg} to a {waiter.request.name} call")
+            if msg == Msg.ERROR:
+                self._async.pop(call_id, None)
+        waiter.reply = (msg, body)
+        waiter.event.set()
+
+    def fail(self, kind: str, message: str | None) -> None:
+        """The driver is gone: kill it, record why, fail every call in flight."""
+        with self._lock:
+            if self.dead:
+                return
+            self.dead = "(dying)"
+            pending, self._pending = self._pending, {}
+            executions, self._async = self._async, {}
+        self.transport.kill()
+        death = self.transport.death()
+        if message is None:
+            message = f"CRASH: {self.driver}: the driver {death}"
+            if pending or executions:
+                calls = sorted({w.request.name for w in pending.values()} | {"EXECUTE_ASYNC"} * bool(executions))
+                message += f" (calls in flight: {', '.join(calls)})"
+        else:
+            message += f" ({death})"
+        self.dead = message
+        _record(Incident(kind, self.driver, message))
+        error = self.dead_error()
+        for waiter in pending.values():
+            waiter.error = error
+            waiter.event.set()
+        for execution in executions.values():
+            _finish_async(execution, ErrorStatus.DEAD_OBJECT, [], hal.NO_TIMING, message)
+
+    # -- shared memory for one call ------------------------------------------------------------
+    def stage(self) -> _Staging:
+        return _Staging([], [], [])
+
+    def region_ref(self, staging: _Staging, array: np.ndarray, copy_in: bool, copy_back: bool):
+        """A region reference for ``array``'s bytes: the array itself when it lives in shared
+        memory, else a staging region (filled from it, and copied back after the call)."""
+        found = shm.find(array)
+        if found is not None:
+            region, offset = found
+            staging.regions.append(region)
+            return region.id, offset, array.nbytes
+        region = self.arena.take(array.nbytes)
+        staging.regions.append(region)
+        staging.arena_regions.append(region)
+        if copy_in:
+            region.array[:array.nbytes] = array
+        if copy_back and array.flags.writeable:
+            staging.copy_back.append((array, region))
+        return region.id, 0, array.nbytes
+
+    def unstage(self, staging: _Staging) -> None:
+        for array, region in staging.copy_back:
+            array[...] = region.array[:array.nbytes]
+        for region in staging.arena_regions:
+            self.arena.give_back(region)
+
+
+def _finish_async(execution: _AsyncExecution, status, shapes, timing, message) -> None:
+    if execution.timer is not None:
+        execution.timer.cancel()
+    execution.owner.connection.unstage(execution.staging)
+    execution.callback.notify(status, shapes, timing, message)
+
+
+def _as_bytes(buffer) -> np.ndarray:
+    if isinstance(buffer, np.ndarray):
+        return buffer.reshape(-1).view(np.uint8)
+    return np.frombuffer(buffer, np.uint8)
+
+
+def _invalid(e: EncodeError) -> HalError:
+    return HalError(ErrorStatus.INVALID_ARGUMENT, f"cannot be sent to the driver: {e}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The HAL objects
+# ---------------------------------------------------------------------------------------------
+
+class RemoteDevice(hal.Device):
+    """A driver in another process. ``connect()`` returns a new transport to it."""
+
+    def __init__(self, connect, driver: str, call_timeout_s: float | None = None,
+                 prepare_timeout_s: float | None = None):
+        self._connect = connect
+        self.driver = driver
+        self.call_timeout_s = call_timeout_s or float(os.environ.get("NNTS_CALL_TIMEOUT", DEFAULT_CALL_TIMEOUT_S))
+        self.prepare_timeout_s = prepare_timeout_s or float(
+            os.environ.get("NNTS_PREPARE_TIMEOUT", DEFAULT_PREPARE_TIMEOUT_S))
+        self._lock = threading.Lock()
+        self.connection: Connection | None = None
+        self.restarts = -1
+        self.info = self.live().info
+
+    def live(self) -> Connection:
+        """The connection to the driver, started anew if the last one died."""
+        with self._lock:
+            if self.connection is None or self.connection.dead:
+                self.connection = Connection(self._connect(), self.driver, self.call_timeout_s,
+                                             self.prepare_timeout_s)
+                self.restarts += 1
+            return self.connection
+
+    def close(self) -> None:
+        """Stop the driver process (the suite's end; a later call starts a new one)."""
+        with self._lock:
+            if self.connection is not None and not self.connection.dead:
+                self.connection.dead = "closed by the client"
+                self.connection.transport.kill()
+
+    # -- device information, from the HELLO reply ----------------------------------------------
+    def get_name(self) -> str:
+        return self.info["name"]
+
+    def get_version_string(self) -> str:
+        return self.info["version"]
+
+    def get_type(self):
+        return self.info["type"]
+
+    def get_feature_level(self) -> int:
+        return self.info["feature_level"]
+
+    def get_capabilities(self) -> hal.Capabilities:
+        return self.info["capabilities"]
+
+    def get_supported_extensions(self) -> list[hal.Extension]:
+        return self.info["extensions"]
+
+    def get_number_of_cache_files_needed(self) -> tuple[int, int]:
+        return self.info["cache_files"]
+
+    # -- models --------------------------------------------------------------------------------
+    def _write_model(self, w: Writer, model: hal.Model, staging: _Staging, connection: Connection) -> None:
+        def place(raw: np.ndarray):
+            found = shm.find(raw)
+            if found is not None:
+                region, offset = found
+            else:
+                region, offset = shm.Region(raw.nbytes), 0
+                region.array[:] = raw
+            staging.regions.append(region)
+            return region.id, offset, raw.nbytes
+        try:
+            wire.write_model(w, model, place)
+        except EncodeError as e:
+            raise _invalid(e) from None
+        except (AttributeError, TypeError, ValueError) as e:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"malformed model: {type(e).__name__}: {e}") from None
+
+    def get_supported_operations(self, model: hal.Model) -> list[bool]:
+        connection = self.live()
+        staging = connection.stage()
+        w = Writer()
+        self._write_model(w, model, staging, connection)
+        r = connection.call(Msg.GET_SUPPORTED_OPERATIONS, w, "get_supported_operations", staging.regions)
+
+        def read(r: Reader) -> list[bool]:
+            n = r.count(1)
+            flags = bytes(r.raw(n))
+            r.end()
+            if any(b > 1 for b in flags):
+                raise ProtocolError("supported-operation flag other than 0 or 1")
+            return [bool(b) for b in flags]
+        return connection.decode(read, r)
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        connection = self.live()
+        staging = connection.stage()
+        w = Writer()
+        self._write_model(w, model, staging, connection)
+        try:
+            w.i32(preference)
+            w.i32(priority)
+            w.optional_i64(_relative(deadline_ns))
+            with _CacheFiles(model_cache, data_cache) as files:
+                files.write(w)
+                w.optional_bytes(token)
+                r = connection.call(Msg.PREPARE_MODEL, w, "prepare_model", staging.regions)
+        except EncodeError as e:
+            raise _invalid(e) from None
+        return RemotePreparedModel(self, connection, connection.decode(_read_handle, r))
+
+    def prepare_model_from_cache(self, deadline_ns, model_cache, data_cache, token):
+        connection = self.live()
+        w = Writer()
+        try:
+            w.optional_i64(_relative(deadline_ns))
+            with _CacheFiles(model_cache, data_cache) as files:
+                files.write(w)
+                w.optional_bytes(token)
+                r = connection.call(Msg.PREPARE_MODEL_FROM_CACHE, w, "prepare_model_from_cache")
+        except EncodeError as e:
+            raise _invalid(e) from None
+        return RemotePreparedModel(self, connection, connection.decode(_read_handle, r))
+
+    def allocate(self, desc, prepared_models, input_roles, output_roles):
+        connection = self.live()
+        w = Writer()
+        try:
+            w.u32_list(desc.dimensions)
+            w.u32(len(prepared_models))
+            for p in prepared_models:
+                w.u64(p.handle if isinstance(p, RemotePreparedModel) and p.connection is connection else 0)
+            for roles in (input_roles, output_roles):
+                w.u32(len(roles))
+                for role in roles:
+                    w.u32(role.model_index)
+                    w.u32(role.io_index)
+                    w.f32(role.probability)
+        except EncodeError as e:
+            raise _invalid(e) from None
+        r = connection.call(Msg.ALLOCATE, w, "allocate")
+        handle, token = connection.decode(lambda r: (r.u64(), r.u64()), r)
+        return RemoteBuffer(connection, handle), token
+
+
+def _read_handle(r: Reader) -> int:
+    handle = r.u64()
+    r.end()
+    return handle
+
+
+def _relative(deadline_ns: int | None) -> int | None:
+    return None if deadline_ns is None else deadline_ns - time.monotonic_ns()
+
+
+class _CacheFiles:
+    """Cache files as paths the driver process opens itself. A file object without a path on
+    disk is staged through a temporary file, copied back after the call."""
+
+    def __init__(self, model_cache: Sequence, data_cache: Sequence):
+        self.groups = [list(model_cache or ()), list(data_cache or ())]
+        self.staged: list[tuple[object, str]] = []
+
+    def __enter__(self):
+        return self
+
+    def write(self, w: Writer) -> None:
+        for group in self.groups:
+            w.u32(len(group))
+            for f in group:
+                path = getattr(f, "name", None)
+                writable = bool(getattr(f, "writable", lambda: False)())
+                if not (isinstance(path, str) and os.path.isfile(path)):
+                    path = self._stage(f)
+                elif writable:
+                    f.flush()
+                w.str(os.path.abspath(path))
+                w.u8(writable)
+
+    def _stage(self, f) -> str:
+        try:
+            f.seek(0)
+            data = f.read()
+        except (AttributeError, OSError, ValueError) as e:
+            raise EncodeError(f"a cache file that cannot be read ({e})") from None
+        handle, path = tempfile.mkstemp(prefix="nnts-cache-", dir=shm.SHM_DIR)
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        self.staged.append((f, path))
+        return path
+
+    def __exit__(self, *exc):
+        for f, path in self.staged:
+            try:
+                if getattr(f, "writable", lambda: False)():
+                    with open(path, "rb") as staged:
+                        f.seek(0)
+                        f.truncate()
+                        f.write(staged.read())
+            except (OSError, ValueError):
+                pass
+            finally:
+                os.unlink(path)
+
+
+class RemotePreparedModel(hal.PreparedModel):
+    def __init__(self, device: RemoteDevice, connection: Connection, handle: int):
+        self.device = device
+        self.connection = connection
+        self.handle = handle
+        weakref.finalize(self, connection.release, handle)
+
+    def _request(self, w: Writer, request: hal.Request, staging: _Staging) -> None:
+        c = self.connection
+        try:
+            for args, is_output in ((request.inputs, False), (request.outputs, True)):
+                w.u32(len(args))
+                for arg in args:
+                    ref = None
+                    if arg.lifetime == hal.ArgumentLifetime.POINTER and arg.pointer is not None:
+                        ref = c.region_ref(staging, _as_bytes(arg.pointer), True, is_output)
+                    wire.write_argument(w, arg, ref)
+            w.u32(len(request.pools))
+            for pool in request.pools:
+                if isinstance(pool, hal.SharedMemory):
+                    w.u8(wire.POOL_REGION)
+                    wire.write_region_ref(w, c.region_ref(staging, pool.buffer, True, True))
+                elif isinstance(pool, (int, np.integer)) and not isinstance(pool, bool) and pool >= 0:
+                    w.u8(wire.POOL_DEVICE_BUFFER)
+                    w.u64(int(pool))
+                else:
+                    raise EncodeError(f"request pool {pool!r} is neither shared memory nor a device memory token")
+        except EncodeError as e:
+            c.unstage(staging)
+            raise _invalid(e) from None
+
+    def _execution(self, w: Writer, request, measure, deadline_ns, loop_timeout_ns, staging) -> None:
+        w.u64(self.handle)
+        self._request(w, request, staging)
+        w.u8(bool(measure))
+        w.optional_i64(_relative(deadline_ns))
+        w.u64(max(int(loop_timeout_ns), 0))
+
+    def _call(self, msg: Msg, w: Writer, what: str, staging: _Staging, read):
+        c = self.connection
+        try:
+            return c.decode(read, c.call(msg, w, what, staging.regions))
+        finally:
+            c.unstage(staging)
+
+    def execute_synchronously(self, request, measure, deadline_ns, loop_timeout_ns):
+        staging = self.connection.stage()
+        w = Writer()
+        self._execution(w, request, measure, deadline_ns, loop_timeout_ns, staging)
+        return self._call(Msg.EXECUTE_SYNC, w, "execute_synchronously", staging, _read_executed)
+
+    def execute(self, request, measure, deadline_ns, loop_timeout_ns, callback):
+        c = self.connection
+        staging = c.stage()
+        w = Writer()
+        self._execution(w, request, measure, deadline_ns, loop_timeout_ns, staging)
+        execution = _AsyncExecution(callback, staging, self)
+        try:
+            r = c.call(Msg.EXECUTE_ASYNC, w, "execute", staging.regions, async_execution=execution)
+            c.decode(Reader.end, r)
+        except HalError:
+            c.unstage(staging)
+            raise
+        execution.timer = threading.Timer(c.call_timeout_s, c.fail, (
+            "hang", f"HANG: {c.driver} did not finish an asynchronous execution within {c.call_timeout_s:g} s; "
+                    f"its process was killed"))
+        execution.timer.daemon = True
+        execution.timer.start()
+
+    def execute_fenced(self, request, wait_for, measure, deadline_ns, loop_timeout_ns, timeout_after_fence_ns):
+        staging = self.connection.stage()
+        w = Writer()
+        self._execution(w, request, measure, deadline_ns, loop_timeout_ns, staging)
+        w.u32(len(wait_for))
+        for fence in wait_for:
+            if fence is None:
+                w.i32(-1)
+            else:
+                remaining = None if deadline_ns is None else max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9)
+                w.i32(int(fence.status) if fence.wait(remaining) else -2)
+        w.optional_i64(timeout_after_fence_ns)
+
+        def read(r: Reader):
+            status = r.i32()
+            if status not in ErrorStatus._value2member_map_:
+                raise ProtocolError(f"unknown fenced execution status {status}")
+            launched, fenced = wire.read_timing(r), wire.read_timing(r)
+            r.end()
+            callback = hal.FencedExecutionCallback()
+            callback.finish(ErrorStatus(status), launched, fenced)
+            return hal.SyncFence.signalled(ErrorStatus(status)), callback
+        return self._call(Msg.EXECUTE_FENCED, w, "execute_fenced", staging, read)
+
+    def configure_execution_burst(self):
+        w = Writer()
+        w.u64(self.handle)
+        r = self.connection.call(Msg.CONFIGURE_BURST, w, "configure_execution_burst")
+        return RemoteBurst(self, self.connection.decode(_read_handle, r))
+
+
+def _read_executed(r: Reader) -> hal.ExecutionResult:
+    shapes, timing = wire.read_output_shapes(r), wire.read_timing(r)
+    r.end()
+    return hal.ExecutionResult(shapes, timing)
+
+
+class RemoteBurst(hal.Burst):
+    def __init__(self, prepared: RemotePreparedModel, handle: int):
+        self.prepared = prepared  # a burst keeps its prepared model alive, as in the HAL
+        self.handle = handle
+        weakref.finalize(self, prepared.connection.release, handle)
+
+    def execute(self, request, memory_identifier_tokens, measure, deadline_ns, loop_timeout_ns):
+        prepared = self.prepared
+        staging = prepared.connection.stage()
+        w = Writer()
+        w.u64(self.handle)
+        prepared._request(w, request, staging)
+        w.u8(bool(measure))
+        w.optional_i64(_relative(deadline_ns))
+        w.u64(max(int(loop_timeout_ns), 0))
+        w.u32(len(memory_identifier_tokens))
+        for token in memory_identifier_tokens:
+            w.i64(int(token))
+        return prepared._call(Msg.BURST_EXECUTE, w, "burst execute", staging, _read_executed)
+
+    def release_memory_resource(self, memory_identifier_token: int) -> None:
+        w = Writer()
+        w.u64(self.handle)
+        w.i64(int(memory_identifier_token))
+        c = self.prepared.connection
+        c.decode(Reader.end, c.call(Msg.BURST_RELEASE_MEMORY, w, "release_memory_resource"))
+
+
+class RemoteBuffer(hal.Buffer):
+    def __init__(self, connection: Connection, handle: int):
+        self.connection = connection
+        self.handle = handle
+        weakref.finalize(self, connection.release, handle)
+
+    def _copy(self, msg: Msg, memory: hal.SharedMemory, what: str, dims=None) -> None:
+        c = self.connection
+        if not isinstance(memory, hal.SharedMemory):
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: not a shared memory")
+        staging = c.stage()
+        w = Writer()
+        w.u64(self.handle)
+        wire.write_region_ref(w, c.region_ref(staging, memory.buffer, True, msg == Msg.BUFFER_COPY_TO))
+        try:
+            if dims is not None:
+                w.u32_list(dims)
+        except EncodeError as e:
+            c.unstage(staging)
+            raise _invalid(e) from None
+        try:
+            c.decode(Reader.end, c.call(msg, w, what, staging.regions))
+        finally:
+            c.unstage(staging)
+
+    def copy_to(self, destination: hal.SharedMemory) -> None:
+        self._copy(Msg.BUFFER_COPY_TO, destination, "copy_to")
+
+    def copy_from(self, source: hal.SharedMemory, dimensions) -> None:
+        self._copy(Msg.BUFFER_COPY_FROM, source, "copy_from", tuple(dimensions))
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver strings
+# ---------------------------------------------------------------------------------------------
+
+def start_process(command: str) -> RemoteDevice:
+    """``remote:COMMAND``: start COMMAND and speak to it on its stdin and stdout."""
+    shm.remove_stale_files()
+    return RemoteDevice(lambda: ProcessTransport(command), f"remote:{command}")
+
+
+def attach_socket(path: str) -> RemoteDevice:
+    """``socket:PATH``: attach to a server already listening on a Unix socket."""
+    return RemoteDevice(lambda: SocketTransport(path), f"socket:{path}")

@@ -1,0 +1,429 @@
+"""The remote-driver server: serves any :class:`nnapi_ref.hal.Device` over the protocol of
+``docs/remote-protocol.md`` (``nnts serve DRIVER``, on stdin/stdout or a Unix socket).
+
+Messages are read and decoded in order on one thread; the driver calls they ask for run on a pool
+of worker threads, so concurrent executions from several client threads reach the driver
+concurrently, as they would through a HAL service. A malformed message gets an ERROR reply
+(INVALID_ARGUMENT) naming what is wrong; a frame longer than the protocol allows ends the
+connection.
+"""
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import socket
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .. import hal
+from ..hal import ErrorStatus, HalError
+from . import wire
+from .wire import Msg, ProtocolError, Reader, Writer
+
+
+def _deadline(relative_ns: int | None) -> int | None:
+    return None if relative_ns is None else time.monotonic_ns() + relative_ns
+
+
+def _fence(state: int) -> hal.SyncFence | None:
+    if state == -1:
+        return None
+    if state == -2:
+        return hal.SyncFence()  # never signalled
+    try:
+        return hal.SyncFence.signalled(ErrorStatus(state))
+    except ValueError:
+        raise ProtocolError(f"unknown fence state {state}") from None
+
+
+class Session:
+    """One client's state: its regions and the objects the driver returned to it."""
+
+    def __init__(self, device: hal.Device, read, write, workers: int = 16):
+        self.device = device
+        self._read = read       # read(n) -> bytes, fewer only at end of stream
+        self._write_raw = write
+        self._write_lock = threading.Lock()
+        self._regions: dict[int, np.ndarray | str] = {}
+        self._objects: dict[int, object] = {}
+        self._handles = itertools.count(1)
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="nnts-serve")
+
+    # -- transport ---------------------------------------------------------------------------
+    def _send(self, w: Writer, msg: Msg, call_id: int) -> None:
+        frame = w.finish(msg, call_id)
+        with self._write_lock:
+            self._write_raw(frame)
+
+    def _send_error(self, call_id: int, error: HalError) -> None:
+        w = Writer()
+        wire.write_error(w, error)
+        self._send(w, Msg.ERROR, call_id)
+
+    def serve(self) -> None:
+        """Serve until the client goes away."""
+        try:
+            while True:
+                header = self._read(wire.HEADER.size)
+                if len(header) < wire.HEADER.size:
+                    return
+                length, msg, call_id = wire.HEADER.unpack(header)
+                if not 12 <= length <= 12 + wire.MAX_FRAME:
+                    print(f"nnts serve: frame length {length} out of range; closing the connection", file=sys.stderr)
+                    return
+                body = self._read(length - 12)
+                if len(body) < length - 12:
+                    return
+                self._dispatch(msg, call_id, body)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._objects.clear()
+            self._regions.clear()
+
+    def _dispatch(self, msg: int, call_id: int, body: bytes) -> None:
+        handler = self._HANDLERS.get(msg)
+        try:
+            if handler is None:
+                raise ProtocolError(f"unknown message type {msg}")
+            r = Reader(body)
+            work = handler(self, r)
+            r.end()
+        except ProtocolError as e:
+            if msg not in wire.NO_REPLY:
+                self._send_error(call_id, HalError(ErrorStatus.INVALID_ARGUMENT, f"malformed message: {e}"))
+            return
+        if work is not None:
+            self._pool.submit(self._run, work, call_id)
+
+    def _run(self, work, call_id: int) -> None:
+        try:
+            reply, w = work(call_id)
+        except HalError as e:
+            self._send_error(call_id, e)
+        except Exception as e:  # the driver's own failure: reported, never fatal to the server
+            self._send_error(call_id, HalError(ErrorStatus.GENERAL_FAILURE, f"driver raised {type(e).__name__}: {e}"))
+        else:
+            if reply is not None:
+                self._send(w, reply, call_id)
+
+    # -- regions and objects -------------------------------------------------------------------
+    def region_bytes(self, ref: tuple[int, int, int]) -> np.ndarray:
+        region_id, offset, length = ref
+        region = self._regions.get(region_id)
+        if region is None:
+            raise ProtocolError(f"unknown region {region_id}")
+        if isinstance(region, str):
+            raise ProtocolError(f"region {region_id} could not be mapped: {region}")
+        if offset + length > region.nbytes:
+            raise ProtocolError(f"[{offset}, {offset + length}) outside region {region_id} of {region.nbytes} bytes")
+        return region[offset:offset + length]
+
+    def _object(self, handle: int, kind: type, what: str):
+        obj = self._objects.get(handle)
+        if not isinstance(obj, kind):
+            raise ProtocolError(f"{what} handle {handle} is unknown")
+        return obj
+
+    def _new_handle(self, obj) -> int:
+        handle = next(self._handles)
+        self._objects[handle] = obj
+        return handle
+
+    # -- handlers: decode in order, return the work to run -------------------------------------
+    def _region_add(self, r: Reader):
+        region_id, size, path = r.u64(), r.u64(), r.str()
+        try:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                mapped = mmap.mmap(fd, max(size, 1))
+            finally:
+                os.close(fd)
+            self._regions[region_id] = np.frombuffer(mapped, np.uint8, count=size)
+        except (OSError, ValueError, OverflowError) as e:
+            self._regions[region_id] = f"{path}: {e}"
+
+    def _region_remove(self, r: Reader):
+        self._regions.pop(r.u64(), None)
+
+    def _release(self, r: Reader):
+        self._objects.pop(r.u64(), None)
+
+    def _hello(self, r: Reader):
+        magic, version = bytes(r.raw(4)), r.u32()
+        if magic != wire.MAGIC:
+            raise ProtocolError(f"HELLO with magic {magic!r}")
+
+        def work(_):
+            if version != wire.VERSION:
+                raise HalError(ErrorStatus.DEVICE_UNAVAILABLE,
+                               f"protocol version {version} not supported (this server speaks {wire.VERSION})")
+            w = Writer()
+            w.u32(wire.VERSION)
+            wire.write_device_info(w, self.device)
+            return Msg.DEVICE_INFO, w
+        return work
+
+    def _supported(self, r: Reader):
+        model = wire.read_model(r, self.region_bytes)
+
+        def work(_):
+            flags = self.device.get_supported_operations(model)
+            w = Writer()
+            w.u32(len(flags))
+            w.parts.append(bytes(bool(f) for f in flags))
+            return Msg.SUPPORTED, w
+        return work
+
+    def _cache_files(self, r: Reader) -> list[tuple[str, bool]]:
+        return [(r.str(), r.bool()) for _ in range(r.count(5))]
+
+    @staticmethod
+    def _open_all(files: list[tuple[str, bool]]):
+        opened = []
+        try:
+            for path, writable in files:
+                opened.append(open(path, "r+b" if writable else "rb"))
+        except OSError as e:
+            for f in opened:
+                f.close()
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot open cache file: {e}") from None
+        return opened
+
+    def _prepared_reply(self, prepared):
+        if not isinstance(prepared, hal.PreparedModel):
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"the driver returned a {type(prepared).__name__}")
+        w = Writer()
+        w.u64(self._new_handle(prepared))
+        return Msg.PREPARED, w
+
+    def _prepare(self, r: Reader):
+        model = wire.read_model(r, self.region_bytes)
+        preference, priority, deadline = r.i32(), r.i32(), r.optional_i64()
+        model_files, data_files = self._cache_files(r), self._cache_files(r)
+        token = r.optional_bytes()
+
+        def work(_):
+            files = self._open_all(model_files + data_files)
+            try:
+                prepared = self.device.prepare_model(model, preference, priority, _deadline(deadline),
+                                                     files[:len(model_files)], files[len(model_files):], token)
+            finally:
+                for f in files:
+                    f.close()
+            return self._prepared_reply(prepared)
+        return work
+
+    def _prepare_from_cache(self, r: Reader):
+        deadline = r.optional_i64()
+        model_files, data_files = self._cache_files(r), self._cache_files(r)
+        token = r.optional_bytes()
+
+        def work(_):
+            files = self._open_all(model_files + data_files)
+            try:
+                prepared = self.device.prepare_model_from_cache(_deadline(deadline), files[:len(model_files)],
+                                                                files[len(model_files):], token)
+            finally:
+                for f in files:
+                    f.close()
+            return self._prepared_reply(prepared)
+        return work
+
+    def _execution_args(self, r: Reader):
+        request = wire.read_request(r, self.region_bytes)
+        return request, r.bool(), r.optional_i64(), r.u64()
+
+    @staticmethod
+    def _executed(result: hal.ExecutionResult):
+        w = Writer()
+        wire.write_output_shapes(w, result.output_shapes)
+        wire.write_timing(w, result.timing)
+        return Msg.EXECUTED, w
+
+    def _execute_sync(self, r: Reader):
+        prepared = self._object(r.u64(), hal.PreparedModel, "prepared model")
+        request, measure, deadline, loop_timeout = self._execution_args(r)
+        return lambda _: self._executed(prepared.execute_synchronously(request, measure, _deadline(deadline),
+                                                                        loop_timeout))
+
+    def _execute_async(self, r: Reader):
+        prepared = self._object(r.u64(), hal.PreparedModel, "prepared model")
+        request, measure, deadline, loop_timeout = self._execution_args(r)
+
+        def work(call_id):
+            launched = threading.Event()
+            launch_failed = []
+
+            def on_finish(cb: hal.ExecutionCallback) -> None:
+                launched.wait()
+                if launch_failed:
+                    return  # a driver notifying after refusing the launch: nothing to report to
+                w = Writer()
+                w.i32(int(cb.status))
+                w.str(cb.message)
+                wire.write_output_shapes(w, cb.output_shapes)
+                wire.write_timing(w, cb.timing)
+                try:
+                    self._send(w, Msg.EXECUTION_DONE, call_id)
+                except OSError:
+                    pass  # the client is gone
+            try:
+                prepared.execute(request, measure, _deadline(deadline), loop_timeout,
+                                 hal.ExecutionCallback(on_finish))
+            except BaseException:
+                launch_failed.append(True)
+                raise
+            finally:
+                if not launch_failed:
+                    self._send(Writer(), Msg.LAUNCHED, call_id)
+                launched.set()
+            return None, None
+        return work
+
+    def _execute_fenced(self, r: Reader):
+        prepared = self._object(r.u64(), hal.PreparedModel, "prepared model")
+        request, measure, deadline, loop_timeout = self._execution_args(r)
+        fences = [_fence(r.i32()) for _ in range(r.count(4))]
+        after_fence = r.optional_i64()
+
+        def work(_):
+            fence, callback = prepared.execute_fenced(request, fences, measure, _deadline(deadline), loop_timeout,
+                                                      after_fence)
+            fence.wait()
+            launched, fenced, status = callback.get_execution_info()
+            w = Writer()
+            w.i32(int(status))
+            wire.write_timing(w, launched)
+            wire.write_timing(w, fenced)
+            return Msg.FENCED_DONE, w
+        return work
+
+    def _configure_burst(self, r: Reader):
+        prepared = self._object(r.u64(), hal.PreparedModel, "prepared model")
+
+        def work(_):
+            w = Writer()
+            w.u64(self._new_handle(prepared.configure_execution_burst()))
+            return Msg.BURST, w
+        return work
+
+    def _burst_execute(self, r: Reader):
+        burst = self._object(r.u64(), hal.Burst, "burst")
+        request, measure, deadline, loop_timeout = self._execution_args(r)
+        tokens = [r.i64() for _ in range(r.count(8))]
+        return lambda _: self._executed(burst.execute(request, tokens, measure, _deadline(deadline), loop_timeout))
+
+    def _burst_release(self, r: Reader):
+        burst = self._object(r.u64(), hal.Burst, "burst")
+        token = r.i64()
+
+        def work(_):
+            burst.release_memory_resource(token)
+            return Msg.OK, Writer()
+        return work
+
+    def _allocate(self, r: Reader):
+        dims = r.u32_list()
+        # A handle this session does not know stands for a prepared model of another driver.
+        prepared = [self._objects.get(h) if isinstance(self._objects.get(h), hal.PreparedModel)
+                    else hal.PreparedModel() for h in (r.u64() for _ in range(r.count(8)))]
+        roles = [[hal.BufferRole(r.u32(), r.u32(), r.f32()) for _ in range(r.count(12))] for _ in range(2)]
+
+        def work(_):
+            buffer, token = self.device.allocate(hal.BufferDesc(dims), prepared, roles[0], roles[1])
+            w = Writer()
+            w.u64(self._new_handle(buffer))
+            w.u64(token)
+            return Msg.BUFFER, w
+        return work
+
+    def _copy_to(self, r: Reader):
+        buffer = self._object(r.u64(), hal.Buffer, "buffer")
+        destination = hal.SharedMemory(self.region_bytes(wire.read_region_ref(r)))
+
+        def work(_):
+            buffer.copy_to(destination)
+            return Msg.OK, Writer()
+        return work
+
+    def _copy_from(self, r: Reader):
+        buffer = self._object(r.u64(), hal.Buffer, "buffer")
+        source = hal.SharedMemory(self.region_bytes(wire.read_region_ref(r)))
+        dims = r.u32_list()
+
+        def work(_):
+            buffer.copy_from(source, dims)
+            return Msg.OK, Writer()
+        return work
+
+    _HANDLERS = {
+        Msg.HELLO: _hello, Msg.GET_SUPPORTED_OPERATIONS: _supported, Msg.PREPARE_MODEL: _prepare,
+        Msg.PREPARE_MODEL_FROM_CACHE: _prepare_from_cache, Msg.EXECUTE_SYNC: _execute_sync,
+        Msg.EXECUTE_ASYNC: _execute_async, Msg.EXECUTE_FENCED: _execute_fenced,
+        Msg.CONFIGURE_BURST: _configure_burst, Msg.BURST_EXECUTE: _burst_execute,
+        Msg.BURST_RELEASE_MEMORY: _burst_release, Msg.ALLOCATE: _allocate, Msg.BUFFER_COPY_TO: _copy_to,
+        Msg.BUFFER_COPY_FROM: _copy_from, Msg.REGION_ADD: _region_add, Msg.REGION_REMOVE: _region_remove,
+        Msg.RELEASE: _release,
+    }
+
+
+def _fd_reader(fd: int):
+    def read(n: int) -> bytes:
+        parts, got = [], 0
+        while got < n:
+            chunk = os.read(fd, n - got)
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
+    return read
+
+
+def _fd_writer(fd: int):
+    def write(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    return write
+
+
+def serve_stdio(device: hal.Device) -> None:
+    """Serve one client on stdin/stdout. Anything the driver prints goes to stderr, so that it
+    cannot corrupt the protocol stream."""
+    protocol_in, protocol_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    Session(device, _fd_reader(protocol_in), _fd_writer(protocol_out)).serve()
+
+
+def serve_socket(device: hal.Device, path: str) -> None:
+    """Serve clients on a Unix socket, each in its own session, until interrupted."""
+    if os.path.exists(path):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    print(f"nnts serve: listening on {path}", file=sys.stderr, flush=True)
+    try:
+        while True:
+            conn, _ = listener.accept()
+            threading.Thread(target=_serve_connection, args=(device, conn), daemon=True).start()
+    finally:
+        listener.close()
+        os.unlink(path)
+
+
+def _serve_connection(device: hal.Device, conn: socket.socket) -> None:
+    with conn:
+        Session(device, _fd_reader(conn.fileno()), conn.sendall).serve()

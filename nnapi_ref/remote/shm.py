@@ -1,0 +1,150 @@
+"""Shared memory regions: files under ``/dev/shm`` mapped by the client and the driver process.
+
+Tensor data never travels through the protocol's pipe: the client names a region by path once
+(REGION_ADD) and refers to it by id afterwards. Every region this process creates is recorded by
+address, so an array that already lives in one (a runtime ``Memory`` from
+``ASharedMemory_create``, a constant set from such a memory) is passed as a reference to it,
+with no copy; anything else is copied into a staging region for the call.
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+import mmap
+import os
+import re
+import tempfile
+import threading
+import weakref
+
+import numpy as np
+
+SHM_DIR = os.environ.get("NNTS_SHM_DIR") or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+_PREFIX = "nnts-"
+_ids = itertools.count(1)
+_names = itertools.count(1)
+
+
+class Region:
+    """A named shared-memory file mapped into this process; ``array`` is its bytes."""
+
+    def __init__(self, size: int):
+        self.id = next(_ids)
+        self.size = size
+        self.path = os.path.join(SHM_DIR, f"{_PREFIX}{os.getpid()}-{next(_names)}")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, max(size, 1))
+            self._mmap = mmap.mmap(fd, max(size, 1))
+        except BaseException:
+            os.unlink(self.path)
+            raise
+        finally:
+            os.close(fd)
+        self.array = np.frombuffer(self._mmap, np.uint8, count=size)
+        start = self.array.ctypes.data
+        _REGISTRY.add(start, self)
+        weakref.finalize(self, _release, start, self.path, os.getpid())
+
+
+def _release(start: int, path: str, pid: int) -> None:
+    _REGISTRY.remove(start)
+    if os.getpid() == pid:  # never a file of the parent, in a forked child
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+class _Registry:
+    """Live regions by start address, to find the region an array lies in."""
+
+    def __init__(self):
+        self._starts: list[int] = []
+        self._regions: dict[int, weakref.ref] = {}
+        self._lock = threading.Lock()
+
+    def add(self, start: int, region: Region) -> None:
+        with self._lock:
+            bisect.insort(self._starts, start)
+            self._regions[start] = weakref.ref(region)
+
+    def remove(self, start: int) -> None:
+        with self._lock:
+            i = bisect.bisect_left(self._starts, start)
+            if i < len(self._starts) and self._starts[i] == start:
+                del self._starts[i]
+                del self._regions[start]
+
+    def find(self, array: np.ndarray) -> tuple[Region, int] | None:
+        """The region holding all of ``array``'s bytes and the offset of its first byte."""
+        if not self._starts or not array.flags.c_contiguous:
+            return None
+        address = array.ctypes.data
+        with self._lock:
+            i = bisect.bisect_right(self._starts, address) - 1
+            if i < 0:
+                return None
+            start = self._starts[i]
+            region = self._regions[start]()
+        if region is None or address + array.nbytes > start + region.size:
+            return None
+        return region, address - start
+
+
+_REGISTRY = _Registry()
+
+
+def find(array: np.ndarray) -> tuple[Region, int] | None:
+    return _REGISTRY.find(array)
+
+
+def allocate(size: int) -> np.ndarray:
+    """``size`` zeroed bytes of shared memory (what ``Memory.create_shared`` hands out)."""
+    return Region(size).array
+
+
+def remove_stale_files() -> None:
+    """Delete regions left behind by processes of this user that no longer exist."""
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return
+    for name in names:
+        m = re.fullmatch(rf"{_PREFIX}(\d+)-\d+", name)
+        if not m:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(os.path.join(SHM_DIR, name))
+            except OSError:
+                pass
+        except PermissionError:
+            pass
+
+
+class StagingArena:
+    """Reusable regions for data that does not already live in shared memory (POINTER
+    arguments, pools over plain arrays). A region goes back to the arena after the call."""
+
+    def __init__(self):
+        self._free: list[Region] = []
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> Region:
+        with self._lock:
+            best = None
+            for region in self._free:
+                if region.size >= size and (best is None or region.size < best.size):
+                    best = region
+            if best is not None and best.size <= max(4 * size, 1 << 16):
+                self._free.remove(best)
+                return best
+        return Region(max(size, 4096))
+
+    def give_back(self, region: Region) -> None:
+        with self._lock:
+            if len(self._free) < 16:
+                self._free.append(region)
