@@ -1,0 +1,370 @@
+"""CTS execution sequences: one compilation executed again and again through the runtime API,
+changing from one step to the next what a driver may keep between executions: the contents of a
+Memory used by one reusable execution and one Burst, memories swapped, an output read back as the
+next input, input shapes, too-small outputs, another compilation, other threads, a released
+compilation, device memory (memory domains), failed executions. A driver carrying stale state from
+one execution to the next passes every single-execution test; these catch it (``vts/test_sequences.py``
+does the same straight against the driver).
+
+The model is nnapi_ref.testing.chain_model, out = ((a + b) * b) + a on float32 (two of its three
+operations write intermediates); every output of every step is compared with numpy's result under
+NNAPI's tolerances, and a failure names the step. Compilations name the devices under test (no
+CPU fallback).
+"""
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from nnapi_ref import (Burst, Compilation, Execution, FeatureLevel, Memory, MemoryDesc, Model, NnapiError,
+                       OperandCode as T, OperandType, ResultCode)
+from nnapi_ref.harness import compute_in_mode
+from nnapi_ref.testing import add_model, assert_step, chain, chain_model
+
+MODES = ("sync", "async", "burst", "fenced")
+MISSED = (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.MISSED_DEADLINE_PERSISTENT)
+SHAPE = (2, 2)
+N = 4  # floats in one [2, 2] tensor
+THREADS, EXECUTIONS = 8, 4
+
+
+@pytest.fixture(autouse=True)
+def _mark(request):
+    request.node.nnts_op = "execution sequences"
+    request.node.nnts_dtype = "TENSOR_FLOAT32"
+
+
+def values(seed: int, shape=SHAPE) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs a, b for one step, different for every seed (b in [0.5, 1.5) keeps chains small)."""
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-2, 2, shape).astype(np.float32), rng.uniform(0.5, 1.5, shape).astype(np.float32)
+
+
+def compiled(model: Model, devices) -> Compilation:
+    if not all(model.get_supported_operations_for_devices(devices)):
+        pytest.skip("the drivers under test do not support the model's operations on TENSOR_FLOAT32")
+    compilation = Compilation(model, devices)
+    compilation.finish()
+    return compilation
+
+
+@pytest.fixture
+def chain_compilation(devices) -> Compilation:
+    return compiled(chain_model(), devices)
+
+
+class Sequence:
+    """Executions of one compilation in one mode: one reusable Execution, and for ``burst`` one
+    Burst, for the whole sequence."""
+
+    def __init__(self, compilation: Compilation, mode: str):
+        self.mode = mode
+        self.execution = Execution(compilation)
+        self.execution.set_reusable(True)
+        self.burst = Burst(compilation) if mode == "burst" else None
+
+    def run(self, step: str) -> None:
+        """Compute; an error fails the test naming ``step``."""
+        try:
+            self.compute()
+        except NnapiError as e:
+            raise AssertionError(f"{step}: execution failed: {e}") from None
+
+    def compute(self) -> None:
+        if self.burst is not None:
+            self.execution.burst_compute(self.burst)
+        else:
+            compute_in_mode(self.execution, self.mode)
+
+
+def check_dimensions(step: str, execution: Execution, shape) -> None:
+    dims = execution.get_output_operand_dimensions(0)
+    assert dims == tuple(shape), f"{step}: output dimensions {list(dims)} reported, expected {list(shape)}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_memory_rewritten_between_executions(mode, chain_compilation):
+    """One Memory holding a, b and the output, new inputs written into it at every step; then
+    another Memory bound to the same execution."""
+    sequence = Sequence(chain_compilation, mode)
+    for n in range(1, 5):
+        if n in (1, 4):
+            data = np.zeros(3 * N, np.float32)
+            memory = Memory.from_buffer(data)
+            sequence.execution.set_input_from_memory(0, memory, 0, 16)
+            sequence.execution.set_input_from_memory(1, memory, 16, 16)
+            sequence.execution.set_output_from_memory(0, memory, 32, 16)
+        a, b = values(n)
+        data[:N], data[N:2 * N] = a.reshape(-1), b.reshape(-1)
+        step = f"step {n}: " + ("a new memory" if n == 4 else "new inputs written into the same memory")
+        sequence.run(step)
+        assert_step(step, [chain(a, b)], [data[2 * N:]])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_memories_swapped(mode, chain_compilation):
+    """Inputs in one Memory and the output in the other, then the other way round."""
+    data = [np.zeros(3 * N, np.float32), np.zeros(3 * N, np.float32)]
+    memories = [Memory.from_buffer(d) for d in data]
+    sequence = Sequence(chain_compilation, mode)
+    for n, (source, target) in enumerate([(0, 1), (1, 0), (0, 1)], 1):
+        a, b = values(n)
+        data[source][:N], data[source][N:2 * N] = a.reshape(-1), b.reshape(-1)
+        sequence.execution.set_input_from_memory(0, memories[source], 0, 16)
+        sequence.execution.set_input_from_memory(1, memories[source], 16, 16)
+        sequence.execution.set_output_from_memory(0, memories[target], 32, 16)
+        step = f"step {n}: inputs in memory {source}, output in memory {target}"
+        sequence.run(step)
+        assert_step(step, [chain(a, b)], [data[target][2 * N:]])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_output_read_as_next_input(mode, chain_compilation):
+    """Each step reads input a where the step before wrote its output, in the same Memory."""
+    data = np.zeros(5 * N, np.float32)  # b, then x0, x1, x2, x3
+    memory = Memory.from_buffer(data)
+    x, b = values(0)
+    data[:N], data[N:2 * N] = b.reshape(-1), x.reshape(-1)
+    sequence = Sequence(chain_compilation, mode)
+    sequence.execution.set_input_from_memory(1, memory, 0, 16)
+    for n in range(1, 4):
+        sequence.execution.set_input_from_memory(0, memory, 16 * n, 16)
+        sequence.execution.set_output_from_memory(0, memory, 16 * (n + 1), 16)
+        step = f"step {n}: input a is the output of step {n - 1}" if n > 1 else "step 1"
+        sequence.run(step)
+        x = chain(x, b)
+        assert_step(step, [x], [data[N * (n + 1):N * (n + 2)]])
+
+
+SHAPES = [(2, 2), (3, 4), (1, 3), (3, 4)]  # larger, then smaller, then larger again
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_input_shapes_change(mode, devices):
+    """Inputs, intermediates and output of unspecified dimensions, given other dimensions at every
+    step of one reusable execution (fenced executions are given the output's too)."""
+    sequence = Sequence(compiled(chain_model(output_dims=(0, 0), input_dims=(0, 0)), devices), mode)
+    out = np.zeros(12, np.float32)
+    for n, shape in enumerate(SHAPES, 1):
+        a, b = values(n, shape)
+        dims = OperandType(T.TENSOR_FLOAT32, shape)
+        sequence.execution.set_input(0, a, dims)
+        sequence.execution.set_input(1, b, dims)
+        if mode == "fenced":
+            sequence.execution.set_output(0, out[:a.size], dims)
+        else:
+            sequence.execution.set_output(0, out)
+        step = f"step {n}: inputs of shape {list(shape)}"
+        sequence.run(step)
+        check_dimensions(step, sequence.execution, shape)
+        assert_step(step, [chain(a, b)], [out[:a.size]])
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "burst"])
+def test_insufficient_output_then_retry(mode, devices):
+    """OUTPUT_INSUFFICIENT_SIZE for an output 4 bytes short, then the same execution (and burst)
+    with room for it succeeds, twice over."""
+    sequence = Sequence(compiled(chain_model(output_dims=(0, 0)), devices), mode)
+    for n in range(1, 5):
+        a, b = values(n)
+        sequence.execution.set_input(0, a)
+        sequence.execution.set_input(1, b)
+        out = np.zeros(N - 1 if n % 2 else N, np.float32)
+        sequence.execution.set_output(0, out)
+        if n % 2 == 0:
+            step = f"step {n}: the same execution with room for the output"
+            sequence.run(step)
+            check_dimensions(step, sequence.execution, SHAPE)
+            assert_step(step, [chain(a, b)], [out])
+            continue
+        step = f"step {n}: output given 12 of 16 bytes"
+        with pytest.raises(NnapiError) as e:
+            sequence.compute()
+        assert e.value.code == ResultCode.OUTPUT_INSUFFICIENT_SIZE, f"{step}: {e.value}, expected OUTPUT_INSUFFICIENT_SIZE"
+        with pytest.raises(NnapiError) as e:
+            sequence.execution.get_output_operand_dimensions(0)
+        assert e.value.code == ResultCode.OUTPUT_INSUFFICIENT_SIZE and "[2, 2]" in e.value.message, \
+            f"{step}: the real dimensions [2, 2] must be reported: {e.value}"
+
+
+def _run_add(sequence: Sequence, seed: int, step: str) -> None:
+    """out = x + y on [2] (nnapi_ref.testing.add_model) with new inputs."""
+    x, y = (v.reshape(-1)[:2] for v in values(seed))
+    out = np.zeros(2, np.float32)
+    sequence.execution.set_input(0, x)
+    sequence.execution.set_input(1, y)
+    sequence.execution.set_output(0, out)
+    sequence.run(step)
+    assert_step(step, [x + y], [out])
+
+
+def _bind_chain(execution: Execution, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """New inputs for the chain model; returns the expected output and the output buffer."""
+    a, b = values(seed)
+    out = np.zeros(SHAPE, np.float32)
+    execution.set_input(0, a)
+    execution.set_input(1, b)
+    execution.set_output(0, out)
+    return chain(a, b), out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_two_compilations_alternately(mode, devices, chain_compilation):
+    """Two compilations on the same devices, each with its own execution and burst, in turn."""
+    first, second = Sequence(chain_compilation, mode), Sequence(compiled(add_model(), devices), mode)
+    for n in range(1, 5):
+        expected, out = _bind_chain(first.execution, n)
+        first.run(f"step {n}a: the chain model")
+        assert_step(f"step {n}a: the chain model", [expected], [out])
+        _run_add(second, 10 + n, f"step {n}b: the ADD model")
+
+
+def test_two_compilations_interleaved(devices, chain_compilation):
+    """Both compilations started asynchronously before either is waited for."""
+    add_compilation = compiled(add_model(), devices)
+    for n in range(1, 4):
+        chain_execution, add_execution = Execution(chain_compilation), Execution(add_compilation)
+        expected, out = _bind_chain(chain_execution, n)
+        x, y = (v.reshape(-1)[:2] for v in values(10 + n))
+        add_out = np.zeros(2, np.float32)
+        add_execution.set_input(0, x)
+        add_execution.set_input(1, y)
+        add_execution.set_output(0, add_out)
+        events = [chain_execution.start_compute(), add_execution.start_compute()]
+        for event in reversed(events):
+            event.wait()
+        assert_step(f"step {n}: the chain model", [expected], [out])
+        assert_step(f"step {n}: the ADD model", [x + y], [add_out])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_concurrent_executions(mode, chain_compilation):
+    """Eight threads executing one compilation of a model with intermediates, four times each,
+    with their own inputs (and burst): each must get its own results."""
+    failures: list[BaseException] = []
+    barrier = threading.Barrier(THREADS)
+
+    def worker(k: int) -> None:
+        try:
+            sequence = Sequence(chain_compilation, mode)
+            barrier.wait()
+            for n in range(1, EXECUTIONS + 1):
+                expected, out = _bind_chain(sequence.execution, 100 * k + n)
+                sequence.run(f"thread {k}, execution {n}")
+                assert_step(f"thread {k}, execution {n}", [expected], [out])
+        except BaseException as e:  # collected, raised in the main thread
+            failures.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "executions still running after 60 s (deadlock?)"
+    if failures:
+        raise failures[0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_compilation_released_while_another_executes(mode, devices):
+    """Two compilations of one model; the first released (and collected) while the second has an
+    execution in flight, and the second executing on after that."""
+    model = chain_model()
+    first, second = Sequence(compiled(model, devices), mode), Sequence(compiled(model, devices), mode)
+    expected, out = _bind_chain(first.execution, 1)
+    first.run("step 1: the first compilation")
+    assert_step("step 1: the first compilation", [expected], [out])
+    in_flight = Execution(second.execution.compilation)
+    expected_in_flight, out_in_flight = _bind_chain(in_flight, 2)
+    event = in_flight.start_compute()
+    del first
+    gc.collect()
+    event.wait()
+    assert_step("step 2: the second compilation, the first released meanwhile", [expected_in_flight],
+                [out_in_flight])
+    for n in range(3, 5):
+        expected, out = _bind_chain(second.execution, n)
+        second.run(f"step {n}: the second compilation, the first released")
+        assert_step(f"step {n}: the second compilation, the first released", [expected], [out])
+
+
+@pytest.fixture
+def one_device(devices):
+    """The first device under test, if it must honour deadlines (feature level 4 and later)."""
+    if devices[0].feature_level < FeatureLevel.LEVEL_4:
+        pytest.skip(f"{devices[0].name} has feature level {devices[0].feature_level}: timeouts are only hints")
+    return devices[:1]
+
+
+def _device_memory(compilation: Compilation) -> Memory:
+    """A memory for input a and the output of the chain model: the driver's, where it allocates one."""
+    desc = MemoryDesc()
+    desc.add_input_role(compilation, 0)
+    desc.add_output_role(compilation, 0)
+    desc.finish()
+    return Memory.from_desc(desc)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_device_memory_sequence(mode, one_device):
+    """A memory from a descriptor for input a and the output: written by one execution, read by
+    the next, copied out, overwritten by a copy, and left alone by an execution that failed (its
+    deadline had passed)."""
+    compilation = compiled(chain_model(), one_device)
+    memory = _device_memory(compilation)
+    a, b = values(1)
+
+    def copied_out() -> np.ndarray:
+        out = np.zeros(SHAPE, np.float32)
+        Memory.copy(memory, Memory.from_buffer(out))
+        return out
+
+    writer, reader = Sequence(compilation, mode), Sequence(compilation, mode)
+    writer.execution.set_input(0, a)
+    writer.execution.set_input(1, b)
+    writer.execution.set_output_from_memory(0, memory, 0, 0)
+    writer.run("step 1: output into the memory")
+    assert_step("step 1: output into the memory, copied out", [chain(a, b)], [copied_out()])
+    out = np.zeros(SHAPE, np.float32)
+    reader.execution.set_input_from_memory(0, memory, 0, 0)
+    reader.execution.set_input(1, b)
+    reader.execution.set_output(0, out)
+    reader.run("step 2: input a from the memory step 1 wrote")
+    assert_step("step 2: input a from the memory step 1 wrote", [chain(chain(a, b), b)], [out])
+    x = values(3)[0]
+    Memory.copy(Memory.from_buffer(x.copy()), memory)
+    reader.run("step 3: input a from the memory overwritten by a copy")
+    assert_step("step 3: input a from the memory overwritten by a copy", [chain(x, b)], [out])
+    writer.execution.set_timeout(1)
+    try:
+        writer.compute()
+        left = chain(a, b)  # AOSP: with a deadline that has passed a driver may complete (correctly)
+    except NnapiError as e:
+        assert e.code in MISSED, f"step 4: a deadline that has passed: {e}, expected MISSED_DEADLINE_*"
+        left = x
+    assert_step("step 4: the memory after an execution with a deadline that had passed", [left], [copied_out()])
+    reader.run("step 5: input a from the memory after the failed execution")
+    assert_step("step 5: input a from the memory after the failed execution", [chain(left, b)], [out])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_executions_after_failed_ones(mode, one_device):
+    """Executions whose deadline has passed, each followed by a valid execution of the same
+    reusable execution (and burst) that must compute its own inputs' results."""
+    sequence = Sequence(compiled(chain_model(), one_device), mode)
+    for n in range(1, 6):
+        expected, out = _bind_chain(sequence.execution, n)
+        failing = n % 2 == 0
+        sequence.execution.set_timeout(1 if failing else 0)  # 1 ns: over before the driver sees the request
+        step = f"step {n}: a deadline that has passed" if failing else \
+            f"step {n}: after a missed deadline" if n > 1 else "step 1"
+        try:
+            sequence.compute()
+        except NnapiError as e:
+            assert failing and e.code in MISSED, f"{step}: {e}"
+            continue
+        assert_step(step, [expected], [out])
