@@ -1,10 +1,16 @@
 """The nnts pytest plugin: ``pytest cts vts --driver=...``.
 
-Options: ``--driver`` (``reference`` or ``module.path:factory``, comma-separated for several),
+Options: ``--driver`` (``reference``, ``module.path:factory``, ``remote:COMMAND`` or ``socket:PATH``,
+comma-separated for several; ``--isolate`` serves in-process drivers from a process of their own),
 ``--vectors PATH`` (extra test-vector files or folders; ``../shared/vectors`` when present),
 ``--feature-level N`` (test only what that level requires), ``--expected-failures FILE`` (known
 driver issues: xfail, warned about when they pass), ``--report PATH`` (HTML conformance report),
-``--reproducers DIR`` (where failing models are saved).
+``--reproducers DIR`` (where failing models are saved), ``--call-timeout S`` (a remote driver's
+budget per call).
+
+A test during which an out-of-process driver crashed or hung fails with CRASH or HANG and the
+driver's exit status or the call that did not return, whatever the test itself concluded (the
+runtime may have fallen back to the CPU); the next test gets a fresh driver process.
 
 Generated tests carry the markers ``op_<OPERATION>`` and ``dtype_<OPERAND TYPE>``, so
 ``-m op_CONV_2D`` or ``-k "CONV_2D and QUANT8"`` select them. Under pytest-xdist every worker
@@ -35,9 +41,16 @@ def pytest_addoption(parser):
     group.addoption("--expected-failures", default=None, help="file of test ids expected to fail (xfail)")
     group.addoption("--report", default=None, help="write an HTML conformance report to this path")
     group.addoption("--reproducers", default="out/reproducers", help="folder for failing models")
+    group.addoption("--isolate", action="store_true",
+                    help="run in-process drivers in a process of their own (nnts serve), to contain crashes")
+    group.addoption("--call-timeout", type=float, default=None,
+                    help="seconds a remote driver may take to answer one call before it is declared hung "
+                         "(default 60; prepare: 300)")
 
 
 def pytest_configure(config):
+    if config.getoption("call_timeout"):
+        os.environ["NNTS_CALL_TIMEOUT"] = str(config.getoption("call_timeout"))  # xdist workers inherit it
     for code in OperationCode:
         config.addinivalue_line("markers", f"op_{code.name}: tests of the {code.name} operation")
     for name in dict.fromkeys(c.name for c in OperandCode):
@@ -59,10 +72,10 @@ def driver_spec(pytestconfig) -> str:
 
 
 @pytest.fixture(scope="session")
-def drivers(driver_spec):
+def drivers(driver_spec, pytestconfig):
     """The HAL drivers under test, loaded once per (worker) process."""
     from nnapi_ref.drivers import load_drivers
-    return load_drivers(driver_spec)
+    return load_drivers(driver_spec, isolate=pytestconfig.getoption("isolate"))
 
 
 @pytest.fixture(scope="session")
@@ -94,10 +107,25 @@ def load_expected_failures(config) -> dict[str, str]:
     return load_known_failures(path)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    from nnapi_ref.remote.client import incidents
+    item.nnts_incidents = len(incidents())
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        from nnapi_ref.remote.client import incidents
+        new = incidents()[getattr(item, "nnts_incidents", 0):]
+        if new:  # the driver died or hung in this test: its verdict, whatever the test concluded
+            kind = "hang" if any(i.kind == "hang" for i in new) else "crash"
+            report.outcome = "failed"
+            report.longrepr = "\n".join(i.message for i in new)
+            report.user_properties.append(("nnts_verdict", kind))
+            item.nnts_incidents += len(new)
     if report.when == "call" or (report.when == "setup" and report.skipped):
         case = item.callspec.params.get("case") if hasattr(item, "callspec") else None
         op = getattr(item, "nnts_op", getattr(case, "operation", None))
@@ -117,7 +145,9 @@ class ConformanceResults:
         props = dict(report.user_properties)
         if "nnts_op" not in props or not (report.when == "call" or (report.when == "setup" and report.skipped)):
             return
-        if report.passed:
+        if "nnts_verdict" in props:
+            outcome = props["nnts_verdict"]
+        elif report.passed:
             outcome = "xpass" if hasattr(report, "wasxfail") else "pass"
         elif report.skipped:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
@@ -136,6 +166,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.section("nnts: operations the driver reported unsupported (skipped, not passed)")
         for op, n in sorted(unsupported.items()):
             terminalreporter.write_line(f"{op}: {n} tests skipped as unsupported")
+    died = [(outcome, nodeid) for _, _, outcome, nodeid in results if outcome in ("crash", "hang")]
+    if died:
+        terminalreporter.section("nnts: tests during which the driver crashed or hung")
+        for outcome, nodeid in died:
+            terminalreporter.write_line(f"{outcome.upper()} {nodeid}")
     xpassed = [nodeid for _, _, outcome, nodeid in results if outcome == "xpass"]
     if xpassed:
         terminalreporter.section("nnts: expected failures that now pass (remove them from the list)")

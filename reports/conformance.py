@@ -7,7 +7,8 @@ from pathlib import Path
 
 import jinja2
 
-OUTCOMES = ("pass", "fail", "unsupported", "xfail", "xpass", "skip")
+OUTCOMES = ("pass", "fail", "crash", "hang", "unsupported", "xfail", "xpass", "skip")
+FAILED = ("fail", "crash", "hang")  # a crash or hang of the driver (out of process) fails the test
 
 
 def summarize(rows):
@@ -19,13 +20,13 @@ def summarize(rows):
     for op, dtype, outcome, nodeid in rows:
         matrix[op][dtype][outcome] += 1
         totals[outcome] += 1
-        if outcome == "fail":
-            failures.append(nodeid)
+        if outcome in FAILED:
+            failures.append(nodeid if outcome == "fail" else f"{outcome.upper()} {nodeid}")
     return matrix, totals, failures
 
 
 def cell_class(counts: collections.Counter) -> str:
-    if counts["fail"] or counts["xpass"]:
+    if any(counts[o] for o in FAILED) or counts["xpass"]:
         return "fail"
     if counts["pass"] and not counts["unsupported"]:
         return "pass"
