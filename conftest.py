@@ -41,6 +41,9 @@ def pytest_addoption(parser):
     group.addoption("--expected-failures", default=None, help="file of test ids expected to fail (xfail)")
     group.addoption("--report", default=None, help="write an HTML conformance report to this path")
     group.addoption("--reproducers", default="out/reproducers", help="folder for failing models")
+    group.addoption("--random-graphs", type=int, default=200,
+                    help="number of random-graph cases (cts/test_random_graph.py)")
+    group.addoption("--random-seed", type=int, default=0, help="seed of the first random-graph case")
     group.addoption("--isolate", action="store_true",
                     help="run in-process drivers in a process of their own (nnts serve), to contain crashes")
     group.addoption("--call-timeout", type=float, default=None,

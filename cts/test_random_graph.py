@@ -1,0 +1,51 @@
+"""Random-graph differential tests (AOSP's RandomGraphTest): each case generates one valid random
+model from its seed (:mod:`fuzz.graphs`; 1-5 operations for even seeds, 6-40 for odd ones), runs
+it through the runtime API on the driver under test and on the in-process reference driver, and
+compares the outputs with RandomGraphTest's criteria for random graphs:
+
+* small graphs (<= 5 operations): float32 |diff| <= 1e-2 + 1e-2 |expected|, bias <= 4e-4,
+  MSE <= 1e-5; float16 |diff| <= 1 + |expected|, bias <= 5e-2, MSE <= 1e-2;
+* large graphs (> 5 operations): float32 |diff| <= 0.1 + 0.1 |expected|, bias <= 1e-2,
+  MSE <= 1e-4; float16 as small graphs but bias <= 0.1, MSE <= 5e-2;
+* either size: int32 |diff| <= 1; quant8 |diff| <= 12 steps, bias <= 2, MSE <= 2 (steps);
+  bool8 at most ceil(10%) of the elements differing; relaxed float32 judged as float16.
+
+Bias and MSE are taken over outputs of at least 10 compared elements, float differences divided
+by max(1, |expected|); expected values that are not finite, float32 beyond 1e3 and float16
+beyond 1e2 are not compared (details in :mod:`fuzz.differential`).
+
+``--random-graphs N`` cases from seed ``--random-seed S`` (ids ``seed<S>``; rerun one with
+``-k seed<S>``). A failing case is shrunk, one operation or output removed at a time while it
+still fails, and saved under ``--reproducers`` as a test-vector file with the reference's outputs
+as expected values and the driver's beside them; the message names the remaining operations and
+gives the replay command.
+"""
+from __future__ import annotations
+
+import pytest
+
+from fuzz.differential import run_case
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.runtime import Device
+
+
+def pytest_generate_tests(metafunc):
+    if "seed" in metafunc.fixturenames:
+        base, n = metafunc.config.getoption("random_seed"), metafunc.config.getoption("random_graphs")
+        metafunc.parametrize("seed", range(base, base + n), ids=[f"seed{s}" for s in range(base, base + n)])
+
+
+@pytest.fixture(scope="session")
+def reference_devices():
+    return [Device(ReferenceDevice())]
+
+
+def test_random_graph(seed, devices, reference_devices, request, driver_spec):
+    level = min(d.feature_level for d in devices)
+    if request.config.getoption("feature_level") is not None:
+        level = min(level, request.config.getoption("feature_level"))
+    result = run_case(seed, devices, reference_devices, level, request.config.getoption("reproducers"), driver_spec)
+    if result.status == "skip":
+        pytest.skip(result.message)
+    if result.status != "pass":
+        pytest.fail(result.message, pytrace=False)

@@ -1,0 +1,534 @@
+"""One declaration per operation family for the random-graph generator (:mod:`fuzz.graphs`), as
+AOSP's TestRandomGraph declares its operation signatures: given the tensor an operation starts
+from, choose the other inputs, the parameters and the output quantization so that NNAPI's
+constraints between them hold, and keep the input values inside the operation's domain.
+
+Which data types and feature levels an operation takes comes from the registry's signatures
+(:func:`primary_types`); a declaration only adds what signatures cannot say. Domains: the values
+of every tensor are known while the graph grows, so a family states the values it accepts (no log
+of a value near 0, no division by a value near 0, no FLOOR or ARGMAX decided by a rounding
+difference); results that overflow or saturate are rejected by the builder.
+
+Not covered (``NOT_COVERED``): operations whose inputs need a structure random tensors don't
+have, or whose results cannot be compared element by element.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from nnapi_ref import ops
+from nnapi_ref.types import OperandCode as T, OperationCode as Op
+
+from .graphs import BOOL8, F16, F32, FLOATS, I32, Q8, Q8S, QUANT8, Builder, Out, Reject, Tensor, like
+
+INT32, BOOL = T.INT32, T.BOOL
+
+NOT_COVERED = {
+    Op.LSTM: "recurrent cell: 20+ weight tensors tied to two sizes; state inputs",
+    Op.RNN: "recurrent cell: weights tied to the state size; state inputs",
+    Op.SVDF: "recurrent, rank-tied weights and state",
+    Op.BIDIRECTIONAL_SEQUENCE_LSTM: "recurrent (see LSTM)",
+    Op.BIDIRECTIONAL_SEQUENCE_RNN: "recurrent (see RNN)",
+    Op.UNIDIRECTIONAL_SEQUENCE_LSTM: "recurrent (see LSTM)",
+    Op.UNIDIRECTIONAL_SEQUENCE_RNN: "recurrent (see RNN)",
+    Op.QUANTIZED_LSTM: "recurrent, with per-gate quantization constraints",
+    Op.QUANTIZED_16BIT_LSTM: "recurrent, with fixed quantization of weights and state",
+    Op.LSH_PROJECTION: "sign hashes: any rounding difference flips an output bit",
+    Op.RANDOM_MULTINOMIAL: "random samples: compared by distribution, not element by element",
+    Op.HASHTABLE_LOOKUP: "needs sorted unique keys and a hits output of fixed quantization",
+    Op.IF: "needs referenced subgraphs",
+    Op.WHILE: "needs referenced subgraphs and a terminating condition",
+    Op.AXIS_ALIGNED_BBOX_TRANSFORM: "needs boxes (x1 <= x2, y1 <= y2) and batch splits",
+    Op.BOX_WITH_NMS_LIMIT: "needs boxes and scores; output size depends on thresholds",
+    Op.DETECTION_POSTPROCESSING: "needs anchors and boxes; output size depends on thresholds",
+    Op.GENERATE_PROPOSALS: "needs anchors, image sizes and boxes",
+    Op.HEATMAP_MAX_KEYPOINT: "needs boxes; argmax over heatmaps flips on ties",
+    Op.ROI_ALIGN: "needs boxes inside the image and batch indices",
+    Op.ROI_POOLING: "needs boxes inside the image and batch indices",
+    Op.RANK: "its output is a scalar: nothing can consume it",
+    Op.FILL: "starts from constants only: it cannot join a connected graph",
+    Op.TRANSPOSE_CONV_2D: "not declared yet",
+}
+
+
+@functools.cache
+def primary_types(code: Op, level: int, position: int) -> frozenset:
+    """The types input ``position`` of ``code`` takes in some signature up to ``level``."""
+    return frozenset(sig.inputs[position] for sig in ops.load_all()[code].signatures
+                     if sig.level <= level and len(sig.inputs) > position)
+
+
+@dataclass(frozen=True)
+class Family:
+    """How to add operation ``code`` starting from a tensor ``x``: ``build(b, x, code)``."""
+
+    code: Op
+    build_fn: Callable
+    ranks: tuple = (1, 2, 3, 4)
+    domain: Callable[[Tensor], bool] | None = None
+    position: int = 0  # where x goes in the registry's signatures
+
+    def accepts(self, x: Tensor, level: int) -> bool:
+        return (x.rank in self.ranks and x.type in primary_types(self.code, level, self.position)
+                and (self.domain is None or bool(self.domain(x))))
+
+    def build(self, b: Builder, x: Tensor) -> None:
+        self.build_fn(b, x, self.code)
+
+
+FAMILIES: dict[Op, Family] = {}
+
+
+def declare(codes, ranks=(1, 2, 3, 4), domain=None, position=0):
+    def wrap(fn):
+        for code in codes:
+            FAMILIES[code] = Family(code, fn, ranks, domain, position)
+        return fn
+    return wrap
+
+
+# -- shared helpers -------------------------------------------------------------------------------
+
+def margin(x: Tensor) -> np.ndarray:
+    """How far apart two values must be for their order not to hang on a rounding difference."""
+    return 1e-2 * (1.0 + np.abs(x.real)) if x.type in FLOATS else np.full(x.shape, 0.5)
+
+
+def far_from_integers(x: Tensor) -> bool:
+    v = x.real
+    return bool(np.all(np.abs(v - np.round(v)) >= 1e-2 * (1.0 + np.abs(v))))
+
+
+def distinct_along(x: Tensor, axis: int) -> bool:
+    """No two values along ``axis`` within a rounding difference of each other."""
+    v = np.sort(x.real, axis=axis)
+    gaps = np.diff(v, axis=axis)
+    return gaps.size == 0 or bool(np.all(gaps >= np.take(margin(x), range(gaps.shape[axis]), axis=axis)))
+
+
+def broadcast_shape(b: Builder, shape: tuple) -> tuple:
+    """A shape that broadcasts against ``shape``: the same, or a suffix with some dims 1."""
+    if b.chance(0.5):
+        return shape
+    rank = int(b.rng.integers(1, len(shape) + 1))
+    return tuple(1 if b.chance(0.3) else d for d in shape[len(shape) - rank:])
+
+
+def fuse(b: Builder, x: Tensor) -> int:
+    return b.scalar(INT32, 0 if x.type == I32 else int(b.rng.integers(4)))
+
+
+def axis(b: Builder, x: Tensor) -> int:
+    a = int(b.rng.integers(x.rank))
+    return a - x.rank if b.chance(0.3) else a
+
+
+def axes(b: Builder, x: Tensor) -> list[int]:
+    n = int(b.rng.integers(1, x.rank + 1))
+    return sorted(int(a) for a in b.rng.choice(x.rank, n, replace=False))
+
+
+def free(x: Tensor) -> Out:
+    """An output of x's type whose quantization (if any) the builder fits to its values."""
+    return Out(x.type)
+
+
+# -- elementwise ----------------------------------------------------------------------------------
+
+@declare([Op.ADD, Op.SUB, Op.MUL, Op.DIV])
+def binary_arithmetic(b: Builder, x: Tensor, code: Op) -> None:
+    shape = broadcast_shape(b, x.shape)
+    if code == Op.DIV:  # divisors away from 0
+        y = b.partner(x, shape, low=0.75, high=2.0,
+                      fits=lambda t: t.shape == shape and np.min(np.abs(t.real), initial=1) >= 0.5)
+    else:
+        y = b.partner(x, shape)
+    b.add(code, [x, y, fuse(b, x)], [free(x)])
+
+
+@declare([Op.MAXIMUM, Op.MINIMUM, Op.PRELU])
+def binary(b: Builder, x: Tensor, code: Op) -> None:
+    y = b.partner(x, broadcast_shape(b, x.shape))
+    b.add(code, [x, y], [free(x)])
+
+
+@declare([Op.POW], domain=lambda x: np.min(x.real) >= 0.25)
+def power(b: Builder, x: Tensor, code: Op) -> None:
+    exponent = b.fresh(x.type, broadcast_shape(b, x.shape), low=-1.5, high=1.5)
+    b.add(code, [x, exponent], [like(x)])
+
+
+def _unary(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x], [free(x) if code in (Op.RSQRT, Op.HARD_SWISH) else like(x)])
+
+
+declare([Op.ABS, Op.NEG, Op.SIN, Op.RELU, Op.RELU1, Op.RELU6, Op.HARD_SWISH])(_unary)
+declare([Op.EXP], domain=lambda x: np.max(x.real) <= 4)(_unary)
+declare([Op.LOG, Op.RSQRT], domain=lambda x: np.min(x.real) >= 0.1)(_unary)
+declare([Op.SQRT], domain=lambda x: np.min(x.real) >= 0.01)(_unary)
+declare([Op.FLOOR], domain=far_from_integers)(_unary)
+
+FIXED_QUANT = {  # (scale, zero point) of the output, by input type
+    Op.LOGISTIC: {Q8: (1 / 256, 0), Q8S: (1 / 256, -128)},
+    Op.TANH: {Q8: (1 / 128, 128), Q8S: (1 / 128, 0)},
+    Op.SOFTMAX: {Q8: (1 / 256, 0), Q8S: (1 / 256, -128)},
+    Op.L2_NORMALIZATION: {Q8: (1 / 128, 128), Q8S: (1 / 128, 0)},
+}
+
+
+def fixed_out(code: Op, x: Tensor) -> Out:
+    if x.type in QUANT8:
+        return Out(x.type, *FIXED_QUANT[code][x.type])
+    return like(x)
+
+
+@declare([Op.LOGISTIC, Op.TANH])
+def sigmoid_like(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x], [fixed_out(code, x)])
+
+
+@declare([Op.ELU])
+def elu(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x, b.float_scalar(x, b.rng.uniform(0.1, 2.0))], [like(x)])
+
+
+# -- comparisons and logic ------------------------------------------------------------------------
+
+@declare([Op.EQUAL, Op.NOT_EQUAL, Op.LESS, Op.LESS_EQUAL, Op.GREATER, Op.GREATER_EQUAL])
+def comparison(b: Builder, x: Tensor, code: Op) -> None:
+    y = b.partner(x, x.shape, same_quant=True)
+    if x.type in FLOATS and np.any(np.abs(x.real - y.real) < margin(x)):
+        raise Reject("values too close to compare")
+    b.add(code, [x, y], [Out(BOOL8)])
+
+
+@declare([Op.LOGICAL_AND, Op.LOGICAL_OR])
+def logical(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x, b.partner(x, broadcast_shape(b, x.shape))], [Out(BOOL8)])
+
+
+@declare([Op.LOGICAL_NOT])
+def logical_not(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x], [Out(BOOL8)])
+
+
+@declare([Op.SELECT], position=1)
+def select(b: Builder, x: Tensor, code: Op) -> None:
+    condition = b.existing(BOOL8, lambda t: t.shape == x.shape) or b.fresh(BOOL8, x.shape)
+    b.add(code, [condition, x, b.partner(x, x.shape, same_quant=True)], [like(x)])
+
+
+# -- normalization --------------------------------------------------------------------------------
+
+@declare([Op.SOFTMAX, Op.LOG_SOFTMAX])
+def softmax(b: Builder, x: Tensor, code: Op) -> None:
+    ins = [x, b.float_scalar(x, b.rng.uniform(0.5, 2.0))]
+    if code == Op.LOG_SOFTMAX or b.chance(0.5):
+        ins.append(b.scalar(INT32, axis(b, x)))
+    b.add(code, ins, [fixed_out(Op.SOFTMAX, x) if code == Op.SOFTMAX else like(x)])
+
+
+@declare([Op.L2_NORMALIZATION])
+def l2_normalization(b: Builder, x: Tensor, code: Op) -> None:
+    a = axis(b, x)
+    if np.min(np.sqrt(np.sum(x.real ** 2, axis=a))) < 0.1:
+        raise Reject("a vector too close to 0 to normalize")
+    b.add(code, [x, b.scalar(INT32, a)], [fixed_out(code, x)])
+
+
+@declare([Op.LOCAL_RESPONSE_NORMALIZATION])
+def local_response_normalization(b: Builder, x: Tensor, code: Op) -> None:
+    params = [b.scalar(INT32, int(b.rng.integers(1, 4)))]
+    params += [b.float_scalar(x, v) for v in (b.rng.uniform(0.5, 2), b.rng.uniform(0.1, 1), b.rng.uniform(0.3, 0.8))]
+    b.add(code, [x] + params + [b.scalar(INT32, axis(b, x))], [like(x)])
+
+
+@declare([Op.INSTANCE_NORMALIZATION], ranks=(4,),
+         domain=lambda x: x.shape[1] * x.shape[2] > 1 and np.min(np.var(x.real, axis=(1, 2))) >= 1e-2)
+def instance_normalization(b: Builder, x: Tensor, code: Op) -> None:
+    params = [b.float_scalar(x, v) for v in (b.rng.uniform(0.5, 2), b.rng.uniform(-1, 1), 1e-3)]
+    b.add(code, [x] + params + [b.scalar(BOOL, False)], [like(x)])
+
+
+# -- convolution and pooling (NHWC) ---------------------------------------------------------------
+
+def _weights(b: Builder, x: Tensor, shape, fan_in: int) -> tuple[int, int]:
+    """Filter and bias constants of shapes ``shape[0]`` and ``shape[1]``, scaled by the fan-in
+    so that outputs stay in the inputs' range; a quant8 bias has scale input x filter scale."""
+    bound = 1.0 / np.sqrt(fan_in)
+    if x.type in QUANT8:
+        scale, zero_point = b.quantization(x.type)
+        w = b.random_value(x.type, shape[0], scale, zero_point, -bound, bound)
+        bias_scale = float(np.float32(x.scale) * np.float32(scale))
+        bias = np.round(b.rng.uniform(-0.5, 0.5, shape[1]) / bias_scale).astype(np.int32)
+        return b.constant(x.type, w, scale, zero_point), b.constant(I32, bias, bias_scale)
+    w = b.random_value(x.type, shape[0], low=-bound, high=bound)
+    return b.constant(x.type, w), b.constant(x.type, b.random_value(x.type, shape[1], low=-0.5, high=0.5))
+
+
+def _spatial(b: Builder, x: Tensor) -> tuple[list[int], int, int]:
+    """Implicit padding (SAME or VALID), strides and a filter size that fit x."""
+    _, h, w, _ = x.shape
+    fh, fw = int(b.rng.integers(1, min(h, 3) + 1)), int(b.rng.integers(1, min(w, 3) + 1))
+    padding = int(b.rng.integers(1, 3))
+    return [b.scalar(INT32, padding), b.scalar(INT32, int(b.rng.integers(1, 3))),
+            b.scalar(INT32, int(b.rng.integers(1, 3)))], fh, fw
+
+
+@declare([Op.CONV_2D], ranks=(4,))
+def conv_2d(b: Builder, x: Tensor, code: Op) -> None:
+    c, out_c = x.shape[3], b.dim()
+    spatial, fh, fw = _spatial(b, x)
+    w, bias = _weights(b, x, ((out_c, fh, fw, c), (out_c,)), fh * fw * c)
+    b.add(code, [x, w, bias] + spatial + [fuse(b, x)], [free(x)])
+
+
+@declare([Op.DEPTHWISE_CONV_2D], ranks=(4,))
+def depthwise_conv_2d(b: Builder, x: Tensor, code: Op) -> None:
+    multiplier = int(b.rng.integers(1, 3))
+    out_c = x.shape[3] * multiplier
+    spatial, fh, fw = _spatial(b, x)
+    w, bias = _weights(b, x, ((1, fh, fw, out_c), (out_c,)), fh * fw)
+    b.add(code, [x, w, bias] + spatial + [b.scalar(INT32, multiplier), fuse(b, x)], [free(x)])
+
+
+@declare([Op.GROUPED_CONV_2D], ranks=(4,), domain=lambda x: x.shape[3] % 2 == 0)
+def grouped_conv_2d(b: Builder, x: Tensor, code: Op) -> None:
+    groups = 2
+    out_c = groups * int(b.rng.integers(1, 3))
+    spatial, fh, fw = _spatial(b, x)
+    w, bias = _weights(b, x, ((out_c, fh, fw, x.shape[3] // groups), (out_c,)), fh * fw * x.shape[3] // groups)
+    b.add(code, [x, w, bias] + spatial + [b.scalar(INT32, groups), fuse(b, x), b.scalar(BOOL, False)],
+          [free(x)])
+
+
+@declare([Op.FULLY_CONNECTED], ranks=(2, 3, 4))
+def fully_connected(b: Builder, x: Tensor, code: Op) -> None:
+    units, size = b.dim(), x.shape[-1]
+    w, bias = _weights(b, x, ((units, size), (units,)), size)
+    b.add(code, [x, w, bias, fuse(b, x)], [free(x)])
+
+
+@declare([Op.BATCH_MATMUL], ranks=(2, 3, 4))
+def batch_matmul(b: Builder, x: Tensor, code: Op) -> None:
+    y = b.fresh(x.type, x.shape[:-2] + (x.shape[-1], b.dim()), low=-1.0, high=1.0)
+    b.add(code, [x, y, b.scalar(BOOL, False), b.scalar(BOOL, False)], [free(x)])
+
+
+@declare([Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D], ranks=(4,))
+def pool(b: Builder, x: Tensor, code: Op) -> None:
+    spatial, fh, fw = _spatial(b, x)
+    b.add(code, [x] + spatial + [b.scalar(INT32, fw), b.scalar(INT32, fh), fuse(b, x)], [like(x)])
+
+
+# -- reductions -----------------------------------------------------------------------------------
+
+@declare([Op.MEAN, Op.REDUCE_SUM, Op.REDUCE_PROD, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_ALL, Op.REDUCE_ANY])
+def reduce(b: Builder, x: Tensor, code: Op) -> None:
+    keep = b.chance(0.5)
+    flag = b.scalar(INT32, int(keep)) if code == Op.MEAN else b.scalar(BOOL, keep)
+    b.add(code, [x, b.ints(axes(b, x)), flag], [like(x)])
+
+
+@declare([Op.ARGMAX, Op.ARGMIN])
+def arg_reduce(b: Builder, x: Tensor, code: Op) -> None:
+    a = axis(b, x)
+    if not distinct_along(x, a):
+        raise Reject("ties along the axis")
+    b.add(code, [x, b.scalar(INT32, a)], [Out(I32)])
+
+
+@declare([Op.TOPK_V2], domain=lambda x: distinct_along(x, -1))
+def top_k(b: Builder, x: Tensor, code: Op) -> None:
+    k = int(b.rng.integers(1, x.shape[-1] + 1))
+    b.add(code, [x, b.scalar(INT32, k)], [like(x), Out(I32)])
+
+
+# -- shapes, slicing, space -----------------------------------------------------------------------
+
+def _factor(b: Builder, size: int, rank: int) -> list[int]:
+    """A random shape of ``rank`` dimensions with ``size`` elements."""
+    dims = [1] * rank
+    n, p = size, 2
+    while n > 1:
+        while n % p == 0:
+            dims[int(b.rng.integers(rank))] *= p
+            n //= p
+        p += 1
+    return dims
+
+
+@declare([Op.RESHAPE])
+def reshape(b: Builder, x: Tensor, code: Op) -> None:
+    dims = _factor(b, x.value.size, int(b.rng.integers(1, 5)))
+    if b.chance(0.3):
+        dims[int(b.rng.integers(len(dims)))] = -1
+    b.add(code, [x, b.ints(dims)], [like(x)])
+
+
+@declare([Op.SQUEEZE], domain=lambda x: 1 in x.shape and x.rank > 1)
+def squeeze(b: Builder, x: Tensor, code: Op) -> None:
+    ones = [a for a, d in enumerate(x.shape) if d == 1][:x.rank - 1]
+    b.add(code, [x, b.ints(ones)], [like(x)])
+
+
+@declare([Op.EXPAND_DIMS], ranks=(1, 2, 3))
+def expand_dims(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x, b.scalar(INT32, int(b.rng.integers(-x.rank - 1, x.rank + 1)))], [like(x)])
+
+
+@declare([Op.TRANSPOSE])
+def transpose(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x, b.ints(b.rng.permutation(x.rank))], [like(x)])
+
+
+@declare([Op.CONCATENATION])
+def concatenation(b: Builder, x: Tensor, code: Op) -> None:
+    a = int(b.rng.integers(x.rank))
+    parts = [x]
+    for _ in range(int(b.rng.integers(1, 3))):
+        shape = x.shape[:a] + (b.dim(),) + x.shape[a + 1:]
+        parts.append(b.partner(x, shape, same_quant=True,
+                               fits=lambda t: t.rank == x.rank and t.shape[:a] + t.shape[a + 1:] ==
+                               x.shape[:a] + x.shape[a + 1:]))
+    b.add(code, parts + [b.scalar(INT32, a)], [like(x)])
+
+
+@declare([Op.PACK], ranks=(1, 2, 3), position=1)
+def pack(b: Builder, x: Tensor, code: Op) -> None:
+    parts = [x] + [b.partner(x, x.shape, same_quant=True) for _ in range(int(b.rng.integers(1, 3)))]
+    b.add(code, [b.scalar(INT32, int(b.rng.integers(x.rank + 1)))] + parts, [like(x)])
+
+
+
+@declare([Op.SPLIT], domain=lambda x: max(x.shape) > 1)
+def split(b: Builder, x: Tensor, code: Op) -> None:
+    a = b.pick([a for a, d in enumerate(x.shape) if d > 1])
+    n = b.pick([n for n in range(2, x.shape[a] + 1) if x.shape[a] % n == 0])
+    b.add(code, [x, b.scalar(INT32, a), b.scalar(INT32, n)], [like(x)] * n)
+
+
+def _paddings(b: Builder, x: Tensor, most: int) -> int:
+    return b.ints([[int(b.rng.integers(0, most + 1)) for _ in range(2)] for _ in range(x.rank)])
+
+
+@declare([Op.PAD])
+def pad(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x, _paddings(b, x, 2)], [like(x)])
+
+
+@declare([Op.PAD_V2])
+def pad_v2(b: Builder, x: Tensor, code: Op) -> None:
+    if x.type in QUANT8:
+        value = b.scalar(INT32, int(b.random_value(x.type, (), x.scale, x.zero_point)))
+    else:
+        value = b.float_scalar(x, b.rng.uniform(-2, 2))
+    b.add(code, [x, _paddings(b, x, 2), value], [like(x)])
+
+
+@declare([Op.MIRROR_PAD], domain=lambda x: min(x.shape) > 1)
+def mirror_pad(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x, _paddings(b, x, min(min(x.shape) - 1, 2)), b.scalar(INT32, int(b.rng.integers(2)))], [like(x)])
+
+
+@declare([Op.TILE], domain=lambda x: x.value.size <= 64)
+def tile(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x, b.ints(b.rng.integers(1, 3, x.rank))], [like(x)])
+
+
+@declare([Op.REVERSE])
+def reverse(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x, b.ints([int(b.rng.integers(x.rank))])], [like(x)])
+
+
+@declare([Op.SLICE])
+def slice_(b: Builder, x: Tensor, code: Op) -> None:
+    begin = [int(b.rng.integers(d)) for d in x.shape]
+    size = [int(b.rng.integers(1, d - s + 1)) if b.chance(0.8) else -1 for d, s in zip(x.shape, begin)]
+    b.add(code, [x, b.ints(begin), b.ints(size)], [like(x)])
+
+
+@declare([Op.STRIDED_SLICE])
+def strided_slice(b: Builder, x: Tensor, code: Op) -> None:
+    begin = [int(b.rng.integers(d)) for d in x.shape]
+    end = [int(b.rng.integers(s + 1, d + 1)) for d, s in zip(x.shape, begin)]
+    strides = [int(b.rng.integers(1, 3)) for _ in x.shape]
+    masks = [b.scalar(INT32, int(b.rng.integers(1 << x.rank))) for _ in range(2)]
+    b.add(code, [x, b.ints(begin), b.ints(end), b.ints(strides)] + masks + [b.scalar(INT32, 0)], [like(x)])
+
+
+@declare([Op.GATHER])
+def gather(b: Builder, x: Tensor, code: Op) -> None:
+    a = int(b.rng.integers(x.rank))
+    shape = (b.dim(),) if x.rank == 4 or b.chance(0.7) else (b.dim(), b.dim())
+    indices = b.rng.integers(0, x.shape[a], shape)
+    b.add(code, [x, b.scalar(INT32, a), b.ints(indices)], [like(x)])
+
+
+@declare([Op.EMBEDDING_LOOKUP], ranks=(2, 3, 4), position=1)
+def embedding_lookup(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [b.ints(b.rng.integers(0, x.shape[0], b.dim())), x], [like(x)])
+
+
+@declare([Op.SPACE_TO_DEPTH], ranks=(4,), domain=lambda x: x.shape[1] % 2 == 0 and x.shape[2] % 2 == 0)
+def space_to_depth(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x, b.scalar(INT32, 2)], [like(x)])
+
+
+@declare([Op.DEPTH_TO_SPACE], ranks=(4,), domain=lambda x: x.shape[3] % 4 == 0)
+def depth_to_space(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x, b.scalar(INT32, 2)], [like(x)])
+
+
+@declare([Op.SPACE_TO_BATCH_ND], ranks=(4,))
+def space_to_batch(b: Builder, x: Tensor, code: Op) -> None:
+    block = [int(b.rng.integers(1, 3)) for _ in range(2)]
+    pads = []
+    for d, k in zip(x.shape[1:3], block):
+        extra = (-d) % k + k * int(b.rng.integers(2))
+        before = int(b.rng.integers(extra + 1))
+        pads.append([before, extra - before])
+    b.add(code, [x, b.ints(block), b.ints(pads)], [like(x)])
+
+
+@declare([Op.BATCH_TO_SPACE_ND], ranks=(4,), domain=lambda x: x.shape[0] % 2 == 0)
+def batch_to_space(b: Builder, x: Tensor, code: Op) -> None:
+    block = b.pick([[2, 1], [1, 2]] + ([[2, 2]] if x.shape[0] % 4 == 0 else []))
+    b.add(code, [x, b.ints(block)], [like(x)])
+
+
+@declare([Op.CHANNEL_SHUFFLE], domain=lambda x: max(x.shape) > 1)
+def channel_shuffle(b: Builder, x: Tensor, code: Op) -> None:
+    a = b.pick([a for a, d in enumerate(x.shape) if d > 1])
+    groups = b.pick([g for g in range(1, x.shape[a] + 1) if x.shape[a] % g == 0])
+    b.add(code, [x, b.scalar(INT32, groups), b.scalar(INT32, a)], [like(x)])
+
+
+@declare([Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR], ranks=(4,))
+def resize(b: Builder, x: Tensor, code: Op) -> None:
+    size = [b.scalar(INT32, b.dim()) for _ in range(2)]
+    b.add(code, [x] + size + [b.scalar(BOOL, False)], [like(x)])
+
+
+# -- quantization and casts -----------------------------------------------------------------------
+
+@declare([Op.QUANTIZE])
+def quantize(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x], [Out(b.pick(QUANT8))])
+
+
+@declare([Op.DEQUANTIZE])
+def dequantize(b: Builder, x: Tensor, code: Op) -> None:
+    b.add(code, [x], [Out(b.pick(FLOATS))])
+
+
+@declare([Op.CAST])
+def cast(b: Builder, x: Tensor, code: Op) -> None:
+    target = b.pick([F32, F16, I32, Q8])
+    if target in (I32, Q8) and x.type in FLOATS and not far_from_integers(x):
+        raise Reject("float to integer cast decided by a rounding difference")
+    b.add(code, [x], [Out(target, 1.0, 0) if target == Q8 else like(x) if target == x.type else Out(target)])
