@@ -350,6 +350,19 @@ class Burst:
         self.compilation = compilation
         self.hal_bursts: dict[int, hal.Burst] = {}
         self.busy = False
+        self._tokens: dict[tuple, tuple[int, object]] = {}  # pool -> (memory identifier token, pool)
+
+    def tokens(self, pools) -> list[int]:
+        """A memory identifier token per request pool, the same for the same memory for the
+        burst's whole life and another for any other memory: a driver may cache a pool's mapping
+        by its token. The burst keeps its pools, so no other memory can take their identity."""
+        tokens = []
+        for pool in pools:
+            key = ("shared", id(pool)) if isinstance(pool, hal.SharedMemory) else ("device", int(pool))
+            if key not in self._tokens:
+                self._tokens[key] = (len(self._tokens) + 1, pool)
+            tokens.append(self._tokens[key][0])
+        return tokens
 
     def for_step(self, step: Step) -> hal.Burst:
         if id(step.prepared) not in self.hal_bursts:

@@ -453,8 +453,7 @@ class Execution:
         if burst is not None:
             hal_burst = burst.for_step(step)
             result = call_driver(step.device, "burst execute", hal_burst.execute, request,
-                                 list(range(1, len(request.pools) + 1)), self._measure, deadline,
-                                 self._loop_timeout_ns)
+                                 burst.tokens(request.pools), self._measure, deadline, self._loop_timeout_ns)
         else:
             result = call_driver(step.device, "execute", step.prepared.execute_synchronously, request,
                                  self._measure, deadline, self._loop_timeout_ns)
