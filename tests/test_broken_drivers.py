@@ -13,10 +13,7 @@ driver passes the selection used.
 """
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +25,9 @@ from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.hal import ErrorStatus, HalError, Model, Operand, Operation, Subgraph
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op, PreferenceCode, PriorityCode
 
-ROOT = Path(__file__).resolve().parents[1]
+from . import support
+
+ROOT = support.ROOT
 IN, OUT, TMP, CONST = Lifetime.SUBGRAPH_INPUT, Lifetime.SUBGRAPH_OUTPUT, Lifetime.TEMPORARY_VARIABLE, \
     Lifetime.CONSTANT_COPY
 
@@ -105,16 +104,10 @@ def vector_dir(tmp_path_factory) -> Path:
 
 
 def run_suite(driver: str, selection: str, vector_dir: Path, tmp: Path, paths=("cts/test_generated.py",)):
-    """Run the suite in a subprocess; return (exit code, output, failed test ids)."""
-    command = [sys.executable, "-m", "pytest", *paths, "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
-               "-p", "no:xdist", "--no-shared-vectors", "--vectors", str(vector_dir), "--driver", driver,
-               "--reproducers", str(tmp / "reproducers"), "-k", selection, "-rf"]
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    env.pop("NNTS_DRIVER", None)
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
-    output = done.stdout + done.stderr
-    failed = re.findall(r"^FAILED \S+::(\S+)", output, re.M)
-    return done.returncode, output, failed
+    """Run the suite over ``vector_dir`` in a subprocess; return (exit code, output, failed test names)."""
+    code, output, failed = support.run_suite(driver, paths, selection, "--vectors", str(vector_dir),
+                                             "--reproducers", str(tmp / "reproducers"))
+    return code, output, [f.split("::", 1)[1] for f in failed]
 
 
 SELECTION = "nntsbroken and sync and not async"

@@ -1,6 +1,7 @@
 """Drivers derived from the reference driver, for testing the runtime and the suite itself:
-a device that supports only some operations with a chosen performance (partitioning), and one
-whose calls fail with a chosen status (fallback and error reporting).
+a device that supports only some operations with a chosen performance (partitioning), one
+whose calls fail with a chosen status (fallback and error reporting), and one whose bursts
+cache memory mappings by token (memory identifier tokens).
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Iterable
 from .. import hal
 from ..hal import ErrorStatus, HalError
 from ..types import FeatureLevel, OperationCode
-from .reference import ReferenceDevice, ReferencePreparedModel
+from .reference import ReferenceBurst, ReferenceDevice, ReferencePreparedModel
 
 
 class SubsetDevice(ReferenceDevice):
@@ -67,3 +68,37 @@ class _FaultyPreparedModel(ReferencePreparedModel):
         if self.device.fail_execute is not None:
             raise HalError(self.device.fail_execute, f"{self.device.name}: injected execution failure")
         return super()._run(request, measure, deadline_ns, loop_timeout_ns)
+
+
+class _TokenCachingBurst(ReferenceBurst):
+    """Maps each pool once, when its memory identifier token is first seen, and uses that
+    mapping for the token until it is released (the HAL's burst memory cache)."""
+
+    def __init__(self, prepared: ReferencePreparedModel):
+        super().__init__(prepared)
+        self.mapped: dict[int, object] = {}
+
+    def execute(self, request, memory_identifier_tokens, measure, deadline_ns, loop_timeout_ns):
+        pools = [self.mapped.setdefault(token, pool) for pool, token in zip(request.pools, memory_identifier_tokens)]
+        return super().execute(hal.Request(request.inputs, request.outputs, pools), memory_identifier_tokens,
+                               measure, deadline_ns, loop_timeout_ns)
+
+    def release_memory_resource(self, memory_identifier_token):
+        self.mapped.pop(memory_identifier_token, None)
+
+
+class _TokenCachingPreparedModel(ReferencePreparedModel):
+    def configure_execution_burst(self):
+        return _TokenCachingBurst(self)
+
+
+class TokenCachingDevice(ReferenceDevice):
+    """A correct driver whose bursts cache pool mappings by token: right only if the runtime
+    gives one memory one token, and another memory another, for a burst's life."""
+
+    def __init__(self, name: str = "nnts-token-caching"):
+        super().__init__(name)
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        prepared = super().prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
+        return _TokenCachingPreparedModel(self, prepared.model, prepared.plans)
