@@ -119,6 +119,7 @@ class Outcome:
     message: str = ""
     expected: list[np.ndarray] = field(default_factory=list)
     actual: list[np.ndarray] = field(default_factory=list)
+    reference_failed: bool = False
 
 
 def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device]) -> Outcome:
@@ -130,7 +131,7 @@ def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device]) 
     try:
         expected = run(reference, test)
     except NnapiError as e:  # the generator's promise broken: a bug here or in the reference
-        return Outcome("fail", f"the reference failed on a generated model: {e}")
+        return Outcome("fail", f"the reference failed on a generated model: {e}", reference_failed=True)
     try:
         supported = build_model(test.model).get_supported_operations_for_devices(list(devices))
         if not all(supported):
@@ -208,7 +209,11 @@ def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], 
     outcome = check(graph, devices, reference)
     if outcome.status != "fail":
         return CaseResult(outcome.status, outcome.message, graph)
-    shrunk = shrink(graph, lambda g: check(g, devices, reference).status == "fail")
+    def fails(g: Graph) -> bool:  # in the same way: the driver, or the reference
+        smaller = check(g, devices, reference)
+        return smaller.status == "fail" and smaller.reference_failed == outcome.reference_failed
+
+    shrunk = shrink(graph, fails)
     final = check(shrunk, devices, reference)
     path, replay = save_reproducer(shrunk, final, folder, driver)
     message = (f"random graph seed {seed}, {operation_summary(graph)}: {outcome.message}\n"

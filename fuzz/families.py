@@ -71,6 +71,7 @@ class Family:
     ranks: tuple = (1, 2, 3, 4)
     domain: Callable[[Tensor], bool] | None = None
     position: int = 0  # where x goes in the registry's signatures
+    weight: float = 1.0  # how often it is picked: a declaration's operations share one weight
 
     def accepts(self, x: Tensor, level: int) -> bool:
         return (x.rank in self.ranks and x.type in primary_types(self.code, level, self.position)
@@ -86,7 +87,7 @@ FAMILIES: dict[Op, Family] = {}
 def declare(codes, ranks=(1, 2, 3, 4), domain=None, position=0):
     def wrap(fn):
         for code in codes:
-            FAMILIES[code] = Family(code, fn, ranks, domain, position)
+            FAMILIES[code] = Family(code, fn, ranks, domain, position, 1.0 / len(codes))
         return fn
     return wrap
 

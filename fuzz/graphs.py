@@ -339,7 +339,8 @@ def generate(seed: int, num_operations: int = 10, types=None, operations=None, l
     """A random connected model of up to ``num_operations`` operations (fewer only when no
     operation fits after many tries), deterministic in its arguments. ``operations`` limits the
     operation codes (default: every family of :mod:`fuzz.families`), ``types`` the data types of
-    the tensors operations start from (default :data:`DATA_TYPES`), ``level`` the feature level of the signatures used.
+    the tensors operations start from (default :data:`DATA_TYPES`), ``level`` the feature level
+    of the signatures used.
 
     Only ``num_operations`` stops the loop, so the graph for n - 1 operations is the graph for n
     without its last operation: shrinking the size shrinks the graph."""
@@ -354,11 +355,12 @@ def generate(seed: int, num_operations: int = 10, types=None, operations=None, l
             break
         mark = b.checkpoint()
         x = _pick_start(b, types)
-        candidates = [c for c in codes if FAMILIES[c].accepts(x, level)]
+        candidates = [] if x is None else [c for c in codes if FAMILIES[c].accepts(x, level)]
         try:
             if not candidates:
                 raise Reject("no operation takes this tensor")
-            FAMILIES[b.pick(candidates)].build(b, x)
+            weights = np.array([FAMILIES[c].weight for c in candidates])
+            FAMILIES[candidates[int(b.rng.choice(len(candidates), p=weights / weights.sum()))]].build(b, x)
         except Reject:
             b.rollback(mark)
     if relaxed is None:
@@ -366,17 +368,21 @@ def generate(seed: int, num_operations: int = 10, types=None, operations=None, l
     return _finish(b, seed, relaxed)
 
 
-def _pick_start(b: Builder, types) -> Tensor:
-    """The tensor the next operation starts from: mostly one the graph has (the latest more
-    often, for long chains), else a new model input of a random allowed type."""
-    if b.tensors and b.chance(0.85):
-        if b.chance(0.4):
-            return b.tensors[-1]
-        type_ = b.pick(sorted({t.type for t in b.tensors}))  # types equally often: bool8 won't take over
-        return b.pick([t for t in b.tensors if t.type == type_])
-    type_ = b.pick(types)
-    rank = 4 if b.chance(0.5) else int(b.rng.integers(1, 4))
-    return b.fresh(type_, b.shape(rank), low=0.1 if b.chance(0.2) else -2.0)
+def _pick_start(b: Builder, types) -> Tensor | None:
+    """The tensor the next operation starts from: a new model input of a random allowed type
+    for the first operation, then one of the graph's tensors of an allowed type (so the graph
+    stays connected): the latest often, for long chains, else one of a random type (so no type,
+    say bool8, takes over). None when the graph has none."""
+    if not b.operations:
+        rank = 4 if b.chance(0.5) else int(b.rng.integers(1, 4))
+        return b.fresh(b.pick(types), b.shape(rank), low=0.1 if b.chance(0.2) else -2.0)
+    usable = [t for t in b.tensors if t.type in types]
+    if not usable:
+        return None
+    if b.chance(0.4):
+        return usable[-1]
+    type_ = b.pick(sorted({t.type for t in usable}))
+    return b.pick([t for t in usable if t.type == type_])
 
 
 def _finish(b: Builder, seed: int, relaxed: bool) -> Graph:
@@ -409,7 +415,7 @@ def without_operation(g: Graph, j: int) -> Graph | None:
     consumed = {k for o in rest for k in o.inputs}
     produced = {k for o in rest for k in o.outputs}
     outputs = [k for k in g.outputs if k not in op.outputs]
-    outputs += [k for k in op.inputs if k in produced and k not in consumed and k not in outputs]
+    outputs += [k for k in dict.fromkeys(op.inputs) if k in produced and k not in consumed and k not in outputs]
     inputs = g.inputs + [k for k in op.outputs if k in consumed]
     return _compact(g, rest, inputs, outputs)
 

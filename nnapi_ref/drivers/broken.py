@@ -5,7 +5,10 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
 ``wrong_add_quant8``      ADD with a TENSOR_QUANT8_ASYMM output: every other element off by
                           ``ADD_QUANT8_ERROR`` (2, beyond the +-1 quant8 tolerance);
                           ``wrong_add_quant8_by_one`` is the same fault off by 1, which the
-                          quant8 tolerance cannot tell from a rounding difference
+                          quant8 tolerance cannot tell from a rounding difference;
+                          ``wrong_add_quant8_sparse``: every fourth element off by 2, within
+                          the random-graph criteria for one ADD (MSE 1 <= 2): caught only
+                          where later operations amplify it (``cts/test_random_graph.py``)
 ``off_by_one_rounding``   AVERAGE_POOL_2D on quant8 types rounds the average down (truncation)
                           instead of to nearest: 1 LSB low wherever the fraction is >= 1/2.
                           Within the +-1 quant8 tolerance on its own; caught only where a
@@ -100,6 +103,7 @@ class BrokenDevice(ReferenceDevice):
 class WrongAddQuant8(BrokenDevice):
     FAULT = "wrong_add_quant8"
     ERROR = ADD_QUANT8_ERROR
+    EVERY = 2  # every EVERY-th element is wrong
 
     def operation_fault(self, code, impl):
         if code != OperationCode.ADD:
@@ -109,10 +113,10 @@ class WrongAddQuant8(BrokenDevice):
             if call.outs[0].type != T.TENSOR_QUANT8_ASYMM:
                 return outputs
             out = np.array(outputs[0], np.int32).reshape(-1)
-            every_other = np.arange(out.size) % 2 == 0
+            wrong = np.arange(out.size) % self.EVERY == 0
             # Off by ERROR, away from the end of the range so the error always shows.
-            out[every_other] = np.where(out[every_other] + self.ERROR <= 255, out[every_other] + self.ERROR,
-                                        out[every_other] - self.ERROR)
+            out[wrong] = np.where(out[wrong] + self.ERROR <= 255, out[wrong] + self.ERROR,
+                                  out[wrong] - self.ERROR)
             return [out.astype(np.uint8).reshape(np.shape(outputs[0]))] + list(outputs[1:])
         return _WrappedOperation(impl, fault)
 
@@ -120,6 +124,11 @@ class WrongAddQuant8(BrokenDevice):
 class WrongAddQuant8ByOne(WrongAddQuant8):
     FAULT = "wrong_add_quant8_by_one"
     ERROR = 1
+
+
+class WrongAddQuant8Sparse(WrongAddQuant8):
+    FAULT = "wrong_add_quant8_sparse"
+    EVERY = 4
 
 
 # -- off_by_one_rounding ------------------------------------------------------------------------
@@ -358,6 +367,7 @@ class KeepsFirstShape(BrokenDevice):
 # Factories for ``--driver nnapi_ref.drivers.broken:<name>``.
 wrong_add_quant8 = WrongAddQuant8
 wrong_add_quant8_by_one = WrongAddQuant8ByOne
+wrong_add_quant8_sparse = WrongAddQuant8Sparse
 off_by_one_rounding = OffByOneRounding
 float16_arithmetic = Float16Arithmetic
 wrong_output_shape = WrongOutputShape
@@ -367,6 +377,6 @@ burst_caches_pool = BurstCachesPool
 shared_scratch = SharedScratch
 keeps_first_shape = KeepsFirstShape
 
-ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, OffByOneRounding, Float16Arithmetic,
-                                  WrongOutputShape, AcceptsInvalidModel, BadTiming, BurstCachesPool, SharedScratch,
-                                  KeepsFirstShape)}
+ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQuant8Sparse, OffByOneRounding,
+                                  Float16Arithmetic, WrongOutputShape, AcceptsInvalidModel, BadTiming, BurstCachesPool,
+                                  SharedScratch, KeepsFirstShape)}
