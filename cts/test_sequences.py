@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
 
 import numpy as np
 import pytest
 
-from nnapi_ref import (Burst, Compilation, Execution, FeatureLevel, Memory, MemoryDesc, Model, NnapiError,
+from nnapi_ref import (Burst, Compilation, Execution, Memory, MemoryDesc, Model, NnapiError,
                        OperandCode as T, OperandType, ResultCode)
 from nnapi_ref.harness import compute_in_mode
 from nnapi_ref.testing import add_model, assert_step, chain, chain_model
@@ -292,14 +291,6 @@ def test_compilation_released_while_another_executes(mode, devices):
         assert_step(f"step {n}: the second compilation, the first released", [expected], [out])
 
 
-@pytest.fixture
-def one_device(devices):
-    """The first device under test, if it must honour deadlines (feature level 4 and later)."""
-    if devices[0].feature_level < FeatureLevel.LEVEL_4:
-        pytest.skip(f"{devices[0].name} has feature level {devices[0].feature_level}: timeouts are only hints")
-    return devices[:1]
-
-
 def _device_memory(compilation: Compilation) -> Memory:
     """A memory for input a and the output of the chain model: the driver's, where it allocates one."""
     desc = MemoryDesc()
@@ -310,11 +301,11 @@ def _device_memory(compilation: Compilation) -> Memory:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_device_memory_sequence(mode, one_device):
+def test_device_memory_sequence(mode, devices):
     """A memory from a descriptor for input a and the output: written by one execution, read by
     the next, copied out, overwritten by a copy, and left alone by an execution that failed (its
-    deadline had passed)."""
-    compilation = compiled(chain_model(), one_device)
+    deadline had passed). One device: deadlines need a single-device compilation."""
+    compilation = compiled(chain_model(), devices[:1])
     memory = _device_memory(compilation)
     a, b = values(1)
 
@@ -352,10 +343,11 @@ def test_device_memory_sequence(mode, one_device):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_executions_after_failed_ones(mode, one_device):
+def test_executions_after_failed_ones(mode, devices):
     """Executions whose deadline has passed, each followed by a valid execution of the same
-    reusable execution (and burst) that must compute its own inputs' results."""
-    sequence = Sequence(compiled(chain_model(), one_device), mode)
+    reusable execution (and burst) that must compute its own inputs' results. One device:
+    deadlines need a single-device compilation."""
+    sequence = Sequence(compiled(chain_model(), devices[:1]), mode)
     for n in range(1, 6):
         expected, out = _bind_chain(sequence.execution, n)
         failing = n % 2 == 0

@@ -265,13 +265,10 @@ def run_path(prepared: hal.PreparedModel, request: Request, path: str, measure: 
         assert burst is not None, "configure_execution_burst returned None"
         tokens = list(range(len(request.pools)))
         try:
-            result = burst.execute(request, tokens, measure, deadline_ns, loop_timeout_ns)
-        except HalError as e:
-            return Outcome(e.status, list(e.output_shapes), message=e.message)
+            return run_burst(burst, request, tokens, measure, deadline_ns, loop_timeout_ns)
         finally:
             for token in tokens:
                 burst.release_memory_resource(token)
-        return Outcome(ErrorStatus.NONE, list(result.output_shapes), result.timing)
     if path == "fenced":
         # As AOSP: execute, then execute again waiting for the first execution's fence.
         wait_for: list = []
@@ -292,6 +289,16 @@ def run_path(prepared: hal.PreparedModel, request: Request, path: str, measure: 
             wait_for = [fence]
         return Outcome(ErrorStatus.NONE, [], launched, fenced)
     raise ValueError(f"unknown execution path {path!r}")
+
+
+def run_burst(burst: hal.Burst, request: Request, tokens: list[int], measure: bool = False,
+              deadline_ns: int | None = None, loop_timeout_ns: int = LOOP_TIMEOUT_NS) -> Outcome:
+    """One execution in ``burst``, ``tokens`` naming the request's pools; a HalError is an outcome."""
+    try:
+        result = burst.execute(request, tokens, measure, deadline_ns, loop_timeout_ns)
+    except HalError as e:
+        return Outcome(e.status, list(e.output_shapes), message=e.message)
+    return Outcome(ErrorStatus.NONE, list(result.output_shapes), result.timing)
 
 
 def timing_problems(outcome: Outcome, measure: bool) -> list[str]:

@@ -28,7 +28,8 @@ from nnapi_ref.hal import (ArgumentLifetime, BufferDesc, BufferRole, ErrorStatus
                            RequestArgument, SharedMemory)
 from nnapi_ref.testing import add_model, assert_step, chain, chain_model
 
-from .support import LOOP_TIMEOUT_NS, PATHS, WAIT_S, Outcome, clone_model, operation_names, prepare, run_path
+from .support import (LOOP_TIMEOUT_NS, PATHS, WAIT_S, Outcome, clone_model, operation_names, prepare, run_burst,
+                      run_path)
 
 pytestmark = pytest.mark.vts
 SHAPE = (2, 2)
@@ -87,12 +88,7 @@ class Sequence:
     def run(self, request: Request, deadline_ns: int | None = None) -> Outcome:
         if self.burst is None:
             return run_path(self.prepared, request, self.path, deadline_ns=deadline_ns)
-        try:
-            result = self.burst.execute(request, list(range(len(request.pools))), False, deadline_ns,
-                                        LOOP_TIMEOUT_NS)
-        except HalError as e:
-            return Outcome(e.status, list(e.output_shapes), message=e.message)
-        return Outcome(ErrorStatus.NONE, list(result.output_shapes), result.timing)
+        return run_burst(self.burst, request, list(range(len(request.pools))), deadline_ns=deadline_ns)
 
     def release(self, token: int) -> None:
         if self.burst is not None:
