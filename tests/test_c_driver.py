@@ -1,0 +1,220 @@
+"""The example driver in C (examples/c_driver): built with the system compiler, served over the
+remote-driver protocol, and held to the conformance suite on what it supports (ADD and MUL on
+TENSOR_FLOAT32) while everything else comes out skipped as unsupported. A protocol-level test
+checks that malformed messages get clean errors and never take the server down."""
+from __future__ import annotations
+
+import os
+import random
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnapi_ref import hal
+from nnapi_ref.remote import wire
+from nnapi_ref.remote.wire import Msg, Reader, Writer
+from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "examples" / "c_driver" / "nnts_example_driver.c"
+
+# ADD and MUL in every dtype (only TENSOR_FLOAT32 and its relaxed variant are supported) and SUB
+# on float32 (not supported at all): generated tests in every execution mode, VTS model and
+# request validation on the ADD/MUL float32 models.
+SELECTION = "op_ADD or op_MUL or (op_SUB and dtype_TENSOR_FLOAT32)"
+SUPPORTED_IDS = ("ADD-TENSOR_FLOAT32", "MUL-TENSOR_FLOAT32")  # also matches ..._RELAXED
+NO_DEVICE_MEMORY = "allocates no device memory"
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@pytest.fixture(scope="module")
+def c_driver(tmp_path_factory) -> Path:
+    compiler = _compiler()
+    if compiler is None:
+        pytest.skip("no C compiler (cc, gcc or clang) on PATH: the example C driver cannot be built")
+    binary = tmp_path_factory.mktemp("c_driver") / "nnts_example_driver"
+    done = subprocess.run([compiler, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(binary),
+                           str(SOURCE), "-lm"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{compiler} failed:\n{done.stderr}"
+    return binary
+
+
+def _env() -> dict:
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("NNTS_DRIVER", None)
+    return env
+
+
+def test_devices_lists_the_c_driver(c_driver):
+    done = subprocess.run([sys.executable, "-m", "nnapi_ref.cli", "devices", "--driver",
+                           f"remote:{shlex.quote(str(c_driver))}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env=_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nnts-example-c: type CPU, feature level 1000007" in done.stdout, done.stdout
+    assert "cache files: (0, 0)" in done.stdout
+    assert "TENSOR_FLOAT32" in done.stdout
+
+
+def _outcomes(junit: Path) -> dict[str, tuple[str, str]]:
+    """test id -> (passed | failed | skipped, message) from a JUnit XML report."""
+    out = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome, message = "failed", child.get("message", "")
+            elif child.tag == "skipped":
+                outcome, message = "skipped", child.get("message", "")
+        out[name] = (outcome, message)
+    return out
+
+
+def test_conformance_suite_passes_on_add_and_mul(c_driver, tmp_path):
+    junit = tmp_path / "junit.xml"
+    command = [sys.executable, "-m", "pytest", "cts", "vts", "-q", "-p", "no:cacheprovider", "--no-shared-vectors",
+               "--reproducers", str(tmp_path / "reproducers"), "--driver", f"remote:{shlex.quote(str(c_driver))}",
+               "-m", SELECTION, "--junitxml", str(junit)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=_env())
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    outcomes = _outcomes(junit)
+    failed = [name for name, (outcome, _) in outcomes.items() if outcome == "failed"]
+    assert not failed, failed
+
+    supported = {n: o for n, o in outcomes.items() if any(s in n for s in SUPPORTED_IDS)}
+    others = {n: o for n, o in outcomes.items() if n not in supported}
+    # What the driver supports runs and passes, except device memory, which it declines.
+    wrongly_skipped = [n for n, (outcome, why) in supported.items() if outcome == "skipped" and NO_DEVICE_MEMORY not in why]
+    assert not wrongly_skipped, wrongly_skipped
+    passed = [n for n, (outcome, _) in supported.items() if outcome == "passed"]
+    for kind in ("cts/test_generated.py", "vts/test_generated.py", "test_validate_model", "test_validate_request"):
+        assert any(kind.replace("/", ".").removesuffix(".py") in n for n in passed), f"no {kind} test passed"
+    for mode in ("sync", "async", "burst", "fenced", "dynamic", "cached"):
+        assert any(n.endswith(f"-{mode}]") and "cts" in n for n in passed), f"no CTS {mode} test passed"
+    assert len([n for n in passed if "test_validate_model" in n]) >= 30, passed
+    # Everything else is reported unsupported: skipped, and counted as such per operation.
+    not_unsupported = [n for n, (outcome, why) in others.items() if outcome != "skipped" or "unsupported" not in why]
+    assert not not_unsupported, not_unsupported
+    assert any("[SUB-" in n for n in others) and any("QUANT8" in n for n in others)
+    assert "SUB:" in output and "tests skipped as unsupported" in output, output[-2000:]
+
+
+# ---- the protocol itself: malformed messages --------------------------------------------------
+
+def _add_model(fuse_value: int = 0) -> hal.Model:
+    def tensor(lifetime):
+        return hal.Operand(T.TENSOR_FLOAT32, (2, 2), 0.0, 0, lifetime)
+    fuse = hal.Operand(T.INT32, (), 0.0, 0, Lifetime.CONSTANT_COPY)
+    fuse.value = np.array(fuse_value, np.int32)
+    main = hal.Subgraph([tensor(Lifetime.SUBGRAPH_INPUT), tensor(Lifetime.SUBGRAPH_INPUT), fuse,
+                         tensor(Lifetime.SUBGRAPH_OUTPUT)], [hal.Operation(Op.ADD, (0, 1, 2), (3,))], (0, 1), (3,))
+    return hal.Model(main)
+
+
+class _Server:
+    """The C driver on a pipe, one request and one reply at a time."""
+
+    def __init__(self, binary: Path):
+        self.proc = subprocess.Popen([str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL)
+        self.watchdog = threading.Timer(120, self.proc.kill)  # a hung server fails the test, not the run
+        self.watchdog.start()
+        self.ids = 0
+
+    def send(self, msg: int, body: bytes) -> None:
+        self.ids += 1
+        self.proc.stdin.write(wire.HEADER.pack(12 + len(body), msg, self.ids) + body)
+        self.proc.stdin.flush()
+
+    def reply(self) -> tuple[int, bytes]:
+        header = self.proc.stdout.read(wire.HEADER.size)
+        assert len(header) == wire.HEADER.size, f"the server closed the stream (exit {self.proc.poll()})"
+        length, msg, call_id = wire.HEADER.unpack(header)
+        assert call_id == self.ids and 12 <= length <= 12 + wire.MAX_REPLY
+        return msg, self.proc.stdout.read(length - 12)
+
+    def call(self, msg: int, body: bytes) -> tuple[int, bytes]:
+        self.send(msg, body)
+        return self.reply()
+
+    def close(self) -> int:
+        self.proc.stdin.close()
+        code = self.proc.wait(timeout=30)
+        self.watchdog.cancel()
+        return code
+
+
+def _error_status(body: bytes) -> int:
+    return wire.read_error(Reader(body)).status
+
+
+def test_malformed_messages_get_invalid_argument_and_the_server_survives(c_driver):
+    server = _Server(c_driver)
+    try:
+        msg, body = server.call(Msg.HELLO, b"NNTX" + (1).to_bytes(4, "little"))
+        assert msg == Msg.ERROR and _error_status(body) == hal.ErrorStatus.INVALID_ARGUMENT
+        msg, body = server.call(Msg.HELLO, b"NNTS" + (2).to_bytes(4, "little"))
+        assert msg == Msg.ERROR and _error_status(body) == hal.ErrorStatus.DEVICE_UNAVAILABLE
+        msg, body = server.call(Msg.HELLO, b"NNTS" + (1).to_bytes(4, "little"))
+        assert msg == Msg.DEVICE_INFO
+        r = Reader(body)
+        assert r.u32() == 1 and wire.read_device_info(r)["name"] == "nnts-example-c"
+        r.end()
+        msg, body = server.call(77, b"")
+        assert msg == Msg.ERROR and _error_status(body) == hal.ErrorStatus.INVALID_ARGUMENT
+        msg, body = server.call(Msg.EXECUTE_SYNC, (12345).to_bytes(8, "little"))  # unknown handle, truncated
+        assert msg == Msg.ERROR and _error_status(body) == hal.ErrorStatus.INVALID_ARGUMENT
+
+        w = Writer()
+        wire.write_model(w, _add_model(), None)
+        valid = b"".join(w.parts)
+        msg, body = server.call(Msg.GET_SUPPORTED_OPERATIONS, valid)
+        assert (msg, body) == (Msg.SUPPORTED, b"\x01\x00\x00\x00\x01")
+        # Every truncation, and trailing bytes, are malformed.
+        for cut in list(range(len(valid))) + [len(valid) + 1]:
+            broken = valid[:cut] if cut <= len(valid) else valid + b"\x00"
+            msg, body = server.call(Msg.GET_SUPPORTED_OPERATIONS, broken)
+            assert msg == Msg.ERROR and _error_status(body) == hal.ErrorStatus.INVALID_ARGUMENT, cut
+        # An invalid fused activation is refused at preparation, not at execution.
+        w = Writer()
+        wire.write_model(w, _add_model(fuse_value=4), None)
+        for part in (b"\x01\x00\x00\x00", b"\x64\x00\x00\x00", b"\x00", b"\x00\x00\x00\x00", b"\x00\x00\x00\x00",
+                     b"\x00"):  # preference, priority, deadline, no cache files, no token
+            w.parts.append(part)
+        msg, body = server.call(Msg.PREPARE_MODEL, b"".join(w.parts))
+        assert msg == Msg.ERROR and _error_status(body) == hal.ErrorStatus.INVALID_ARGUMENT
+        # Random corruption: any answer but a crash, a hang or a malformed reply.
+        rng = random.Random(10)
+        for _ in range(400):
+            broken = bytearray(valid)
+            for _ in range(rng.randint(1, 4)):
+                broken[rng.randrange(len(broken))] = rng.randrange(256)
+            msg, body = server.call(Msg.GET_SUPPORTED_OPERATIONS, bytes(broken))
+            if msg == Msg.ERROR:
+                wire.read_error(Reader(body))
+            else:
+                assert msg == Msg.SUPPORTED
+        msg, body = server.call(Msg.GET_SUPPORTED_OPERATIONS, valid)
+        assert msg == Msg.SUPPORTED
+        # Messages without a reply are ignored when malformed; the stream stays in step.
+        server.send(Msg.REGION_ADD, b"\x01")
+        server.send(Msg.RELEASE, b"")
+        msg, body = server.call(Msg.GET_SUPPORTED_OPERATIONS, valid)
+        assert msg == Msg.SUPPORTED
+    finally:
+        code = server.close()
+    assert code == 0, f"the server exited with {code}"
