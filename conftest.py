@@ -120,7 +120,7 @@ def pytest_runtest_setup(item):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.when == "call" or (report.when == "setup" and not report.passed):
+    if "drivers" in item.fixturenames and (report.when == "call" or (report.when == "setup" and not report.passed)):
         from nnapi_ref.remote.client import incidents
         new = incidents()[getattr(item, "nnts_incidents", 0):]
         if new:  # the driver died or hung in this test: its verdict, whatever the test concluded

@@ -231,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
     r.set_defaults(func=cmd_vectors_run)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except NnapiError as e:  # a bad driver string, a driver that does not start: one line, not a traceback
+        print(f"nnts: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -193,10 +193,12 @@ class _Waiter:
 
 @dataclass
 class _Staging:
-    """What one call borrowed: regions to hand back, bytes to copy back into the caller's arrays."""
+    """What one call uses: the regions it names, the shared arrays it borrowed (from the arena, or
+    made for large constants), and (caller's array, shared array) pairs to copy back after it."""
 
     regions: list
-    arena_regions: list
+    borrowed: list
+    made: list
     copy_back: list
 
 
@@ -346,11 +348,12 @@ class Connection:
             _finish_async(execution, ErrorStatus(status), shapes, timing, message)
             return
         with self._lock:
-            waiter = self._pending.pop(call_id, None)
+            waiter = self._pending.get(call_id)
             if waiter is None:
                 raise ProtocolError(f"reply {msg} to call {call_id}, which is not in flight")
             if msg != Msg.ERROR and msg != _REPLIES[waiter.request]:
                 raise ProtocolError(f"reply {msg} to a {waiter.request.name} call")
+            del self._pending[call_id]
             if msg == Msg.ERROR:
                 self._async.pop(call_id, None)
         waiter.reply = (msg, body)
@@ -369,8 +372,8 @@ class Connection:
         if message is None:
             message = f"CRASH: {self.driver}: the driver {death}"
             if pending or executions:
-                calls = sorted({w.request.name for w in pending.values()} | {"EXECUTE_ASYNC"} * bool(executions))
-                message += f" (calls in flight: {', '.join(calls)})"
+                calls = {w.request.name for w in pending.values()} | ({"EXECUTE_ASYNC"} if executions else set())
+                message += f" (calls in flight: {', '.join(sorted(calls))})"
         else:
             message += f" ({death})"
         self.dead = message
@@ -384,7 +387,7 @@ class Connection:
 
     # -- shared memory for one call ------------------------------------------------------------
     def stage(self) -> _Staging:
-        return _Staging([], [], [])
+        return _Staging([], [], [], [])
 
     def region_ref(self, staging: _Staging, array: np.ndarray, copy_in: bool, copy_back: bool):
         """A region reference for ``array``'s bytes: the array itself when it lives in shared
@@ -394,20 +397,21 @@ class Connection:
             region, offset = found
             staging.regions.append(region)
             return region.id, offset, array.nbytes
-        region = self.arena.take(array.nbytes)
+        shared = self.arena.take(array.nbytes)
+        region, _ = shm.find(shared)
         staging.regions.append(region)
-        staging.arena_regions.append(region)
+        staging.borrowed.append(shared)
         if copy_in:
-            region.array[:array.nbytes] = array
+            shared[:array.nbytes] = array
         if copy_back and array.flags.writeable:
-            staging.copy_back.append((array, region))
+            staging.copy_back.append((array, shared))
         return region.id, 0, array.nbytes
 
     def unstage(self, staging: _Staging) -> None:
-        for array, region in staging.copy_back:
-            array[...] = region.array[:array.nbytes]
-        for region in staging.arena_regions:
-            self.arena.give_back(region)
+        for array, shared in staging.copy_back:
+            array[...] = shared[:array.nbytes]
+        for shared in staging.borrowed:
+            self.arena.give_back(shared)
 
 
 def _finish_async(execution: _AsyncExecution, status, shapes, timing, message) -> None:
@@ -488,11 +492,12 @@ class RemoteDevice(hal.Device):
     def _write_model(self, w: Writer, model: hal.Model, staging: _Staging, connection: Connection) -> None:
         def place(raw: np.ndarray):
             found = shm.find(raw)
-            if found is not None:
-                region, offset = found
-            else:
-                region, offset = shm.Region(raw.nbytes), 0
-                region.array[:] = raw
+            if found is None:
+                shared = shm.allocate(raw.nbytes)
+                shared[:] = raw
+                staging.made.append(shared)
+                found = shm.find(shared)
+            region, offset = found
             staging.regions.append(region)
             return region.id, offset, raw.nbytes
         try:

@@ -26,25 +26,35 @@ _names = itertools.count(1)
 
 
 class Region:
-    """A named shared-memory file mapped into this process; ``array`` is its bytes."""
+    """What the protocol says of a mapped file: its id, path and size. It is registered for as
+    long as its mapping lives (as long as any array over it does)."""
 
-    def __init__(self, size: int):
+    __slots__ = ("id", "path", "size", "__weakref__")
+
+    def __init__(self, path: str, size: int):
         self.id = next(_ids)
+        self.path = path
         self.size = size
-        self.path = os.path.join(SHM_DIR, f"{_PREFIX}{os.getpid()}-{next(_names)}")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.ftruncate(fd, max(size, 1))
-            self._mmap = mmap.mmap(fd, max(size, 1))
-        except BaseException:
-            os.unlink(self.path)
-            raise
-        finally:
-            os.close(fd)
-        self.array = np.frombuffer(self._mmap, np.uint8, count=size)
-        start = self.array.ctypes.data
-        _REGISTRY.add(start, self)
-        weakref.finalize(self, _release, start, self.path, os.getpid())
+
+
+def allocate(size: int) -> np.ndarray:
+    """``size`` zeroed bytes of shared memory; the region lives as long as the array (or a view
+    of it) does."""
+    path = os.path.join(SHM_DIR, f"{_PREFIX}{os.getpid()}-{next(_names)}")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, max(size, 1))
+        mapped = mmap.mmap(fd, max(size, 1))
+    except BaseException:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
+    array = np.frombuffer(mapped, np.uint8, count=size)
+    start = array.ctypes.data
+    _REGISTRY.add(start, Region(path, size))
+    weakref.finalize(mapped, _release, start, path, os.getpid())
+    return array
 
 
 def _release(start: int, path: str, pid: int) -> None:
@@ -61,13 +71,13 @@ class _Registry:
 
     def __init__(self):
         self._starts: list[int] = []
-        self._regions: dict[int, weakref.ref] = {}
+        self._regions: dict[int, Region] = {}
         self._lock = threading.Lock()
 
     def add(self, start: int, region: Region) -> None:
         with self._lock:
             bisect.insort(self._starts, start)
-            self._regions[start] = weakref.ref(region)
+            self._regions[start] = region
 
     def remove(self, start: int) -> None:
         with self._lock:
@@ -86,8 +96,8 @@ class _Registry:
             if i < 0:
                 return None
             start = self._starts[i]
-            region = self._regions[start]()
-        if region is None or address + array.nbytes > start + region.size:
+            region = self._regions[start]
+        if address + array.nbytes > start + region.size:
             return None
         return region, address - start
 
@@ -97,11 +107,6 @@ _REGISTRY = _Registry()
 
 def find(array: np.ndarray) -> tuple[Region, int] | None:
     return _REGISTRY.find(array)
-
-
-def allocate(size: int) -> np.ndarray:
-    """``size`` zeroed bytes of shared memory (what ``Memory.create_shared`` hands out)."""
-    return Region(size).array
 
 
 def remove_stale_files() -> None:
@@ -126,25 +131,24 @@ def remove_stale_files() -> None:
 
 
 class StagingArena:
-    """Reusable regions for data that does not already live in shared memory (POINTER
-    arguments, pools over plain arrays). A region goes back to the arena after the call."""
+    """Reusable shared memory for data that does not already live in shared memory (POINTER
+    arguments, pools over plain arrays). An array goes back to the arena after the call."""
 
     def __init__(self):
-        self._free: list[Region] = []
+        self._free: list[np.ndarray] = []
         self._lock = threading.Lock()
 
-    def take(self, size: int) -> Region:
+    def take(self, size: int) -> np.ndarray:
         with self._lock:
             best = None
-            for region in self._free:
-                if region.size >= size and (best is None or region.size < best.size):
-                    best = region
-            if best is not None and best.size <= max(4 * size, 1 << 16):
-                self._free.remove(best)
-                return best
-        return Region(max(size, 4096))
+            for i, array in enumerate(self._free):
+                if array.nbytes >= size and (best is None or array.nbytes < self._free[best].nbytes):
+                    best = i
+            if best is not None and self._free[best].nbytes <= max(4 * size, 1 << 16):
+                return self._free.pop(best)
+        return allocate(max(size, 4096))
 
-    def give_back(self, region: Region) -> None:
+    def give_back(self, array: np.ndarray) -> None:
         with self._lock:
             if len(self._free) < 16:
-                self._free.append(region)
+                self._free.append(array)

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import hal
 from ..errors import NnapiError, check
+from ..remote import shm
 from ..types import DTYPES, ResultCode, combine_dimensions
 
 PROT_READ, PROT_WRITE = mmap.PROT_READ, mmap.PROT_WRITE
@@ -47,9 +48,12 @@ class Memory:
 
     @classmethod
     def create_shared(cls, size: int) -> "Memory":
-        """A new zero-filled shared memory of ``size`` bytes (ASharedMemory_create)."""
+        """A new zero-filled shared memory of ``size`` bytes (ASharedMemory_create): a region
+        under /dev/shm, so that a driver in another process maps it instead of copying it."""
         check(size > 0, f"shared memory size {size} must be positive")
         try:
+            return cls(hal.SharedMemory(shm.allocate(size)))
+        except OSError:  # no shared-memory file system: plain memory, copied for remote drivers
             return cls(hal.SharedMemory(np.zeros(size, np.uint8)))
         except MemoryError:
             raise NnapiError(ResultCode.OUT_OF_MEMORY, f"cannot allocate {size} bytes of shared memory") from None

@@ -1,0 +1,304 @@
+"""Drivers in their own process (nnapi_ref.remote): the reference served remotely computes what
+numpy computes in every execution mode; tensors in shared memory are not copied; and a driver
+that aborts, hangs, or speaks garbage ends in a clean DEAD_OBJECT with a CRASH or HANG verdict,
+while the run carries on with a fresh process."""
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnapi_ref import hal
+from nnapi_ref.drivers import load_driver, load_drivers
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.errors import NnapiError
+from nnapi_ref.hal import ErrorStatus, HalError
+from nnapi_ref.harness import compute_in_mode
+from nnapi_ref.remote.client import RemoteDevice, incidents
+from nnapi_ref.remote.wire import Msg, Writer
+from nnapi_ref.runtime import Compilation, Execution, Memory, Model, OperandType
+from nnapi_ref.runtime.devices import Device
+from nnapi_ref.testing import chain, chain_model
+from nnapi_ref.types import OperandCode, OperationCode, PreferenceCode, PriorityCode, ResultCode
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVE_REFERENCE = "remote:nnts serve reference"
+A = np.array([[1, 2], [3, 4]], np.float32)
+B = np.array([[0.5, -1], [2, 0.25]], np.float32)
+
+
+@pytest.fixture(scope="module")
+def remote():
+    device = load_driver(SERVE_REFERENCE)
+    yield device
+    device.close()
+
+
+def run_chain(device: hal.Device, mode: str = "sync", a=A, b=B) -> np.ndarray:
+    compilation = Compilation(chain_model(), [Device(device)])
+    compilation.finish()
+    execution = Execution(compilation)
+    execution.set_input(0, a)
+    execution.set_input(1, b)
+    out = np.zeros((2, 2), np.float32)
+    execution.set_output(0, out)
+    compute_in_mode(execution, mode)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "burst", "fenced"])
+def test_remote_reference_computes_the_chain_in_every_mode(remote, mode):
+    np.testing.assert_array_equal(run_chain(remote, mode), chain(A, B))
+
+
+def test_remote_device_reports_what_the_driver_reports(remote):
+    local = ReferenceDevice()
+    assert (remote.get_name(), remote.get_version_string(), remote.get_type(), remote.get_feature_level()) == \
+        (local.get_name(), local.get_version_string(), local.get_type(), local.get_feature_level())
+    assert remote.get_capabilities() == local.get_capabilities()
+    assert remote.get_number_of_cache_files_needed() == local.get_number_of_cache_files_needed()
+
+
+def test_invalid_model_is_rejected_by_the_driver_with_its_message(remote):
+    model = hal_chain_model()
+    model.main.operations[0] = hal.Operation(-1, model.main.operations[0].inputs, model.main.operations[0].outputs)
+    with pytest.raises(HalError) as e:
+        remote.get_supported_operations(model)
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT and "operation 0" in e.value.message
+
+
+def test_tensors_in_shared_memory_travel_without_a_copy(remote, monkeypatch):
+    """A 64 MiB input and its output in runtime shared memory: mapped by the driver, never staged."""
+    n = 16 * 1024 * 1024
+    a = np.arange(n, dtype=np.float32) % 251
+    memory_a, memory_out = Memory.create_shared(a.nbytes), Memory.create_shared(a.nbytes)
+    memory_a.shared.buffer.view(np.float32)[:] = a
+    compilation = Compilation(add_model(n), [Device(remote)])
+    compilation.finish()
+    connection = remote.live()
+    monkeypatch.setattr(connection.arena, "take", lambda size: pytest.fail(f"staged {size} bytes: a copy"))
+    execution = Execution(compilation)
+    execution.set_input_from_memory(0, memory_a, 0, a.nbytes)
+    execution.set_input_from_memory(1, memory_a, 0, a.nbytes)
+    execution.set_output_from_memory(0, memory_out, 0, a.nbytes)
+    execution.compute()
+    np.testing.assert_array_equal(memory_out.shared.buffer.view(np.float32), a + a)
+
+
+def add_model(n: int) -> Model:
+    """out = x + y on float32 [n] tensors."""
+    model = Model()
+    t = OperandType(OperandCode.TENSOR_FLOAT32, [n])
+    x, y = model.add_operand(t), model.add_operand(t)
+    fuse = model.add_operand(OperandType(OperandCode.INT32))
+    out = model.add_operand(t)
+    model.set_operand_value(fuse, np.int32(0))
+    model.add_operation(OperationCode.ADD, [x, y, fuse], [out])
+    model.identify_inputs_and_outputs([x, y], [out])
+    model.finish()
+    return model
+
+
+def test_isolate_serves_an_in_process_driver_from_its_own_process():
+    device, = load_drivers("reference", isolate=True)
+    try:
+        assert isinstance(device, RemoteDevice) and device.driver == "remote:nnts serve reference"
+        np.testing.assert_array_equal(run_chain(device), chain(A, B))
+    finally:
+        device.close()
+
+
+def test_a_driver_that_does_not_start_is_a_clean_error():
+    with pytest.raises(NnapiError) as e:
+        load_driver("remote:nnts serve nosuch.module:make")
+    assert e.value.code == ResultCode.UNAVAILABLE_DEVICE
+    assert "nosuch" in e.value.message and "exited with code" in e.value.message
+
+
+# -- a server that misbehaves after a correct HELLO ----------------------------------------------
+
+MISBEHAVING_SERVER = textwrap.dedent("""
+    import os, struct, sys
+    from nnapi_ref.drivers.reference import ReferenceDevice
+    from nnapi_ref.remote import wire
+    mode = sys.argv[1]
+    out = os.dup(1); os.dup2(2, 1)
+    def read(n):
+        data = b""
+        while len(data) < n:
+            chunk = os.read(0, n - len(data))
+            if not chunk:
+                sys.exit(0)
+            data += chunk
+        return data
+    def request():
+        length, msg, call_id = wire.HEADER.unpack(read(16))
+        return msg, call_id, read(length - 12)
+    msg, call_id, _ = request()
+    w = wire.Writer(); w.u32(wire.VERSION); wire.write_device_info(w, ReferenceDevice())
+    os.write(out, w.finish(wire.Msg.DEVICE_INFO, call_id))
+    while True:
+        msg, call_id, _ = request()
+        if msg in wire.NO_REPLY:
+            continue
+        if mode == "garbage":
+            os.write(out, bytes(range(7, 250)) * 3)
+        elif mode == "oversized":
+            os.write(out, struct.pack("<IIQ", 0xFFFFFFF0, wire.Msg.SUPPORTED, call_id))
+        elif mode == "unknown_call":
+            os.write(out, wire.Writer().finish(wire.Msg.SUPPORTED, call_id + 1000))
+        elif mode == "wrong_reply":
+            w = wire.Writer(); w.u64(1)
+            os.write(out, w.finish(wire.Msg.PREPARED, call_id))
+        elif mode == "truncated":
+            w = wire.Writer(); w.u32(1000); w.u8(1)
+            os.write(out, w.finish(wire.Msg.SUPPORTED, call_id))
+        elif mode == "exit":
+            print("driver: giving up", file=sys.stderr, flush=True)
+            sys.exit(3)
+        elif mode == "abort":
+            os.abort()
+""")
+
+EXPECTED_MESSAGE = {
+    "garbage": "broke the protocol", "oversized": "reply length 4294967280 out of range",
+    "unknown_call": "not in flight", "wrong_reply": "to a GET_SUPPORTED_OPERATIONS call",
+    "truncated": "malformed reply", "exit": "exited with code 3; last stderr: driver: giving up",
+    "abort": "killed by SIGABRT",
+}
+
+
+@pytest.mark.parametrize("mode", sorted(EXPECTED_MESSAGE))
+def test_a_misbehaving_server_gives_dead_object_and_a_crash_verdict(tmp_path, mode):
+    script = tmp_path / "server.py"
+    script.write_text(MISBEHAVING_SERVER)
+    device = load_driver(f"remote:{sys.executable} {script} {mode}")
+    hal_model = hal_chain_model()
+    before = len(incidents())
+    first = device.connection
+    with pytest.raises(HalError) as e:
+        device.get_supported_operations(hal_model)
+    assert e.value.status == ErrorStatus.DEAD_OBJECT
+    assert EXPECTED_MESSAGE[mode] in e.value.message, e.value.message
+    assert e.value.message.startswith("CRASH")
+    new = incidents()[before:]
+    assert [i.kind for i in new] == ["crash"] and new[0].message == e.value.message
+    assert first.transport.proc.poll() is not None  # killed, or exited on its own
+    with pytest.raises(HalError):  # the next call gets a fresh process, which misbehaves again
+        device.get_supported_operations(hal_model)
+    assert device.restarts == 1 and device.connection is not first
+    device.close()
+
+
+def test_a_call_that_does_not_return_is_a_hang_and_the_process_is_killed():
+    device = load_driver("remote:nnts serve nnapi_ref.drivers.faulty:hangs_on_mul")
+    device.live().call_timeout_s = 1.0
+    before = len(incidents())
+    with pytest.raises(NnapiError) as e:
+        run_chain(device)
+    assert e.value.code == ResultCode.OP_FAILED or e.value.code == ResultCode.DEAD_OBJECT
+    new = incidents()[before:]
+    assert [i.kind for i in new] == ["hang"], new
+    assert "did not return from execute_synchronously within 1 s" in new[0].message
+    assert device.connection.transport.proc.poll() == -9
+    device.close()
+
+
+def test_malformed_requests_get_invalid_argument_from_the_server(remote):
+    connection = remote.live()
+    w = Writer()
+    w.u32(5)  # a model of five operands, then nothing
+    with pytest.raises(HalError) as e:
+        connection.call(Msg.PREPARE_MODEL, w, "prepare_model")
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT and "malformed message" in e.value.message
+    w = Writer()
+    w.u64(987654)
+    with pytest.raises(HalError) as e:
+        connection.call(Msg.EXECUTE_SYNC, w, "execute")
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT and "handle 987654 is unknown" in e.value.message
+    np.testing.assert_array_equal(run_chain(remote), chain(A, B))  # the server is still fine
+
+
+def test_socket_server_serves_several_clients_and_its_death_is_dead_object(tmp_path):
+    path = str(tmp_path / "driver.sock")
+    server = subprocess.Popen([sys.executable, "-m", "nnapi_ref.cli", "serve", "reference", "--socket", path],
+                              stderr=subprocess.PIPE, cwd=ROOT)
+    try:
+        for _ in range(200):
+            if os.path.exists(path):
+                break
+            time.sleep(0.05)
+        first, second = load_driver(f"socket:{path}"), load_driver(f"socket:{path}")
+        np.testing.assert_array_equal(run_chain(first), chain(A, B))
+        np.testing.assert_array_equal(run_chain(second, "async", A, A), chain(A, A))
+        prepared = first.prepare_model(hal_chain_model(), PreferenceCode.FAST_SINGLE_ANSWER,
+                                       PriorityCode.MEDIUM, None, (), (), None)
+        server.kill()
+        server.wait()
+        with pytest.raises(HalError) as e:
+            prepared.configure_execution_burst()
+        assert e.value.status == ErrorStatus.DEAD_OBJECT and "socket:" in e.value.message
+    finally:
+        server.kill()
+
+
+def hal_chain_model() -> hal.Model:
+    """The chain model as a driver receives it."""
+    compilation = Compilation(chain_model(), [Device(ReferenceDevice())])
+    compilation.finish()
+    return compilation.plan.steps[0].model
+
+
+# -- the pytest plugin: CRASH and HANG per test, the run completes ------------------------------
+
+SELECTION = "nnts_add_quant8_relu or nnts_mul_broadcast_float32"
+
+
+def pytest_run(tmp_path, driver: str, selection: str, *args) -> tuple[int, str, dict[str, tuple[str, str]]]:
+    """Run the generated CTS tests in a subprocess; return the exit code, the output and
+    {test id: (outcome, message)} from its JUnit XML."""
+    junit = tmp_path / "junit.xml"
+    command = [sys.executable, "-m", "pytest", "cts/test_generated.py", "-q", "-p", "no:cacheprovider",
+               "--no-shared-vectors", "--driver", driver, "-k", selection, "--junitxml", str(junit), *args]
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("NNTS_DRIVER", None)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    results = {}
+    for case in ET.parse(junit).iter("testcase"):
+        failure = case.find("failure")
+        name = case.get("name")
+        results[name] = ("failed", failure.get("message", "") + (failure.text or "")) if failure is not None \
+            else ("skipped", "") if case.find("skipped") is not None else ("passed", "")
+    return done.returncode, done.stdout + done.stderr, results
+
+
+def test_a_driver_that_aborts_in_one_operation_crashes_exactly_the_tests_that_reach_it(tmp_path):
+    report = tmp_path / "conformance.html"
+    code, output, results = pytest_run(tmp_path, "remote:nnts serve nnapi_ref.drivers.faulty:aborts_on_mul",
+                                       SELECTION, "--report", str(report))
+    assert code == 1, output[-3000:]
+    mul = {name: r for name, r in results.items() if "mul" in name}
+    others = {name: r for name, r in results.items() if "mul" not in name}
+    assert len(mul) >= 5 and len(others) >= 5, results
+    for name, (outcome, message) in mul.items():
+        assert outcome == "failed" and "CRASH" in message and "SIGABRT" in message, (name, message[:500])
+    assert all(outcome == "passed" for outcome, _ in others.values()), others
+    assert re.search(r"CRASH cts/test_generated.py::test_generated\[MUL", output)
+    assert f"{len(mul)} crash" in report.read_text()
+
+
+def test_a_driver_that_hangs_in_one_operation_hangs_exactly_those_tests(tmp_path):
+    selection = "(nnts_mul_broadcast_float32 and (sync or async)) or (nnts_add_quant8_relu and sync)"
+    code, output, results = pytest_run(tmp_path, "remote:nnts serve nnapi_ref.drivers.faulty:hangs_on_mul",
+                                       selection, "--call-timeout", "1")
+    assert code == 1, output[-3000:]
+    assert {name for name, r in results.items() if r[0] == "passed"} == \
+        {name for name in results if "mul" not in name}
+    hung = {name: message for name, (outcome, message) in results.items() if "mul" in name}
+    assert len(hung) == 2 and all("HANG" in m and "within 1 s" in m for m in hung.values()), hung
