@@ -500,7 +500,8 @@ static void read_subgraph(Rd *r, Arena *a, Subgraph *sg, Err *e)
     sg->operands = arena_alloc(a, (uint64_t)sg->n_operands * sizeof(Operand));
     if (!sg->operands) {
         sg->n_operands = 0;
-        { malformed(r, "out of memory"); return; }
+        malformed(r, "out of memory");
+        return;
     }
     for (uint32_t k = 0; k < sg->n_operands && !r->bad; k++) {
         Operand *o = &sg->operands[k];
@@ -528,7 +529,8 @@ static void read_subgraph(Rd *r, Arena *a, Subgraph *sg, Err *e)
         } else if (o->value_kind == V_SUBGRAPH) {
             o->subgraph = rd_u32(r);
         } else if (o->value_kind != V_NONE) {
-            { malformed(r, "unknown operand value kind"); return; }
+            malformed(r, "unknown operand value kind");
+            return;
         }
         o->has_channel_quant = rd_bool(r);
         if (o->has_channel_quant) {
@@ -545,7 +547,8 @@ static void read_subgraph(Rd *r, Arena *a, Subgraph *sg, Err *e)
     sg->operations = arena_alloc(a, (uint64_t)sg->n_operations * sizeof(Operation));
     if (!sg->operations) {
         sg->n_operations = 0;
-        { malformed(r, "out of memory"); return; }
+        malformed(r, "out of memory");
+        return;
     }
     for (uint32_t j = 0; j < sg->n_operations && !r->bad; j++) {
         Operation *op = &sg->operations[j];
@@ -578,7 +581,8 @@ static void read_model(Rd *r, Arena *a, Model *m, Err *e)
     m->referenced = arena_alloc(a, (uint64_t)m->n_referenced * sizeof(Subgraph));
     if (!m->referenced) {
         m->n_referenced = 0;
-        { malformed(r, "out of memory"); return; }
+        malformed(r, "out of memory");
+        return;
     }
     for (uint32_t k = 0; k < m->n_referenced && !r->bad; k++)
         read_subgraph(r, a, &m->referenced[k], e);
