@@ -13,18 +13,27 @@ from xml.sax.saxutils import escape, quoteattr
 from .errors import NnapiError
 
 DEFAULT_DRIVER = os.environ.get("NNTS_DRIVER", "reference")
+STATUSES = ("pass", "fail", "skip", "error", "crash", "hang")
 
 
-def _devices(spec: str):
+_LOADED: dict[tuple, list] = {}
+
+
+def _devices(spec: str, isolate: bool = False):
+    """The runtime's devices for a driver string, loaded once per process (a remote driver is a
+    process of its own: one per worker, not one per file)."""
     from .drivers import load_drivers
     from .runtime import set_drivers, get_devices
-    set_drivers(load_drivers(spec))
+    key = (spec, isolate, os.getpid())
+    if key not in _LOADED:
+        _LOADED[key] = load_drivers(spec, isolate)
+    set_drivers(_LOADED[key])
     return get_devices()
 
 
 def cmd_devices(args) -> int:
     from .types import OperandCode
-    for device in _devices(args.driver):
+    for device in _devices(args.driver, args.isolate):
         caps = device.capabilities
         print(f"{device.name}: type {device.type.name}, feature level {device.feature_level}, "
               f"version {device.version!r}")
@@ -78,8 +87,9 @@ def _run_files(job) -> list[dict]:
     """Worker: run every test of some files; returns plain result dicts."""
     from . import vectors
     from .harness import ERROR, run_test
-    files, driver, pattern, mode, dynamic, device_memory, cache_dir = job
-    devices = _devices(driver)
+    from .remote.client import incidents
+    files, driver, isolate, pattern, mode, dynamic, device_memory, cache_dir = job
+    devices = _devices(driver, isolate)
     regex = re.compile(pattern) if pattern else None
     results = []
     for path in files:
@@ -91,23 +101,31 @@ def _run_files(job) -> list[dict]:
         for test in tests:
             if regex and not regex.search(test.name):
                 continue
+            seen = len(incidents())
             r = run_test(test, devices, mode, dynamic_outputs=dynamic, device_memory=device_memory,
                          cache_dir=cache_dir)
-            results.append({"name": r.name, "source": str(path), "status": r.status, "message": r.message})
+            result = {"name": r.name, "source": str(path), "status": r.status, "message": r.message}
+            new = incidents()[seen:]
+            if new:  # the driver process died or hung: that is the verdict, whatever the runtime made of it
+                result.update(status="hang" if any(i.kind == "hang" for i in new) else "crash",
+                              message="\n".join(i.message for i in new))
+            results.append(result)
     return results
 
 
 def write_junit(path: str, results: list[dict], elapsed: float) -> None:
-    counts = {s: sum(r["status"] == s for r in results) for s in ("fail", "error", "skip")}
+    counts = {s: sum(r["status"] == s for r in results) for s in STATUSES}
+    failures = counts["fail"] + counts["crash"] + counts["hang"]
     lines = ['<?xml version="1.0" encoding="utf-8"?>',
-             f'<testsuites><testsuite name="nnts-vectors" tests="{len(results)}" failures="{counts["fail"]}" '
+             f'<testsuites><testsuite name="nnts-vectors" tests="{len(results)}" failures="{failures}" '
              f'errors="{counts["error"]}" skipped="{counts["skip"]}" time="{elapsed:.3f}">']
     for r in results:
         head = f'<testcase classname={quoteattr(r["source"])} name={quoteattr(r["name"])}'
         if r["status"] == "pass":
             lines.append(head + "/>")
         else:
-            tag = {"fail": "failure", "error": "error", "skip": "skipped"}[r["status"]]
+            tag = {"fail": "failure", "crash": "failure", "hang": "failure", "error": "error",
+                   "skip": "skipped"}[r["status"]]
             lines.append(f'{head}><{tag} message={quoteattr(r["message"][:500])}>{escape(r["message"])}</{tag}></testcase>')
     lines.append("</testsuite></testsuites>")
     with open(path, "w", encoding="utf-8") as f:
@@ -122,13 +140,9 @@ def cmd_vectors_run(args) -> int:
     if missing:
         print(f"nnts: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
-    try:
-        _devices(args.driver)
-    except NnapiError as e:
-        print(f"nnts: {e}", file=sys.stderr)
-        return 2
+    _devices(args.driver, args.isolate)
     jobs = args.jobs or os.cpu_count() or 1
-    tasks = [([f], args.driver, args.filter, args.mode, args.dynamic, args.device_memory, args.cache_dir)
+    tasks = [([f], args.driver, args.isolate, args.filter, args.mode, args.dynamic, args.device_memory, args.cache_dir)
              for f in files]
     results: list[dict] = []
     if jobs > 1 and len(tasks) > 1:
@@ -143,21 +157,23 @@ def cmd_vectors_run(args) -> int:
             results += part
     known = _apply_known_failures(results, args.known_failures) if args.known_failures else 0
     elapsed = time.monotonic() - start
-    counts = {s: sum(r["status"] == s for r in results) for s in ("pass", "fail", "skip", "error")}
+    counts = {s: sum(r["status"] == s for r in results) for s in STATUSES}
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"passed": counts["pass"], "failed": counts["fail"], "skipped": counts["skip"],
-                       "errors": counts["error"], "results": results}, f, indent=1)
+                       "errors": counts["error"], "crashed": counts["crash"], "hung": counts["hang"],
+                       "results": results}, f, indent=1)
     if args.junit:
         write_junit(args.junit, results, elapsed)
     if not results:
         print("nnts: no test models found", file=sys.stderr)
         return 5
-    errors = f", {counts['error']} errors" if counts["error"] else ""
+    extra = "".join(f", {counts[s]} {word}" for s, word in (("error", "errors"), ("crash", "crashed"),
+                                                              ("hang", "hung")) if counts[s])
     if known:
         print(f"({known} of the skipped are known failures listed in {args.known_failures})")
-    print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped{errors} in {elapsed:.1f}s")
-    return 1 if counts["fail"] or counts["error"] else 0
+    print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped{extra} in {elapsed:.1f}s")
+    return 1 if any(counts[s] for s in ("fail", "error", "crash", "hang")) else 0
 
 
 def load_known_failures(path: str) -> dict[str, str]:
@@ -178,7 +194,7 @@ def _apply_known_failures(results: list[dict], path: str) -> int:
     for r in results:
         if r["name"] not in known:
             continue
-        if r["status"] in ("fail", "error"):
+        if r["status"] in ("fail", "error"):  # never a crash or a hang: those are the driver's, not known
             r["status"] = "skip"
             r["message"] = f"known failure ({path}: {known[r['name']] or 'no reason given'}): {r['message']}"
             count += 1
@@ -191,20 +207,30 @@ def _report(part: list[dict], verbose: bool, quiet: bool = False) -> None:
     if not part:
         return
     source = part[0]["source"]
-    counts = {s: sum(r["status"] == s for r in part) for s in ("pass", "fail", "skip", "error")}
+    counts = {s: sum(r["status"] == s for r in part) for s in STATUSES}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     if not quiet:
         print(f"{source}: {summary}", flush=True)
     for r in part:
-        if r["status"] in ("fail", "error") or (verbose and r["status"] == "skip"):
+        if r["status"] in ("fail", "error", "crash", "hang") or (verbose and r["status"] == "skip"):
             print(f"  {r['status'].upper()} {r['name']}: {r['message']}", flush=True)
+
+
+def add_driver_options(parser: argparse.ArgumentParser) -> None:
+    """``--driver``, ``--isolate`` and ``--call-timeout``, the same for every command that runs a driver."""
+    parser.add_argument("--driver", default=DEFAULT_DRIVER,
+                        help="reference, module.path:factory, remote:COMMAND or socket:PATH (comma-separated)")
+    parser.add_argument("--isolate", action="store_true",
+                        help="serve in-process drivers from a process of their own (contains crashes)")
+    parser.add_argument("--call-timeout", type=float,
+                        help="seconds a remote driver may take per call before it is declared hung (default 60)")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nnts", description="NNAPI conformance and benchmarking suite")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("devices", help="list the devices and their capabilities")
-    p.add_argument("--driver", default=DEFAULT_DRIVER)
+    add_driver_options(p)
     p.set_defaults(func=cmd_devices)
     p = sub.add_parser("serve", help="serve a driver to remote clients (remote:nnts serve DRIVER, socket:PATH)")
     p.add_argument("driver", help="reference, or module.path:factory")
@@ -216,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     vsub = p.add_subparsers(dest="vectors_command", required=True)
     r = vsub.add_parser("run", help="run test-vector files or folders against a driver")
     r.add_argument("paths", nargs="+")
-    r.add_argument("--driver", default=DEFAULT_DRIVER, help="reference, or module.path:factory (comma-separated)")
+    add_driver_options(r)
     r.add_argument("--filter", help="only tests whose name matches this regular expression")
     r.add_argument("--mode", choices=("sync", "async", "burst", "fenced"), default="sync")
     r.add_argument("--dynamic", action="store_true", help="leave output dimensions unspecified")
@@ -231,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
     r.set_defaults(func=cmd_vectors_run)
     args = parser.parse_args(argv)
+    if getattr(args, "call_timeout", None):
+        os.environ["NNTS_CALL_TIMEOUT"] = str(args.call_timeout)  # worker processes inherit it
     try:
         return args.func(args)
     except NnapiError as e:  # a bad driver string, a driver that does not start: one line, not a traceback

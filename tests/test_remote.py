@@ -2,6 +2,7 @@
 numpy computes in every execution mode; tensors in shared memory are not copied; and a driver
 that aborts, hangs, or speaks garbage ends in a clean DEAD_OBJECT with a CRASH or HANG verdict,
 while the run carries on with a fresh process."""
+import json
 import os
 import re
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnapi_ref import hal
+from nnapi_ref import cli, hal
 from nnapi_ref.drivers import load_driver, load_drivers
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
@@ -302,3 +303,15 @@ def test_a_driver_that_hangs_in_one_operation_hangs_exactly_those_tests(tmp_path
         {name for name in results if "mul" not in name}
     hung = {name: message for name, (outcome, message) in results.items() if "mul" in name}
     assert len(hung) == 2 and all("HANG" in m and "within 1 s" in m for m in hung.values()), hung
+
+
+def test_vectors_run_gives_crash_statuses_and_carries_on(tmp_path):
+    out = tmp_path / "results.json"
+    status = cli.main(["vectors", "run", str(ROOT / "cts" / "corpus" / "arithmetic.json"), "-j", "1", "-q",
+                       "--driver", "remote:nnts serve nnapi_ref.drivers.faulty:aborts_on_mul", "--json", str(out)])
+    results = json.loads(out.read_text())
+    assert status == 1 and results["crashed"] >= 1 and results["passed"] >= 1
+    for r in results["results"]:
+        assert (r["status"] == "crash") == ("mul" in r["name"]), r
+        if r["status"] == "crash":
+            assert "killed by SIGABRT" in r["message"]

@@ -205,7 +205,7 @@ class _Staging:
 class _AsyncExecution:
     def __init__(self, callback: hal.ExecutionCallback, staging: _Staging, owner):
         self.callback, self.staging, self.owner = callback, staging, owner
-        self.timer: threading.Timer | None = None
+        self.timer: threading.Timer
 
 
 class Connection:
@@ -382,8 +382,9 @@ class Connection:
         for waiter in pending.values():
             waiter.error = error
             waiter.event.set()
-        for execution in executions.values():
-            _finish_async(execution, ErrorStatus.DEAD_OBJECT, [], hal.NO_TIMING, message)
+        for call_id, execution in executions.items():
+            if call_id not in pending:  # launched; a launch still in flight fails in its caller
+                _finish_async(execution, ErrorStatus.DEAD_OBJECT, [], hal.NO_TIMING, message)
 
     # -- shared memory for one call ------------------------------------------------------------
     def stage(self) -> _Staging:
@@ -415,8 +416,7 @@ class Connection:
 
 
 def _finish_async(execution: _AsyncExecution, status, shapes, timing, message) -> None:
-    if execution.timer is not None:
-        execution.timer.cancel()
+    execution.timer.cancel()
     execution.owner.connection.unstage(execution.staging)
     execution.callback.notify(status, shapes, timing, message)
 
@@ -691,17 +691,19 @@ class RemotePreparedModel(hal.PreparedModel):
         w = Writer()
         self._execution(w, request, measure, deadline_ns, loop_timeout_ns, staging)
         execution = _AsyncExecution(callback, staging, self)
-        try:
-            r = c.call(Msg.EXECUTE_ASYNC, w, "execute", staging.regions, async_execution=execution)
-            c.decode(Reader.end, r)
-        except HalError:
-            c.unstage(staging)
-            raise
+        # The budget runs from the launch: the execution may finish before the launch call returns.
         execution.timer = threading.Timer(c.call_timeout_s, c.fail, (
             "hang", f"HANG: {c.driver} did not finish an asynchronous execution within {c.call_timeout_s:g} s; "
                     f"its process was killed"))
         execution.timer.daemon = True
         execution.timer.start()
+        try:
+            r = c.call(Msg.EXECUTE_ASYNC, w, "execute", staging.regions, async_execution=execution)
+            c.decode(Reader.end, r)
+        except HalError:
+            execution.timer.cancel()
+            c.unstage(staging)
+            raise
 
     def execute_fenced(self, request, wait_for, measure, deadline_ns, loop_timeout_ns, timeout_after_fence_ns):
         staging = self.connection.stage()
