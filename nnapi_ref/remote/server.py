@@ -1,10 +1,11 @@
 """The remote-driver server: serves any :class:`nnapi_ref.hal.Device` over the protocol of
 ``docs/remote-protocol.md`` (``nnts serve DRIVER``, on stdin/stdout or a Unix socket).
 
-Messages are read and decoded in order on one thread; the driver calls they ask for run on a pool
-of worker threads, so concurrent executions from several client threads reach the driver
-concurrently, as they would through a HAL service. A malformed message gets an ERROR reply
-(INVALID_ARGUMENT) naming what is wrong; a frame longer than the protocol allows ends the
+Messages are read and decoded in order, by one thread at a time: the thread that reads a request
+hands the reading on to another and then runs the driver call itself (leader/follower), so a
+call costs no hand-over to a worker, and concurrent executions from several client threads reach
+the driver concurrently, as they would through a HAL service. A malformed message gets an ERROR
+reply (INVALID_ARGUMENT) naming what is wrong; a frame longer than the protocol allows ends the
 connection.
 """
 from __future__ import annotations
@@ -16,7 +17,6 @@ import socket
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -52,7 +52,9 @@ class Session:
         self._regions: dict[int, np.ndarray | str] = {}
         self._objects: dict[int, object] = {}
         self._handles = itertools.count(1)
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="nnts-serve")
+        self._workers = workers
+        self._reading = threading.Lock()  # held by the one thread reading the stream
+        self._closed = False
 
     # -- transport ---------------------------------------------------------------------------
     def _send(self, w: Writer, msg: Msg, call_id: int) -> None:
@@ -66,28 +68,42 @@ class Session:
         self._send(w, Msg.ERROR, call_id)
 
     def serve(self) -> None:
-        """Serve until the client goes away."""
-        try:
-            while True:
-                header = self._read(wire.HEADER.size)
-                if len(header) < wire.HEADER.size:
-                    return
-                length, msg, call_id = wire.HEADER.unpack(header)
-                if not 12 <= length <= 12 + wire.MAX_FRAME:
-                    print(f"nnts serve: frame length {length} out of range; closing the connection", file=sys.stderr)
-                    return
-                body = self._read(length - 12)
-                if len(body) < length - 12:
-                    return
-                self._dispatch(msg, call_id, body)
-        except (BrokenPipeError, ConnectionResetError):
-            return
-        finally:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._objects.clear()
-            self._regions.clear()
+        """Serve until the client goes away (threads still inside the driver are left to it)."""
+        for _ in range(self._workers - 1):
+            threading.Thread(target=self._serve_requests, daemon=True, name="nnts-serve").start()
+        self._serve_requests()
+        self._objects.clear()
+        self._regions.clear()
 
-    def _dispatch(self, msg: int, call_id: int, body: bytes) -> None:
+    def _serve_requests(self) -> None:
+        """Take turns reading: read and decode one request, pass the reading on, run the call."""
+        while True:
+            with self._reading:
+                if self._closed:
+                    return
+                try:
+                    request = self._next_request()
+                except (BrokenPipeError, ConnectionResetError):
+                    request = None
+                if request is None:
+                    self._closed = True
+                    return
+            if request[0] is not None:
+                self._run(*request)
+
+    def _next_request(self):
+        """(work, call id) for the next request (work None when nothing is to be run), or None at
+        the end of the stream."""
+        header = self._read(wire.HEADER.size)
+        if len(header) < wire.HEADER.size:
+            return None
+        length, msg, call_id = wire.HEADER.unpack(header)
+        if not 12 <= length <= 12 + wire.MAX_FRAME:
+            print(f"nnts serve: frame length {length} out of range; closing the connection", file=sys.stderr)
+            return None
+        body = self._read(length - 12)
+        if len(body) < length - 12:
+            return None
         handler = self._HANDLERS.get(msg)
         try:
             if handler is None:
@@ -98,9 +114,8 @@ class Session:
         except ProtocolError as e:
             if msg not in wire.NO_REPLY:
                 self._send_error(call_id, HalError(ErrorStatus.INVALID_ARGUMENT, f"malformed message: {e}"))
-            return
-        if work is not None:
-            self._pool.submit(self._run, work, call_id)
+            return None, call_id
+        return work, call_id
 
     def _run(self, work, call_id: int) -> None:
         try:

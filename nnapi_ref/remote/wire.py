@@ -417,7 +417,7 @@ def read_model(r: Reader, region_bytes) -> hal.Model:
 
     def read_subgraph() -> hal.Subgraph:
         operands = []
-        for _ in range(r.count(26)):
+        for _ in range(r.count(22)):  # the smallest operand: no dimensions, value or quantization
             code = _enum_or_int(OperandCode, r.i32())
             o = hal.Operand(code, r.u32_list(), r.f32(), r.i32(), _enum_or_int(Lifetime, r.i32()))
             kind = r.u8()
