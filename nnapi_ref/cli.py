@@ -62,6 +62,12 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def cmd_stress(args) -> int:
+    """The MLTS crash and stress tests (mlts/stress.py), each against the driver in its own process."""
+    from mlts import stress
+    return stress.main(args.driver, args.tests, args.duration, args.call_timeout, args.json, args.junit)
+
+
 def cmd_ops(args) -> int:
     from . import ops
     from .types import OperationCode, type_name
@@ -236,6 +242,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("driver", help="reference, or module.path:factory")
     p.add_argument("--socket", help="listen on this Unix socket instead of speaking on stdin/stdout")
     p.set_defaults(func=cmd_serve)
+    p = sub.add_parser("stress", help="MLTS crash and stress tests, the driver in its own process (always isolated)")
+    add_driver_options(p)
+    p.add_argument("--tests", help="comma-separated test names (default: all of mlts/stress.py's TESTS)")
+    p.add_argument("--duration", type=float,
+                   help="seconds of each timed test: load/unload, soak, multi-process, random graphs, degradation (default 3)")
+    p.add_argument("--json", help="write the results as JSON to this file")
+    p.add_argument("--junit", help="write the results as JUnit XML to this file")
+    p.set_defaults(func=cmd_stress)
     p = sub.add_parser("ops", help="list the operations the reference implements, per feature level and type")
     p.set_defaults(func=cmd_ops)
     p = sub.add_parser("vectors", help="test vectors")

@@ -6,15 +6,30 @@ the first two would take the test run down with them.
 =====================  ==========================================================================
 ``aborts_on_mul``      the process calls ``os.abort()`` when it executes a MUL operation
 ``hangs_on_mul``       executing a MUL operation never returns
+``leaks``              keeps ``LEAK_PER_PREPARED_BYTES`` (1 MiB) per prepared model and
+                       ``LEAK_PER_EXECUTION_BYTES`` (64 KiB) per execution, touched and never
+                       freed: its memory grows with every model loaded and every execution
+``slows_down``         executions take turns (one lock), and each first waits
+                       ``SLOWDOWN_PER_EXECUTION_IN_FLIGHT_S`` (5 ms) for every other execution
+                       in flight: as fast as the reference for one client, a fraction of it
+                       under concurrent load
 =====================  ==========================================================================
 """
 from __future__ import annotations
 
 import os
 import threading
+import time
+
+import numpy as np
 
 from ..types import OperationCode
 from .broken import BrokenDevice, _WrappedOperation
+from .reference import ReferencePreparedModel
+
+LEAK_PER_PREPARED_BYTES = 1 << 20
+LEAK_PER_EXECUTION_BYTES = 64 << 10
+SLOWDOWN_PER_EXECUTION_IN_FLIGHT_S = 0.005
 
 
 class AbortsOnMul(BrokenDevice):
@@ -41,5 +56,68 @@ class HangsOnMul(BrokenDevice):
         return _WrappedOperation(impl, fault)
 
 
+class _Leaking(ReferencePreparedModel):
+    def __init__(self, prepared: ReferencePreparedModel, kept: list):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+        self.kept = kept
+
+    def _run(self, request, measure, deadline_ns, loop_timeout_ns):
+        self.kept.append(np.ones(LEAK_PER_EXECUTION_BYTES, np.uint8))  # ones, not zeros: the pages are touched
+        return super()._run(request, measure, deadline_ns, loop_timeout_ns)
+
+
+class Leaks(BrokenDevice):
+    """Memory the driver keeps for each model and execution in a list nothing ever empties,
+    as a native driver that forgets to free does: a released model leaves its share behind."""
+
+    FAULT = "leaks"
+
+    def __init__(self):
+        super().__init__()
+        self.kept: list[np.ndarray] = []
+
+    def wrap_prepared(self, prepared):
+        self.kept.append(np.ones(LEAK_PER_PREPARED_BYTES, np.uint8))
+        return _Leaking(prepared, self.kept)
+
+
+class _Contended(ReferencePreparedModel):
+    def __init__(self, prepared: ReferencePreparedModel, device: "SlowsDown"):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+        self.slow = device
+
+    def _run(self, request, measure, deadline_ns, loop_timeout_ns):
+        slow = self.slow
+        with slow.count_lock:
+            slow.in_flight += 1
+        try:
+            with slow.turn:
+                with slow.count_lock:
+                    others = slow.in_flight - 1
+                time.sleep(SLOWDOWN_PER_EXECUTION_IN_FLIGHT_S * others)
+                return super()._run(request, measure, deadline_ns, loop_timeout_ns)
+        finally:
+            with slow.count_lock:
+                slow.in_flight -= 1
+
+
+class SlowsDown(BrokenDevice):
+    """A driver whose executions contend for one lock and pay for the contention (a lock
+    convoy): one client at a time runs at full speed, concurrent clients slow each other down."""
+
+    FAULT = "slows_down"
+
+    def __init__(self):
+        super().__init__()
+        self.turn = threading.Lock()
+        self.count_lock = threading.Lock()
+        self.in_flight = 0
+
+    def wrap_prepared(self, prepared):
+        return _Contended(prepared, self)
+
+
 aborts_on_mul = AbortsOnMul
 hangs_on_mul = HangsOnMul
+leaks = Leaks
+slows_down = SlowsDown

@@ -1,0 +1,844 @@
+"""The MLTS crash and stress tests (``nnts stress``): each test runs against the driver in a process
+of its own and ends SUCCESS, FAILURE, HANG or CRASH with a message.
+
+=================================  ==============================================================
+``parallel_one_compilation``       1, 2, 4 and 8 client threads executing one compilation of
+                                   the ADD-MUL-ADD chain (every execution mode in turn)
+``parallel_several_compilations``  1, 2, 4 and 8 threads, each compiling its own chain (of its
+                                   own shape) concurrently, then executing it
+``client_killed_during_compilation`` a client process compiling a 300-operation model on a
+                                   socket server is SIGKILLed inside a compilation; then a new
+                                   client must compile and execute correctly
+``client_killed_during_execution`` the same, the client killed inside a 4 MiB-tensor execution
+``multi_process_random_kills``     3 client processes infer on one socket server, one of them
+                                   SIGKILLed (and replaced) at random every 0.3-0.8 s
+``repeated_load_unload``           compile, execute and release models with 512 KiB of
+                                   constants: the driver's VmRSS, after the first quarter of
+                                   the run, may grow by ``LOAD_UNLOAD_BUDGET_MIB`` (8 MiB)
+``memory_mapped_model``            constants of the model from ``Memory.from_fd`` (a file) and
+                                   ``Memory.create_shared``, at offsets, in several compilations
+``random_graphs``                  random models from ``fuzz.graphs``, the in-process reference
+                                   as oracle (AOSP RandomGraphTest criteria)
+``degradation_under_load``         executions per second of 4 concurrent clients in all against
+                                   one client alone: FAILURE below ``MIN_THROUGHPUT_RATIO`` (0.5)
+``memory_soak``                    two threads executing for the duration: the driver's VmRSS,
+                                   after the first quarter, may grow by ``SOAK_BUDGET_MIB`` (8 MiB)
+=================================  ==============================================================
+
+Every result is checked against numpy (or, for random graphs, the in-process reference), never
+against the driver under test. A driver process that dies or breaks the protocol makes the test
+CRASH, a call that does not return within the call budget (``--call-timeout``) makes it HANG,
+whatever the test made of the error; anything else that goes wrong is a FAILURE.
+``--duration`` is the time of each of the timed tests (load/unload, multi-process, random graphs,
+degradation, soak); the whole set takes about ten times it plus some 15 s.
+
+The client side of the socket tests runs in processes of its own: ``python -m mlts.stress client
+ROLE SOCKET SEED`` prints one JSON line per event (``start``/``end`` of a call, ``ok`` per
+verified execution, ``error`` with its kind) until it is killed.
+"""
+from __future__ import annotations
+
+import gc
+import itertools
+import json
+import mmap
+import os
+import queue
+import shlex
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+from xml.sax.saxutils import escape, quoteattr
+
+import numpy as np
+
+from nnapi_ref.drivers import load_driver
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.errors import NnapiError
+from nnapi_ref.hal import HalError
+from nnapi_ref.harness import compute_in_mode
+from nnapi_ref.remote.client import Incident, RemoteDevice, SocketTransport, incidents
+from nnapi_ref.runtime import Compilation, Execution, Memory, Model, OperandType
+from nnapi_ref.runtime.devices import Device
+from nnapi_ref.testing import chain, chain_model
+from nnapi_ref.tolerance import compare
+from nnapi_ref.types import OperandCode, OperationCode, ResultCode
+
+SUCCESS, FAILURE, HANG, CRASH = "SUCCESS", "FAILURE", "HANG", "CRASH"
+DEFAULT_DURATION_S = 3.0
+
+THREADS = (1, 2, 4, 8)
+EXECUTIONS_PER_THREAD = 12
+MODES = ("sync", "async", "burst", "fenced")
+KILLS = 3                          # clients killed in each early-termination test
+COMPILE_OPERATIONS = 300           # the model a killed client compiles: ~30 ms on the reference
+EXECUTE_DIMS = (1024, 1024)        # the tensors a killed client executes on: 4 MiB each
+CLIENT_PROCESSES = 3
+KILL_INTERVAL_S = (0.3, 0.8)
+WARMUP_FRACTION = 0.25             # memory is measured from the end of the first quarter
+LOAD_UNLOAD_BUDGET_MIB = 8.0
+SOAK_BUDGET_MIB = 8.0
+CONSTANT_ELEMENTS = 64 * 1024      # each of a loaded model's two constants: 256 KiB
+CONCURRENT_CLIENTS = 4
+MIN_THROUGHPUT_RATIO = 0.5
+MIN_RANDOM_GRAPHS = 4
+
+
+class Failure(Exception):
+    """The driver did something wrong (or could not be tested): the test's verdict is FAILURE."""
+
+
+@dataclass
+class Result:
+    name: str
+    verdict: str
+    message: str
+    seconds: float
+    metrics: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver under test
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Target:
+    """How the tests reach the driver: ``remote`` starts one process per client (or attaches to a
+    server); ``serve`` is the in-process spec ``nnts serve SPEC --socket`` puts on a socket for the
+    multi-client tests; ``socket`` is a server already running."""
+
+    remote: str
+    serve: str | None = None
+    socket: str | None = None
+
+
+def target(spec: str) -> Target:
+    """The driver string as the stress tests use it: an in-process driver is served by ``nnts
+    serve`` in a process of its own, always."""
+    spec = spec.strip()
+    if "," in spec:
+        raise NnapiError(ResultCode.BAD_DATA, f"nnts stress tests one driver at a time, not {spec!r}")
+    if spec.startswith("socket:"):
+        return Target(spec, socket=spec[len("socket:"):])
+    if spec.startswith("remote:"):
+        argv = shlex.split(spec[len("remote:"):])
+        served = argv[2] if len(argv) == 3 and argv[:2] == ["nnts", "serve"] else None
+        return Target(spec, serve=served)
+    return Target(f"remote:nnts serve {shlex.quote(spec)}", serve=spec)
+
+
+def driver_pid(device: RemoteDevice) -> int:
+    """The pid of the process serving ``device`` (for a socket, the server's, from the kernel)."""
+    transport = device.live().transport
+    if isinstance(transport, SocketTransport):
+        creds = transport.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", creds)[0]
+    return transport.proc.pid
+
+
+def rss_mib(pid: int) -> float:
+    """The resident memory of process ``pid`` (VmRSS), in MiB."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    raise Failure(f"cannot read the memory of driver process {pid}: it is gone")
+
+
+# ---------------------------------------------------------------------------------------------
+# Models, executions and their checks
+# ---------------------------------------------------------------------------------------------
+
+def compile_for(device: Device, model: Model) -> Compilation:
+    compilation = Compilation(model, [device])
+    compilation.finish()
+    return compilation
+
+
+def execute(compilation: Compilation, inputs: list[np.ndarray], out_shape, mode: str = "sync") -> np.ndarray:
+    """One execution of ``compilation`` on ``inputs``; returns its float32 output."""
+    execution = Execution(compilation)
+    for i, value in enumerate(inputs):
+        execution.set_input(i, value)
+    out = np.zeros(out_shape, np.float32)
+    execution.set_output(0, out)
+    compute_in_mode(execution, mode)
+    return out
+
+
+def check_close(what: str, expected: np.ndarray, actual: np.ndarray) -> None:
+    """FAILURE unless ``actual`` is within NNAPI's float32 tolerance of ``expected``."""
+    result = compare(expected, actual, OperandCode.TENSOR_FLOAT32, what=what)
+    if not result.ok:
+        raise Failure(result.message)
+
+
+def run_chain(compilation: Compilation, rng: np.random.Generator, shape, mode: str = "sync") -> None:
+    """Execute the chain on random inputs and check it against numpy."""
+    a, b = (rng.uniform(-2, 2, shape).astype(np.float32) for _ in range(2))
+    check_close(f"chain {list(shape)} ({mode})", chain(a, b), execute(compilation, [a, b], shape, mode))
+
+
+def affine_model(n: int, constants: tuple | None = None) -> Model:
+    """out = x * w + c on float32 [n] (MUL then ADD); ``w`` and ``c`` are constants given as
+    arrays, or as (memory, offset) pairs."""
+    model = Model()
+    t = OperandType(OperandCode.TENSOR_FLOAT32, [n])
+    x, w, c, p, out = (model.add_operand(t) for _ in range(5))
+    fuse = model.add_operand(OperandType(OperandCode.INT32))
+    model.set_operand_value(fuse, np.int32(0))
+    for operand, value in zip((w, c), constants):
+        if isinstance(value, np.ndarray):
+            model.set_operand_value(operand, value)
+        else:
+            memory, offset = value
+            model.set_operand_value_from_memory(operand, memory, offset, n * 4)
+    model.add_operation(OperationCode.MUL, [x, w, fuse], [p])
+    model.add_operation(OperationCode.ADD, [p, c, fuse], [out])
+    model.identify_inputs_and_outputs([x], [out])
+    model.finish()
+    return model
+
+
+def long_model(operations: int, shape=(4, 4)) -> Model:
+    """x ADD y MUL y ADD y ... (``operations`` of them): a model that takes a while to prepare."""
+    model = Model()
+    t = OperandType(OperandCode.TENSOR_FLOAT32, shape)
+    x, y = model.add_operand(t), model.add_operand(t)
+    fuse = model.add_operand(OperandType(OperandCode.INT32))
+    model.set_operand_value(fuse, np.int32(0))
+    current = x
+    for i in range(operations):
+        out = model.add_operand(t)
+        model.add_operation(OperationCode.MUL if i % 2 else OperationCode.ADD, [current, y, fuse], [out])
+        current = out
+    model.identify_inputs_and_outputs([x, y], [current])
+    model.finish()
+    return model
+
+
+def parallel(count: int, work: Callable[[int], None]) -> None:
+    """``work(i)`` for i in range(count) on as many threads; the first error is raised."""
+    with ThreadPoolExecutor(count) as pool:
+        for future in [pool.submit(work, i) for i in range(count)]:
+            future.result()
+
+
+# ---------------------------------------------------------------------------------------------
+# One test's resources
+# ---------------------------------------------------------------------------------------------
+
+class Client:
+    """A client process (``python -m mlts.stress client``) and the events it printed."""
+
+    def __init__(self, run: "Run", role: str, path: str, seed: int):
+        self.run = run
+        self.stderr = open(os.path.join(run.folder(), f"client-{role}-{seed}.stderr"), "w+")
+        self.proc = subprocess.Popen([sys.executable, "-m", "mlts.stress", "client", role, path, str(seed)],
+                                     stdout=subprocess.PIPE, stderr=self.stderr, env=run.env(), text=True)
+        self.events: queue.Queue = queue.Queue()
+        self.oks = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.events.put(json.loads(line))
+        self.events.put(None)
+
+    def _take(self, event: dict | None) -> dict:
+        if event is None:
+            code = self.proc.wait()
+            self.stderr.seek(0)
+            tail = " | ".join(self.stderr.read().strip().splitlines()[-5:])
+            raise Failure(f"client process {self.proc.pid} exited with {code} without a reason: {tail}")
+        if event["event"] == "error":
+            if event["kind"] != "failure":
+                self.run.incident(event["kind"], event["message"])
+            raise Failure(f"client process {self.proc.pid}: {event['message']}")
+        self.oks += event["event"] == "ok"
+        return event
+
+    def next(self) -> dict:
+        """The next event; an error the client reported (or its exit) becomes the test's."""
+        try:
+            event = self.events.get(timeout=self.run.wait_s)
+        except queue.Empty:
+            self.run.incident("hang", f"HANG: client process {self.proc.pid} made no progress within "
+                                      f"{self.run.wait_s:g} s")
+            raise Failure("a client made no progress") from None
+        return self._take(event)
+
+    def drain(self) -> list[dict]:
+        """The events printed so far, without waiting."""
+        events = []
+        while True:
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                return events
+            events.append(self._take(event))  # None (the client exited on its own) raises
+
+    def kill(self) -> list[dict]:
+        """SIGKILL the client; returns the events it printed before it died."""
+        self.proc.kill()
+        self.proc.wait()
+        events = []
+        while (event := self.events.get(timeout=10)) is not None:
+            events.append(self._take(event))
+        return events
+
+
+class Run:
+    """What one test starts (driver processes, a socket server, client processes), stopped at its
+    end; its metrics; and the crashes and hangs seen outside this process."""
+
+    def __init__(self, target: Target, duration: float, call_timeout: float | None):
+        self.target = target
+        self.duration = duration
+        self.call_timeout = call_timeout
+        self.wait_s = (call_timeout or 60.0) + 30.0  # a client silent longer than its own budget: hung
+        self.metrics: dict = {}
+        self.incidents: list[Incident] = []
+        self._devices: list[RemoteDevice] = []
+        self._clients: list[Client] = []
+        self._server: subprocess.Popen | None = None
+        self._folder: str | None = None
+
+    def folder(self) -> str:
+        if self._folder is None:
+            self._folder = tempfile.mkdtemp(prefix="nnts-stress-")
+        return self._folder
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        if self.call_timeout:
+            env["NNTS_CALL_TIMEOUT"] = str(self.call_timeout)
+        return env
+
+    def incident(self, kind: str, message: str) -> None:
+        self.incidents.append(Incident(kind, self.target.remote, message))
+
+    def device(self, spec: str | None = None) -> RemoteDevice:
+        """A new connection to the driver (a new driver process for ``remote:``)."""
+        try:
+            device = load_driver(spec or self.target.remote)
+        except NnapiError as e:
+            raise Failure(f"the driver did not start: {e}") from None
+        if self.call_timeout:
+            device.call_timeout_s = device.live().call_timeout_s = self.call_timeout
+        self._devices.append(device)
+        return device
+
+    def server(self) -> str:
+        """The socket of a server of the driver for many clients (started for this test)."""
+        if self.target.socket:
+            return self.target.socket
+        if self.target.serve is None:
+            raise Failure(f"cannot serve {self.target.remote} on a socket: this test needs an in-process "
+                          "driver, remote:nnts serve SPEC or socket:PATH")
+        path = os.path.join(self.folder(), "driver.sock")
+        self._server_stderr = open(os.path.join(self.folder(), "server.stderr"), "w+")
+        self._server = subprocess.Popen([sys.executable, "-m", "nnapi_ref.cli", "serve", self.target.serve,
+                                         "--socket", path], stdout=subprocess.DEVNULL, stderr=self._server_stderr,
+                                        start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path):
+            self.check_server()
+            if time.monotonic() > deadline:
+                raise Failure(f"the driver server did not listen on {path} within 60 s")
+            time.sleep(0.02)
+        return path
+
+    def check_server(self, wait_s: float = 0.0) -> None:
+        """CRASH when the socket server has died (or dies within ``wait_s``)."""
+        if self._server is None:
+            if self.target.socket:
+                try:
+                    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                        s.connect(self.target.socket)
+                except OSError as e:
+                    self.incident("crash", f"CRASH: the driver server at {self.target.socket} is gone ({e})")
+                    raise Failure("the driver server is gone") from None
+            return
+        try:
+            code = self._server.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            return
+        self._server_stderr.seek(0)
+        tail = " | ".join(self._server_stderr.read().strip().splitlines()[-5:])
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        # First: the server's death says more than its clients' lost connections.
+        self.incidents.insert(0, Incident("crash", self.target.remote, f"CRASH: the driver server "
+                              f"({self.target.serve}) {how}" + (f"; last stderr: {tail}" if tail else "")))
+        raise Failure("the driver server died")
+
+    def client(self, role: str, path: str, seed: int) -> Client:
+        client = Client(self, role, path, seed)
+        self._clients.append(client)
+        return client
+
+    def check_new_client(self, path: str, seed: int) -> None:
+        """A client arriving after the others must be served correctly (compile and execute)."""
+        self.check_server()
+        device = self.device(f"socket:{path}")
+        run_chain(compile_for(Device(device), chain_model()), np.random.default_rng(seed), (2, 2))
+        device.close()
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.proc.kill()
+            client.proc.wait()
+            client.stderr.close()
+        for device in self._devices:
+            device.close()
+        if self._server is not None:
+            self._server.kill()
+            self._server.wait()
+            self._server_stderr.close()
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The tests: each returns its message on SUCCESS and raises Failure otherwise
+# ---------------------------------------------------------------------------------------------
+
+def parallel_one_compilation(run: Run) -> str:
+    compilation = compile_for(Device(run.device()), chain_model((8, 8), (8, 8)))
+    for threads in THREADS:
+        def work(i: int) -> None:
+            rng = np.random.default_rng([threads, i])
+            for k in range(EXECUTIONS_PER_THREAD):
+                run_chain(compilation, rng, (8, 8), MODES[(i + k) % len(MODES)])
+        parallel(threads, work)
+    run.metrics["executions"] = sum(THREADS) * EXECUTIONS_PER_THREAD
+    return (f"{'/'.join(map(str, THREADS))} threads on one compilation, {EXECUTIONS_PER_THREAD} executions each "
+            f"(sync, async, burst, fenced in turn): all match numpy")
+
+
+def parallel_several_compilations(run: Run) -> str:
+    device = Device(run.device())
+    for threads in THREADS:
+        def work(i: int) -> None:
+            shape = (i + 1, 8)  # a model of its own per thread
+            compilation = compile_for(device, chain_model(shape, shape))
+            rng = np.random.default_rng([threads, i])
+            for k in range(EXECUTIONS_PER_THREAD):
+                run_chain(compilation, rng, shape, MODES[(i + k) % len(MODES)])
+        parallel(threads, work)
+    run.metrics["compilations"] = sum(THREADS)
+    run.metrics["executions"] = sum(THREADS) * EXECUTIONS_PER_THREAD
+    return (f"{'/'.join(map(str, THREADS))} threads, each compiling and executing a model of its own "
+            f"{EXECUTIONS_PER_THREAD} times, concurrently: all match numpy")
+
+
+def _kill_during_calls(run: Run, role: str, what: str) -> str:
+    """SIGKILL ``KILLS`` clients of a socket server inside a call (``role``'s loop), each time at a
+    random point of it; after each, a new client must be served correctly."""
+    path = run.server()
+    rng = np.random.default_rng(0)
+    inside, call_ms = 0, []
+    for k in range(KILLS):
+        client = run.client(role, path, k)
+        durations = []
+        while len(durations) < 2:  # learn how long one call takes from two of them
+            start = client.next()
+            end = client.next()
+            durations.append(end["t"] - start["t"])
+        client.next()  # the start of the third call, the one it is killed in
+        time.sleep(rng.uniform(0.1, 0.6) * min(durations))
+        after = client.kill()
+        inside += not any(e["event"] == "end" for e in after)
+        call_ms.append(1000 * min(durations))
+        run.check_new_client(path, k)
+    run.metrics.update(kills=KILLS, killed_inside_call=inside, call_ms=round(float(np.median(call_ms)), 1))
+    return (f"{KILLS} client processes SIGKILLed during {what} ({inside} inside the call, which takes "
+            f"~{np.median(call_ms):.0f} ms); after each, a new client compiled and executed correctly")
+
+
+def client_killed_during_compilation(run: Run) -> str:
+    return _kill_during_calls(run, "compile", f"compilation of a {COMPILE_OPERATIONS}-operation model")
+
+
+def client_killed_during_execution(run: Run) -> str:
+    return _kill_during_calls(run, "execute", f"execution on {EXECUTE_DIMS[0]}x{EXECUTE_DIMS[1]} tensors")
+
+
+def multi_process_random_kills(run: Run) -> str:
+    path = run.server()
+    rng = np.random.default_rng(0)
+    seeds = iter(range(1 << 30))
+    clients = [run.client("infer", path, next(seeds)) for _ in range(CLIENT_PROCESSES)]
+    verified, kills = 0, 0
+    end = time.monotonic() + run.duration
+    while time.monotonic() < end:
+        time.sleep(min(rng.uniform(*KILL_INTERVAL_S), max(end - time.monotonic(), 0)))
+        for client in clients:
+            client.drain()
+        run.check_server()
+        victim = int(rng.integers(len(clients)))
+        clients[victim].kill()
+        verified += clients[victim].oks
+        kills += 1
+        clients[victim] = run.client("infer", path, next(seeds))
+    for client in clients:
+        client.kill()
+        verified += client.oks
+    run.check_new_client(path, next(seeds))
+    run.metrics.update(clients=CLIENT_PROCESSES, kills=kills, verified_executions=verified)
+    if verified == 0:
+        raise Failure(f"no client completed an execution in {run.duration:g} s")
+    return (f"{CLIENT_PROCESSES} client processes, {kills} SIGKILLed at random and replaced, {verified} "
+            f"executions verified against numpy; a new client was then served correctly")
+
+
+class MemoryWatch:
+    """The driver's VmRSS from the end of a warm-up (the first ``WARMUP_FRACTION`` of the run):
+    a driver's memory must level off, so growth beyond ``budget`` MiB after it is a FAILURE."""
+
+    def __init__(self, pid: int, budget_mib: float, duration: float, metrics: dict):
+        self.pid, self.budget, self.metrics = pid, budget_mib, metrics
+        self.start = rss_mib(pid)
+        self.warm_at = time.monotonic() + WARMUP_FRACTION * duration
+        self.baseline: float | None = None
+        self.peak_growth = 0.0
+
+    def sample(self, what: str) -> None:
+        rss = rss_mib(self.pid)
+        if self.baseline is None:
+            if time.monotonic() >= self.warm_at:
+                self.baseline = rss
+            return
+        self.peak_growth = max(self.peak_growth, rss - self.baseline)
+        self.metrics.update(rss_start_mib=round(self.start, 1), rss_baseline_mib=round(self.baseline, 1),
+                            rss_end_mib=round(rss, 1), growth_mib=round(rss - self.baseline, 2),
+                            budget_mib=self.budget)
+        if rss - self.baseline > self.budget:
+            raise Failure(f"driver memory grew {rss - self.baseline:.1f} MiB ({self.baseline:.1f} -> {rss:.1f} MiB "
+                          f"VmRSS) after the warm-up, {what}: beyond the budget of {self.budget:g} MiB")
+
+    def summary(self) -> str:
+        return (f"driver VmRSS {self.start:.1f} MiB at the start, {self.baseline:.1f} after the warm-up, growth "
+                f"after it at most {self.peak_growth:.2f} MiB (budget {self.budget:g} MiB)")
+
+
+def repeated_load_unload(run: Run) -> str:
+    remote = run.device()
+    device = Device(remote)
+    watch = MemoryWatch(driver_pid(remote), LOAD_UNLOAD_BUDGET_MIB, run.duration, run.metrics)
+    rng = np.random.default_rng(0)
+    n = CONSTANT_ELEMENTS
+    cycles = 0
+    end = time.monotonic() + run.duration
+    while time.monotonic() < end or watch.baseline is None:
+        w, c, x = (rng.uniform(-2, 2, n).astype(np.float32) for _ in range(3))
+        compilation = compile_for(device, affine_model(n, (w, c)))
+        check_close(f"load {cycles}", x * w + c, execute(compilation, [x], (n,)))
+        del compilation  # unloaded: the driver is told with the next call
+        cycles += 1
+        if cycles % 8 == 0:
+            gc.collect()
+            watch.sample(f"in {cycles} load/unload cycles")
+    watch.sample(f"in {cycles} load/unload cycles")
+    run.metrics["cycles"] = cycles
+    return f"{cycles} models (512 KiB of constants each) compiled, executed, released; {watch.summary()}"
+
+
+def memory_mapped_model(run: Run) -> str:
+    device = Device(run.device())
+    rng = np.random.default_rng(0)
+    n, page = 4096, 4096
+    w, c = (rng.uniform(-2, 2, n).astype(np.float32) for _ in range(2))
+    offsets = (page, 2 * page + n * 4)  # w, c: at page offsets, away from the start of the mapping
+    size = offsets[1] + n * 4
+    checked = 0
+    with tempfile.TemporaryFile(dir=run.folder()) as f:
+        f.truncate(size)
+        for array, offset in zip((w, c), offsets):
+            f.seek(offset)
+            f.write(array.tobytes())
+        f.flush()
+        memories = {"Memory.from_fd": Memory.from_fd(size, mmap.PROT_READ, f.fileno(), 0),
+                    "Memory.create_shared": Memory.create_shared(size)}
+    shared = memories["Memory.create_shared"].shared.buffer
+    for array, offset in zip((w, c), offsets):
+        shared[offset:offset + n * 4] = array.view(np.uint8)
+    for name, memory in memories.items():
+        compilations = [compile_for(device, affine_model(n, tuple((memory, o) for o in offsets))) for _ in range(3)]
+        for i, compilation in enumerate(compilations):
+            x = rng.uniform(-2, 2, n).astype(np.float32)
+            check_close(f"{name}, compilation {i}", x * w + c, execute(compilation, [x], (n,), MODES[i]))
+            checked += 1
+    run.metrics["executions"] = checked
+    return ("constants at page offsets of a file mapped with Memory.from_fd and of Memory.create_shared, "
+            f"3 compilations of each: {checked} executions match numpy")
+
+
+def random_graphs(run: Run) -> str:
+    from fuzz.differential import case_size, check, operation_summary
+    from fuzz.graphs import generate
+    device = [Device(run.device())]
+    reference = [Device(ReferenceDevice())]
+    counts = {"pass": 0, "skip": 0}
+    operations = 0
+    seed = 0
+    end = time.monotonic() + run.duration
+    while time.monotonic() < end or seed < MIN_RANDOM_GRAPHS:
+        graph = generate(seed, case_size(seed))
+        outcome = check(graph, device, reference)
+        if outcome.status == "fail":
+            raise Failure(f"random graph seed {seed}, {operation_summary(graph)}: {outcome.message}")
+        counts[outcome.status] += 1
+        operations += len(graph.operations) if outcome.status == "pass" else 0
+        seed += 1
+    run.metrics.update(graphs=seed, passed=counts["pass"], skipped=counts["skip"], operations=operations)
+    return (f"{seed} random graphs (seeds 0-{seed - 1}): {counts['pass']} compiled, executed and matched the "
+            f"reference ({operations} operations), {counts['skip']} skipped as unsupported")
+
+
+def _throughput(compilations: list[Compilation], seconds: float) -> float:
+    """Verified executions per second of all ``compilations`` together, one client thread each."""
+    stop = time.monotonic() + seconds
+    counts = [0] * len(compilations)
+
+    def work(i: int) -> None:
+        rng = np.random.default_rng(i)
+        while time.monotonic() < stop:
+            run_chain(compilations[i], rng, (8, 8))
+            counts[i] += 1
+    start = time.monotonic()
+    parallel(len(compilations), work)
+    return sum(counts) / (time.monotonic() - start)
+
+
+def degradation_under_load(run: Run) -> str:
+    """One client alone, then ``CONCURRENT_CLIENTS`` at once, then one alone again (drift affects
+    both alike). On a machine with fewer cores than clients the fair share of each client is a
+    fraction of one alone, so the aggregate throughput is what must not fall by more than half."""
+    device = Device(run.device())
+    compilations = [compile_for(device, chain_model((8, 8), (8, 8))) for _ in range(CONCURRENT_CLIENTS)]
+    span = run.duration / 3
+    _throughput(compilations[:1], 0.2)  # warm-up
+    before = _throughput(compilations[:1], span)
+    together = _throughput(compilations, span)
+    after = _throughput(compilations[:1], span)
+    single = (before + after) / 2
+    ratio = together / single
+    run.metrics.update(single_per_s=round(single, 1), concurrent_per_s=round(together, 1),
+                       per_client_per_s=round(together / CONCURRENT_CLIENTS, 1), ratio=round(ratio, 3),
+                       clients=CONCURRENT_CLIENTS, min_ratio=MIN_THROUGHPUT_RATIO)
+    figures = (f"{CONCURRENT_CLIENTS} concurrent clients: {together:.0f} executions/s in all "
+               f"({together / CONCURRENT_CLIENTS:.0f} each); one client alone: {single:.0f}/s; ratio {ratio:.2f}")
+    if ratio < MIN_THROUGHPUT_RATIO:
+        raise Failure(f"throughput collapses under concurrent load: {figures} (at least {MIN_THROUGHPUT_RATIO:g})")
+    return figures
+
+
+def memory_soak(run: Run) -> str:
+    remote = run.device()
+    device = Device(remote)
+    watch = MemoryWatch(driver_pid(remote), SOAK_BUDGET_MIB, run.duration, run.metrics)
+    compilation = compile_for(device, chain_model((16, 16), (16, 16)))
+    stop = threading.Event()
+    counts = [0, 0]
+
+    def work(i: int) -> None:
+        rng = np.random.default_rng(i)
+        try:
+            while not stop.is_set():
+                run_chain(compilation, rng, (16, 16), ("sync", "burst")[i])
+                counts[i] += 1
+        finally:
+            stop.set()
+    end = time.monotonic() + run.duration
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(work, i) for i in range(2)]
+        try:
+            while not stop.wait(0.1) and (time.monotonic() < end or watch.baseline is None):
+                watch.sample(f"in {sum(counts)} executions")
+        finally:
+            stop.set()
+        for future in futures:
+            future.result()
+    watch.sample(f"in {sum(counts)} executions")
+    run.metrics["executions"] = sum(counts)
+    return f"{sum(counts)} executions in {run.duration:g} s (sync and burst, verified); {watch.summary()}"
+
+
+TESTS: dict[str, Callable[[Run], str]] = {f.__name__: f for f in (
+    parallel_one_compilation, parallel_several_compilations, client_killed_during_compilation,
+    client_killed_during_execution, multi_process_random_kills, repeated_load_unload, memory_mapped_model,
+    random_graphs, degradation_under_load, memory_soak)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Running and reporting
+# ---------------------------------------------------------------------------------------------
+
+def run_test(name: str, target_: Target, duration: float, call_timeout: float | None) -> Result:
+    """One test, every way it can end turned into a verdict: a crash or hang seen anywhere (this
+    process's remote driver connections, the socket server, the client processes) decides it."""
+    run = Run(target_, duration, call_timeout)
+    seen = len(incidents())
+    start = time.monotonic()
+    verdict = SUCCESS
+    try:
+        message = TESTS[name](run)
+    except Failure as e:
+        verdict, message = FAILURE, str(e)
+    except (NnapiError, HalError) as e:
+        verdict, message = FAILURE, f"{type(e).__name__}: {e}"
+    except Exception as e:  # a bug of the driver surfacing oddly, or of this test: still a verdict
+        verdict, message = FAILURE, f"unexpected {type(e).__name__}: {e}"
+    finally:
+        try:  # a lost connection may be the server dying: give it time to be seen dead
+            run.check_server(wait_s=2.0 if any(i.kind == "crash" for i in incidents()[seen:] + run.incidents) else 0)
+        except Failure:
+            pass
+        run.close()
+    found = run.incidents + incidents()[seen:]
+    if found:
+        verdict = HANG if any(i.kind == "hang" for i in found) else CRASH
+        message = found[0].message + (f" (and {len(found) - 1} more)" if len(found) > 1 else "")
+    return Result(name, verdict, message, round(time.monotonic() - start, 2), run.metrics)
+
+
+def run_tests(driver: str, names: list[str] | None = None, duration: float = DEFAULT_DURATION_S,
+              call_timeout: float | None = None, progress: Callable | None = None) -> list[Result]:
+    """The tests ``names`` (default: all) against ``driver``; ``progress(i, total, name, result)``
+    is called before each test (result None) and after it."""
+    target_ = target(driver)
+    names = list(names or TESTS)
+    unknown = [n for n in names if n not in TESTS]
+    if unknown:
+        raise NnapiError(ResultCode.BAD_DATA, f"unknown stress test(s) {', '.join(unknown)}; known: {', '.join(TESTS)}")
+    results = []
+    for i, name in enumerate(names):
+        if progress:
+            progress(i, len(names), name, None)
+        results.append(run_test(name, target_, duration, call_timeout))
+        if progress:
+            progress(i, len(names), name, results[-1])
+    return results
+
+
+def write_json(path: str, results: list[Result]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump([asdict(r) for r in results], f, indent=1)
+
+
+def write_junit(path: str, results: list[Result]) -> None:
+    failures = sum(r.verdict != SUCCESS for r in results)
+    lines = ['<?xml version="1.0" encoding="utf-8"?>',
+             f'<testsuites><testsuite name="nnts-stress" tests="{len(results)}" failures="{failures}" errors="0" '
+             f'time="{sum(r.seconds for r in results):.3f}">']
+    for r in results:
+        head = f'<testcase classname="mlts.stress" name={quoteattr(r.name)} time="{r.seconds:.3f}"'
+        if r.verdict == SUCCESS:
+            lines.append(head + "/>")
+        else:
+            text = f"{r.verdict}: {r.message}"
+            lines.append(f'{head}><failure type="{r.verdict}" message={quoteattr(text[:500])}>{escape(text)}'
+                         f'</failure></testcase>')
+    lines.append("</testsuite></testsuites>")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def console_progress(stream=sys.stdout) -> Callable:
+    """A progress reporter: on a terminal one line rewritten in place while a test runs, then its
+    verdict; elsewhere one line per test."""
+    tty = stream.isatty()
+
+    def report(i: int, total: int, name: str, result: Result | None) -> None:
+        head = f"[{i + 1}/{total}] {name}"
+        if result is None:
+            if tty:
+                stream.write(f"\r\033[K{head} ...")
+                stream.flush()
+            return
+        stream.write(("\r\033[K" if tty else "") + f"{head}: {result.verdict} ({result.seconds:.1f} s) "
+                     f"{result.message}\n")
+        stream.flush()
+    return report
+
+
+def main(driver: str, tests: str | None, duration: float | None, call_timeout: float | None,
+         json_path: str | None, junit_path: str | None) -> int:
+    """``nnts stress``: run, report, write the files; 0 only when every test ends SUCCESS."""
+    start = time.monotonic()
+    names = [n.strip() for n in tests.split(",") if n.strip()] if tests else None
+    results = run_tests(driver, names, duration or DEFAULT_DURATION_S, call_timeout, console_progress())
+    if json_path:
+        write_json(json_path, results)
+    if junit_path:
+        write_junit(junit_path, results)
+    counts = {v: sum(r.verdict == v for r in results) for v in (SUCCESS, FAILURE, HANG, CRASH)}
+    print(", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" of {len(results)} stress tests "
+          f"in {time.monotonic() - start:.1f} s")
+    return 0 if counts[SUCCESS] == len(results) else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The client processes of the socket tests
+# ---------------------------------------------------------------------------------------------
+
+def _emit(event: str, **fields) -> None:
+    print(json.dumps({"event": event, "t": time.monotonic(), **fields}), flush=True)
+
+
+def _client_compile(device: Device, rng: np.random.Generator) -> None:
+    model = long_model(COMPILE_OPERATIONS)
+    while True:
+        _emit("start")
+        compile_for(device, model)
+        _emit("end")
+
+
+def _client_execute(device: Device, rng: np.random.Generator) -> None:
+    compilation = compile_for(device, chain_model(EXECUTE_DIMS, EXECUTE_DIMS))
+    while True:
+        _emit("start")
+        run_chain(compilation, rng, EXECUTE_DIMS)
+        _emit("end")
+
+
+def _client_infer(device: Device, rng: np.random.Generator) -> None:
+    compilation = compile_for(device, chain_model((8, 8), (8, 8)))
+    for k in itertools.count():
+        run_chain(compilation, rng, (8, 8), MODES[k % len(MODES)])
+        _emit("ok")
+
+
+CLIENT_ROLES = {"compile": _client_compile, "execute": _client_execute, "infer": _client_infer}
+
+
+def client_main(role: str, path: str, seed: int) -> int:
+    """Run ``role`` on the socket server at ``path`` until killed; an error ends it with an
+    ``error`` event whose kind (crash, hang, failure) the test takes over."""
+    seen = len(incidents())
+    try:
+        CLIENT_ROLES[role](Device(load_driver(f"socket:{path}")), np.random.default_rng(seed))
+    except Exception as e:
+        found = incidents()[seen:]
+        kind = ("hang" if any(i.kind == "hang" for i in found) else "crash") if found else "failure"
+        _emit("error", kind=kind, message=found[0].message if found else f"{type(e).__name__}: {e}")
+    return 1
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["client"] or len(sys.argv) != 5:
+        sys.exit("usage: python -m mlts.stress client ROLE SOCKET SEED (nnts stress runs the tests)")
+    sys.exit(client_main(sys.argv[2], sys.argv[3], int(sys.argv[4])))
