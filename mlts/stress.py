@@ -757,9 +757,10 @@ def write_junit(path: str, results: list[Result]) -> None:
         f.write("\n".join(lines) + "\n")
 
 
-def console_progress(stream=sys.stdout) -> Callable:
-    """A progress reporter: on a terminal one line rewritten in place while a test runs, then its
-    verdict; elsewhere one line per test."""
+def console_progress(stream=None) -> Callable:
+    """A progress reporter (on standard output by default): on a terminal one line rewritten in
+    place while a test runs, then its verdict; elsewhere one line per test."""
+    stream = stream or sys.stdout
     tty = stream.isatty()
 
     def report(i: int, total: int, name: str, result: Result | None) -> None:

@@ -1,0 +1,112 @@
+"""The MLTS stress set (mlts/stress.py, ``nnts stress``): every test ends SUCCESS on the reference,
+and the faulty drivers of nnapi_ref/drivers/faulty.py are classified as what they are: a driver
+that aborts in MUL as CRASH and one that hangs in MUL as HANG in every test (each executes a
+MUL), a leaking driver as FAILURE in the memory tests, a driver slowing down under concurrency as
+FAILURE in the degradation test."""
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from mlts import stress
+from nnapi_ref import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+FAULTY = "nnapi_ref.drivers.faulty:"
+SHORT_S = 1.0  # --duration of the timed tests here
+
+
+def verdicts(results):
+    return {r.name: r.verdict for r in results}
+
+
+def test_the_stress_set_ends_success_on_the_reference(tmp_path, capsys):
+    out, junit = tmp_path / "stress.json", tmp_path / "stress.xml"
+    code = cli.main(["stress", "--driver", "reference", "--duration", str(SHORT_S), "--json", str(out),
+                     "--junit", str(junit)])
+    printed = capsys.readouterr().out
+    results = json.loads(out.read_text())
+    assert {r["name"]: r["verdict"] for r in results} == {name: "SUCCESS" for name in stress.TESTS}, printed
+    assert code == 0
+    # Not a terminal: one progress line per test, then the summary.
+    lines = printed.splitlines()
+    assert len(lines) == len(stress.TESTS) + 1 and lines[-1].startswith(f"{len(stress.TESTS)} SUCCESS of")
+    by_name = {r["name"]: r for r in results}
+    assert by_name["repeated_load_unload"]["metrics"]["growth_mib"] <= stress.LOAD_UNLOAD_BUDGET_MIB
+    assert by_name["memory_soak"]["metrics"]["growth_mib"] <= stress.SOAK_BUDGET_MIB
+    assert by_name["degradation_under_load"]["metrics"]["ratio"] >= stress.MIN_THROUGHPUT_RATIO
+    assert by_name["client_killed_during_compilation"]["metrics"]["kills"] == stress.KILLS
+    assert by_name["multi_process_random_kills"]["metrics"]["verified_executions"] > 0
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures")) == (str(len(stress.TESTS)), "0")
+
+
+def test_a_driver_that_aborts_in_mul_crashes_every_test(tmp_path, capsys):
+    out = tmp_path / "stress.json"
+    code = cli.main(["stress", "--driver", FAULTY + "aborts_on_mul", "--duration", str(SHORT_S), "--json", str(out)])
+    results = json.loads(out.read_text())
+    assert code == 1
+    assert {r["name"]: r["verdict"] for r in results} == {name: "CRASH" for name in stress.TESTS}
+    for r in results:
+        assert r["message"].startswith("CRASH:") and "SIGABRT" in r["message"], r
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"{len(stress.TESTS)} CRASH of")
+
+
+def test_a_driver_that_hangs_in_mul_is_a_hang_within_the_call_budget():
+    names = ["parallel_one_compilation", "client_killed_during_execution", "memory_soak"]
+    results = stress.run_tests(FAULTY + "hangs_on_mul", names, SHORT_S, call_timeout=1.0)
+    assert verdicts(results) == {name: "HANG" for name in names}
+    for r in results:
+        assert "HANG:" in r.message and "did not return from execute_synchronously within 1 s" in r.message, r
+        assert r.seconds < 10, r  # the budget, not the default 60 s
+
+
+def test_a_leaking_driver_fails_the_memory_tests_and_only_those():
+    names = ["repeated_load_unload", "memory_soak", "parallel_one_compilation", "memory_mapped_model"]
+    results = stress.run_tests(FAULTY + "leaks", names, SHORT_S)
+    assert verdicts(results) == {"repeated_load_unload": "FAILURE", "memory_soak": "FAILURE",
+                                 "parallel_one_compilation": "SUCCESS", "memory_mapped_model": "SUCCESS"}
+    for r in results[:2]:
+        assert f"beyond the budget of {stress.LOAD_UNLOAD_BUDGET_MIB:g} MiB" in r.message, r
+        assert r.metrics["growth_mib"] > r.metrics["budget_mib"]
+
+
+def test_a_driver_slowing_down_under_concurrency_fails_the_degradation_test():
+    result, = stress.run_tests(FAULTY + "slows_down", ["degradation_under_load"], SHORT_S)
+    assert result.verdict == "FAILURE" and "throughput collapses under concurrent load" in result.message
+    assert result.metrics["ratio"] < stress.MIN_THROUGHPUT_RATIO
+    assert result.metrics["single_per_s"] > 0 and result.metrics["concurrent_per_s"] > 0
+
+
+def test_a_running_socket_server_is_tested_its_memory_read_through_the_socket(tmp_path):
+    path = str(tmp_path / "driver.sock")
+    server = subprocess.Popen([sys.executable, "-m", "nnapi_ref.cli", "serve", "reference", "--socket", path],
+                              stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        names = ["client_killed_during_execution", "repeated_load_unload"]
+        results = stress.run_tests(f"socket:{path}", names, SHORT_S)
+        assert verdicts(results) == {name: "SUCCESS" for name in names}, [r.message for r in results]
+        assert results[1].metrics["rss_start_mib"] > 0
+        assert server.poll() is None  # the tests leave a server they did not start running
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_what_cannot_be_run_ends_as_a_failure_with_its_reason(capsys):
+    other = f"remote:{sys.executable} -m nnapi_ref.cli serve reference"  # not `nnts serve`: no socket server
+    results = stress.run_tests(other, ["multi_process_random_kills", "memory_mapped_model"], SHORT_S)
+    assert verdicts(results) == {"multi_process_random_kills": "FAILURE", "memory_mapped_model": "SUCCESS"}
+    assert "cannot serve" in results[0].message and "on a socket" in results[0].message
+    result, = stress.run_tests("remote:/nonexistent/driver", ["memory_soak"], SHORT_S)
+    assert result.verdict == "FAILURE" and result.message.startswith("the driver did not start")
+    assert cli.main(["stress", "--tests", "no_such_test"]) == 2
+    assert "unknown stress test(s) no_such_test" in capsys.readouterr().err
