@@ -446,6 +446,7 @@ class RemoteDevice(hal.Device):
         self.prepare_timeout_s = prepare_timeout_s or float(
             os.environ.get("NNTS_PREPARE_TIMEOUT", DEFAULT_PREPARE_TIMEOUT_S))
         self._lock = threading.Lock()
+        self._encoded: list[tuple] = []  # (model, its encoding, the regions and arrays it uses)
         self.connection: Connection | None = None
         self.restarts = -1
         self.info = self.live().info
@@ -489,7 +490,30 @@ class RemoteDevice(hal.Device):
         return self.info["cache_files"]
 
     # -- models --------------------------------------------------------------------------------
-    def _write_model(self, w: Writer, model: hal.Model, staging: _Staging, connection: Connection) -> None:
+    MODELS_KEPT = 8
+
+    def _write_model(self, w: Writer, model: hal.Model, staging: _Staging) -> None:
+        """The model's encoding. The runtime hands one model object to the supported-operations
+        query and to prepare: the last few encodings are kept by identity (a caller must not
+        change a model it has handed over; the HAL's contract, which the reference relies on too)."""
+        with self._lock:
+            for known, encoded, regions, made in self._encoded:
+                if known is model:
+                    w.parts.append(encoded)
+                    staging.regions.extend(regions)
+                    return
+        part = Writer()
+        entry_staging = _Staging([], [], [], [])
+        self._encode_model(part, model, entry_staging)
+        encoded = b"".join(part.parts)
+        with self._lock:
+            self._encoded = [(model, encoded, entry_staging.regions, entry_staging.made)] + \
+                self._encoded[:self.MODELS_KEPT - 1]
+        w.parts.append(encoded)
+        staging.regions.extend(entry_staging.regions)
+
+    @staticmethod
+    def _encode_model(w: Writer, model: hal.Model, staging: _Staging) -> None:
         def place(raw: np.ndarray):
             found = shm.find(raw)
             if found is None:
@@ -511,7 +535,7 @@ class RemoteDevice(hal.Device):
         connection = self.live()
         staging = connection.stage()
         w = Writer()
-        self._write_model(w, model, staging, connection)
+        self._write_model(w, model, staging)
         r = connection.call(Msg.GET_SUPPORTED_OPERATIONS, w, "get_supported_operations", staging.regions)
 
         def read(r: Reader) -> list[bool]:
@@ -527,7 +551,7 @@ class RemoteDevice(hal.Device):
         connection = self.live()
         staging = connection.stage()
         w = Writer()
-        self._write_model(w, model, staging, connection)
+        self._write_model(w, model, staging)
         try:
             w.i32(preference)
             w.i32(priority)

@@ -44,6 +44,8 @@ def _fence(state: int) -> hal.SyncFence | None:
 class Session:
     """One client's state: its regions and the objects the driver returned to it."""
 
+    MODELS_KEPT = 8
+
     def __init__(self, device: hal.Device, read, write, workers: int = 16):
         self.device = device
         self._read = read       # read(n) -> bytes, fewer only at end of stream
@@ -52,6 +54,8 @@ class Session:
         self._regions: dict[int, np.ndarray | str] = {}
         self._objects: dict[int, object] = {}
         self._handles = itertools.count(1)
+        self._models: dict[bytes, hal.Model] = {}  # the last models received, oldest first
+        self._models_lock = threading.Lock()
         self._workers = workers
         self._reading = threading.Lock()  # held by the one thread reading the stream
         self._closed = False
@@ -140,6 +144,31 @@ class Session:
             raise ProtocolError(f"[{offset}, {offset + length}) outside region {region_id} of {region.nbytes} bytes")
         return region[offset:offset + length]
 
+    def _read_model(self, r: Reader) -> hal.Model:
+        """The model of a request. A model sent again byte for byte (the runtime asks for the
+        supported operations, then prepares) is the same object, as it is in process, so that a
+        driver's per-model work (the reference's validation) is not done again. Models with
+        constants in shared memory are always new: the bytes there may have changed."""
+        with self._models_lock:
+            for key, known in self._models.items():  # encodings are prefix-free: a match is the model
+                if r.body[r.pos:r.pos + len(key)] == key:
+                    r.pos += len(key)
+                    return known
+        start = r.pos
+        in_regions = []
+
+        def region_bytes(ref):
+            in_regions.append(ref)
+            return self.region_bytes(ref)
+        model = wire.read_model(r, region_bytes)
+        if in_regions:
+            return model
+        with self._models_lock:
+            self._models[bytes(r.body[start:r.pos])] = model
+            if len(self._models) > self.MODELS_KEPT:
+                del self._models[next(iter(self._models))]
+        return model
+
     def _object(self, handle: int, kind: type, what: str):
         obj = self._objects.get(handle)
         if not isinstance(obj, kind):
@@ -186,7 +215,7 @@ class Session:
         return work
 
     def _supported(self, r: Reader):
-        model = wire.read_model(r, self.region_bytes)
+        model = self._read_model(r)
 
         def work(_):
             flags = self.device.get_supported_operations(model)
@@ -219,7 +248,7 @@ class Session:
         return Msg.PREPARED, w
 
     def _prepare(self, r: Reader):
-        model = wire.read_model(r, self.region_bytes)
+        model = self._read_model(r)
         preference, priority, deadline = r.i32(), r.i32(), r.optional_i64()
         model_files, data_files = self._cache_files(r), self._cache_files(r)
         token = r.optional_bytes()
