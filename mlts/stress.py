@@ -29,8 +29,8 @@ Every result is checked against numpy (or, for random graphs, the in-process ref
 against the driver under test. A driver process that dies or breaks the protocol makes the test
 CRASH, a call that does not return within the call budget (``--call-timeout``) makes it HANG,
 whatever the test made of the error; anything else that goes wrong is a FAILURE.
-``--duration`` is the time of each of the timed tests (load/unload, multi-process, random graphs,
-degradation, soak); the whole set takes about ten times it plus some 15 s.
+``--duration`` is the time of each of the five timed tests (load/unload, multi-process, random
+graphs, degradation, soak): the whole set takes about five times it plus 5-10 s.
 
 The client side of the socket tests runs in processes of its own: ``python -m mlts.stress client
 ROLE SOCKET SEED`` prints one JSON line per event (``start``/``end`` of a call, ``ok`` per
@@ -61,11 +61,14 @@ from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
+from fuzz.differential import case_size, check, operation_summary
+from fuzz.graphs import generate
 from nnapi_ref.drivers import load_driver
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import HalError
 from nnapi_ref.harness import compute_in_mode
+from nnapi_ref.remote import shm
 from nnapi_ref.remote.client import Incident, RemoteDevice, SocketTransport, incidents
 from nnapi_ref.runtime import Compilation, Execution, Memory, Model, OperandType
 from nnapi_ref.runtime.devices import Device
@@ -80,13 +83,16 @@ THREADS = (1, 2, 4, 8)
 EXECUTIONS_PER_THREAD = 12
 MODES = ("sync", "async", "burst", "fenced")
 KILLS = 3                          # clients killed in each early-termination test
-COMPILE_OPERATIONS = 300           # the model a killed client compiles: ~30 ms on the reference
+COMPILE_OPERATIONS = 300           # the model a killed client compiles: ~15 ms on the reference
 EXECUTE_DIMS = (1024, 1024)        # the tensors a killed client executes on: 4 MiB each
 CLIENT_PROCESSES = 3
 KILL_INTERVAL_S = (0.3, 0.8)
+MIN_KILLS = 3
 WARMUP_FRACTION = 0.25             # memory is measured from the end of the first quarter
 LOAD_UNLOAD_BUDGET_MIB = 8.0
+LOAD_UNLOAD_WARMUP, LOAD_UNLOAD_MEASURED = 32, 64      # cycles, at least
 SOAK_BUDGET_MIB = 8.0
+SOAK_WARMUP, SOAK_MEASURED = 500, 1000                 # executions, at least
 CONSTANT_ELEMENTS = 64 * 1024      # each of a loaded model's two constants: 256 KiB
 CONCURRENT_CLIENTS = 4
 MIN_THROUGHPUT_RATIO = 0.5
@@ -121,7 +127,7 @@ class Target:
     socket: str | None = None
 
 
-def target(spec: str) -> Target:
+def parse_target(spec: str) -> Target:
     """The driver string as the stress tests use it: an in-process driver is served by ``nnts
     serve`` in a process of its own, always."""
     spec = spec.strip()
@@ -280,15 +286,14 @@ class Client:
             raise Failure("a client made no progress") from None
         return self._take(event)
 
-    def drain(self) -> list[dict]:
-        """The events printed so far, without waiting."""
-        events = []
+    def check(self) -> None:
+        """Take the events printed so far, without waiting: an error (or an exit) raises."""
         while True:
             try:
                 event = self.events.get_nowait()
             except queue.Empty:
-                return events
-            events.append(self._take(event))  # None (the client exited on its own) raises
+                return
+            self._take(event)
 
     def kill(self) -> list[dict]:
         """SIGKILL the client; returns the events it printed before it died."""
@@ -401,6 +406,8 @@ class Run:
             client.proc.kill()
             client.proc.wait()
             client.stderr.close()
+        if self._clients:
+            shm.remove_stale_files()  # the staging regions of the clients killed
         for device in self._devices:
             device.close()
         if self._server is not None:
@@ -476,19 +483,33 @@ def client_killed_during_execution(run: Run) -> str:
     return _kill_during_calls(run, "execute", f"execution on {EXECUTE_DIMS[0]}x{EXECUTE_DIMS[1]} tensors")
 
 
+def _inferring(run: Run, clients: list[Client]) -> list[int]:
+    """The clients that have verified an execution (a client is killed while it infers, not while
+    it starts), waiting for one as long as a client may be silent."""
+    deadline = time.monotonic() + run.wait_s
+    while True:
+        for client in clients:
+            client.check()
+        run.check_server()
+        ready = [i for i, client in enumerate(clients) if client.oks]
+        if ready:
+            return ready
+        if time.monotonic() > deadline:
+            run.incident("hang", f"HANG: no client completed an execution within {run.wait_s:g} s")
+            raise Failure("no client made progress")
+        time.sleep(0.02)
+
+
 def multi_process_random_kills(run: Run) -> str:
     path = run.server()
     rng = np.random.default_rng(0)
-    seeds = iter(range(1 << 30))
+    seeds = itertools.count()
     clients = [run.client("infer", path, next(seeds)) for _ in range(CLIENT_PROCESSES)]
     verified, kills = 0, 0
     end = time.monotonic() + run.duration
-    while time.monotonic() < end:
-        time.sleep(min(rng.uniform(*KILL_INTERVAL_S), max(end - time.monotonic(), 0)))
-        for client in clients:
-            client.drain()
-        run.check_server()
-        victim = int(rng.integers(len(clients)))
+    while time.monotonic() < end or kills < MIN_KILLS:
+        time.sleep(rng.uniform(*KILL_INTERVAL_S))
+        victim = int(rng.choice(_inferring(run, clients)))
         clients[victim].kill()
         verified += clients[victim].oks
         kills += 1
@@ -498,36 +519,44 @@ def multi_process_random_kills(run: Run) -> str:
         verified += client.oks
     run.check_new_client(path, next(seeds))
     run.metrics.update(clients=CLIENT_PROCESSES, kills=kills, verified_executions=verified)
-    if verified == 0:
-        raise Failure(f"no client completed an execution in {run.duration:g} s")
-    return (f"{CLIENT_PROCESSES} client processes, {kills} SIGKILLed at random and replaced, {verified} "
-            f"executions verified against numpy; a new client was then served correctly")
+    return (f"{CLIENT_PROCESSES} client processes, {kills} SIGKILLed at random while inferring and replaced, "
+            f"{verified} executions verified against numpy; a new client was then served correctly")
 
 
 class MemoryWatch:
-    """The driver's VmRSS from the end of a warm-up (the first ``WARMUP_FRACTION`` of the run):
-    a driver's memory must level off, so growth beyond ``budget`` MiB after it is a FAILURE."""
+    """The driver's VmRSS after a warm-up (the first ``WARMUP_FRACTION`` of the run, and at least
+    ``warmup`` cycles): a driver's memory must level off, so growth beyond ``budget`` MiB after it
+    is a FAILURE. The run lasts its duration and at least ``measured`` cycles after the warm-up,
+    so that a slow machine does not hide a leak."""
 
-    def __init__(self, pid: int, budget_mib: float, duration: float, metrics: dict):
-        self.pid, self.budget, self.metrics = pid, budget_mib, metrics
+    def __init__(self, pid: int, budget_mib: float, duration: float, warmup: int, measured: int, metrics: dict):
+        self.pid, self.budget, self.warmup, self.measured, self.metrics = pid, budget_mib, warmup, measured, metrics
         self.start = rss_mib(pid)
-        self.warm_at = time.monotonic() + WARMUP_FRACTION * duration
+        now = time.monotonic()
+        self.warm_at, self.end = now + WARMUP_FRACTION * duration, now + duration
         self.baseline: float | None = None
+        self.base_count = 0
         self.peak_growth = 0.0
 
-    def sample(self, what: str) -> None:
+    def sample(self, count: int, what: str) -> None:
+        """Measure after ``count`` cycles: FAILURE beyond the budget."""
         rss = rss_mib(self.pid)
         if self.baseline is None:
-            if time.monotonic() >= self.warm_at:
-                self.baseline = rss
+            if time.monotonic() >= self.warm_at and count >= self.warmup:
+                self.baseline, self.base_count = rss, count
             return
         self.peak_growth = max(self.peak_growth, rss - self.baseline)
         self.metrics.update(rss_start_mib=round(self.start, 1), rss_baseline_mib=round(self.baseline, 1),
                             rss_end_mib=round(rss, 1), growth_mib=round(rss - self.baseline, 2),
-                            budget_mib=self.budget)
+                            budget_mib=self.budget, measured=count - self.base_count)
         if rss - self.baseline > self.budget:
             raise Failure(f"driver memory grew {rss - self.baseline:.1f} MiB ({self.baseline:.1f} -> {rss:.1f} MiB "
-                          f"VmRSS) after the warm-up, {what}: beyond the budget of {self.budget:g} MiB")
+                          f"VmRSS) in {count - self.base_count} {what} after the warm-up: beyond the budget of "
+                          f"{self.budget:g} MiB")
+
+    def finished(self, count: int) -> bool:
+        return (time.monotonic() >= self.end and self.baseline is not None
+                and count - self.base_count >= self.measured)
 
     def summary(self) -> str:
         return (f"driver VmRSS {self.start:.1f} MiB at the start, {self.baseline:.1f} after the warm-up, growth "
@@ -537,12 +566,12 @@ class MemoryWatch:
 def repeated_load_unload(run: Run) -> str:
     remote = run.device()
     device = Device(remote)
-    watch = MemoryWatch(driver_pid(remote), LOAD_UNLOAD_BUDGET_MIB, run.duration, run.metrics)
+    watch = MemoryWatch(driver_pid(remote), LOAD_UNLOAD_BUDGET_MIB, run.duration, LOAD_UNLOAD_WARMUP,
+                        LOAD_UNLOAD_MEASURED, run.metrics)
     rng = np.random.default_rng(0)
     n = CONSTANT_ELEMENTS
     cycles = 0
-    end = time.monotonic() + run.duration
-    while time.monotonic() < end or watch.baseline is None:
+    while not watch.finished(cycles):
         w, c, x = (rng.uniform(-2, 2, n).astype(np.float32) for _ in range(3))
         compilation = compile_for(device, affine_model(n, (w, c)))
         check_close(f"load {cycles}", x * w + c, execute(compilation, [x], (n,)))
@@ -550,8 +579,7 @@ def repeated_load_unload(run: Run) -> str:
         cycles += 1
         if cycles % 8 == 0:
             gc.collect()
-            watch.sample(f"in {cycles} load/unload cycles")
-    watch.sample(f"in {cycles} load/unload cycles")
+            watch.sample(cycles, "load/unload cycles")
     run.metrics["cycles"] = cycles
     return f"{cycles} models (512 KiB of constants each) compiled, executed, released; {watch.summary()}"
 
@@ -587,8 +615,6 @@ def memory_mapped_model(run: Run) -> str:
 
 
 def random_graphs(run: Run) -> str:
-    from fuzz.differential import case_size, check, operation_summary
-    from fuzz.graphs import generate
     device = [Device(run.device())]
     reference = [Device(ReferenceDevice())]
     counts = {"pass": 0, "skip": 0}
@@ -649,7 +675,7 @@ def degradation_under_load(run: Run) -> str:
 def memory_soak(run: Run) -> str:
     remote = run.device()
     device = Device(remote)
-    watch = MemoryWatch(driver_pid(remote), SOAK_BUDGET_MIB, run.duration, run.metrics)
+    watch = MemoryWatch(driver_pid(remote), SOAK_BUDGET_MIB, run.duration, SOAK_WARMUP, SOAK_MEASURED, run.metrics)
     compilation = compile_for(device, chain_model((16, 16), (16, 16)))
     stop = threading.Event()
     counts = [0, 0]
@@ -662,19 +688,20 @@ def memory_soak(run: Run) -> str:
                 counts[i] += 1
         finally:
             stop.set()
-    end = time.monotonic() + run.duration
+    start = time.monotonic()
     with ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(work, i) for i in range(2)]
         try:
-            while not stop.wait(0.1) and (time.monotonic() < end or watch.baseline is None):
-                watch.sample(f"in {sum(counts)} executions")
+            while not stop.wait(0.1) and not watch.finished(sum(counts)):
+                watch.sample(sum(counts), "executions")
         finally:
             stop.set()
         for future in futures:
             future.result()
-    watch.sample(f"in {sum(counts)} executions")
+    watch.sample(sum(counts), "executions")
     run.metrics["executions"] = sum(counts)
-    return f"{sum(counts)} executions in {run.duration:g} s (sync and burst, verified); {watch.summary()}"
+    return (f"{sum(counts)} executions in {time.monotonic() - start:.1f} s (sync and burst, verified); "
+            f"{watch.summary()}")
 
 
 TESTS: dict[str, Callable[[Run], str]] = {f.__name__: f for f in (
@@ -687,10 +714,10 @@ TESTS: dict[str, Callable[[Run], str]] = {f.__name__: f for f in (
 # Running and reporting
 # ---------------------------------------------------------------------------------------------
 
-def run_test(name: str, target_: Target, duration: float, call_timeout: float | None) -> Result:
+def run_test(name: str, target: Target, duration: float, call_timeout: float | None) -> Result:
     """One test, every way it can end turned into a verdict: a crash or hang seen anywhere (this
     process's remote driver connections, the socket server, the client processes) decides it."""
-    run = Run(target_, duration, call_timeout)
+    run = Run(target, duration, call_timeout)
     seen = len(incidents())
     start = time.monotonic()
     verdict = SUCCESS
@@ -719,7 +746,7 @@ def run_tests(driver: str, names: list[str] | None = None, duration: float = DEF
               call_timeout: float | None = None, progress: Callable | None = None) -> list[Result]:
     """The tests ``names`` (default: all) against ``driver``; ``progress(i, total, name, result)``
     is called before each test (result None) and after it."""
-    target_ = target(driver)
+    target = parse_target(driver)
     names = list(names or TESTS)
     unknown = [n for n in names if n not in TESTS]
     if unknown:
@@ -728,7 +755,7 @@ def run_tests(driver: str, names: list[str] | None = None, duration: float = DEF
     for i, name in enumerate(names):
         if progress:
             progress(i, len(names), name, None)
-        results.append(run_test(name, target_, duration, call_timeout))
+        results.append(run_test(name, target, duration, call_timeout))
         if progress:
             progress(i, len(names), name, results[-1])
     return results

@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     add_driver_options(p)
     p.add_argument("--tests", help="comma-separated test names (default: all of mlts/stress.py's TESTS)")
     p.add_argument("--duration", type=float,
-                   help="seconds of each timed test: load/unload, soak, multi-process, random graphs, degradation (default 3)")
+                   help="seconds of each timed test: load/unload, soak, multi-process, random graphs, "
+                        "degradation (default 3)")
     p.add_argument("--json", help="write the results as JSON to this file")
     p.add_argument("--junit", help="write the results as JUnit XML to this file")
     p.set_defaults(func=cmd_stress)

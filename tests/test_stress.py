@@ -1,8 +1,8 @@
 """The MLTS stress set (mlts/stress.py, ``nnts stress``): every test ends SUCCESS on the reference,
 and the faulty drivers of nnapi_ref/drivers/faulty.py are classified as what they are: a driver
-that aborts in MUL as CRASH and one that hangs in MUL as HANG in every test (each executes a
-MUL), a leaking driver as FAILURE in the memory tests, a driver slowing down under concurrency as
-FAILURE in the degradation test."""
+that aborts in MUL as CRASH in every test (each executes a MUL), one that hangs in MUL as HANG
+within the call budget, a leaking driver as FAILURE in the memory tests and only there, a driver
+slowing down under concurrency as FAILURE in the degradation test."""
 import json
 import os
 import subprocess
@@ -10,8 +10,6 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-
-import pytest
 
 from mlts import stress
 from nnapi_ref import cli
@@ -63,7 +61,7 @@ def test_a_driver_that_hangs_in_mul_is_a_hang_within_the_call_budget():
     assert verdicts(results) == {name: "HANG" for name in names}
     for r in results:
         assert "HANG:" in r.message and "did not return from execute_synchronously within 1 s" in r.message, r
-        assert r.seconds < 10, r  # the budget, not the default 60 s
+        assert r.seconds < 30, r  # the 1 s budget, not the default 60 s
 
 
 def test_a_leaking_driver_fails_the_memory_tests_and_only_those():
