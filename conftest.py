@@ -48,7 +48,7 @@ def pytest_addoption(parser):
                     help="run in-process drivers in a process of their own (nnts serve), to contain crashes")
     group.addoption("--call-timeout", type=float, default=None,
                     help="seconds a remote driver may take to answer one call before it is declared hung "
-                         "(default 60; prepare: 300)")
+                         "(default 60; prepare: 120)")
 
 
 def pytest_configure(config):

@@ -9,7 +9,7 @@ operations, prepare, allocate) starts a fresh process; objects of the dead one k
 DEAD_OBJECT.
 
 Time budgets, in seconds: ``NNTS_CALL_TIMEOUT`` (default 60) for each call and
-``NNTS_PREPARE_TIMEOUT`` (default 300) for starting, querying and preparing.
+``NNTS_PREPARE_TIMEOUT`` (default 120, under pytest-timeout's 300) for starting, querying and preparing.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from . import shm, wire
 from .wire import EncodeError, Msg, ProtocolError, Reader, Writer
 
 DEFAULT_CALL_TIMEOUT_S = 60.0
-DEFAULT_PREPARE_TIMEOUT_S = 300.0
+DEFAULT_PREPARE_TIMEOUT_S = 120.0
 STDERR_LINES = 20
 
 # The replies each request may get (besides ERROR).
@@ -277,20 +277,19 @@ class Connection:
     def dead_error(self) -> HalError:
         return HalError(ErrorStatus.DEAD_OBJECT, self.dead or "")
 
-    def call(self, msg: Msg, w: Writer, what: str, regions=(), async_execution: _AsyncExecution | None = None,
-             timeout_s: float | None = None) -> Reader:
+    def call(self, msg: Msg, w: Writer, what: str, regions=(),
+             async_execution: _AsyncExecution | None = None) -> Reader:
         """Send one request and wait for its reply; return a Reader over the reply's body."""
-        if self.dead:
-            raise self.dead_error()
         call_id = next(self._ids)
         waiter = _Waiter(msg)
-        with self._lock:
+        with self._lock:  # registered before the connection dies, or refused: never stranded
+            if self.dead:
+                raise self.dead_error()
             self._pending[call_id] = waiter
             if async_execution is not None:
                 self._async[call_id] = async_execution
         self._send(w.finish(msg, call_id), regions)
-        if timeout_s is None:
-            timeout_s = self.prepare_timeout_s if msg in _SLOW else self.call_timeout_s
+        timeout_s = self.prepare_timeout_s if msg in _SLOW else self.call_timeout_s
         if not waiter.event.wait(timeout_s):
             self.fail("hang", f"HANG: {self.driver} did not return from {what} within {timeout_s:g} s; "
                               f"its process was killed")
@@ -364,7 +363,7 @@ class Connection:
         with self._lock:
             if self.dead:
                 return
-            self.dead = "(dying)"
+            self.dead = f"{self.driver}: the driver process is being stopped"
             pending, self._pending = self._pending, {}
             executions, self._async = self._async, {}
         self.transport.kill()
