@@ -315,3 +315,24 @@ def test_vectors_run_gives_crash_statuses_and_carries_on(tmp_path):
         assert (r["status"] == "crash") == ("mul" in r["name"]), r
         if r["status"] == "crash":
             assert "killed by SIGABRT" in r["message"]
+
+
+def test_remote_and_in_process_drivers_partition_one_model(tmp_path, monkeypatch):
+    (tmp_path / "adder.py").write_text("from nnapi_ref.drivers.variants import SubsetDevice\n"
+                                       "from nnapi_ref.types import OperationCode\n"
+                                       "def make():\n    return SubsetDevice('adder', [OperationCode.ADD], 0.5)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    drivers = load_drivers("remote:nnts serve adder:make,reference")
+    try:
+        compilation = Compilation(chain_model(), [Device(d) for d in drivers])
+        compilation.finish()
+        assert [step.device.name for step in compilation.plan.steps] == ["adder", "nnapi-reference", "adder"]
+        execution = Execution(compilation)
+        execution.set_input(0, A)
+        execution.set_input(1, B)
+        out = np.zeros((2, 2), np.float32)
+        execution.set_output(0, out)
+        execution.compute()
+        np.testing.assert_array_equal(out, chain(A, B))
+    finally:
+        drivers[0].close()
