@@ -27,7 +27,6 @@ import pytest
 from nnapi_ref.types import OperandCode, OperationCode
 
 ROOT = Path(__file__).parent
-SHARED_VECTORS = ROOT.parent / "shared" / "vectors"
 
 
 def pytest_addoption(parser):
@@ -93,21 +92,6 @@ def devices(drivers):
     from nnapi_ref.runtime import get_devices, set_drivers
     set_drivers(drivers)
     return get_devices()
-
-
-def vector_paths(config) -> list[Path]:
-    paths = [Path(p) for p in config.getoption("vectors")]
-    if not config.getoption("no_shared_vectors") and SHARED_VECTORS.is_dir():
-        paths.append(SHARED_VECTORS)
-    return paths
-
-
-def load_expected_failures(config) -> dict[str, str]:
-    path = config.getoption("expected_failures")
-    if not path:
-        return {}
-    from nnapi_ref.cli import load_known_failures
-    return load_known_failures(path)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -14,6 +14,7 @@ import pytest
 
 from nnapi_ref import hal
 from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request, RequestArgument, SharedMemory
+from nnapi_ref.cases import sync_cases
 from nnapi_ref.harness import supports_dynamic_outputs
 from nnapi_ref.types import DTYPES, SCALAR_TYPES, OperationCode, PreferenceCode, PriorityCode
 
@@ -44,8 +45,7 @@ def subset_size(env: str, default: int = 1) -> int | None:
 
 def model_cases(config) -> list:
     """One CTS case per test model (the same set, order and descriptions as CTS)."""
-    from cts.test_generated import collect_cases
-    return [c for c in collect_cases(config) if c.variant == "sync"]
+    return sync_cases(config)
 
 
 def first_per_file(cases: list, n: int | None) -> list:

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from nnapi_ref import hal
+from nnapi_ref.cases import load_expected_failures
 from nnapi_ref.hal import ErrorStatus, HalError
 from nnapi_ref.harness import check_outputs
 
@@ -75,7 +76,6 @@ def _variants(case, in_subset: bool) -> list[str]:
 def pytest_generate_tests(metafunc):
     if "case" not in metafunc.fixturenames:
         return
-    from conftest import load_expected_failures
     expected = load_expected_failures(metafunc.config)
     cases = model_cases(metafunc.config)
     subset = {id(c) for c in first_per_file(cases, subset_size(SUBSET_ENV))}
