@@ -64,7 +64,10 @@ class Session:
     def _send(self, w: Writer, msg: Msg, call_id: int) -> None:
         frame = w.finish(msg, call_id)
         with self._write_lock:
-            self._write_raw(frame)
+            try:
+                self._write_raw(frame)
+            except OSError:
+                pass  # the client is gone (killed mid-call, say): its reply goes nowhere
 
     def _send_error(self, call_id: int, error: HalError) -> None:
         w = Writer()
@@ -314,10 +317,7 @@ class Session:
                 w.str(cb.message)
                 wire.write_output_shapes(w, cb.output_shapes)
                 wire.write_timing(w, cb.timing)
-                try:
-                    self._send(w, Msg.EXECUTION_DONE, call_id)
-                except OSError:
-                    pass  # the client is gone
+                self._send(w, Msg.EXECUTION_DONE, call_id)
             try:
                 prepared.execute(request, measure, _deadline(deadline), loop_timeout,
                                  hal.ExecutionCallback(on_finish))

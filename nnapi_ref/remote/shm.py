@@ -43,7 +43,8 @@ def allocate(size: int) -> np.ndarray:
     path = os.path.join(SHM_DIR, f"{_PREFIX}{os.getpid()}-{next(_names)}")
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        os.ftruncate(fd, max(size, 1))
+        # Reserved now: a full /dev/shm is an error here, not a SIGBUS when a page is first touched.
+        os.posix_fallocate(fd, 0, max(size, 1))
         mapped = mmap.mmap(fd, max(size, 1))
     except BaseException:
         os.unlink(path)
@@ -52,13 +53,14 @@ def allocate(size: int) -> np.ndarray:
         os.close(fd)
     array = np.frombuffer(mapped, np.uint8, count=size)
     start = array.ctypes.data
-    _REGISTRY.add(start, Region(path, size))
-    weakref.finalize(mapped, _release, start, path, os.getpid())
+    region = Region(path, size)
+    _REGISTRY.add(start, region)
+    weakref.finalize(mapped, _release, start, region, path, os.getpid())
     return array
 
 
-def _release(start: int, path: str, pid: int) -> None:
-    _REGISTRY.remove(start)
+def _release(start: int, region: Region, path: str, pid: int) -> None:
+    _REGISTRY.remove(start, region)
     if os.getpid() == pid:  # never a file of the parent, in a forked child
         try:
             os.unlink(path)
@@ -76,15 +78,17 @@ class _Registry:
 
     def add(self, start: int, region: Region) -> None:
         with self._lock:
-            bisect.insort(self._starts, start)
+            if start not in self._regions:
+                bisect.insort(self._starts, start)
+            # Replaces a region unmapped at this address whose release has not run yet.
             self._regions[start] = region
 
-    def remove(self, start: int) -> None:
+    def remove(self, start: int, region: Region) -> None:
         with self._lock:
-            i = bisect.bisect_left(self._starts, start)
-            if i < len(self._starts) and self._starts[i] == start:
-                del self._starts[i]
-                del self._regions[start]
+            if self._regions.get(start) is not region:
+                return  # a newer region has this address now
+            del self._regions[start]
+            del self._starts[bisect.bisect_left(self._starts, start)]
 
     def find(self, array: np.ndarray) -> tuple[Region, int] | None:
         """The region holding all of ``array``'s bytes and the offset of its first byte."""

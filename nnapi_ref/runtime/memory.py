@@ -52,9 +52,11 @@ class Memory:
         under /dev/shm, so that a driver in another process maps it instead of copying it."""
         check(size > 0, f"shared memory size {size} must be positive")
         try:
-            return cls(hal.SharedMemory(shm.allocate(size)))
-        except OSError:  # no shared-memory file system: plain memory, copied for remote drivers
-            return cls(hal.SharedMemory(np.zeros(size, np.uint8)))
+            try:
+                buffer = shm.allocate(size)
+            except OSError:  # no room in /dev/shm, or none: plain memory, copied for remote drivers
+                buffer = np.zeros(size, np.uint8)
+            return cls(hal.SharedMemory(buffer))
         except MemoryError:
             raise NnapiError(ResultCode.OUT_OF_MEMORY, f"cannot allocate {size} bytes of shared memory") from None
 
