@@ -10,6 +10,7 @@ test-vector file with the one command that replays it.
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ def test_generated(case: Case, devices, request, driver_spec, cache_dir):
         pytest.skip(f"{result.message} ({case.operation} {case.dtype})")
     if result.status != "pass":
         path = save_reproducer(case, request.config.getoption("reproducers"))
-        replay = f"nnts vectors run {path} --driver {driver_spec} --mode {mode}" + {
+        replay = f"nnts vectors run {shlex.quote(str(path))} --driver {shlex.quote(driver_spec)} --mode {mode}" + {
             "dynamic": " --dynamic", "device_memory": " --device-memory", "cached": " --cache-dir out/cache"}.get(
             case.variant, "")
         pytest.fail(f"{case.operation} {case.dtype} ({case.variant}), test model {case.test.name} from "

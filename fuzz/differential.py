@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -171,7 +172,7 @@ def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: 
     folder.mkdir(parents=True, exist_ok=True)
     name = f"random_graph_{graph.seed}_" + "_".join(n.lower() for n in graph.operation_names)
     path = folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:150] + ".json")
-    replay = f"nnts vectors run {path} --driver {driver}" + (" --dynamic" if graph.has_unknown_outputs() else "")
+    replay = f"nnts vectors run {shlex.quote(str(path))} --driver {shlex.quote(driver)}" + (" --dynamic" if graph.has_unknown_outputs() else "")
     test = vectors.test_to_json(graph.to_test(name, outcome.expected, known_outputs=True))
     test["driver_outputs"] = {"driver": driver, "outputs": [vectors.encode_data(a) for a in outcome.actual]}
     test["replay"] = replay
