@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import hal, ops
+from ..ops import requantization
 from ..errors import NnapiError
 from ..executor import Executor, Plan, prepare_plans
 from ..hal import ErrorStatus, HalError
@@ -97,10 +98,16 @@ def _deadline_passed(deadline_ns: int | None) -> bool:
 
 class ReferenceDevice(hal.Device):
     """The CPU reference driver. ``name`` and ``feature_level`` may be set to impersonate older
-    drivers (the runtime's tests partition across several instances)."""
+    drivers (the runtime's tests partition across several instances). ``convention`` is the
+    quantized arithmetic's: ``"nnapi"`` (AOSP's CPU implementation) or ``"tflite"`` (TensorFlow
+    Lite's kernels); they differ only in how requantization multipliers are derived (see
+    :mod:`nnapi_ref.ops.requantization`)."""
 
     def __init__(self, name: str = "nnapi-reference", feature_level: int = FeatureLevel.LEVEL_7,
-                 performance: float = 1.0):
+                 performance: float = 1.0, convention: str = "nnapi"):
+        if convention not in requantization.CONVENTIONS:
+            raise ValueError(f"unknown convention {convention!r}; expected one of {requantization.CONVENTIONS}")
+        self.convention = convention
         self.name = name
         self.feature_level = int(feature_level)
         info = hal.PerformanceInfo(performance, performance)
@@ -237,6 +244,13 @@ class ReferenceDevice(hal.Device):
         return buffer
 
 
+def tflite_convention() -> ReferenceDevice:
+    """The reference driver computing quantized operations as TensorFlow Lite's kernels do
+    (driver string ``nnapi_ref.drivers.reference:tflite_convention``): bit-exact with TFLite's
+    reference kernels where the default NNAPI convention differs from them."""
+    return ReferenceDevice(convention="tflite")
+
+
 class ReferenceBuffer(hal.Buffer):
     """Device memory of the reference driver: a typed array and whether it holds data yet."""
 
@@ -288,7 +302,8 @@ class ReferencePreparedModel(hal.PreparedModel):
                             loop_timeout_ns)
         device_start = time.monotonic_ns()
         try:
-            results = executor.run(inputs)
+            with requantization.using(self.device.convention):
+                results = executor.run(inputs)
         except NnapiError as e:
             raise hal_error(e) from None
         except Exception as e:  # an operation choking on its inputs: a failure, never a crash

@@ -9,7 +9,7 @@ import pkgutil
 
 from .base import REGISTRY, Operation
 
-_NOT_FAMILIES = {"base", "common", "fixedpoint"}  # shared arithmetic, no operations
+_NOT_FAMILIES = {"base", "common", "fixedpoint", "requantization"}  # shared arithmetic, no operations
 _loaded = False
 
 

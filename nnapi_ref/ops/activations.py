@@ -20,7 +20,8 @@ from ..errors import NnapiError
 from ..types import DTYPES, FuseCode, ResultCode
 from . import fixedpoint as fp
 from .base import Call, Operation, OperationCode, Signature, T, check, register, signatures
-from .common import QUANT_RANGE, activation_range_quant, quantize_multiplier
+from .common import QUANT_RANGE, activation_range_quant
+from .requantization import quantize_multiplier
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)

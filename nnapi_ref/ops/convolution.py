@@ -8,8 +8,12 @@ nothing there and keeps the result within float32 tolerance whatever the summati
 Quantized convolutions accumulate exactly: the zero-point-corrected operands are small integers,
 so a float64 BLAS product of them is exact (|sum| < 2**53), and is turned back into int64. The
 accumulator plus bias (wrapped to int32 as the C implementation's int32 accumulator would) is
-requantized with NNAPI's fixed-point multiplier: real multiplier = float32(input_scale *
-filter_scale) / output_scale, per output channel for per-channel quantized filters.
+requantized with NNAPI's fixed-point multiplier (:mod:`.requantization`): real multiplier =
+input_scale * filter_scale / output_scale, per output channel for per-channel quantized filters;
+AOSP forms the product in float32 where TFLite forms it in double (the ``convention``). The
+requantization is otherwise TFLite's: AOSP runs TFLite's kernels (optimized_ops::Conv and
+DepthwiseConv for uint8, reference_integer_ops::ConvPerChannel / DepthwiseConvPerChannel for
+int8 and per-channel filters), with the same MultiplyByQuantizedMultiplier.
 
 Depthwise convolutions are one ``einsum`` over a strided view of the padded input's windows (see
 :func:`depthwise_nhwc`).
@@ -26,8 +30,8 @@ import numpy as np
 from ..types import FuseCode, PaddingCode
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from ..types import DTYPES
-from .common import (FLOAT_ACTIVATION_RANGE, QUANT_RANGE, activation_range_quant, check_fuse_code,
-                     multiply_by_quantized_multiplier, round_half_away, wrap_int32)
+from .common import FLOAT_ACTIVATION_RANGE, QUANT_RANGE, activation_range_quant, check_fuse_code
+from .requantization import multiply_by_quantized_multiplier, product_multipliers, wrap_int32
 
 F32, F16, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
 Q8, S8, PC, TI32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_INT32
@@ -179,20 +183,6 @@ def im2col(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
 # ---------------------------------------------------------------------------------------------
 
 
-def quantize_multipliers(real) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorized TFLite QuantizeMultiplier: (multiplier, shift) arrays, shift > 0 a left shift."""
-    real = np.atleast_1d(np.asarray(real, np.float64))
-    q, e = np.frexp(real)
-    q_fixed = round_half_away(q * float(1 << 31))
-    over = q_fixed == float(1 << 31)
-    q_fixed = np.where(over, q_fixed / 2, q_fixed)
-    e = np.where(over, e + 1, e)
-    tiny = e < -31
-    q_fixed = np.where(tiny, 0, q_fixed)
-    e = np.where(tiny, 0, e)
-    return q_fixed.astype(np.int64), e.astype(np.int64)
-
-
 def requantize(acc: np.ndarray, multiplier, shift) -> np.ndarray:
     """TFLite MultiplyByQuantizedMultiplier on int64 arrays holding int32 values, with per-channel
     (last axis) or single multiplier/shift arrays (the shared implementation in common)."""
@@ -207,10 +197,9 @@ def filter_scales(flt, n_channels: int) -> np.ndarray:
 
 
 def output_multipliers(inp, flt, out, n_channels: int):
-    """Per-output-channel (or single) fixed-point multipliers for a quantized convolution."""
-    product = np.float32(inp.scale) * filter_scales(flt, n_channels)  # float32 product, as in C
-    real = product.astype(np.float64) / float(np.float32(out.scale))
-    return quantize_multipliers(real)
+    """Per-output-channel (or single) fixed-point multipliers for a quantized convolution
+    (the multiplier derivation of :func:`.requantization.product_multipliers`)."""
+    return product_multipliers(inp.scale, filter_scales(flt, n_channels), out.scale)
 
 
 def check_quant_conv(name: str, inp, flt, bias, out, channel_dim: int, n_channels: int) -> None:

@@ -10,9 +10,9 @@ import numpy as np
 
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from .common import broadcast_shape, check_fuse_code
-from .convolution import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype, prepare_quant,
-                          quant_fast_ok, quant_magnitudes, quantize_multipliers, requant_block, requant_params,
-                          requantize, wrap_int32)
+from .convolution import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype, output_multipliers,
+                          prepare_quant, quant_fast_ok, quant_magnitudes, requant_block, requant_params, requantize)
+from .requantization import product_multipliers, wrap_int32
 
 F32, F16, Q8, S8, I32, BOOL, TI32 = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
                                     T.TENSOR_QUANT8_ASYMM_SIGNED, T.INT32, T.BOOL, T.TENSOR_INT32)
@@ -71,8 +71,7 @@ class FullyConnected(Operation):
                     w -= wts.zero_point
                 return np.ascontiguousarray(w.T)
             acc = x @ call.derived(("corrected_weights", np.dtype(dtype).str), (1,), corrected_weights)
-            real = float(np.float32(inp.scale) * np.float32(wts.scale)) / float(np.float32(out.scale))
-            mult, shift = quantize_multipliers(real)
+            mult, shift = output_multipliers(inp, wts, out, num_units)
             return [finish_quant(acc, bias.value, mult, shift, out, fuse, bound)]
         # float64 for small problems (free there); large weight matrices stay in float32, as
         # converting them would cost more than the product (NNAPI's CPU path sums in float32 too).
@@ -139,8 +138,7 @@ class BatchMatmul(Operation):
             x = a.astype(np.float64) - lhs.zero_point
             y = b.astype(np.float64) - rhs.zero_point
             acc = wrap_int32(np.matmul(x, y).astype(np.int64))
-            real = float(np.float32(lhs.scale) * np.float32(rhs.scale)) / float(np.float32(out.scale))
-            mult, shift = quantize_multipliers(real)
+            mult, shift = product_multipliers(lhs.scale, rhs.scale, out.scale)
             q = requantize(acc, mult, shift) + out.zero_point
             return [np.clip(q, -128, 127).astype(np.int8)]
         if lhs.type == TI32:

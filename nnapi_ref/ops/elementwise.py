@@ -6,7 +6,9 @@ Quantized arithmetic follows NNAPI's CPU implementation exactly:
 * ADD and SUB offset the inputs by their zero points, shift them left by 20 bits, rescale both to
   twice the larger input scale in 32-bit fixed point (SUB negates the second multiplier), add,
   requantize to the output scale and clamp by the activation.
-* MUL multiplies the zero-point-offset inputs and requantizes by ``s1 * s2 / s_out``.
+* MUL multiplies the zero-point-offset inputs and requantizes by ``s1 * s2 / s_out``, the product
+  ``s1 * s2`` formed as the requantization convention says (AOSP's Broadcast.cpp: in float32;
+  TFLite's mul.cc: in double; see :mod:`.requantization`).
 * MAXIMUM and MINIMUM requantize each input to the output's scale and zero point first
   (``round(real / s_out) + zp_out`` in double precision, halves away from zero, saturated), then
   compare the quantized values.
@@ -23,8 +25,9 @@ import functools
 import numpy as np
 
 from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register, signatures
-from .common import (QUANT_RANGE, BroadcastBinary, apply_activation, broadcast_shape, check_fuse_code,
-                     multiply_by_quantized_multiplier, quantize_multiplier, round_half_away)
+from .common import QUANT_RANGE, BroadcastBinary, apply_activation, broadcast_shape, check_fuse_code, round_half_away
+from . import requantization
+from .requantization import multiply_by_quantized_multiplier, product_multipliers, quantize_multiplier
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 F32 = np.float32
@@ -101,7 +104,8 @@ class _BinaryWithActivation(Operation):
         """The quantized result looked up in a table of all 256 x 256 pairs of input values,
         built with :meth:`quantized` (so identical by construction)."""
         table = _pair_table(self, a.type, float(a.scale), int(a.zero_point), b.type, float(b.scale),
-                            int(b.zero_point), out.type, float(out.scale), int(out.zero_point), int(fuse))
+                            int(b.zero_point), out.type, float(out.scale), int(out.zero_point), int(fuse),
+                            requantization.convention())
         x, y = a.value, b.value
         if x.dtype == np.int8:
             x, y = x.view(np.uint8), y.view(np.uint8)
@@ -119,9 +123,10 @@ PAIR_TABLE_MIN_SIZE = 4096
 
 
 @functools.lru_cache(maxsize=64)
-def _pair_table(op, a_type, a_scale, a_zp, b_type, b_scale, b_zp, out_type, out_scale, out_zp, fuse):
-    """op's quantized result for every pair of 8-bit input values, indexed by
-    (byte(a) << 8) | byte(b) (int8 values as their two's complement bytes)."""
+def _pair_table(op, a_type, a_scale, a_zp, b_type, b_scale, b_zp, out_type, out_scale, out_zp, fuse, convention):
+    """op's quantized result under the requantization ``convention`` for every pair of 8-bit
+    input values, indexed by (byte(a) << 8) | byte(b) (int8 values as their two's complement
+    bytes)."""
     dtype = np.int8 if a_type == T.TENSOR_QUANT8_ASYMM_SIGNED else np.uint8
     values = np.arange(256, dtype=np.uint8).view(dtype)
     grid_a = np.repeat(values, 256).reshape(256, 256)
@@ -129,7 +134,8 @@ def _pair_table(op, a_type, a_scale, a_zp, b_type, b_scale, b_zp, out_type, out_
     a = Arg(a_type, grid_a.shape, a_scale, a_zp, None, grid_a)
     b = Arg(b_type, grid_b.shape, b_scale, b_zp, None, grid_b)
     out = Arg(out_type, grid_a.shape, out_scale, out_zp)
-    return apply_activation(op.quantized(a, b, out), fuse, out).reshape(-1)
+    with requantization.using(convention):
+        return apply_activation(op.quantized(a, b, out), fuse, out).reshape(-1)
 
 
 def add_sub_quantized(a, b, out, sign: int) -> np.ndarray:
@@ -177,8 +183,7 @@ class Mul(_BinaryWithActivation):
         return x * y
 
     def quantized(self, a, b, out):
-        product_scale = float(np.float32(a.scale) * np.float32(b.scale))
-        m, s = quantize_multiplier(product_scale / float(np.float32(out.scale)))
+        m, s = (int(v[0]) for v in product_multipliers(a.scale, b.scale, out.scale))
         prod = (a.value.astype(np.int64) - a.zero_point) * (b.value.astype(np.int64) - b.zero_point)
         return multiply_by_quantized_multiplier(prod, m, s) + out.zero_point
 

@@ -21,7 +21,8 @@ import numpy as np
 
 from . import fixedpoint as fp
 from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import normalize_axis, quantize_multiplier
+from .common import normalize_axis
+from .requantization import quantize_multiplier
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 Q8_RANGE = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127)}

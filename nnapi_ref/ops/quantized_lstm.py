@@ -15,10 +15,11 @@ import math
 import numpy as np
 
 from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import multiply_by_quantized_multiplier as mbqm
-from .common import quantize_multiplier, wrap
-from .common import rounding_divide_by_pot as rdbpot
-from .common import saturating_rounding_doubling_high_mul as srdhm  # (a, b, bits)
+from .common import wrap
+from .requantization import multiply_by_quantized_multiplier as mbqm
+from .requantization import quantize_multiplier
+from .requantization import rounding_divide_by_pot as rdbpot
+from .requantization import saturating_rounding_doubling_high_mul as srdhm  # (a, b, bits)
 from .fixedpoint import rounding_half_sum
 from .rnn import check_rank, check_shape, present
 

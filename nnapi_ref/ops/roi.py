@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register
-from .common import QUANT_RANGE, multiply_by_quantized_multiplier, quantize_multiplier
+from .common import QUANT_RANGE
+from .requantization import multiply_by_quantized_multiplier, quantize_multiplier
 from ..types import DTYPES
 
 _F32 = np.float32

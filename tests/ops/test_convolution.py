@@ -3,7 +3,7 @@
 Expected values come from hand-worked cases, properties (a one-hot kernel shifts, a 1x1
 convolution is a matmul, NCHW is NHWC transposed), scipy.signal.correlate, and a naive
 explicit-loop convolution written here (float64, or exact integers requantized with the shared
-scalar fixed-point helpers of nnapi_ref.ops.common).
+scalar fixed-point helpers of nnapi_ref.ops.requantization).
 """
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.ops.common import multiply_by_quantized_multiplier, quantize_multiplier
+from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, quantize_multiplier
+from nnapi_ref.ops import requantization
 from nnapi_ref.testing import compile_operation, execute_operation, omitted, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
 
@@ -522,7 +523,7 @@ def test_finish_quant_fast_paths_are_exact(case, signed, zp, scale, real, n_ch, 
     rng = np.random.default_rng(case)
     out = Arg(T.TENSOR_QUANT8_ASYMM_SIGNED if signed else T.TENSOR_QUANT8_ASYMM, (1,), scale, zp)
     reals = real * rng.uniform(0.5, 1.5, n_ch) if per_channel else np.array([real])
-    mult, shift = conv.quantize_multipliers(reals)
+    mult, shift = requantization.quantize_multipliers(reals)
     bias = rng.integers(-3000, 3000, n_ch).astype(np.int32)
     bound = 2 ** 23
     acc = rng.integers(-bound, bound, (5000, n_ch)).astype(np.float32)
@@ -552,7 +553,7 @@ def test_finish_quant_with_real_model_scales(case, signed, relu, big_bias):
     out = Arg(S8 if signed else Q8, (1,), 0.05, zp)
     fuse = 1 if relu else 0
     reals = np.exp(rng.uniform(np.log(1e-7), np.log(0.05), n_ch))
-    mult, shift = conv.quantize_multipliers(reals)
+    mult, shift = requantization.quantize_multipliers(reals)
     bias = rng.integers(-2 ** 30, 2 ** 30, n_ch) if big_bias else rng.integers(-10 ** 5, 10 ** 5, n_ch)
     bound = 2 ** 22
     acc = rng.integers(-bound, bound + 1, (6000, n_ch))
@@ -581,7 +582,7 @@ def test_affine_requantization_without_a_right_shift(signed):
     from nnapi_ref.ops.base import Arg
     rng = np.random.default_rng(9)
     reals = np.array([0.72, 0.5, 0.99, 0.3, 1.3, 0.06])
-    mult, shift = conv.quantize_multipliers(reals)
+    mult, shift = requantization.quantize_multipliers(reals)
     assert list(shift[:3]) == [0, 0, 0] and shift[4] > 0
     lo = -128 if signed else 0
     out = Arg(S8 if signed else Q8, (1,), 0.05, lo)

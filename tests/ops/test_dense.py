@@ -1,14 +1,14 @@
 """FULLY_CONNECTED, BATCH_MATMUL.
 
 Expected values: hand-computed cases, float64 numpy matmuls, and exact integer products
-requantized with the shared scalar fixed-point helpers of nnapi_ref.ops.common.
+requantized with the shared scalar fixed-point helpers of nnapi_ref.ops.requantization.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from nnapi_ref.ops.common import multiply_by_quantized_multiplier, quantize_multiplier
+from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, quantize_multiplier
 from nnapi_ref.testing import compile_operation, execute_operation, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 

@@ -1,0 +1,184 @@
+"""Requantization: the fixed-point arithmetic every quantized operation ends with, in one place.
+
+A quantized operation computes an exact int32 accumulator ``acc`` and must output
+``round(acc * M) + zero_point``, clamped, where the real multiplier ``M`` is a ratio of scales
+(``input_scale * filter_scale / output_scale`` for a convolution). NNAPI's CPU implementation
+(AOSP ``common/cpu_operations``, on TFLite's kernels) does this in three steps, each here once:
+
+1. **Multiplier derivation** (:func:`scale_product`, :func:`product_multipliers`): which scales
+   are multiplied in which precision. This is the one place where AOSP and TFLite differ, and
+   the one place the *convention* selects (see below).
+2. **Q31 multiplier and shift** (:func:`quantize_multiplier`, :func:`quantize_multipliers`):
+   ``M = multiplier * 2**(shift - 31)`` with ``multiplier`` in [2**30, 2**31) (``frexp``, the
+   mantissa rounded half away from zero; a mantissa rounding up to 2**31 halves and bumps the
+   shift; ``shift < -31`` flushes to 0). AOSP's ``QuantizeMultiplier`` (OperationsUtils.cpp) and
+   TFLite's (quantization_util.cc) are the same function.
+3. **Fixed-point multiplication** (:func:`multiply_by_quantized_multiplier`): for ``shift > 0``
+   the accumulator is shifted left first (in int32, wrapping as C does), then
+   ``SaturatingRoundingDoublingHighMul`` (:func:`saturating_rounding_doubling_high_mul`:
+   ``round(a * b / 2**31)``, halves up, ``MIN * MIN`` saturating) and, for ``shift < 0``,
+   ``RoundingDivideByPOT`` (:func:`rounding_divide_by_pot`: halves away from zero). That is two
+   roundings: gemmlowp's, which both AOSP and TFLite's reference kernels use (TFLite's
+   single-rounding variant, ``TFLITE_SINGLE_ROUNDING``, is a build option neither uses). The
+   caller adds the zero point and saturates to the output type (and the fused activation's range,
+   :func:`nnapi_ref.ops.common.activation_range_quant`).
+
+Conventions
+-----------
+``"nnapi"`` (the default) is AOSP's CPU implementation. Its ``GetQuantizedConvolutionMultipler``
+(common/OperationsUtils.cpp) computes ``inputShape.scale * filterShape.scale`` on two ``float``s,
+so the product is rounded to float32 before it is widened to double and divided by the output
+scale; per-channel filters go through the same function with each channel's scale (Conv2D.cpp,
+DepthwiseConv2D.cpp), and MUL (Broadcast.cpp) forms ``shape1.scale * shape2.scale`` the same way.
+``"tflite"`` is TensorFlow Lite's: ``GetQuantizedConvolutionMultipler`` /
+``PopulateConvolutionQuantizationParams`` (kernels/kernel_util.cc) and MUL's Prepare (mul.cc)
+widen each scale to double first. The two products differ in the last bits of float32's 24-bit
+mantissa, which moves the Q31 multiplier by up to ~2**7 units and flips an output by one step
+where ``acc * M`` lies within ~1e-7 relative of a rounding point (MobileNets: a few elements per
+million). Nothing else in the requantization differs. The convention is chosen per execution
+(:func:`using`, set by the reference driver from its ``convention`` option).
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+
+import numpy as np
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+CONVENTIONS = ("nnapi", "tflite")
+_CONVENTION = contextvars.ContextVar("nnapi_ref_requantization_convention", default="nnapi")
+
+
+@contextlib.contextmanager
+def using(convention: str):
+    """Run the enclosed operations with the ``convention`` ("nnapi" or "tflite")."""
+    if convention not in CONVENTIONS:
+        raise ValueError(f"unknown requantization convention {convention!r}; expected one of {CONVENTIONS}")
+    token = _CONVENTION.set(convention)
+    try:
+        yield
+    finally:
+        _CONVENTION.reset(token)
+
+
+def convention() -> str:
+    """The convention of the operations running now."""
+    return _CONVENTION.get()
+
+
+# ---- 1. multiplier derivation ------------------------------------------------------------------
+
+def scale_product(a_scale: float, b_scales) -> np.ndarray:
+    """``a_scale * b_scales`` (b per channel, or one) as float64, formed as the convention does:
+    in float32 then widened (AOSP, "nnapi") or in double (TFLite, "tflite")."""
+    if convention() == "tflite":
+        return float(np.float32(a_scale)) * np.asarray(b_scales, np.float32).astype(np.float64)
+    return (np.float32(a_scale) * np.asarray(b_scales, np.float32)).astype(np.float64)
+
+
+def product_multipliers(a_scale: float, b_scales, out_scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """(multiplier, shift) arrays for ``a_scale * b_scales / out_scale``: the convolutions'
+    (input and filter scales, per output channel), FULLY_CONNECTED's, BATCH_MATMUL's and MUL's
+    requantization. The division is in double under both conventions."""
+    return quantize_multipliers(scale_product(a_scale, b_scales) / float(np.float32(out_scale)))
+
+
+# ---- 2. Q31 multiplier and shift ---------------------------------------------------------------
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """QuantizeMultiplier: ``real ~= multiplier * 2**(shift - 31)``, multiplier in
+    [2**30, 2**31). Returns (multiplier, shift); shift > 0 is a left shift."""
+    if real == 0.0:
+        return 0, 0
+    q, shift = math.frexp(real)
+    q_fixed = int(math.copysign(math.floor(abs(q) * (1 << 31) + 0.5), q))  # std::round: halves away from 0
+    if q_fixed == (1 << 31):
+        q_fixed //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return q_fixed, shift
+
+
+def quantize_multipliers(real) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`quantize_multiplier` over an array of reals: (multiplier, shift) int64 arrays (at
+    least 1-D)."""
+    real = np.atleast_1d(np.asarray(real, np.float64))
+    q, e = np.frexp(real)
+    q_fixed = np.sign(q) * np.floor(np.abs(q) * float(1 << 31) + 0.5)  # exact in float64
+    over = q_fixed == float(1 << 31)
+    q_fixed = np.where(over, q_fixed / 2, q_fixed)
+    e = np.where(over, e + 1, e)
+    tiny = e < -31
+    return np.where(tiny, 0, q_fixed).astype(np.int64), np.where(tiny, 0, e).astype(np.int64)
+
+
+# ---- 3. fixed-point multiplication ---------------------------------------------------------------
+
+def wrap_int32(x) -> np.ndarray:
+    """Wrap int64 values as the C implementation's int32 arithmetic would."""
+    return np.asarray(x, np.int64).astype(np.int32).astype(np.int64)
+
+
+def saturating_rounding_doubling_high_mul(a, b, bits: int = 32) -> np.ndarray:
+    """gemmlowp's SaturatingRoundingDoublingHighMul (ARM VQRDMULH) on int64 arrays holding
+    ``bits``-bit values (int32 by default, int16 for 16-bit fixed point); ``a`` and ``b``
+    broadcast. round(a * b / 2**(bits-1)) with halves rounded up, and MIN * MIN saturating to MAX.
+
+    gemmlowp adds a nudge of 2**(bits-2) (or 1 - 2**(bits-2) when a*b < 0) and divides with C's
+    truncation toward zero; for every sign that equals floor((a*b + 2**(bits-2)) / 2**(bits-1)),
+    an arithmetic right shift."""
+    a = np.asarray(a, np.int64)
+    b = np.asarray(b, np.int64)
+    high = np.asarray(a * b)  # a fresh array; |a*b| <= 2**62: no int64 overflow
+    high += np.int64(1 << (bits - 2))
+    high >>= bits - 1
+    lo = -(1 << (bits - 1))
+    if np.any(b == lo):
+        high = np.where((a == lo) & (b == lo), np.int64(-lo - 1), high)
+    return high
+
+
+def rounding_divide_by_pot(x, exponent) -> np.ndarray:
+    """gemmlowp's RoundingDivideByPOT: x / 2**exponent rounded to nearest, halves away from zero;
+    ``exponent`` (0..62) may be an array broadcasting with ``x`` (per channel, say).
+
+    gemmlowp adds 1 when the remainder exceeds half the divisor (half plus one for negative x);
+    that is floor((x + 2**(exponent-1) - [x < 0]) / 2**exponent) for exponent > 0."""
+    x = np.asarray(x, np.int64)
+    exponent = np.asarray(exponent, np.int64)
+    if exponent.ndim == 0:
+        e = int(exponent)
+        if e == 0:
+            return x
+        r = np.asarray(x >> 63)  # -1 where x < 0
+        r += x
+        r += np.int64(1 << (e - 1))
+        r >>= e
+        return r
+    half = (np.int64(1) << exponent) >> 1  # 0 where exponent == 0
+    r = np.where(exponent > 0, x >> 63, np.int64(0)) + x
+    r += half
+    r >>= exponent
+    return r
+
+
+def multiply_by_quantized_multiplier(x, multiplier, shift) -> np.ndarray:
+    """MultiplyByQuantizedMultiplier: round(x * multiplier * 2**(shift-31)) in int32 fixed point,
+    i.e. RoundingDivideByPOT(SRDHM(x << max(shift, 0), multiplier), max(-shift, 0)), the left
+    shift wrapping around in int32 as the C code does. ``x`` holds int32 values; ``multiplier``
+    and ``shift`` may be arrays broadcasting with it (per channel, say)."""
+    x = np.asarray(x, np.int64)
+    multiplier = np.asarray(multiplier, np.int64)
+    shift = np.asarray(shift, np.int64)
+    if shift.ndim == 0:
+        s = int(shift)
+        if s > 0:
+            x = wrap_int32(x << s)
+        return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x, multiplier), max(-s, 0))
+    if np.any(shift > 0):
+        x = wrap_int32(x << np.maximum(shift, 0))
+    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x, multiplier), np.maximum(-shift, 0))
