@@ -138,8 +138,10 @@ def diverge(path, driver: str = "reference", inputs: list[np.ndarray] | None = N
     return diffs
 
 
-def report(diffs: list[Difference], out=sys.stdout) -> int:
-    """Print the differing outputs, the first one, and the closing count; the total count."""
+def report(diffs: list[Difference], out=None) -> int:
+    """Print the differing outputs, the first one, and the closing count (to ``out``, default
+    stdout); return the total count."""
+    out = out or sys.stdout
     differing = [d for d in diffs if d.elements]
     for d in differing:
         print(d.describe(), file=out)
@@ -161,9 +163,8 @@ def main(argv=None) -> int:
     if args.driver and args.convention:
         parser.error("--convention applies to the reference driver; give --driver or --convention, not both")
     driver = args.driver or reference_driver_string(args.convention or "nnapi")
-    diffs = diverge(args.model, driver, inputs_file=args.inputs)
-    print(f"{args.model.name} on {driver} against TFLite's reference kernels:")
-    return 1 if report(diffs) else 0
+    print(f"{args.model.name} on {driver} against TFLite's reference kernels:", flush=True)
+    return 1 if report(diverge(args.model, driver, inputs_file=args.inputs)) else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,113 @@
+"""nnapi_ref.ops.requantization at its edges, with expected values worked out by hand (each case
+says how), never by the code under test; and FULLY_CONNECTED's requantization through the
+runtime, at an exact half where gemmlowp's two roundings and a single rounding part ways.
+
+Notation: SRDHM(a, b) = floor((a*b + 2**30) / 2**31), except MIN*MIN -> MAX (gemmlowp's nudge
+then truncation); RDBP(x, e) = x / 2**e rounded half away from zero.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nnapi_ref.ops import requantization as rq
+from nnapi_ref.testing import output, run_operation, scalar, tensor
+from nnapi_ref.types import OperandCode as T, OperationCode as Op
+
+MAX, MIN = 2**31 - 1, -2**31
+
+
+@pytest.mark.parametrize("real, expected", [
+    (0.0, (0, 0)),
+    (0.5, (2**30, 0)),                     # 0.5 = 0.5 * 2**0
+    (1.0, (2**30, 1)),                     # 1 = 0.5 * 2**1
+    (0.75, (3 * 2**29, 0)),                # 0.75 * 2**31 = 3 * 2**29
+    (0.5 - 2**-40, (2**30, 0)),            # just below 2**-1: mantissa (1 - 2**-39) * 2**31 rounds to 2**31 -> halved, shift + 1
+    (0.5 + 2**-40, (2**30, 0)),            # just above: 2**30 + 2**-9 rounds down to 2**30
+    (0.5 * (1 + 2**-31), (2**30 + 1, 0)),  # 2**30 + 0.5: std::round takes the half away from zero
+    (1.0 - 2**-33, (2**30, 1)),            # just below 1: (1 - 2**-33) * 2**31 = 2**31 - 2**-2 rounds up to 2**31
+    (2.0**-31, (2**30, -30)),              # 0.5 * 2**-30
+    (2.0**-32, (2**30, -31)),              # shift -31: the smallest kept
+    (2.0**-33, (0, 0)),                    # shift -32 < -31: flushed to zero
+])
+def test_quantize_multiplier_edges(real, expected):
+    assert rq.quantize_multiplier(real) == expected
+    m, s = rq.quantize_multipliers([real])
+    assert (int(m[0]), int(s[0])) == expected
+
+
+@pytest.mark.parametrize("x, multiplier, shift, expected", [
+    (1000, 2**30, 1, 1000),          # x << 1 = 2000, SRDHM(2000, 2**30) = 1000 exactly
+    (3, 2**30, 0, 2),                # 1.5: SRDHM rounds the half up
+    (-3, 2**30, 0, -1),              # -1.5: SRDHM rounds the half up too (toward +inf), not away
+    (-1, 2**30, 0, 0),               # -0.5 -> 0
+    (-3, 2**30, -1, -1),             # SRDHM = -1 (-1.5 up), RDBP(-1, 1) = -1 (-0.5 away from zero)
+    (-2, 2**30, -1, -1),             # SRDHM = -1 (exact), RDBP(-1, 1) = -1: the exact half -0.5 goes away from zero
+    (2, 2**30, -1, 1),               # SRDHM = 1, RDBP(1, 1) = 1 (0.5 away from zero)
+    (-6, 2**30, -2, -1),             # SRDHM = -3, RDBP(-3, 2) = round(-0.75) = -1
+    (-5, 2**31 - 1, -1, -3),         # SRDHM(-5, MAX) = floor((-5*2**31 + 5 + 2**30) / 2**31) = -5; RDBP(-5, 1) = -3
+    (MAX, MAX, 0, MAX - 1),          # (2**62 - 2**32 + 1 + 2**30) / 2**31 = 2**31 - 2 + 0.5 + 2**-31 -> 2**31 - 2
+    (MAX, 2**30, -31, 1),            # SRDHM = 2**30, RDBP(2**30, 31) = round(0.5) = 1 (one rounding would give 0)
+    (-MAX, 2**30, -31, 0),           # SRDHM = floor((-2**61 + 2**30 + 2**30) / 2**31) = -2**30 + 1; RDBP -> 0
+    (MIN, 2**30, -31, -1),           # SRDHM = -2**30 exactly; RDBP(-2**30, 31) = -0.5 away from zero = -1
+    (2**30, 2**30, 1, -2**30),       # 2**30 << 1 wraps to MIN in int32 (as C does); SRDHM(MIN, 2**30) = -2**30
+    (MIN, MIN, 0, MAX),              # SRDHM's one saturation: MIN * MIN
+])
+def test_multiply_by_quantized_multiplier_edges(x, multiplier, shift, expected):
+    assert int(rq.multiply_by_quantized_multiplier(x, multiplier, shift)) == expected
+    per_channel = rq.multiply_by_quantized_multiplier(np.array([[x, 0]]), np.array([multiplier, 2**30]),
+                                                     np.array([shift, 0]))
+    assert per_channel.tolist() == [[expected, 0]]
+
+
+@pytest.mark.parametrize("x, exponent, expected", [
+    (5, 1, 3), (-5, 1, -3),          # +-2.5 away from zero
+    (4, 3, 1), (-4, 3, -1),          # +-0.5 away from zero
+    (3, 3, 0), (-3, 3, 0),           # +-0.375
+    (7, 0, 7),
+    (MAX, 31, 1), (MIN, 31, -1),     # (2**31 - 1) / 2**31 = 0.99999... -> 1; MIN / 2**31 = -1 exactly
+])
+def test_rounding_divide_by_pot_edges(x, exponent, expected):
+    assert int(rq.rounding_divide_by_pot(x, exponent)) == expected
+
+
+def test_conventions_differ_only_in_the_scale_product():
+    """0.05 * 0.01 is 5.0000002e-4 in float32 (AOSP) but 5.000000237e-4 from the doubles of the
+    two float32 scales (TFLite): Python's float arithmetic (double) gives the TFLite value
+    independently, numpy's float32 product the AOSP one."""
+    a, b, out = 0.05, 0.01, 0.08
+    f32 = np.float32
+    nnapi_real = float(f32(a) * f32(b)) / float(f32(out))
+    tflite_real = float(f32(a)) * float(f32(b)) / float(f32(out))
+    assert nnapi_real != tflite_real
+    with rq.using("nnapi"):
+        m_nnapi = rq.product_multipliers(a, [b], out)
+    with rq.using("tflite"):
+        m_tflite = rq.product_multipliers(a, [b], out)
+    assert (int(m_nnapi[0][0]), int(m_nnapi[1][0])) == rq.quantize_multiplier(nnapi_real)
+    assert (int(m_tflite[0][0]), int(m_tflite[1][0])) == rq.quantize_multiplier(tflite_real)
+    assert int(m_nnapi[0][0]) != int(m_tflite[0][0])
+    assert rq.convention() == "nnapi"
+    with pytest.raises(ValueError):
+        with rq.using("gemmlowp"):
+            pass
+
+
+@pytest.mark.parametrize("x, bias, expected", [(129, 0, 101), (127, 0, 99), (131, 0, 101), (128, 0, 100),
+                                                (255, 1000, 255)])
+def test_fully_connected_rounds_as_aosp_at_exact_halves(x, bias, expected):
+    """FULLY_CONNECTED quant8, input scale 0.5, weight scale 0.75, output scale 1, zero points
+    128, 128 and 100, one weight of value 1 (so acc = x - 128 + bias): M = 0.375 = 0.75 * 2**-1,
+    multiplier 3 * 2**29 with a right shift of 1. AOSP's FullyConnected (gemmlowp's output
+    stage) and TFLite's kernel round twice, SRDHM then RDBP:
+    acc = 1: SRDHM = round(0.75) = 1, RDBP(1, 1) = 1 (one rounding of 0.375 would give 0) -> 101;
+    acc = -1: SRDHM = floor(-0.25) = -1, RDBP(-1, 1) = -1 (once: 0) -> 99;
+    acc = 3: 1.125, SRDHM = round(2.25) = 2, RDBP(2, 1) = 1 -> 101; acc = 0 -> 100;
+    acc = 127 + 1000: 0.375 * 1127 = 422.6, 100 + 423 saturates at 255."""
+    out = run_operation(Op.FULLY_CONNECTED,
+                        [tensor(T.TENSOR_QUANT8_ASYMM, [[x]], scale=0.5, zero_point=128),
+                         tensor(T.TENSOR_QUANT8_ASYMM, [[129]], scale=0.75, zero_point=128, as_input=False),
+                         tensor(T.TENSOR_INT32, [bias], scale=0.375, as_input=False),
+                         scalar(T.INT32, 0)],
+                        [output(T.TENSOR_QUANT8_ASYMM, [1, 1], 1.0, 100)])
+    assert int(np.asarray(out[0]).reshape(-1)[0]) == expected
