@@ -397,10 +397,9 @@ class Connection:
             region, offset = found
             staging.regions.append(region)
             return region.id, offset, array.nbytes
-        shared = self.arena.take(array.nbytes)
-        region, _ = shm.find(shared)
+        shared, region = borrowed = self.arena.take(array.nbytes)
         staging.regions.append(region)
-        staging.borrowed.append(shared)
+        staging.borrowed.append(borrowed)
         if copy_in:
             shared[:array.nbytes] = array
         if copy_back and array.flags.writeable:
@@ -410,8 +409,8 @@ class Connection:
     def unstage(self, staging: _Staging) -> None:
         for array, shared in staging.copy_back:
             array[...] = shared[:array.nbytes]
-        for shared in staging.borrowed:
-            self.arena.give_back(shared)
+        for borrowed in staging.borrowed:
+            self.arena.give_back(borrowed)
 
 
 def _finish_async(execution: _AsyncExecution, status, shapes, timing, message) -> None:

@@ -136,23 +136,24 @@ def remove_stale_files() -> None:
 
 class StagingArena:
     """Reusable shared memory for data that does not already live in shared memory (POINTER
-    arguments, pools over plain arrays). An array goes back to the arena after the call."""
+    arguments, pools over plain arrays): (array, region) pairs, back to the arena after the call."""
 
     def __init__(self):
-        self._free: list[np.ndarray] = []
+        self._free: list[tuple[np.ndarray, Region]] = []
         self._lock = threading.Lock()
 
-    def take(self, size: int) -> np.ndarray:
+    def take(self, size: int) -> tuple[np.ndarray, Region]:
         with self._lock:
             best = None
-            for i, array in enumerate(self._free):
-                if array.nbytes >= size and (best is None or array.nbytes < self._free[best].nbytes):
+            for i, (array, _) in enumerate(self._free):
+                if array.nbytes >= size and (best is None or array.nbytes < self._free[best][0].nbytes):
                     best = i
-            if best is not None and self._free[best].nbytes <= max(4 * size, 1 << 16):
+            if best is not None and self._free[best][0].nbytes <= max(4 * size, 1 << 16):
                 return self._free.pop(best)
-        return allocate(max(size, 4096))
+        array = allocate(max(size, 4096))
+        return array, find(array)[0]
 
-    def give_back(self, array: np.ndarray) -> None:
+    def give_back(self, borrowed: tuple[np.ndarray, Region]) -> None:
         with self._lock:
             if len(self._free) < 16:
-                self._free.append(array)
+                self._free.append(borrowed)
