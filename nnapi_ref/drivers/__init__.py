@@ -33,6 +33,9 @@ def load_driver(spec: str, isolate: bool = False) -> Device:
     if spec in ("reference", "nnapi-reference"):
         from .reference import ReferenceDevice
         return ReferenceDevice()
+    if spec == "onnxruntime":
+        from .onnxruntime import OnnxRuntimeDevice
+        return OnnxRuntimeDevice()
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: expected 'reference' or 'module.path:factory'")

@@ -1,0 +1,854 @@
+"""``onnxruntime``: a driver that runs NNAPI models on ONNX Runtime's CPU execution provider.
+
+The model a driver is given (the part of an NNAPI model the runtime assigned to it) is converted
+into an ONNX graph with ``onnx.helper`` and compiled into an ``InferenceSession``. Every NNAPI
+operation it can run has exactly one mapping, declared in :data:`MAPPINGS` with the data types it
+accepts; the supported-operations query converts each operation on its own and says yes only when
+its mapping accepts the operation's types and parameters, so anything else counts as unsupported.
+
+How NNAPI's conventions become ONNX's:
+
+* layout: ONNX convolutions, pooling, resizing and depth/space rearrangements are NCHW; NHWC
+  operands are transposed in and out around them.
+* fused activations become Relu/Clip after the operation (in the quantized domain for QLinearConv).
+* implicit padding: SAME is ``auto_pad=SAME_UPPER`` (NNAPI puts the odd padding element at the
+  end), VALID is VALID; explicit paddings are reordered to ONNX's (begins, ends).
+* quantized types: CONV_2D and DEPTHWISE_CONV_2D use ``QLinearConv`` (per-tensor or per-channel
+  weights); every other quantized operation is DequantizeLinear -> float operation ->
+  QuantizeLinear (ONNX Runtime fuses such groups into its quantized kernels where it has them).
+  Operations that only move data (RESHAPE, TRANSPOSE, ...) work on the quantized values directly.
+* dynamic shapes: unknown dimensions become symbolic ONNX dimensions; output shapes are whatever
+  ONNX Runtime computes.
+
+The rest of the interface (request validation, device memory, execution modes) is the reference
+driver's, which this driver extends; only compilation and the computation itself differ.
+``docs/conformance/onnxruntime.md`` lists where ONNX Runtime's results differ from NNAPI's.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .. import hal
+from ..errors import NnapiError
+from ..hal import ErrorStatus, HalError
+from ..ops.base import Arg, Call, ValueUnknown
+from ..ops.common import activation_range_quant
+from ..ops.convolution import parse_spatial
+from ..types import DTYPES, FuseCode, Lifetime, OperandCode as T, OperationCode as Op, PaddingCode, ResultCode
+from ..vectors import FormatError, model_from_json, model_to_json
+from ..executor import prepare_plans
+from .reference import (_PREFERENCES, _PRIORITIES, ReferenceDevice, ReferencePreparedModel, _deadline_passed,
+                        check_cache_files, hal_error)
+
+try:
+    import onnx
+    import onnxruntime
+    from onnx import helper, numpy_helper
+except ImportError as e:  # the driver reports itself unavailable (see OnnxRuntimeDevice)
+    onnx = onnxruntime = None
+    _IMPORT_ERROR = str(e)
+
+OPSET = 21
+F32, F16, I32, BOOL8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_BOOL8
+Q8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
+FLOATS = frozenset({F32, F16})
+QUANT8 = frozenset({Q8, S8})
+NUMERIC = FLOATS | QUANT8
+_CONSTANT = (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE)
+_QUANTIZED = QUANT8 | {T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL}
+
+
+class Unsupported(Exception):
+    """What a mapping raises for an operation it cannot convert (a type, a parameter)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The ONNX graph under construction
+# ---------------------------------------------------------------------------------------------
+
+class Graph:
+    """ONNX nodes and initializers for one NNAPI subgraph; operand ``k`` is the value ``t{k}``."""
+
+    def __init__(self, sg: hal.Subgraph):
+        self.sg = sg
+        self.nodes: list = []
+        self.initializers: dict[str, object] = {}
+        self._fresh = 0
+
+    @staticmethod
+    def name(k: int) -> str:
+        return f"t{k}"
+
+    def operand(self, k: int) -> hal.Operand:
+        return self.sg.operands[k]
+
+    def is_constant(self, k: int) -> bool:
+        return self.operand(k).lifetime in _CONSTANT
+
+    def omitted(self, k: int) -> bool:
+        return self.operand(k).lifetime == Lifetime.NO_VALUE
+
+    def value(self, k: int) -> np.ndarray:
+        """A constant operand's data (parameters must be constants for the conversion)."""
+        o = self.operand(k)
+        if o.lifetime not in _CONSTANT:
+            raise Unsupported(f"operand {k} is not a constant")
+        return np.asarray(o.value, DTYPES[o.type]).reshape(o.dimensions)
+
+    def scalar(self, k: int):
+        return self.value(k).item()
+
+    def call(self, op: hal.Operation) -> Call:
+        """The operation as the reference's parameter parsers read it (constants have values)."""
+        def arg(k):
+            o = self.operand(k)
+            value = self.value(k) if o.lifetime in _CONSTANT else None
+            return Arg(o.type, o.dimensions, o.scale, o.zero_point, o.channel_quant, value,
+                       omitted=o.lifetime == Lifetime.NO_VALUE)
+        return Call([arg(k) for k in op.inputs], [arg(k) for k in op.outputs])
+
+    def fresh(self) -> str:
+        self._fresh += 1
+        return f"v{self._fresh}"
+
+    def const(self, array) -> str:
+        name = self.fresh()
+        self.initializers[name] = numpy_helper.from_array(np.asarray(array), name)
+        return name
+
+    def node(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, **attrs):
+        """Add a node; return its output name (or names, for several outputs)."""
+        names = [self.fresh() for _ in range(outputs)] if isinstance(outputs, int) else outputs
+        self.nodes.append(helper.make_node(op_type, inputs, names, **attrs))
+        return names[0] if len(names) == 1 else names
+
+    def tensor(self, k: int) -> str:
+        """Operand ``k`` as stored (quantized values for quantized types)."""
+        name = self.name(k)
+        o = self.operand(k)
+        if o.lifetime in _CONSTANT and name not in self.initializers:
+            self.initializers[name] = numpy_helper.from_array(self.value(k), name)
+        return name
+
+    def transposed(self, k: int, perm: list[int]) -> str:
+        """Operand ``k`` transposed: folded now for a constant, a Transpose node otherwise."""
+        if self.is_constant(k):
+            return self.const(np.ascontiguousarray(self.value(k).transpose(perm)))
+        return self.node("Transpose", [self.tensor(k)], perm=perm)
+
+    def quant_params(self, k: int) -> tuple[str, str, dict]:
+        """Scale and zero point names (and the axis attribute) for Quantize/DequantizeLinear."""
+        o = self.operand(k)
+        if o.channel_quant is not None:
+            n = len(o.channel_quant.scales)
+            return (self.const(np.asarray(o.channel_quant.scales, np.float32)), self.const(np.zeros(n, np.int8)),
+                    {"axis": o.channel_quant.channel_dim})
+        return self.const(np.float32(o.scale)), self.const(np.asarray(o.zero_point, DTYPES[o.type])), {}
+
+    def real(self, k: int) -> str:
+        """Operand ``k`` as real numbers: dequantized (float32) if quantized, else as it is."""
+        o = self.operand(k)
+        if o.type in _QUANTIZED or (o.type == I32 and o.scale):
+            scale, zero, attrs = self.quant_params(k)
+            return self.node("DequantizeLinear", [self.tensor(k), scale, zero], **attrs)
+        return self.tensor(k)
+
+    def float_dtype(self, k: int):
+        return np.float16 if self.operand(k).type == F16 else np.float32
+
+    def store(self, k: int, value: str, fuse: int = FuseCode.NONE, raw: bool = False) -> None:
+        """Make ``value`` operand ``k``: clamp by the fused activation, quantize if ``k`` is
+        quantized (unless ``raw`` says ``value`` is already in ``k``'s representation)."""
+        o = self.operand(k)
+        if raw:
+            if fuse != FuseCode.NONE:
+                lo, hi = activation_range_quant(fuse, Arg(o.type, o.dimensions, o.scale, o.zero_point))
+                dtype = DTYPES[o.type]
+                value = self.node("Clip", [value, self.const(dtype.type(lo)), self.const(dtype.type(hi))])
+            self.node("Identity", [value], [self.name(k)])
+            return
+        value = self.activation(value, fuse, np.float32 if o.type in QUANT8 else self.float_dtype(k))
+        if o.type in QUANT8:
+            scale, zero, _ = self.quant_params(k)
+            self.node("QuantizeLinear", [value, scale, zero], [self.name(k)])
+        else:
+            self.node("Identity", [value], [self.name(k)])
+
+    def activation(self, value: str, fuse: int, dtype) -> str:
+        if fuse == FuseCode.NONE:
+            return value
+        if fuse == FuseCode.RELU:
+            return self.node("Relu", [value])
+        lo, hi = {FuseCode.RELU1: (-1.0, 1.0), FuseCode.RELU6: (0.0, 6.0)}[FuseCode(fuse)]
+        return self.node("Clip", [value, self.const(dtype(lo)), self.const(dtype(hi))])
+
+    def int64(self, k: int) -> str:
+        """An INT32 tensor operand as the int64 tensor ONNX shape inputs take."""
+        if self.is_constant(k):
+            return self.const(self.value(k).astype(np.int64).reshape(-1))
+        return self.node("Cast", [self.tensor(k)], to=onnx.TensorProto.INT64)
+
+    def rank(self, k: int) -> int:
+        dims = self.operand(k).dimensions
+        if not dims:
+            raise Unsupported(f"operand {k} has an unknown rank")
+        return len(dims)
+
+
+# ---------------------------------------------------------------------------------------------
+# The mappings: one per NNAPI operation
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Mapping:
+    """How one NNAPI operation becomes ONNX nodes, for which types of its first input."""
+
+    types: frozenset
+    emit: Callable[[Graph, hal.Operation], None]
+
+
+MAPPINGS: dict[Op, Mapping] = {}
+
+
+def maps(codes, types):
+    """Declare ``emit(graph, operation)`` the mapping of ``codes`` for first inputs of ``types``."""
+    def register(emit):
+        for code in (codes if isinstance(codes, tuple) else (codes,)):
+            assert code not in MAPPINGS, f"{code.name} mapped twice"
+            MAPPINGS[code] = Mapping(frozenset(types), emit)
+        return emit
+    return register
+
+
+def _nchw(g: Graph, name: str, nchw: bool) -> str:
+    return name if nchw else g.node("Transpose", [name], perm=[0, 3, 1, 2])
+
+
+def _nhwc(g: Graph, name: str, nchw: bool) -> str:
+    return name if nchw else g.node("Transpose", [name], perm=[0, 2, 3, 1])
+
+
+def _window(p) -> dict:
+    """ONNX's padding attributes for NNAPI's explicit paddings or implicit scheme."""
+    if p.explicit:
+        left, right, top, bottom = p.pads
+        return {"pads": [top, left, bottom, right]}
+    return {"auto_pad": "SAME_UPPER" if p.padding_code == PaddingCode.SAME else "VALID"}
+
+
+def _spatial(g: Graph, op: hal.Operation, base: int, n_extra: int, dilation: bool):
+    """The reference's parsing of NNAPI's padding, stride, layout and dilation parameters."""
+    try:
+        return parse_spatial(g.call(op), op.type.name, base, n_extra, dilation)
+    except (ValueUnknown, NnapiError) as e:
+        raise Unsupported(f"{op.type.name} parameters: {e}") from None
+
+
+@maps((Op.CONV_2D, Op.DEPTHWISE_CONV_2D), NUMERIC)
+def _conv(g, op):
+    """Conv / QLinearConv; the filter is transposed to OIHW (depthwise: one group per input
+    channel, [1, H, W, C_out] becoming [C_out, 1, H, W])."""
+    depthwise = op.type == Op.DEPTHWISE_CONV_2D
+    p = _spatial(g, op, 3, 1 if depthwise else 0, dilation=True)
+    x, w, b, out = op.inputs[0], op.inputs[1], op.inputs[2], op.outputs[0]
+    wdims = g.operand(w).dimensions
+    if len(wdims) != 4 or 0 in wdims:
+        raise Unsupported("filter dimensions unknown")
+    attrs = dict(_window(p), strides=[p.stride_h, p.stride_w], dilations=[p.dilation_h, p.dilation_w],
+                 kernel_shape=[wdims[1], wdims[2]],
+                 group=wdims[3] // int(p.extra[0]) if depthwise else 1)
+    weights = g.transposed(w, [3, 0, 1, 2] if depthwise else [0, 3, 1, 2])
+    image = _nchw(g, g.tensor(x), p.nchw)
+    if g.operand(x).type in QUANT8:
+        wq = g.operand(w)
+        if wq.channel_quant is not None:
+            scales = np.asarray(wq.channel_quant.scales, np.float32)
+            wscale, wzero = g.const(scales), g.const(np.zeros(len(scales), np.int8))
+        else:
+            wscale, wzero = g.const(np.float32(wq.scale)), g.const(np.asarray(wq.zero_point, DTYPES[wq.type]))
+        xs, xz, _ = g.quant_params(x)
+        ys, yz, _ = g.quant_params(out)
+        y = g.node("QLinearConv", [image, xs, xz, weights, wscale, wzero, ys, yz, g.tensor(b)], **attrs)
+        g.store(out, _nhwc(g, y, p.nchw), p.fuse, raw=True)
+    else:
+        y = g.node("Conv", [image, weights, g.tensor(b)], **attrs)
+        g.store(out, _nhwc(g, y, p.nchw), p.fuse)
+
+
+@maps((Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D), NUMERIC)
+def _pool(g, op):
+    """AveragePool (padding never averaged in, as NNAPI), MaxPool, and L2 as sqrt(avg(x^2))."""
+    p = _spatial(g, op, 1, 2, dilation=False)
+    attrs = dict(_window(p), strides=[p.stride_h, p.stride_w], kernel_shape=[int(p.extra[1]), int(p.extra[0])])
+    x = _nchw(g, g.real(op.inputs[0]), p.nchw)
+    if op.type == Op.L2_POOL_2D:
+        if g.operand(op.inputs[0]).type not in FLOATS:
+            raise Unsupported("L2_POOL_2D is float only")
+        y = g.node("Sqrt", [g.node("AveragePool", [g.node("Mul", [x, x])], **attrs)])
+    else:
+        y = g.node("AveragePool" if op.type == Op.AVERAGE_POOL_2D else "MaxPool", [x], **attrs)
+    g.store(op.outputs[0], _nhwc(g, y, p.nchw), p.fuse)
+
+
+@maps(Op.FULLY_CONNECTED, NUMERIC)
+def _fully_connected(g, op):
+    """Gemm of the input flattened to [batches, input_size] with the weights transposed."""
+    x, w, b = op.inputs[:3]
+    wdims = g.operand(w).dimensions
+    if len(wdims) != 2 or 0 in wdims:
+        raise Unsupported("weight dimensions unknown")
+    rows = g.node("Reshape", [g.real(x), g.const(np.array([-1, wdims[1]], np.int64))])
+    inputs = [rows, g.real(w)] + ([] if g.omitted(b) else [g.real(b)])
+    g.store(op.outputs[0], g.node("Gemm", inputs, transB=1), g.scalar(op.inputs[3]))
+
+
+_BINARY = {Op.ADD: "Add", Op.SUB: "Sub", Op.MUL: "Mul", Op.DIV: "Div"}
+
+
+@maps((Op.ADD, Op.SUB, Op.MUL), NUMERIC | {I32})
+@maps(Op.DIV, FLOATS)
+def _arithmetic(g, op):
+    a, b, fuse = op.inputs
+    g.store(op.outputs[0], g.node(_BINARY[op.type], [g.real(a), g.real(b)]), g.scalar(fuse))
+
+
+_ELEMENTWISE = {Op.MAXIMUM: "Max", Op.MINIMUM: "Min", Op.POW: "Pow", Op.PRELU: "PRelu",
+                Op.EQUAL: "Equal", Op.GREATER: "Greater", Op.GREATER_EQUAL: "GreaterOrEqual", Op.LESS: "Less",
+                Op.LESS_EQUAL: "LessOrEqual", Op.LOGICAL_AND: "And", Op.LOGICAL_OR: "Or", Op.SELECT: "Where",
+                Op.ABS: "Abs", Op.EXP: "Exp", Op.LOG: "Log", Op.SQRT: "Sqrt", Op.NEG: "Neg", Op.SIN: "Sin",
+                Op.FLOOR: "Floor", Op.LOGISTIC: "Sigmoid", Op.TANH: "Tanh", Op.RELU: "Relu",
+                Op.HARD_SWISH: "HardSwish", Op.LOGICAL_NOT: "Not"}
+
+
+@maps((Op.MAXIMUM, Op.MINIMUM), NUMERIC | {I32})
+@maps((Op.EQUAL, Op.GREATER, Op.GREATER_EQUAL, Op.LESS, Op.LESS_EQUAL), NUMERIC | {I32})
+@maps(Op.POW, FLOATS)
+@maps(Op.PRELU, NUMERIC)
+@maps((Op.LOGICAL_AND, Op.LOGICAL_OR, Op.LOGICAL_NOT), {BOOL8})
+@maps(Op.SELECT, {BOOL8})
+@maps((Op.ABS, Op.NEG), FLOATS | {I32})
+@maps((Op.EXP, Op.LOG, Op.SQRT, Op.SIN, Op.FLOOR), FLOATS)
+@maps((Op.LOGISTIC, Op.TANH, Op.RELU, Op.HARD_SWISH), NUMERIC)
+def _elementwise(g, op):
+    """One ONNX operator on the real values of every input (broadcast as NNAPI does)."""
+    g.store(op.outputs[0], g.node(_ELEMENTWISE[op.type], [g.real(k) for k in op.inputs]))
+
+
+@maps(Op.NOT_EQUAL, NUMERIC | {I32, BOOL8})
+def _not_equal(g, op):
+    g.store(op.outputs[0], g.node("Not", [g.node("Equal", [g.real(k) for k in op.inputs])]))
+
+
+@maps((Op.RELU1, Op.RELU6), NUMERIC)
+def _clamp(g, op):
+    fuse = FuseCode.RELU1 if op.type == Op.RELU1 else FuseCode.RELU6
+    g.store(op.outputs[0], g.real(op.inputs[0]), fuse)
+
+
+@maps(Op.RSQRT, FLOATS)
+def _rsqrt(g, op):
+    g.store(op.outputs[0], g.node("Reciprocal", [g.node("Sqrt", [g.real(op.inputs[0])])]))
+
+
+@maps(Op.ELU, FLOATS)
+def _elu(g, op):
+    g.store(op.outputs[0], g.node("Elu", [g.real(op.inputs[0])], alpha=float(g.scalar(op.inputs[1]))))
+
+
+@maps((Op.SOFTMAX, Op.LOG_SOFTMAX), NUMERIC)
+def _softmax(g, op):
+    """exp(beta * x) normalized along the axis (last by default): Softmax of beta * x."""
+    x, beta = op.inputs[0], op.inputs[1]
+    axis = g.scalar(op.inputs[2]) if len(op.inputs) > 2 else -1
+    if op.type == Op.LOG_SOFTMAX and g.operand(x).type not in FLOATS:
+        raise Unsupported("LOG_SOFTMAX is float only")
+    dtype = np.float32 if g.operand(x).type in QUANT8 else g.float_dtype(x)
+    scaled = g.node("Mul", [g.real(x), g.const(dtype(g.scalar(beta)))])
+    g.store(op.outputs[0], g.node("Softmax" if op.type == Op.SOFTMAX else "LogSoftmax", [scaled], axis=axis))
+
+
+_REDUCE = {Op.MEAN: "ReduceMean", Op.REDUCE_SUM: "ReduceSum", Op.REDUCE_PROD: "ReduceProd",
+           Op.REDUCE_MAX: "ReduceMax", Op.REDUCE_MIN: "ReduceMin"}
+
+
+@maps((Op.MEAN, Op.REDUCE_MAX, Op.REDUCE_MIN), NUMERIC)
+@maps((Op.REDUCE_SUM, Op.REDUCE_PROD), FLOATS)
+def _reduce(g, op):
+    """Reduce over the (deduplicated) axes; reducing every axis without keep_dims gives NNAPI's
+    shape [1], not ONNX's scalar."""
+    x, axes_k, keep_k = op.inputs
+    rank = g.rank(x)
+    axes = sorted({int(a) % rank for a in g.value(axes_k).reshape(-1)})
+    keep = bool(g.scalar(keep_k))
+    if not axes:
+        raise Unsupported("no axes to reduce")
+    y = g.node(_REDUCE[op.type], [g.real(x), g.const(np.array(axes, np.int64))], keepdims=int(keep))
+    if len(axes) == rank and not keep:
+        y = g.node("Reshape", [y, g.const(np.array([1], np.int64))])
+    g.store(op.outputs[0], y)
+
+
+@maps((Op.ARGMAX, Op.ARGMIN), NUMERIC | {I32})
+def _argmax(g, op):
+    index = g.node("ArgMax" if op.type == Op.ARGMAX else "ArgMin", [g.real(op.inputs[0])],
+                   axis=g.scalar(op.inputs[1]), keepdims=0)
+    g.store(op.outputs[0], g.node("Cast", [index], to=onnx.TensorProto.INT32))
+
+
+@maps(Op.QUANTIZE, FLOATS)
+def _quantize(g, op):
+    x = g.real(op.inputs[0])
+    if g.operand(op.inputs[0]).type == F16:
+        x = g.node("Cast", [x], to=onnx.TensorProto.FLOAT)
+    g.store(op.outputs[0], x)
+
+
+@maps(Op.DEQUANTIZE, QUANT8 | {T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL})
+def _dequantize(g, op):
+    y = g.real(op.inputs[0])
+    if g.operand(op.outputs[0]).type == F16:
+        y = g.node("Cast", [y], to=onnx.TensorProto.FLOAT16)
+    g.store(op.outputs[0], y)
+
+
+ANY = NUMERIC | {I32, BOOL8}
+
+
+@maps(Op.RESHAPE, ANY)
+def _reshape(g, op):
+    g.store(op.outputs[0], g.node("Reshape", [g.tensor(op.inputs[0]), g.int64(op.inputs[1])]), raw=True)
+
+
+@maps(Op.SQUEEZE, ANY)
+def _squeeze(g, op):
+    """Squeeze the given axes, or every size-1 dimension when they are omitted or empty."""
+    axes = [] if len(op.inputs) < 2 or g.omitted(op.inputs[1]) else list(g.value(op.inputs[1]).reshape(-1))
+    inputs = [g.tensor(op.inputs[0])] + ([g.const(np.array(axes, np.int64))] if axes else [])
+    g.store(op.outputs[0], g.node("Squeeze", inputs), raw=True)
+
+
+@maps(Op.EXPAND_DIMS, ANY)
+def _expand_dims(g, op):
+    axis = g.const(np.array([g.scalar(op.inputs[1])], np.int64))
+    g.store(op.outputs[0], g.node("Unsqueeze", [g.tensor(op.inputs[0]), axis]), raw=True)
+
+
+@maps(Op.TRANSPOSE, ANY)
+def _transpose(g, op):
+    """Transpose by the permutation, or reverse the dimensions when it is omitted or empty."""
+    perm = [] if len(op.inputs) < 2 or g.omitted(op.inputs[1]) else [int(v) for v in g.value(op.inputs[1]).reshape(-1)]
+    g.store(op.outputs[0], g.node("Transpose", [g.tensor(op.inputs[0])], **({"perm": perm} if perm else {})), raw=True)
+
+
+@maps(Op.CONCATENATION, ANY)
+def _concatenation(g, op):
+    """Concat of the real values: quantized inputs may each have their own scale."""
+    *tensors, axis = op.inputs
+    g.store(op.outputs[0], g.node("Concat", [g.real(k) for k in tensors], axis=g.scalar(axis)))
+
+
+@maps(Op.SPLIT, ANY)
+def _split(g, op):
+    x, axis, count = op.inputs
+    parts = g.node("Split", [g.tensor(x)], int(g.scalar(count)), axis=g.scalar(axis),
+                   num_outputs=int(g.scalar(count)))
+    for k, part in zip(op.outputs, parts if isinstance(parts, list) else [parts]):
+        g.store(k, part, raw=True)
+
+
+@maps(Op.GATHER, ANY)
+def _gather(g, op):
+    x, axis, indices = op.inputs
+    g.store(op.outputs[0], g.node("Gather", [g.tensor(x), g.tensor(indices)], axis=g.scalar(axis)), raw=True)
+
+
+@maps((Op.PAD, Op.PAD_V2), NUMERIC | {I32})
+def _pad(g, op):
+    """Constant padding: with 0 (the zero point for quantized tensors) or PAD_V2's value, which
+    for quantized tensors is already quantized."""
+    x, paddings = op.inputs[0], op.inputs[1]
+    o = g.operand(x)
+    amounts = g.value(paddings).astype(np.int64)
+    value = g.scalar(op.inputs[2]) if op.type == Op.PAD_V2 else (o.zero_point if o.type in QUANT8 else 0)
+    pads = g.const(np.concatenate([amounts[:, 0], amounts[:, 1]]))
+    g.store(op.outputs[0], g.node("Pad", [g.tensor(x), pads, g.const(np.asarray(value, DTYPES[o.type]))]), raw=True)
+
+
+@maps(Op.SLICE, ANY)
+def _slice(g, op):
+    """Slice from ``begin`` taking ``size`` elements per axis (-1: to the end)."""
+    x, begin, size = op.inputs
+    starts = g.value(begin).astype(np.int64).reshape(-1)
+    sizes = g.value(size).astype(np.int64).reshape(-1)
+    ends = np.where(sizes < 0, np.iinfo(np.int64).max, starts + sizes)
+    g.store(op.outputs[0], g.node("Slice", [g.tensor(x), g.const(starts), g.const(ends)]), raw=True)
+
+
+@maps(Op.TILE, ANY)
+def _tile(g, op):
+    g.store(op.outputs[0], g.node("Tile", [g.tensor(op.inputs[0]), g.int64(op.inputs[1])]), raw=True)
+
+
+@maps((Op.DEPTH_TO_SPACE, Op.SPACE_TO_DEPTH), NUMERIC)
+def _depth_space(g, op):
+    """DepthToSpace in DCR order (TensorFlow's, which NNAPI follows), SpaceToDepth, in NCHW."""
+    nchw = len(op.inputs) > 2 and bool(g.scalar(op.inputs[2]))
+    kind = "DepthToSpace" if op.type == Op.DEPTH_TO_SPACE else "SpaceToDepth"
+    attrs = {"mode": "DCR"} if kind == "DepthToSpace" else {}
+    y = g.node(kind, [_nchw(g, g.real(op.inputs[0]), nchw)], blocksize=int(g.scalar(op.inputs[1])), **attrs)
+    g.store(op.outputs[0], _nhwc(g, y, nchw))
+
+
+@maps((Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR), NUMERIC)
+def _resize(g, op):
+    """Resize to explicit sizes (a scale factor gives floor(size * scale), as NNAPI); NNAPI's
+    coordinate conventions as ONNX's coordinate_transformation_mode and nearest_mode."""
+    x = op.inputs[0]
+
+    def flag(i):
+        return len(op.inputs) > i and not g.omitted(op.inputs[i]) and bool(g.scalar(op.inputs[i]))
+    nchw, align, half = flag(3), flag(4), flag(5)
+    dims = g.operand(x).dimensions
+    if len(dims) != 4:
+        raise Unsupported("input rank unknown")
+    n, c, h, w = dims if nchw else (dims[0], dims[3], dims[1], dims[2])
+    wk, hk = op.inputs[1], op.inputs[2]
+    if g.operand(wk).type == T.INT32:
+        out_w, out_h = int(g.scalar(wk)), int(g.scalar(hk))
+    elif h and w:
+        out_w, out_h = int(np.floor(np.float32(w) * np.float32(g.scalar(wk)))), \
+            int(np.floor(np.float32(h) * np.float32(g.scalar(hk))))
+    else:
+        raise Unsupported("scale factors on an image of unknown size")
+    if op.type == Op.RESIZE_BILINEAR:
+        mode = dict(mode="linear", coordinate_transformation_mode="align_corners" if align else
+                    "half_pixel" if half else "asymmetric")
+    else:
+        mode = dict(mode="nearest", coordinate_transformation_mode="align_corners" if align else
+                    "tf_half_pixel_for_nn" if half else "asymmetric",
+                    nearest_mode="round_prefer_ceil" if align else "floor")
+    image = _nchw(g, g.real(x), nchw)
+    # Full NCHW sizes (batches and channels from the input's shape): ORT 1.32's transpose
+    # optimizer mishandles Resize's ``axes`` attribute.
+    batches_channels = g.node("Slice", [g.node("Shape", [image]), g.const(np.array([0], np.int64)),
+                                        g.const(np.array([2], np.int64))])
+    sizes = g.node("Concat", [batches_channels, g.const(np.array([out_h, out_w], np.int64))], axis=0)
+    y = g.node("Resize", [image, "", "", sizes], **mode)
+    g.store(op.outputs[0], _nhwc(g, y, nchw))
+
+
+@maps(Op.L2_NORMALIZATION, NUMERIC)
+def _l2_normalization(g, op):
+    axis = g.scalar(op.inputs[1]) if len(op.inputs) > 1 else -1
+    g.store(op.outputs[0], g.node("LpNormalization", [g.real(op.inputs[0])], axis=axis, p=2))
+
+
+@maps(Op.BATCH_MATMUL, FLOATS)
+def _batch_matmul(g, op):
+    """MatMul, with either side's last two dimensions swapped when its adjoint flag is set."""
+    sides = []
+    for i in (0, 1):
+        name = g.real(op.inputs[i])
+        if len(op.inputs) > 2 + i and bool(g.scalar(op.inputs[2 + i])):
+            rank = g.rank(op.inputs[i])
+            name = g.node("Transpose", [name], perm=list(range(rank - 2)) + [rank - 1, rank - 2])
+        sides.append(name)
+    g.store(op.outputs[0], g.node("MatMul", sides))
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversion
+# ---------------------------------------------------------------------------------------------
+
+def _elem_type(code: T) -> int:
+    return helper.np_dtype_to_tensor_dtype(DTYPES[code])
+
+
+def _value_info(g: Graph, k: int, with_shape: bool):
+    o = g.operand(k)
+    shape = None
+    if with_shape:
+        shape = [] if o.type in (T.INT32, T.FLOAT32, T.FLOAT16, T.BOOL) else \
+            [d or None for d in o.dimensions] if o.dimensions else None
+    return helper.make_value_info(g.name(k), helper.make_tensor_type_proto(_elem_type(o.type), shape))
+
+
+def check_operation(sg: hal.Subgraph, op: hal.Operation) -> None:
+    """Raise Unsupported unless the operation's mapping accepts its types and parameters."""
+    mapping = MAPPINGS.get(op.type)
+    if mapping is None:
+        raise Unsupported(f"{op.type.name} has no mapping")
+    first = sg.operands[op.inputs[0]].type
+    if first not in mapping.types:
+        raise Unsupported(f"{op.type.name} on {first.name}")
+    try:
+        mapping.emit(Graph(sg), op)
+    except Unsupported:
+        raise
+    except Exception as e:  # parameters the mapping cannot read (invalid ones, say)
+        raise Unsupported(f"{op.type.name}: {type(e).__name__}: {e}") from None
+
+
+def convert(model: hal.Model) -> bytes:
+    """The ONNX model (serialized) computing ``model.main``; Unsupported if any operation is."""
+    if model.referenced:
+        raise Unsupported("control flow (IF, WHILE) is not mapped")
+    g = Graph(model.main)
+    for op in model.main.operations:
+        check_operation(model.main, op)
+        MAPPINGS[op.type].emit(g, op)
+    inputs = [_value_info(g, k, True) for k in model.main.input_indexes]
+    outputs = [_value_info(g, k, False) for k in model.main.output_indexes]
+    graph = helper.make_graph(g.nodes, "nnapi", inputs, outputs, list(g.initializers.values()))
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                                   producer_name="nnts")
+    onnx_model.ir_version = 10
+    return onnx_model.SerializeToString()
+
+
+def session(onnx_bytes: bytes, threads: int):
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = threads
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3
+    # Run DequantizeLinear -> operation -> QuantizeLinear as written (ONNX's semantics) rather
+    # than fused into ORT's quantized kernels; ORT 1.32 also fails to compile some int8 groups
+    # (MaxPool + Clip) when fusing them.
+    options.add_session_config_entry("session.disable_quant_qdq", "1")
+    return onnxruntime.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver
+# ---------------------------------------------------------------------------------------------
+
+MAGIC = b"NNTSORT1"
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+class OnnxRuntimeDevice(ReferenceDevice):
+    """NNAPI on ONNX Runtime's CPU provider; ``threads`` ONNX Runtime threads per session
+    (default 1, or ``NNTS_ORT_THREADS``)."""
+
+    def __init__(self, threads: int | None = None):
+        if onnxruntime is None:
+            raise NnapiError(ResultCode.UNAVAILABLE_DEVICE,
+                             f"driver 'onnxruntime' needs the onnxruntime and onnx packages "
+                             f"(pip install 'nnts[onnxruntime]'): {_IMPORT_ERROR}")
+        super().__init__(name="onnxruntime")
+        self.threads = threads or int(os.environ.get("NNTS_ORT_THREADS", "1"))
+        self.capabilities = None  # measured on first request
+
+    def get_version_string(self) -> str:
+        return f"onnxruntime {onnxruntime.__version__} (onnx {onnx.__version__}, opset {OPSET})"
+
+    def get_capabilities(self) -> hal.Capabilities:
+        if self.capabilities is None:
+            self.capabilities = measure_capabilities(self)
+        return self.capabilities
+
+    def get_supported_operations(self, model: hal.Model) -> list[bool]:
+        self._validated.level(model)
+        flags = []
+        for op in model.main.operations:
+            try:
+                check_operation(model.main, op)
+                flags.append(True)
+            except Unsupported:
+                flags.append(False)
+        return flags
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        if preference not in _PREFERENCES:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid execution preference {preference}")
+        if priority not in _PRIORITIES:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid priority {priority}")
+        if _deadline_passed(deadline_ns):
+            raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed")
+        level = self._validated.level(model)
+        if level > self.feature_level:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"model needs feature level {level}")
+        try:  # the operations' own checks (parameters NNAPI forbids), as the reference runs them
+            prepare_plans(model)
+        except NnapiError as e:
+            raise hal_error(e) from None
+        try:
+            onnx_bytes = convert(model)
+        except Unsupported as e:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot convert the model: {e}") from None
+        prepared = self._prepared(model, onnx_bytes)
+        if token is not None and (model_cache or data_cache):
+            self._save(model, onnx_bytes, model_cache, data_cache, token)
+        return prepared
+
+    def _prepared(self, model: hal.Model, onnx_bytes: bytes) -> "OnnxRuntimePreparedModel":
+        try:
+            return OnnxRuntimePreparedModel(self, model, session(onnx_bytes, self.threads))
+        except Exception as e:  # ONNX Runtime rejecting the graph: a failed compilation
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {type(e).__name__}: {e}") from None
+
+    # -- caching: the NNAPI model (requests are checked against it) and the converted ONNX model --
+    def _save(self, model, onnx_bytes, model_cache, data_cache, token) -> None:
+        """Best effort: wrong cache files or a failing write leave nothing saved."""
+        try:
+            check_cache_files(model_cache, 1, "model")
+            check_cache_files(data_cache, 1, "data")
+            for f, payload in ((model_cache[0], json.dumps(model_to_json(model)).encode()),
+                               (data_cache[0], onnx_bytes)):
+                f.seek(0)
+                f.truncate()
+                f.write(MAGIC + _digest(token) + _digest(payload) + payload)
+                f.flush()
+        except (HalError, OSError):
+            pass
+
+    def prepare_model_from_cache(self, deadline_ns, model_cache, data_cache, token):
+        if _deadline_passed(deadline_ns):
+            raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed")
+        check_cache_files(model_cache, 1, "model")
+        check_cache_files(data_cache, 1, "data")
+        if token is None or len(token) != 32:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, "cache token must be 32 bytes")
+        model_json, onnx_bytes = (self._load(f, token) for f in (model_cache[0], data_cache[0]))
+        try:
+            model = model_from_json(json.loads(model_json))
+        except (ValueError, KeyError, TypeError, FormatError) as e:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"model cache: cannot decode: {e}") from None
+        self._validated.level(model)
+        return self._prepared(model, onnx_bytes)
+
+    @staticmethod
+    def _load(f, token: bytes) -> bytes:
+        try:
+            f.seek(0)
+            blob = f.read()
+        except OSError as e:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot read the cache: {e}") from None
+        header = len(MAGIC) + 64
+        if len(blob) < header or blob[:len(MAGIC)] != MAGIC:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "not an onnxruntime driver cache")
+        if blob[len(MAGIC):len(MAGIC) + 32] != _digest(token):
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "cache saved under another token")
+        if blob[len(MAGIC) + 32:header] != _digest(blob[header:]):
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "cache checksum mismatch (corrupted)")
+        return blob[header:]
+
+
+class OnnxRuntimePreparedModel(ReferencePreparedModel):
+    """A session; requests are checked and outputs written by the reference's code."""
+
+    def __init__(self, device: OnnxRuntimeDevice, model: hal.Model, sess):
+        super().__init__(device, model, [])
+        self.session = sess
+        main = model.main
+        self.input_names = [Graph.name(k) for k in main.input_indexes]
+        self.output_names = [Graph.name(k) for k in main.output_indexes]
+
+    def _run(self, request, measure, deadline_ns, loop_timeout_ns):
+        start = time.monotonic_ns()
+        if _deadline_passed(deadline_ns):
+            raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the execution deadline passed")
+        pools, inputs = self._check_request(request)
+        if any(x is None for x in inputs):
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "omitted inputs are not supported")
+        feeds = dict(zip(self.input_names, (np.ascontiguousarray(x) for x in inputs)))
+        device_start = time.monotonic_ns()
+        try:
+            results = self.session.run(self.output_names, feeds)
+        except Exception as e:  # ONNX Runtime refusing the inputs at run time
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {type(e).__name__}: {e}") from None
+        device_ns = time.monotonic_ns() - device_start
+        shapes = [hal.OutputShape(tuple(r.shape), True) for r in results]
+        targets = [self._output_target(i, arg, r, pools, shapes[i])
+                   for i, (arg, r) in enumerate(zip(request.outputs, results))]
+        if not all(s.is_sufficient for s in shapes):
+            raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes)
+        for target, result in zip(targets, results):
+            if target is not None:
+                target(result)
+        timing = hal.Timing(device_ns, time.monotonic_ns() - start) if measure else hal.NO_TIMING
+        return hal.ExecutionResult(shapes, timing)
+
+
+# ---------------------------------------------------------------------------------------------
+# Capabilities: measured against the reference driver on a small model per operand type
+# ---------------------------------------------------------------------------------------------
+
+def _benchmark_model(code: T) -> hal.Model:
+    """A 3x3 convolution over a 16x16x8 image for float and quantized types, an elementwise
+    operation over 4096 elements for INT32 and BOOL8."""
+    def tensor(dims, scale=0.0, zero=0, code=code, value=None):
+        life = Lifetime.CONSTANT_COPY if value is not None else Lifetime.TEMPORARY_VARIABLE
+        quantized = code in QUANT8 or (code == I32 and quant)
+        return hal.Operand(code, dims, scale if quantized else 0.0, zero if code in QUANT8 else 0, life, value)
+
+    def scalar(v):
+        return hal.Operand(T.INT32, (), lifetime=Lifetime.CONSTANT_COPY, value=np.array(v, np.int32))
+    quant = code in QUANT8
+    if code in (I32, BOOL8):
+        operands = [tensor((64, 64)), tensor((64, 64)), scalar(0), tensor((64, 64))]
+        if code == I32:
+            op = hal.Operation(Op.ADD, (0, 1, 2), (3,))
+        else:
+            op = hal.Operation(Op.LOGICAL_AND, (0, 1), (3,))
+    else:
+        dtype = DTYPES[code]
+        rng = np.random.default_rng(0)
+        weights = rng.integers(1, 100, (8, 3, 3, 8)).astype(dtype) if quant else \
+            rng.standard_normal((8, 3, 3, 8)).astype(dtype)
+        bias = np.zeros(8, np.int32 if quant else dtype)
+        operands = [tensor((1, 16, 16, 8), 0.5, 1), tensor((8, 3, 3, 8), 0.5, 0, value=weights),
+                    tensor((8,), 0.25, 0, I32 if quant else code, bias), scalar(1), scalar(1), scalar(1),
+                    scalar(1), tensor((1, 16, 16, 8), 4.0, 1)]
+        op = hal.Operation(Op.CONV_2D, (0, 1, 2, 3, 4, 5, 6), (7,))
+    inputs = tuple(k for k in op.inputs if operands[k].lifetime == Lifetime.TEMPORARY_VARIABLE)
+    for k in inputs:
+        operands[k].lifetime = Lifetime.SUBGRAPH_INPUT
+    operands[op.outputs[0]].lifetime = Lifetime.SUBGRAPH_OUTPUT
+    return hal.Model(hal.Subgraph(operands, [op], inputs, op.outputs))
+
+
+def _seconds_per_run(prepared, model: hal.Model) -> float:
+    """The fastest of a few synchronous executions."""
+    main = model.main
+    args = []
+    for k in main.input_indexes:
+        o = main.operands[k]
+        args.append(hal.RequestArgument(hal.ArgumentLifetime.POINTER, pointer=np.ones(o.dimensions, DTYPES[o.type])))
+    out = main.operands[main.output_indexes[0]]
+    result = hal.RequestArgument(hal.ArgumentLifetime.POINTER, pointer=np.zeros(out.dimensions, DTYPES[out.type]))
+    request = hal.Request(args, [result])
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        prepared.execute_synchronously(request, False, None, 0)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure_capabilities(device: OnnxRuntimeDevice) -> hal.Capabilities:
+    """Execution time relative to the reference driver (the CPU), per operand type this driver
+    maps, measured on :func:`_benchmark_model`; power is reported equal to time (the same
+    CPU does the work). IF and WHILE are not mapped: infinitely slow."""
+    reference = ReferenceDevice()
+    performance = []
+    for code in sorted((F32, F16, Q8, S8, I32, BOOL8)):
+        model = _benchmark_model(code)
+        mine = device.prepare_model(model, 1, 100, None, (), (), None)
+        theirs = reference.prepare_model(model, 1, 100, None, (), (), None)
+        ratio = _seconds_per_run(mine, model) / _seconds_per_run(theirs, model)
+        performance.append((code, hal.PerformanceInfo(ratio, ratio)))
+    relaxed = dict(performance)[F32]
+    never = hal.PerformanceInfo(float("inf"), float("inf"))
+    return hal.Capabilities(relaxed, relaxed, performance, never, never)
