@@ -40,13 +40,14 @@ from ..errors import NnapiError
 from ..hal import ErrorStatus, HalError
 from ..ops.base import Arg, Call, ValueUnknown
 from ..ops.common import activation_range_quant
-from ..ops.convolution import parse_spatial
+from ..ops.convolution import parse_spatial, resolve_padding
 from ..types import DTYPES, FuseCode, Lifetime, OperandCode as T, OperationCode as Op, PaddingCode, ResultCode
 from ..vectors import FormatError, model_from_json, model_to_json
 from ..executor import prepare_plans
 from .reference import (_PREFERENCES, _PRIORITIES, ReferenceDevice, ReferencePreparedModel, _deadline_passed,
                         check_cache_files, hal_error)
 
+_IMPORT_ERROR = ""
 try:
     import onnx
     import onnxruntime
@@ -235,12 +236,19 @@ def _nhwc(g: Graph, name: str, nchw: bool) -> str:
     return name if nchw else g.node("Transpose", [name], perm=[0, 2, 3, 1])
 
 
-def _window(p) -> dict:
-    """ONNX's padding attributes for NNAPI's explicit paddings or implicit scheme."""
-    if p.explicit:
-        left, right, top, bottom = p.pads
-        return {"pads": [top, left, bottom, right]}
-    return {"auto_pad": "SAME_UPPER" if p.padding_code == PaddingCode.SAME else "VALID"}
+def _window(g: Graph, x: int, p, filter_h: int, filter_w: int) -> dict:
+    """ONNX's padding attributes: explicit paddings, NNAPI's SAME resolved on a known image size,
+    else ``auto_pad`` (ORT has no SAME with dilation)."""
+    dims = g.operand(x).dimensions
+    h, w = ((dims[2], dims[3]) if p.nchw else (dims[1], dims[2])) if len(dims) == 4 else (0, 0)
+    if not p.explicit and h and w:
+        resolve_padding(p, h, w, filter_h, filter_w)
+    elif not p.explicit:
+        if p.dilation_h != 1 or p.dilation_w != 1:
+            raise Unsupported("SAME padding with dilation on an image of unknown size")
+        return {"auto_pad": "SAME_UPPER" if p.padding_code == PaddingCode.SAME else "VALID"}
+    left, right, top, bottom = p.pads
+    return {"pads": [top, left, bottom, right]}
 
 
 def _spatial(g: Graph, op: hal.Operation, base: int, n_extra: int, dilation: bool):
@@ -261,7 +269,8 @@ def _conv(g, op):
     wdims = g.operand(w).dimensions
     if len(wdims) != 4 or 0 in wdims:
         raise Unsupported("filter dimensions unknown")
-    attrs = dict(_window(p), strides=[p.stride_h, p.stride_w], dilations=[p.dilation_h, p.dilation_w],
+    attrs = dict(_window(g, x, p, wdims[1], wdims[2]), strides=[p.stride_h, p.stride_w],
+                 dilations=[p.dilation_h, p.dilation_w],
                  kernel_shape=[wdims[1], wdims[2]],
                  group=wdims[3] // int(p.extra[0]) if depthwise else 1)
     weights = g.transposed(w, [3, 0, 1, 2] if depthwise else [0, 3, 1, 2])
@@ -286,7 +295,9 @@ def _conv(g, op):
 def _pool(g, op):
     """AveragePool (padding never averaged in, as NNAPI), MaxPool, and L2 as sqrt(avg(x^2))."""
     p = _spatial(g, op, 1, 2, dilation=False)
-    attrs = dict(_window(p), strides=[p.stride_h, p.stride_w], kernel_shape=[int(p.extra[1]), int(p.extra[0])])
+    filter_h, filter_w = int(p.extra[1]), int(p.extra[0])
+    attrs = dict(_window(g, op.inputs[0], p, filter_h, filter_w), strides=[p.stride_h, p.stride_w],
+                 kernel_shape=[filter_h, filter_w])
     x = _nchw(g, g.real(op.inputs[0]), p.nchw)
     if op.type == Op.L2_POOL_2D:
         if g.operand(op.inputs[0]).type not in FLOATS:
@@ -430,8 +441,15 @@ def _reshape(g, op):
 def _squeeze(g, op):
     """Squeeze the given axes, or every size-1 dimension when they are omitted or empty."""
     axes = [] if len(op.inputs) < 2 or g.omitted(op.inputs[1]) else list(g.value(op.inputs[1]).reshape(-1))
-    inputs = [g.tensor(op.inputs[0])] + ([g.const(np.array(axes, np.int64))] if axes else [])
-    g.store(op.outputs[0], g.node("Squeeze", inputs), raw=True)
+    dims = g.operand(op.inputs[0]).dimensions
+    if dims and 0 not in dims:  # known shape: NNAPI's result, where squeezing everything leaves [1]
+        rank = len(dims)
+        gone = {int(a) % rank for a in axes} if axes else {i for i, d in enumerate(dims) if d == 1}
+        shape = [d for i, d in enumerate(dims) if i not in gone] or [1]
+        y = g.node("Reshape", [g.tensor(op.inputs[0]), g.const(np.array(shape, np.int64))])
+    else:
+        y = g.node("Squeeze", [g.tensor(op.inputs[0])] + ([g.const(np.array(axes, np.int64))] if axes else []))
+    g.store(op.outputs[0], y, raw=True)
 
 
 @maps(Op.EXPAND_DIMS, ANY)

@@ -1,0 +1,145 @@
+"""The ONNX Runtime driver (``--driver onnxruntime``): mapped operations against numpy, every
+documented failure class still reproducing, partitioning with the reference, and a clear
+message when the packages are missing."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnapi_ref import Compilation, Execution, Model, NnapiError, OperandType, ResultCode, hal, using_drivers, vectors
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.harness import run_test
+from nnapi_ref.testing import output, run_operation, scalar, tensor
+from nnapi_ref.types import OperandCode as T, OperationCode as Op
+
+pytest.importorskip("onnxruntime", reason="the onnxruntime driver needs the onnxruntime package (nnts[onnxruntime])")
+pytest.importorskip("onnx", reason="the onnxruntime driver needs the onnx package (nnts[onnxruntime])")
+
+from nnapi_ref.drivers import onnxruntime as ort_driver  # noqa: E402  (after the skips)
+
+REPRODUCERS = sorted((Path(__file__).resolve().parents[1] / "docs" / "conformance" / "onnxruntime").glob("*.json"))
+F32 = T.TENSOR_FLOAT32
+
+
+@pytest.fixture(scope="module")
+def ort():
+    return ort_driver.OnnxRuntimeDevice()
+
+
+def run_on(device, code, inputs, outputs):
+    with using_drivers([device]) as devices:
+        return run_operation(code, inputs, outputs, devices=devices)
+
+
+def test_conv_2d_nhwc_same_padding_relu_matches_numpy(ort):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 5, 4, 3)).astype(np.float32)
+    w = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    b = np.array([0.5, -0.25], np.float32)
+    out, = run_on(ort, Op.CONV_2D, [tensor(F32, x), tensor(F32, w, as_input=False), tensor(F32, b, as_input=False),
+                                    scalar(T.INT32, 1), scalar(T.INT32, 2), scalar(T.INT32, 2), scalar(T.INT32, 1)],
+                  [output(F32, (1, 3, 2, 2))])
+    # SAME with stride 2: output 3x2; total padding 5-? per axis, the odd element at the end.
+    xp = np.pad(x, ((0, 0), (1, 1), (0, 1), (0, 0)))
+    expected = np.zeros((1, 3, 2, 2), np.float64)
+    for i in range(3):
+        for j in range(2):
+            window = xp[0, 2 * i:2 * i + 3, 2 * j:2 * j + 3, :]
+            expected[0, i, j] = np.tensordot(w, window, axes=([1, 2, 3], [0, 1, 2])) + b
+    np.testing.assert_allclose(out, np.maximum(expected, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_average_pool_counts_only_covered_elements(ort):
+    x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    out, = run_on(ort, Op.AVERAGE_POOL_2D, [tensor(F32, x), scalar(T.INT32, 1), scalar(T.INT32, 2),
+                                            scalar(T.INT32, 2), scalar(T.INT32, 3), scalar(T.INT32, 3),
+                                            scalar(T.INT32, 0)], [output(F32, (1, 2, 2, 1))])
+    # SAME, 3x3 windows, stride 2 on 4x4: one padding row/column at the end.
+    expected = [[np.mean(x[0, 0:3, 0:3]), np.mean(x[0, 0:3, 2:4])],
+                [np.mean(x[0, 2:4, 0:3]), np.mean(x[0, 2:4, 2:4])]]
+    np.testing.assert_allclose(out.reshape(2, 2), expected, rtol=1e-6)
+
+
+def test_softmax_with_beta_and_mean_match_numpy(ort):
+    x = np.array([[1.0, 2.0, 3.0], [-1.0, 0.0, 4.0]], np.float32)
+    out, = run_on(ort, Op.SOFTMAX, [tensor(F32, x), scalar(T.FLOAT32, 0.5)], [output(F32, (2, 3))])
+    e = np.exp(0.5 * x.astype(np.float64))
+    np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-6)
+    out, = run_on(ort, Op.MEAN, [tensor(F32, x), tensor(T.TENSOR_INT32, [1, -1], as_input=False),
+                                 scalar(T.INT32, 0)], [output(F32, (2,))])
+    np.testing.assert_allclose(out, [2.0, 1.0], rtol=1e-6)
+
+
+def test_add_broadcast_relu6_and_quantize_match_hand_computed(ort):
+    a = np.array([[1.0, 5.0], [-3.0, 7.0]], np.float32)
+    out, = run_on(ort, Op.ADD, [tensor(F32, a), tensor(F32, [0.5, 2.0]), scalar(T.INT32, 3)], [output(F32, (2, 2))])
+    np.testing.assert_array_equal(out, [[1.5, 6.0], [0.0, 6.0]])
+    out, = run_on(ort, Op.QUANTIZE, [tensor(F32, [0.3, -1.2, 150.0, 2.6])],
+                  [output(T.TENSOR_QUANT8_ASYMM, (4,), 0.5, 10)])
+    np.testing.assert_array_equal(out, [11, 8, 255, 15])  # round(x / 0.5) + 10, saturated
+
+
+def test_unmapped_types_and_parameters_are_unsupported(ort):
+    model = Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, (2,)))
+    fuse = model.add_operand(OperandType(T.INT32, ()))  # a fused activation given at execution time
+    y = model.add_operand(OperandType(T.TENSOR_FLOAT32, (2,)))
+    model.add_operation(Op.ADD, [x, x, fuse], [y])
+    model.identify_inputs_and_outputs([x, fuse], [y])
+    model.finish()
+    with using_drivers([ort]) as devices:
+        assert model.get_supported_operations_for_devices(devices) == [False]
+
+
+def test_partitioning_with_the_reference_runs_the_rest_on_the_reference():
+    """ADD -> CHANNEL_SHUFFLE (not mapped) -> MUL: the adds and the multiplication on ONNX Runtime,
+    the shuffle on the reference, the result as numpy computes it."""
+    ort = ort_driver.OnnxRuntimeDevice()
+    ort.capabilities = hal.Capabilities(  # faster than the CPU whatever this machine measures now
+        operand_performance=[(T.TENSOR_FLOAT32, hal.PerformanceInfo(0.5, 0.5))])
+    model = Model()
+    f32 = OperandType(T.TENSOR_FLOAT32, (1, 2, 4))
+    a, b, t, u, out = (model.add_operand(f32) for _ in range(5))
+    none, groups, axis = (model.add_operand(OperandType(T.INT32, ())) for _ in range(3))
+    model.set_operand_value(none, np.int32(0))
+    model.set_operand_value(groups, np.int32(2))
+    model.set_operand_value(axis, np.int32(-1))
+    model.add_operation(Op.ADD, [a, b, none], [t])
+    model.add_operation(Op.CHANNEL_SHUFFLE, [t, groups, axis], [u])
+    model.add_operation(Op.MUL, [u, b, none], [out])
+    model.identify_inputs_and_outputs([a, b], [out])
+    model.finish()
+    av = np.arange(8, dtype=np.float32).reshape(1, 2, 4)
+    bv = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 2, 4)
+    with using_drivers([ReferenceDevice(), ort]):
+        compilation = Compilation(model, None)
+        compilation.finish()
+        assert [s.device.name for s in compilation.plan.steps] == ["onnxruntime", "nnapi-reference", "onnxruntime"]
+        execution = Execution(compilation)
+        execution.set_input(0, av)
+        execution.set_input(1, bv)
+        result = np.zeros((1, 2, 4), np.float32)
+        execution.set_output(0, result)
+        execution.compute()
+    shuffled = (av + bv).reshape(1, 2, 2, 2).transpose(0, 1, 3, 2).reshape(1, 2, 4)  # 2 groups of 2 channels
+    np.testing.assert_allclose(result, shuffled * bv, rtol=1e-6)
+
+
+@pytest.mark.parametrize("path", REPRODUCERS, ids=[p.stem for p in REPRODUCERS])
+def test_each_failure_class_still_differs_from_the_reference(path, ort):
+    """Each documented class: the reference computes the file's expected outputs, ONNX Runtime
+    does not (if it starts to, the class and its expected-failure entries are out of date)."""
+    for test in vectors.load_file(path):
+        with using_drivers([ReferenceDevice()]) as devices:
+            assert run_test(test, devices).status == "pass", f"{test.name}: the reference disagrees with the file"
+        with using_drivers([ort]) as devices:
+            result = run_test(test, devices)
+        assert result.status == "fail", f"{test.name} now {result.status} on onnxruntime: update {path.name}"
+
+
+def test_missing_packages_make_the_driver_unavailable(monkeypatch):
+    monkeypatch.setattr(ort_driver, "onnxruntime", None)
+    monkeypatch.setattr(ort_driver, "_IMPORT_ERROR", "No module named 'onnxruntime'")
+    with pytest.raises(NnapiError) as e:
+        ort_driver.OnnxRuntimeDevice()
+    assert e.value.code == ResultCode.UNAVAILABLE_DEVICE and "onnxruntime" in e.value.message
