@@ -1,13 +1,15 @@
 """CTS execution sequences: one compilation executed again and again through the runtime API,
 changing from one step to the next what a driver may keep between executions: the contents of a
 Memory used by one reusable execution and one Burst, memories swapped, an output read back as the
-next input, input shapes, too-small outputs, another compilation, other threads, a released
-compilation, device memory (memory domains), failed executions. A driver carrying stale state from
-one execution to the next passes every single-execution test; these catch it (``vts/test_sequences.py``
-does the same straight against the driver).
+next input, input shapes, output shapes decided by the input data (zero-sized among them),
+too-small outputs, another compilation, other threads, a released compilation, device memory
+(memory domains), failed executions. A driver carrying stale state from one execution to the next
+passes every single-execution test; these catch it (``vts/test_sequences.py`` does the same
+straight against the driver).
 
 The model is nnapi_ref.testing.chain_model, out = ((a + b) * b) + a on float32 (two of its three
-operations write intermediates); every output of every step is compared with numpy's result under
+operations write intermediates), or for output shapes decided by data nnapi_ref.testing.nms_model
+(BOX_WITH_NMS_LIMIT feeding ADD); every output of every step is compared with numpy's result under
 NNAPI's tolerances, and a failure names the step. Compilations name the devices under test (no
 CPU fallback).
 """
@@ -20,9 +22,10 @@ import numpy as np
 import pytest
 
 from nnapi_ref import (Burst, Compilation, Execution, Memory, MemoryDesc, Model, NnapiError,
-                       OperandCode as T, OperandType, ResultCode)
+                       OperandCode as T, OperandType, OperationCode, ResultCode)
 from nnapi_ref.harness import compute_in_mode
-from nnapi_ref.testing import add_model, assert_step, chain, chain_model
+from nnapi_ref.testing import (NMS_STEPS, add_model, assert_step, chain, chain_model, nms_expected, nms_model,
+                               nms_scores)
 
 MODES = ("sync", "async", "burst", "fenced")
 MISSED = (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.MISSED_DEADLINE_PERSISTENT)
@@ -44,8 +47,11 @@ def values(seed: int, shape=SHAPE) -> tuple[np.ndarray, np.ndarray]:
 
 
 def compiled(model: Model, devices) -> Compilation:
-    if not all(model.get_supported_operations_for_devices(devices)):
-        pytest.skip("the drivers under test do not support the model's operations on TENSOR_FLOAT32")
+    flags = model.get_supported_operations_for_devices(devices)
+    if not all(flags):
+        operations = model.hal_model.main.operations
+        pytest.skip("unsupported: " + ", ".join(sorted({OperationCode(op.type).name
+                                                        for op, ok in zip(operations, flags) if not ok})))
     compilation = Compilation(model, devices)
     compilation.finish()
     return compilation
@@ -161,6 +167,25 @@ def test_input_shapes_change(mode, devices):
         sequence.run(step)
         check_dimensions(step, sequence.execution, shape)
         assert_step(step, [chain(a, b)], [out[:a.size]])
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "burst"])  # fenced: outputs must be fully specified
+def test_output_shapes_change_with_data(mode, devices):
+    """BOX_WITH_NMS_LIMIT feeding ADD: scores that keep 2 boxes, then 4, 1, none (zero-sized
+    outputs, ADD given a zero-sized input) and 3, into the same output buffers, room for 4 boxes."""
+    sequence = Sequence(compiled(nms_model(), devices), mode)
+    outputs = [np.zeros(4, np.float32), np.zeros(16, np.float32), np.zeros(4, np.int32), np.zeros(4, np.int32)]
+    for i, out in enumerate(outputs):
+        sequence.execution.set_output(i, out)
+    for n, (scores, kept) in enumerate(NMS_STEPS, 1):
+        sequence.execution.set_input(0, nms_scores(scores))
+        step = f"step {n}: scores keeping {len(kept)} of 4 boxes"
+        sequence.run(step)
+        expected = nms_expected(scores, kept)
+        dims = [sequence.execution.get_output_operand_dimensions(i) for i in range(len(outputs))]
+        wanted = [e.shape for e in expected]
+        assert dims == wanted, f"{step}: output dimensions {dims} reported, expected {wanted}"
+        assert_step(step, expected, [out[:e.size] for out, e in zip(outputs, expected)])
 
 
 @pytest.mark.parametrize("mode", ["sync", "async", "burst"])

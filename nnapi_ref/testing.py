@@ -125,6 +125,64 @@ def chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a + b) * b + a
 
 
+# BOX_WITH_NMS_LIMIT's threshold: a box is kept when its score is above it.
+NMS_THRESHOLD = 0.5
+# Four candidate boxes, one row each: class 0 (background, ignored) and class 1, as (x1, y1, x2, y2).
+# The class-1 boxes do not overlap, so suppression keeps every box scoring above the threshold.
+NMS_BOXES = np.array([[0, 0, 1, 1, 10 * i, 0, 10 * i + 5, 5] for i in range(4)], np.float32)
+NMS_SHIFT = np.array([1, 2, 3, 4], np.float32)
+# The class-1 scores of the four boxes at each step and the boxes kept (hand-computed: those
+# scoring above 0.5, best first): 2 boxes, 4 (larger), 1 (smaller), none (zero-sized), 3 (larger).
+NMS_STEPS = [([0.9, 0.2, 0.7, 0.1], [0, 2]),
+             ([0.6, 0.8, 0.95, 0.7], [2, 1, 3, 0]),
+             ([0.3, 0.55, 0.1, 0.4], [1]),
+             ([0.1, 0.2, 0.3, 0.4], []),
+             ([0.85, 0.4, 0.65, 0.75], [0, 3, 2])]
+
+
+def nms_model() -> Model:
+    """Outputs whose size the input data decides, zero-sized where no box is kept:
+    BOX_WITH_NMS_LIMIT (hard NMS, no detection limit) over the constant :data:`NMS_BOXES` with the
+    scores input ([4, 2] float32), its kept boxes fed to ADD(boxes, :data:`NMS_SHIFT`). Outputs:
+    kept scores [n], shifted boxes [n, 4], classes [n] and batch indexes [n] (int32), n unspecified."""
+    f32, i32 = OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_INT32
+    model = Model()
+
+    def constant(type_, value, dims=()):
+        k = model.add_operand(OperandType(type_, dims))
+        model.set_operand_value(k, value)
+        return k
+
+    scores = model.add_operand(OperandType(f32, [4, 2]))
+    # boxes, batch indexes, score threshold, no detection limit, hard NMS, IoU threshold, sigma, NMS score threshold
+    params = [constant(f32, NMS_BOXES, [4, 8]), constant(i32, np.zeros(4, np.int32), [4]),
+              constant(OperandCode.FLOAT32, np.float32(NMS_THRESHOLD)), constant(OperandCode.INT32, np.int32(-1)),
+              constant(OperandCode.INT32, np.int32(0)), constant(OperandCode.FLOAT32, np.float32(0.5)),
+              constant(OperandCode.FLOAT32, np.float32(1.0)), constant(OperandCode.FLOAT32, np.float32(0.3))]
+    kept, boxes, classes, batches = (model.add_operand(OperandType(t, d))
+                                     for t, d in ((f32, [0]), (f32, [0, 4]), (i32, [0]), (i32, [0])))
+    shifted = model.add_operand(OperandType(f32, [0, 4]))
+    model.add_operation(OperationCode.BOX_WITH_NMS_LIMIT, [scores, *params], [kept, boxes, classes, batches])
+    shift, fuse = constant(f32, NMS_SHIFT, [4]), constant(OperandCode.INT32, np.int32(0))
+    model.add_operation(OperationCode.ADD, [boxes, shift, fuse], [shifted])
+    model.identify_inputs_and_outputs([scores], [kept, shifted, classes, batches])
+    model.finish()
+    return model
+
+
+def nms_scores(class1: Sequence[float]) -> np.ndarray:
+    """The scores input of :func:`nms_model`: ``class1`` for class 1, the rest for background."""
+    class1 = np.asarray(class1, np.float32)
+    return np.stack([1 - class1, class1], axis=1)
+
+
+def nms_expected(class1: Sequence[float], kept: Sequence[int]) -> list[np.ndarray]:
+    """The outputs of :func:`nms_model` that keep boxes ``kept`` (in order) of scores ``class1``."""
+    rows = np.asarray(kept, np.int64)
+    return [np.asarray(class1, np.float32)[rows], NMS_BOXES[rows, 4:] + NMS_SHIFT,
+            np.ones(len(rows), np.int32), np.zeros(len(rows), np.int32)]
+
+
 def assert_step(step: str, expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> None:
     """Every float32 output of one step of an execution sequence within NNAPI's tolerance; the
     AssertionError names the step, so a driver's stale state shows where it went wrong."""

@@ -62,9 +62,14 @@ def test_shared_scratch_is_caught(tmp_path):
 
 def test_keeping_the_first_output_shape_is_caught(tmp_path):
     output, failed = run_with_sample("keeps_first_shape", tmp_path)
-    assert sorted(failed) == sorted(f"{path}::test_input_shapes_change[{mode}]" for path in SEQUENCES
+    assert sorted(failed) == sorted(f"{path}::{test}[{mode}]" for path in SEQUENCES
+                                    for test in ("test_input_shapes_change", "test_output_shapes_change_with_data")
                                     for mode in ("sync", "async", "burst")), failed  # fenced reports no shapes
     assert "AssertionError: step 2: inputs of shape [3, 4]: output shapes [(2, 2)] reported, expected [(3, 4)]" \
         in output
     assert "AssertionError: step 2: inputs of shape [3, 4]: output dimensions [2, 2] reported, expected [3, 4]" \
         in output
+    assert "AssertionError: step 2: scores keeping 4 of 4 boxes: output shapes [(2,), (2, 4), (2,), (2,)] " \
+           "reported, expected [(4,), (4, 4), (4,), (4,)]" in output
+    assert "AssertionError: step 2: scores keeping 4 of 4 boxes: output dimensions [(2,), (2, 4), (2,), (2,)] " \
+           "reported, expected [(4,), (4, 4), (4,), (4,)]" in output

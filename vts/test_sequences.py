@@ -1,18 +1,21 @@
 """VTS execution sequences: one prepared model executed again and again straight through the driver
 interface, changing from one step to the next what a driver may keep between executions: the
 contents of a pool under the same burst token, pools swapped or released, an output read back as
-the next input, input shapes, too-small outputs, another prepared model, other threads, device
-memory, failed executions. A driver carrying stale state from one execution to the next passes
-every single-execution test; these catch it.
+the next input, input shapes, output shapes decided by the input data (zero-sized among them),
+too-small outputs, another prepared model, other threads, device memory, failed executions. A
+driver carrying stale state from one execution to the next passes every single-execution test;
+these catch it.
 
 The model is nnapi_ref.testing.chain_model, out = ((a + b) * b) + a on float32 (two of its three
-operations write intermediates); every output of every step is compared with numpy's result under
+operations write intermediates), or for output shapes decided by data nnapi_ref.testing.nms_model
+(BOX_WITH_NMS_LIMIT feeding ADD); every output of every step is compared with numpy's result under
 NNAPI's tolerances, and a failure names the step. A burst lives for the whole sequence, pool k
 always under memory identifier token k, as a runtime's memory cache would give them.
 
 Zero-sized inputs are not covered: a request dimension of 0 means "unspecified", so a model
-input cannot be zero-sized. NNAPI forbids no overlap between argument regions (the HAL checks
-only that each lies inside its pool), so two inputs reading one region must work.
+input cannot be zero-sized; zero-sized outputs (and a zero-sized intermediate fed to an operation)
+are. NNAPI forbids no overlap between argument regions (the HAL checks only that each lies inside
+its pool), so two inputs reading one region must work.
 """
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ import pytest
 from nnapi_ref import hal
 from nnapi_ref.hal import (ArgumentLifetime, BufferDesc, BufferRole, ErrorStatus, HalError, Request,
                            RequestArgument, SharedMemory)
-from nnapi_ref.testing import add_model, assert_step, chain, chain_model
+from nnapi_ref.testing import (NMS_STEPS, add_model, assert_step, chain, chain_model, nms_expected, nms_model,
+                               nms_scores)
 
 from .support import (LOOP_TIMEOUT_NS, PATHS, WAIT_S, Outcome, clone_model, operation_names, prepare, run_burst,
                       run_path)
@@ -70,8 +74,9 @@ def put(pool: SharedMemory, offset: int, array: np.ndarray) -> None:
     pool.buffer[offset:offset + array.nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
-def get(pool: SharedMemory, offset: int, shape=SHAPE) -> np.ndarray:
-    return pool.buffer[offset:offset + 4 * int(np.prod(shape))].copy().view(np.float32).reshape(shape)
+def get(pool: SharedMemory, offset: int, shape=SHAPE, dtype=np.float32) -> np.ndarray:
+    nbytes = np.dtype(dtype).itemsize * int(np.prod(shape))
+    return pool.buffer[offset:offset + nbytes].copy().view(dtype).reshape(shape)
 
 
 def arg(pool_index: int, offset: int, nbytes: int = NBYTES, dims=()) -> RequestArgument:
@@ -199,6 +204,30 @@ def test_input_shapes_change(path, driver):
         if n == 1 and outcome.status == ErrorStatus.GENERAL_FAILURE:
             pytest.skip("the driver cannot execute this model with unspecified dimensions (GENERAL_FAILURE)")
         check(f"step {n}: inputs of shape {list(shape)}", outcome, [get(outputs, 0, shape)], [chain(a, b)])
+
+
+NMS_OUTPUTS = [(0, 16, np.float32), (16, 64, np.float32), (80, 16, np.int32), (96, 16, np.int32)]  # room for 4 boxes
+
+
+@pytest.mark.parametrize("path", ["sync", "async", "burst"])  # fenced executions report no shapes
+def test_output_shapes_change_with_data(path, driver):
+    """BOX_WITH_NMS_LIMIT feeding ADD: scores that keep 2 boxes, then 4, 1, none (zero-sized
+    outputs, ADD given a zero-sized input) and 3; every output at its (offset, bytes, type) of
+    NMS_OUTPUTS in one pool at every step."""
+    sequence = Sequence(prepared_or_skip(driver, clone_model(nms_model().hal_model)), path)
+    inputs, outputs = new_pool(32), new_pool(112)
+    request = Request([arg(0, 0, 32)], [arg(1, offset, nbytes) for offset, nbytes, _ in NMS_OUTPUTS],
+                      [inputs, outputs])
+    for n, (scores, kept) in enumerate(NMS_STEPS, 1):
+        put(inputs, 0, nms_scores(scores))
+        outcome = sequence.run(request)
+        if n == 1 and outcome.status == ErrorStatus.GENERAL_FAILURE:
+            pytest.skip("the driver cannot execute this model with unspecified dimensions (GENERAL_FAILURE)")
+        step = f"step {n}: scores keeping {len(kept)} of 4 boxes"
+        expected = nms_expected(scores, kept)
+        actual = [get(outputs, offset, e.shape, dtype) for (offset, _, dtype), e in zip(NMS_OUTPUTS, expected)]
+        check(step, outcome, actual, expected)
+        assert outcome.shapes, f"{step}: no output shapes reported for outputs of unspecified dimensions"
 
 
 @pytest.mark.parametrize("path", ["sync", "async", "burst"])
