@@ -68,6 +68,20 @@ def cmd_stress(args) -> int:
     return stress.main(args.driver, args.tests, args.duration, args.call_timeout, args.json, args.junit)
 
 
+def cmd_bench(args) -> int:
+    """A driver's latency and accuracy on real models against TFLite (mlts/bench.py)."""
+    from mlts import bench
+    _devices(args.driver, args.isolate)
+    return bench.main(args.driver, args.models, args.baseline, args.warmup, args.runs, args.max_time, args.json,
+                      args.html, args.include)
+
+
+def cmd_gate(args) -> int:
+    """The CI gate on bench results (mlts/bench_gate.py)."""
+    from mlts import bench_gate
+    return bench_gate.main(args.results, args.baseline, args.thresholds)
+
+
 def cmd_ops(args) -> int:
     from . import ops
     from .types import OperationCode, type_name
@@ -251,6 +265,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the results as JSON to this file")
     p.add_argument("--junit", help="write the results as JUnit XML to this file")
     p.set_defaults(func=cmd_stress)
+    p = sub.add_parser("bench", help="latency and accuracy of a driver on real models against TFLite")
+    add_driver_options(p)
+    p.add_argument("--models", nargs="+", metavar="GLOB|FILE",
+                   help=".tflite files, folders or globs (default: ../shared/models, else the seeded set)")
+    p.add_argument("--baseline", choices=("tflite", "none"), default="tflite")
+    p.add_argument("--warmup", type=int, default=3, help="untimed inferences before the timed runs (default 3)")
+    p.add_argument("--runs", type=int, default=50, help="timed inferences per model (default 50)")
+    p.add_argument("--max-time", type=float, default=20.0,
+                   help="seconds of timed runs per model before stopping early (default 20)")
+    p.add_argument("--json", help="write the results as JSON (schema in mlts/bench.py)")
+    p.add_argument("--html", help="write a self-contained HTML report")
+    p.add_argument("--include", nargs="+", metavar="FILE",
+                   help="conformance, stress or vectors JSON of the same driver, shown in the HTML report")
+    p.set_defaults(func=cmd_bench)
+    p = sub.add_parser("gate", help="exit non-zero when bench results miss accuracy criteria or regress")
+    p.add_argument("results", help="nnts bench --json output")
+    p.add_argument("--baseline", help="earlier results to compare latency medians with")
+    p.add_argument("--thresholds", help="TOML thresholds file (format in mlts/bench_gate.py)")
+    p.set_defaults(func=cmd_gate)
     p = sub.add_parser("ops", help="list the operations the reference implements, per feature level and type")
     p.set_defaults(func=cmd_ops)
     p = sub.add_parser("vectors", help="test vectors")

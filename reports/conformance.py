@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import json
 from pathlib import Path
 
 import jinja2
@@ -35,7 +36,25 @@ def cell_class(counts: collections.Counter) -> str:
     return "unsupported" if counts["unsupported"] else "other"
 
 
+def to_json(rows, driver: str) -> dict:
+    """The report's figures as JSON (``nnts bench --include`` shows them): schema
+    ``nnts-conformance/1``, the driver, totals per outcome, {operation: {data type: {outcome: n}}}
+    with every outcome of OUTCOMES, and the failed test ids."""
+    matrix, totals, failures = summarize(rows)
+    return {"schema": "nnts-conformance/1", "driver": driver,
+            "generated": datetime.datetime.now().isoformat(timespec="seconds"),
+            "totals": {o: totals[o] for o in OUTCOMES},
+            "matrix": {op: {dtype: {o: c[o] for o in OUTCOMES} for dtype, c in sorted(per.items())}
+                       for op, per in sorted(matrix.items())},
+            "failures": failures}
+
+
 def write_report(path: str, rows, driver: str) -> None:
+    """HTML, or the JSON of :func:`to_json` when ``path`` ends in .json (``--report out/conformance.json``)."""
+    if path.endswith(".json"):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(to_json(rows, driver), indent=1) + "\n", encoding="utf-8")
+        return
     matrix, totals, failures = summarize(rows)
     dtypes = sorted({dtype for per_op in matrix.values() for dtype in per_op})
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
