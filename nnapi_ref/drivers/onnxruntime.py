@@ -291,7 +291,8 @@ def _conv(g, op):
         g.store(out, _nhwc(g, y, p.nchw), p.fuse)
 
 
-@maps((Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D), NUMERIC)
+@maps((Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D), NUMERIC)
+@maps(Op.L2_POOL_2D, FLOATS)
 def _pool(g, op):
     """AveragePool (padding never averaged in, as NNAPI), MaxPool, and L2 as sqrt(avg(x^2))."""
     p = _spatial(g, op, 1, 2, dilation=False)
@@ -300,8 +301,6 @@ def _pool(g, op):
                  kernel_shape=[filter_h, filter_w])
     x = _nchw(g, g.real(op.inputs[0]), p.nchw)
     if op.type == Op.L2_POOL_2D:
-        if g.operand(op.inputs[0]).type not in FLOATS:
-            raise Unsupported("L2_POOL_2D is float only")
         y = g.node("Sqrt", [g.node("AveragePool", [g.node("Mul", [x, x])], **attrs)])
     else:
         y = g.node("AveragePool" if op.type == Op.AVERAGE_POOL_2D else "MaxPool", [x], **attrs)
@@ -373,13 +372,12 @@ def _elu(g, op):
     g.store(op.outputs[0], g.node("Elu", [g.real(op.inputs[0])], alpha=float(g.scalar(op.inputs[1]))))
 
 
-@maps((Op.SOFTMAX, Op.LOG_SOFTMAX), NUMERIC)
+@maps(Op.SOFTMAX, NUMERIC)
+@maps(Op.LOG_SOFTMAX, FLOATS)
 def _softmax(g, op):
     """exp(beta * x) normalized along the axis (last by default): Softmax of beta * x."""
     x, beta = op.inputs[0], op.inputs[1]
     axis = g.scalar(op.inputs[2]) if len(op.inputs) > 2 else -1
-    if op.type == Op.LOG_SOFTMAX and g.operand(x).type not in FLOATS:
-        raise Unsupported("LOG_SOFTMAX is float only")
     dtype = np.float32 if g.operand(x).type in QUANT8 else g.float_dtype(x)
     scaled = g.node("Mul", [g.real(x), g.const(dtype(g.scalar(beta)))])
     g.store(op.outputs[0], g.node("Softmax" if op.type == Op.SOFTMAX else "LogSoftmax", [scaled], axis=axis))
