@@ -1,4 +1,4 @@
-"""The ``nnts`` command line: ``nnts devices``, ``nnts ops``, ``nnts vectors run``."""
+"""The ``nnts`` command line: ``nnts devices``, ``nnts ops``, ``nnts vectors run``, ``nnts fuzz``."""
 from __future__ import annotations
 
 import argparse
@@ -80,6 +80,26 @@ def cmd_gate(args) -> int:
     """The CI gate on bench results (mlts/bench_gate.py)."""
     from mlts import bench_gate
     return bench_gate.main(args.results, args.baseline, args.thresholds)
+
+
+def cmd_fuzz(args) -> int:
+    """Coverage-guided fuzzing of a harness (fuzz/harnesses.py) in a child process, or a replay."""
+    from fuzz import engine
+    if args.replay:
+        if not os.path.isfile(args.replay):
+            print(f"nnts: no such file: {args.replay}", file=sys.stderr)
+            return 2
+        return engine.replay(args.replay, args.harness, args.driver, args.vectors)
+    if not args.harness:
+        print("nnts: fuzz needs --harness NAME or --replay FILE", file=sys.stderr)
+        return 2
+    missing = [p for p in args.vectors or () if not os.path.exists(p)]
+    if missing:
+        print(f"nnts: no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    _devices(args.driver or DEFAULT_DRIVER)  # a bad --driver: one line here, not a child's traceback
+    return engine.run(args.harness, args.driver or DEFAULT_DRIVER, args.runs, args.max_time, args.corpus, args.seed,
+                      args.artifacts, args.vectors, args.timeout, args.rss_limit)
 
 
 def cmd_ops(args) -> int:
@@ -284,6 +304,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", help="earlier results to compare latency medians with")
     p.add_argument("--thresholds", help="TOML thresholds file (format in mlts/bench_gate.py)")
     p.set_defaults(func=cmd_gate)
+    p = sub.add_parser("fuzz", help="coverage-guided fuzzing (atheris) of a harness against a driver, or a replay")
+    add_driver_options(p)
+    p.set_defaults(driver=None)  # --replay takes the driver from the artifact unless one is given
+    p.add_argument("--harness", choices=("model", "execute", "request", "vectors", "remote"))
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--max-time", type=float, help="seconds to fuzz (default 60 unless --runs is given)")
+    budget.add_argument("--runs", type=int, help="number of inputs to run")
+    p.add_argument("--corpus", help="corpus folder, kept between campaigns (default: a temporary one)")
+    p.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    p.add_argument("--artifacts", default="out/fuzz", help="folder for findings (default out/fuzz)")
+    p.add_argument("--vectors", action="append",
+                   help="test-vector file or folder seeding the corpus (default cts/corpus and ../shared/vectors)")
+    p.add_argument("--timeout", type=int, default=10, help="seconds one input may run (default 10)")
+    p.add_argument("--rss-limit", type=int, default=2048, help="MiB one input may allocate (default 2048)")
+    p.add_argument("--replay", metavar="FILE", help="run one artifact again and show its traceback")
+    p.set_defaults(func=cmd_fuzz)
     p = sub.add_parser("ops", help="list the operations the reference implements, per feature level and type")
     p.set_defaults(func=cmd_ops)
     p = sub.add_parser("vectors", help="test vectors")

@@ -1,0 +1,246 @@
+"""Running a harness (``fuzz.harnesses``): ``nnts fuzz`` and ``nnts fuzz --replay``.
+
+``nnts fuzz`` runs the harness in a child process (``python -m fuzz.engine``), because
+libFuzzer owns the process it fuzzes in: a finding, a crash, a hang or running out of memory ends
+the child, never the command. The child instruments ``nnapi_ref`` and the driver's package for
+coverage (atheris), seeds the corpus with one input per test model, and hands over to libFuzzer;
+without atheris it runs a plain seeded random-bytes loop over the same harness (no coverage
+feedback) with the same per-input time limit, memory limit and artifacts. A finding is written
+as ``ARTIFACTS/<harness>-crash-<sha1>`` (or ``-timeout-``, ``-oom-``) with a ``.json`` beside it
+naming the harness, driver, seed files and byte provider, which ``--replay`` reads.
+
+Only the standard library is imported at the top: the child must import ``nnapi_ref`` inside
+atheris' instrumentation.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+try:
+    import atheris
+except ImportError:
+    atheris = None
+
+PROVIDER = "atheris" if atheris is not None else "plain"
+STAT = re.compile(r"stat::(\w+):\s*(\d+)")
+PROGRESS = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/\S+ .*exec/s: (\d+)")
+ARTIFACT = re.compile(r"Test unit written to (\S+)")
+
+
+def driver_package(spec: str) -> str | None:
+    """The top-level package of an in-process driver's module, to instrument; None for others."""
+    if spec.startswith(("remote:", "socket:")) or ":" not in spec:
+        return None
+    return spec.partition(":")[0].split(".")[0]
+
+
+def limit_memory(megabytes: int) -> None:
+    """Address space beyond what the process has now plus ``megabytes`` fails with MemoryError:
+    an allocation of a size a malformed input declares is a finding, not a swapping machine."""
+    with open("/proc/self/statm") as f:
+        current = int(f.read().split()[0]) * resource.getpagesize()
+    limit = current + megabytes * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
+def load(harness: str, driver: str, vector_paths):
+    """The harness, set up (imports ``nnapi_ref``: call it inside the instrumentation)."""
+    from fuzz import harnesses
+    from nnapi_ref.drivers import load_driver
+    return harnesses.make(harness, load_driver(driver) if harness != "model" else None, vector_paths)
+
+
+class _Timeout(BaseException):
+    """The per-input time limit passed (a BaseException: no harness's ``except`` swallows it)."""
+
+
+def _on_alarm(signum, frame):
+    raise _Timeout()
+
+
+def plain_loop(harness, args) -> int:
+    """The harness under a seeded random-bytes loop: mutate a corpus entry (bytes changed,
+    inserted, appended, cut), run it; the first finding is written as an artifact."""
+    rng = random.Random(args.seed)
+    corpus = harness.seed_inputs() or [b""]
+    for folder in filter(None, [args.corpus]):
+        corpus += [open(os.path.join(folder, n), "rb").read() for n in sorted(os.listdir(folder))]
+    print("INFO: atheris is not installed: a plain seeded random-bytes loop, no coverage feedback", flush=True)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    start = time.monotonic()
+    runs, next_report = 0, 1
+    while (args.runs < 0 or runs < args.runs) and (args.max_time <= 0 or time.monotonic() - start < args.max_time):
+        data = bytearray(rng.choice(corpus))
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randint(0, len(data))
+            op = rng.randrange(3)
+            if op == 0 and data and at < len(data):
+                data[at] = rng.randrange(256)
+            elif op == 1:
+                data[at:at] = rng.randbytes(rng.randint(1, 8))
+            else:
+                del data[at:at + rng.randint(1, 8)]
+        data = bytes(data)
+        signal.setitimer(signal.ITIMER_REAL, args.timeout)
+        try:
+            harness(data)
+        except BaseException as e:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            kind = "timeout" if isinstance(e, _Timeout) else "oom" if isinstance(e, MemoryError) else "crash"
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            print("=== Uncaught Python exception: ===" if kind != "timeout" else
+                  f"==ERROR: the input ran past the {args.timeout} s limit", flush=True)
+            traceback.print_exc(file=sys.stdout)
+            path = f"{args.artifact_prefix}{kind}-{hashlib.sha1(data).hexdigest()}"
+            with open(path, "wb") as f:
+                f.write(data)
+            print(f"artifact_prefix='{args.artifact_prefix}'; Test unit written to {path}", flush=True)
+            return 1
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        runs += 1
+        if runs >= next_report:
+            elapsed = time.monotonic() - start
+            print(f"#{runs}\tpulse  exec/s: {runs / max(elapsed, 1e-9):.0f} (no coverage measured)", flush=True)
+            next_report *= 2
+    elapsed = time.monotonic() - start
+    print(f"stat::number_of_executed_units: {runs}\nstat::average_exec_per_sec: {runs / max(elapsed, 1e-9):.0f}",
+          flush=True)
+    return 0
+
+
+def child(argv: list[str]) -> int:
+    """The fuzzing process: ``python -m fuzz.engine`` with the options ``nnts fuzz`` passes."""
+    p = argparse.ArgumentParser(prog="fuzz.engine")
+    p.add_argument("--harness", required=True)
+    p.add_argument("--driver", default="reference")
+    p.add_argument("--vectors", action="append")
+    p.add_argument("--corpus")
+    p.add_argument("--artifact-prefix", required=True)
+    p.add_argument("--runs", type=int, default=-1)
+    p.add_argument("--max-time", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=int, default=10)
+    p.add_argument("--rss-limit", type=int, default=2048)
+    args = p.parse_args(argv)
+    limit_memory(args.rss_limit)
+    if atheris is None:
+        return plain_loop(load(args.harness, args.driver, args.vectors), args)
+    include = ["nnapi_ref", "fuzz"] + [driver_package(args.driver)] * bool(driver_package(args.driver))
+    with atheris.instrument_imports(include=include):
+        harness = load(args.harness, args.driver, args.vectors)
+    seeds = tempfile.mkdtemp(prefix=f"nnts-fuzz-seeds-{args.harness}-")
+    for i, data in enumerate(harness.seed_inputs()):
+        with open(os.path.join(seeds, f"seed-{i}"), "wb") as f:
+            f.write(data)
+    corpus = args.corpus or tempfile.mkdtemp(prefix=f"nnts-fuzz-corpus-{args.harness}-")
+    libfuzzer = [sys.argv[0], f"-artifact_prefix={args.artifact_prefix}", f"-timeout={args.timeout}",
+                 f"-rss_limit_mb={args.rss_limit}", f"-seed={args.seed}", f"-runs={args.runs}",
+                 f"-max_total_time={args.max_time}", "-max_len=4096", "-print_final_stats=1", corpus, seeds]
+    atheris.Setup(libfuzzer, harness)
+    atheris.Fuzz()
+    return 0
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+def run(harness: str, driver: str, runs: int | None, max_time: float | None, corpus: str | None, seed: int,
+        artifacts: str, vector_paths=None, timeout: int = 10, rss_limit: int = 2048, out=sys.stdout) -> int:
+    """``nnts fuzz``: the harness in a child process; progress passed through, then a summary.
+    0 when nothing was found, 1 for a finding (or a child that died without one)."""
+    from fuzz.harnesses import HARNESSES, default_vector_paths
+    if harness not in HARNESSES:
+        print(f"nnts fuzz: unknown harness {harness!r} (one of {', '.join(HARNESSES)})", file=sys.stderr)
+        return 2
+    vector_paths = [os.path.abspath(p) for p in (vector_paths or default_vector_paths())]
+    artifacts = os.path.abspath(artifacts)
+    os.makedirs(artifacts, exist_ok=True)
+    if corpus:
+        corpus = os.path.abspath(corpus)
+        os.makedirs(corpus, exist_ok=True)
+    if runs is None and max_time is None:
+        max_time = 60
+    command = [sys.executable, "-m", "fuzz.engine", "--harness", harness, "--driver", driver,
+               "--artifact-prefix", os.path.join(artifacts, f"{harness}-"), "--seed", str(seed),
+               "--timeout", str(timeout), "--rss-limit", str(rss_limit),
+               "--runs", str(runs if runs is not None else -1), "--max-time", str(int(max_time or 0))]
+    command += [a for p in vector_paths for a in ("--vectors", p)] + (["--corpus", corpus] if corpus else [])
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    print(f"nnts fuzz: harness {harness}, driver {driver}, {PROVIDER} "
+          f"({'coverage-guided' if atheris else 'no atheris: plain seeded random bytes, no coverage'}), "
+          f"seed {seed}, artifacts in {artifacts}", file=out, flush=True)
+    start = time.monotonic()
+    stats, progress, found = {}, None, []
+    with tempfile.TemporaryDirectory(prefix="nnts-fuzz-") as scratch:  # anything a harness names lands here
+        proc = subprocess.Popen(command, cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace")
+        for line in proc.stdout:
+            out.write(line)
+            out.flush()
+            if m := PROGRESS.search(line):
+                progress = m
+            if m := STAT.search(line):
+                stats[m.group(1)] = int(m.group(2))
+            if m := ARTIFACT.search(line):
+                found.append(m.group(1))
+        status = proc.wait()
+    elapsed = time.monotonic() - start
+    for path in found:
+        with open(path + ".json", "w", encoding="utf-8") as f:
+            json.dump({"harness": harness, "driver": driver, "vectors": vector_paths, "provider": PROVIDER}, f)
+    executions = stats.get("number_of_executed_units", int(progress.group(1)) if progress else 0)
+    rate = stats.get("average_exec_per_sec", int(progress.group(5)) if progress else 0)
+    coverage = f"cov {progress.group(2)}, ft {progress.group(3)}, corpus {progress.group(4)}" if progress \
+        else "not measured"
+    print(f"nnts fuzz: {harness}: {executions} executions in {elapsed:.0f} s ({rate} exec/s), coverage: {coverage}",
+          file=out)
+    if found:
+        for path in found:
+            print(f"FINDING: {path}\n  replay: nnts fuzz --replay {path}", file=out)
+        return 1
+    if status != 0:
+        print(f"nnts fuzz: the fuzzer exited with status {status} without an artifact", file=out)
+        return 1
+    print("nnts fuzz: no findings", file=out)
+    return 0
+
+
+def replay(path: str, harness: str | None = None, driver: str | None = None, vector_paths=None) -> int:
+    """``nnts fuzz --replay FILE``: run one artifact again, in this process, and show the traceback."""
+    meta = {}
+    if os.path.exists(path + ".json"):
+        with open(path + ".json", encoding="utf-8") as f:
+            meta = json.load(f)
+    harness = harness or meta.get("harness") or os.path.basename(path).split("-")[0]
+    driver = driver or meta.get("driver") or "reference"
+    if meta.get("provider", PROVIDER) != PROVIDER:
+        print(f"nnts fuzz: warning: found with the {meta['provider']} byte provider, replayed with {PROVIDER}")
+    with open(path, "rb") as f:
+        data = f.read()
+    run_one = load(harness, driver, vector_paths or meta.get("vectors"))
+    print(f"nnts fuzz: replaying {path} ({len(data)} bytes) on harness {harness}, driver {driver}", flush=True)
+    try:
+        run_one(data)
+    except Exception:
+        traceback.print_exc()
+        print("nnts fuzz: reproduced: the input fails")
+        return 1
+    print("nnts fuzz: the input runs without a finding")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child(sys.argv[1:]))
