@@ -16,12 +16,13 @@ The JSON (``--json``; ``schema: "nnts-bench/1"``), all times in milliseconds::
 
     {"schema", "generated", "driver", "devices": [names], "baseline": "tflite"|"none",
      "settings": {"warmup", "runs", "max_time_s", "inflight"},
-     "environment": {"cpu", "cores", "threads", "python", "numpy", "blas", "tflite", "nnts",
-                     "load_start": [1, 5, 15 min], "load_end": [...], "thread_env": {OMP_NUM_THREADS, ...}},
+     "environment": {"cpu", "cores", "threads": {"blas": {library: threads}, "tflite": 1}, "python",
+                    "platform", "numpy", "blas", "tflite", "load_start": [1, 5, 15 min], "load_end": [...]},
      "models": [{
         "model", "path", "sha256", "family", "origin": "real"|"seeded", "inputs": "real"|"synthetic",
         "input_source", "samples", "kind": "classifier"|"sequence"|"other", "precision": output type,
-        "status": "ok" | "import_error" | "driver_error" | "no_inputs", "reason": null | why,
+        "status": "ok" | "import_error" | "driver_error", "reason": null | why (also partial support),
+        "baseline_error": present when TFLite cannot load the file,
         "operations": {"total", "on_driver", "by_device": {name: n}, "unsupported": {NNAPI op: n}},
         "time_on_driver": share of execution time on the driver's devices (null: one step, all or none),
         "driver" and "baseline": null | {
@@ -38,6 +39,7 @@ The JSON (``--json``; ``schema: "nnts-bench/1"``), all times in milliseconds::
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import glob
 import hashlib
@@ -64,7 +66,6 @@ HISTOGRAM_BINS = 20
 MIN_RUNS = 5          # timed runs even past --max-time
 # Weights that are seeded, not trained: the seeded set, and ../shared/models's speech LSTMs (its README, section 3).
 SEEDED_WEIGHTS = ("*_seeded_*", "lstm_*_like_*")
-THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")   # numpy's BLAS threads
 
 
 def tflite_interpreter_class():
@@ -340,8 +341,12 @@ def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_d
                  "origin": "seeded" if any(fnmatch.fnmatch(path.name, p) for p in SEEDED_WEIGHTS) else "real",
                  "status": "ok", "reason": None, "driver": None, "baseline": None, "accuracy": None,
                  "operations": None, "time_on_driver": None}
-    use_tflite = settings.baseline == "tflite" and tflite_interpreter_class()[0] is not None
-    base = TfliteRunner(path) if use_tflite else None
+    base = None
+    if settings.baseline == "tflite" and tflite_interpreter_class()[0] is not None:
+        try:
+            base = TfliteRunner(path)
+        except (ValueError, RuntimeError) as e:   # TFLite refuses the file: no baseline, the driver still runs
+            row["baseline_error"] = str(e)
     ours = info = None
     try:
         model, info = load_tflite(path)
@@ -483,18 +488,36 @@ def environment() -> dict:
         tflite = f"ai-edge-litert {version('ai-edge-litert')}"
     except Exception:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": {"nnapi_ref": "runtime threads, BLAS as thread_env",
-                                                             "tflite": 1},
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": {"blas": blas_threads(), "tflite": 1},
             "python": platform.python_version(), "platform": platform.platform(), "numpy": np.__version__,
-            "blas": blas, "tflite": tflite, "thread_env": {k: os.environ.get(k) for k in THREAD_ENV},
+            "blas": blas, "tflite": tflite,
             "load_start": list(os.getloadavg())}
+
+
+def blas_threads():
+    """numpy's BLAS threads per library (threadpoolctl), or why unknown."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown (threadpoolctl not installed: BLAS threads not limited)"
+    return {i["internal_api"]: i["num_threads"] for i in threadpool_info()}
+
+
+def one_blas_thread():
+    """numpy's BLAS on one thread while benchmarking, as TFLite runs on one: a multi-threaded
+    BLAS on a loaded machine spins, and was 50 times slower here."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1)
 
 
 def run(models: list[tuple[Path, Path | None]], driver: str, settings: Settings, progress=None) -> dict:
     """Benchmark every model on the runtime's current devices; the results document."""
-    env = environment()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="nnts-bench-cache-") as cache_dir:
+    with one_blas_thread(), tempfile.TemporaryDirectory(prefix="nnts-bench-cache-") as cache_dir:
+        env = environment()
         for path, models_dir in models:
             if progress:
                 progress.start(path.name)
