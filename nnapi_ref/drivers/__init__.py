@@ -3,6 +3,7 @@
 A driver string is one of
 
 * ``reference``: the built-in ``nnapi-reference`` CPU driver;
+* ``onnxruntime``: NNAPI on ONNX Runtime's CPU provider (the ``onnxruntime`` extra);
 * ``module.path:factory``: a Python object implementing :class:`nnapi_ref.hal.Device`: a
   Device instance, a Device subclass, or a callable returning a Device;
 * ``remote:COMMAND``: a driver in its own process: COMMAND is started and spoken to over its
