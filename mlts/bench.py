@@ -352,6 +352,8 @@ def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_d
         model, info = load_tflite(path)
     except TFLiteImportError as e:
         row.update(status="import_error", reason=f"importer: {e}")
+    except Exception as e:   # the importer's own failure: still a row, not the end of the run
+        row.update(status="import_error", reason=f"importer crashed: {type(e).__name__}: {e}")
     if info is not None:
         specs = [(i.shape, i.dtype, i.scale, i.zero_point) for i in info.inputs]
         row["precision"] = info.outputs[0].tflite_type
@@ -381,7 +383,7 @@ def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_d
         row["driver"] = None
     if row["status"] == "ok" and base is not None and row.get("driver"):
         ref = TfliteRunner(path, reference_kernels=True)
-        classifier, sequence = row["kind"] == "classifier", len(info.outputs[0].shape) == 3
+        classifier, sequence = "SOFTMAX" in info.operators[-2:], len(info.outputs[0].shape) == 3
         outs = [ours.run(x)[0] for x in samples]
         acc = accuracy(info.outputs[0], outs, [ref.run(x)[0] for x in samples], classifier, sequence)
         xnn = accuracy(info.outputs[0], outs, [base.run(x)[0] for x in samples], classifier, False)
