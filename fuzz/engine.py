@@ -62,6 +62,14 @@ def load(harness: str, driver: str, vector_paths):
     return harnesses.make(harness, load_driver(driver) if harness != "model" else None, vector_paths)
 
 
+def seed_corpus_zip(harness: str, path: str, *vector_paths: str) -> None:
+    """The seed corpus of a harness as the zip OSS-Fuzz expects (.clusterfuzzlite/build.sh)."""
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        for i, data in enumerate(load(harness, "reference", list(vector_paths) or None).seed_inputs()):
+            z.writestr(f"seed-{i}", data)
+
+
 class _Timeout(BaseException):
     """The per-input time limit passed (a BaseException: no harness's ``except`` swallows it)."""
 
@@ -138,7 +146,7 @@ def child(argv: list[str]) -> int:
     limit_memory(args.rss_limit)
     if atheris is None:
         return plain_loop(load(args.harness, args.driver, args.vectors), args)
-    include = ["nnapi_ref", "fuzz"] + [driver_package(args.driver)] * bool(driver_package(args.driver))
+    include = ["nnapi_ref"] + [driver_package(args.driver)] * bool(driver_package(args.driver))
     with atheris.instrument_imports(include=include):
         harness = load(args.harness, args.driver, args.vectors)
     seeds = tempfile.mkdtemp(prefix=f"nnts-fuzz-seeds-{args.harness}-")
@@ -157,9 +165,10 @@ def child(argv: list[str]) -> int:
 # -- the command ---------------------------------------------------------------------------------
 
 def run(harness: str, driver: str, runs: int | None, max_time: float | None, corpus: str | None, seed: int,
-        artifacts: str, vector_paths=None, timeout: int = 10, rss_limit: int = 2048, out=sys.stdout) -> int:
+        artifacts: str, vector_paths=None, timeout: int = 10, rss_limit: int = 2048) -> int:
     """``nnts fuzz``: the harness in a child process; progress passed through, then a summary.
     0 when nothing was found, 1 for a finding (or a child that died without one)."""
+    out = sys.stdout
     from fuzz.harnesses import HARNESSES, default_vector_paths
     if harness not in HARNESSES:
         print(f"nnts fuzz: unknown harness {harness!r} (one of {', '.join(HARNESSES)})", file=sys.stderr)

@@ -199,7 +199,8 @@ class Builder:
         if kind == 0 and value is not None:
             return value
         dtype = DTYPES.get(code)
-        count = math.prod(dims) if dims and all(isinstance(d, int) and 0 <= d <= 4096 for d in dims) else 1
+        count = math.prod(dims) if all(isinstance(d, int) and d >= 0 for d in dims) else 1
+        count = count if count <= 1 << 16 else 1  # the size an enormous operand declares is not allocated
         size = (dtype.itemsize if dtype is not None else 1) * count
         if kind == 1:
             return None  # omitted
@@ -225,8 +226,11 @@ class Builder:
     def subgraph(self, model: Model, sg: hal.Subgraph, referenced: list[Model | None]) -> None:
         """Builder calls for ``sg``'s operands, operations and inputs and outputs."""
         for k, o in enumerate(sg.operands):
-            code, dims = self.operand_type(o.type), self.dims(o.dimensions)
-            self.call(model.add_operand, code, dims, self.scale(o.scale), self.int_value(o.zero_point))
+            code, dims, scale, zero_point = o.type, o.dimensions, o.scale, o.zero_point
+            if self.mutate():  # one decision per operand keeps an unchanged replay cheap
+                code, dims = self.operand_type(code), self.dims(dims)
+                scale, zero_point = self.scale(scale), self.int_value(zero_point)
+            self.call(model.add_operand, code, dims, scale, zero_point)
             if o.channel_quant is not None:
                 scales = [self.scale(s) for s in o.channel_quant.scales]
                 self.call(model.set_operand_symm_per_channel_quant_params, k, scales,
@@ -236,9 +240,12 @@ class Builder:
             elif o.lifetime in (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE, Lifetime.NO_VALUE):
                 self.call(model.set_operand_value, k, self.value(model, k, code, dims, o.value))
         for op in sg.operations:
-            code = op.type if self.mutate() == 0 else self.fdp.ConsumeIntInRange(-1, 110)
-            n = model.operand_count
-            self.call(model.add_operation, code, self.indexes(op.inputs, n), self.indexes(op.outputs, n))
+            code, inputs, outputs = op.type, op.inputs, op.outputs
+            if self.mutate():
+                n = model.operand_count
+                code = code if self.mutate() == 0 else self.fdp.ConsumeIntInRange(-1, 110)
+                inputs, outputs = self.indexes(inputs, n), self.indexes(outputs, n)
+            self.call(model.add_operation, code, inputs, outputs)
         for _ in range(self.fdp.ConsumeIntInRange(0, 3)):
             self.random_call(model)
         n = model.operand_count

@@ -86,7 +86,7 @@ def _operand_problem(model: Model, operand: Operand) -> str | None:
         if operand.type != T.SUBGRAPH:
             if 0 in operand.dimensions and operand.type not in SCALAR_TYPES:
                 return f"constant with unspecified dimensions {list(operand.dimensions)}"
-            count = int(np.prod(operand.dimensions)) if operand.dimensions else 1
+            count = math.prod(operand.dimensions)
             if np.size(operand.value) != count:
                 return f"constant has {np.size(operand.value)} values for dimensions {list(operand.dimensions)}"
     elif life == Lifetime.SUBGRAPH:

@@ -93,6 +93,11 @@ def _enum(enum, name, what):
         raise FormatError(f"{what}: unknown {enum.__name__} {name!r}") from None
 
 
+# What reading a field of the wrong JSON type raises (a string where a number belongs, a list
+# where an object does, an integer too large for a float): a malformed file, never a traceback.
+MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError)
+
+
 def _subgraph_from_json(d: dict, what: str, is_main: bool):
     """A Subgraph plus, for main, the input values and expected outputs."""
     operands = []
@@ -132,33 +137,43 @@ def _subgraph_from_json(d: dict, what: str, is_main: bool):
                 expected.append(decode_data(o.get("data") or [], operands[k].type, f"{what} output operand {k}"))
                 ignored.append(bool(o.get("is_ignored", False)))
                 output_dims.append(operands[k].dimensions)
-    except (KeyError, IndexError, TypeError) as e:
+    except MALFORMED as e:
         raise FormatError(f"{what}: malformed subgraph ({type(e).__name__}: {e})") from None
     return sg, inputs, expected, ignored, output_dims
 
 
-def _fix_input_shapes(sg: Subgraph, inputs: list) -> list:
+def _fix_input_shapes(sg: Subgraph, inputs: list, what: str) -> list:
     """Give each fed input the shape of its operand (zero-sized inputs keep 0 dimensions)."""
     out = []
     for k, value in zip(sg.input_indexes, inputs):
         if value is not None:
             dims = sg.operands[k].dimensions
-            value = value.reshape(dims if dims else ())
+            if any(d < 0 for d in dims) or math.prod(dims) != value.size:
+                raise FormatError(f"{what} input operand {k}: {value.size} values for dimensions {list(dims)}")
+            value = value.reshape(dims)
         out.append(value)
     return out
 
 
 def test_from_json(d: dict, source: str = "") -> TestModel:
+    if not isinstance(d, dict):
+        raise FormatError(f"a test is a JSON {type(d).__name__}, not an object")
     name = str(d.get("name", "?"))
-    main, inputs, expected, ignored, output_dims = _subgraph_from_json(d["main"], f"{name} main", True)
-    referenced = [_subgraph_from_json(r, f"{name} subgraph {k}", False)[0]
-                  for k, r in enumerate(d.get("referenced") or [])]
-    model = Model(main, referenced, bool(d.get("is_relaxed", False)))
-    return TestModel(name=name, model=model, inputs=_fix_input_shapes(main, inputs), expected=expected,
-                     ignored=ignored, min_feature_level=d.get("min_feature_level"),
-                     expect_failure=bool(d.get("expect_failure", False)),
-                     multinomial_tolerance=float(d.get("expected_multinomial_distribution_tolerance", 0.0)),
-                     source=source, output_dims=output_dims)
+    try:
+        main, inputs, expected, ignored, output_dims = _subgraph_from_json(d["main"], f"{name} main", True)
+        referenced = [_subgraph_from_json(r, f"{name} subgraph {k}", False)[0]
+                      for k, r in enumerate(d.get("referenced") or [])]
+        level = d.get("min_feature_level")
+        if level is not None and not isinstance(level, int):
+            raise TypeError(f"min_feature_level {level!r} is not an integer")
+        model = Model(main, referenced, bool(d.get("is_relaxed", False)))
+        return TestModel(name=name, model=model, inputs=_fix_input_shapes(main, inputs, f"{name} main"),
+                         expected=expected, ignored=ignored, min_feature_level=level,
+                         expect_failure=bool(d.get("expect_failure", False)),
+                         multinomial_tolerance=float(d.get("expected_multinomial_distribution_tolerance", 0.0)),
+                         source=source, output_dims=output_dims)
+    except MALFORMED as e:
+        raise FormatError(f"{name}: malformed test ({type(e).__name__}: {e})") from None
 
 
 def load_file(path: str | os.PathLike) -> list[TestModel]:
@@ -172,7 +187,10 @@ def load_file(path: str | os.PathLike) -> list[TestModel]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise FormatError(f"{path}: not an {FORMAT} file")
     source = str(doc.get("source", path.name))
-    return [test_from_json(t, source) for t in doc.get("tests", [])]
+    tests = doc.get("tests", [])
+    if not isinstance(tests, list):
+        raise FormatError(f"{path}: 'tests' is a JSON {type(tests).__name__}, not a list")
+    return [test_from_json(t, source) for t in tests]
 
 
 def find_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:

@@ -19,6 +19,9 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
                           size 1 dropped (the data is right)
 ``accepts_invalid_model`` no model validation: get_supported_operations and prepare_model
                           accept what they should reject with INVALID_ARGUMENT
+``raises_on_invalid_model`` get_supported_operations and prepare_model reject an invalid model
+                          with a plain ValueError instead of HalError(INVALID_ARGUMENT) (the
+                          runtime hides it; the ``execute`` fuzzing harness catches it)
 ``bad_timing``            measured timing has time on device > time in driver
 ``burst_caches_pool``     a burst reads its inputs from a copy of each memory pool taken the
                           first time it saw the pool's token (the contents cached, not the
@@ -236,6 +239,29 @@ class AcceptsInvalidModel(BrokenDevice):
         self._validated = _NoValidation()
 
 
+# -- raises_on_invalid_model --------------------------------------------------------------------
+
+class RaisesOnInvalidModel(BrokenDevice):
+    """Rejects an invalid model with a ValueError: the validation is there, the error code is not."""
+
+    FAULT = "raises_on_invalid_model"
+
+    def _validate(self, call, *args):
+        try:
+            return call(*args)
+        except hal.HalError as e:
+            if e.status != hal.ErrorStatus.INVALID_ARGUMENT:
+                raise
+            raise ValueError(f"invalid model: {e.message}") from None
+
+    def get_supported_operations(self, model):
+        return self._validate(super().get_supported_operations, model)
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        return self._validate(super().prepare_model, model, preference, priority, deadline_ns, model_cache,
+                              data_cache, token)
+
+
 # -- bad_timing ---------------------------------------------------------------------------------
 
 class _BadTiming(ReferencePreparedModel):
@@ -372,11 +398,12 @@ off_by_one_rounding = OffByOneRounding
 float16_arithmetic = Float16Arithmetic
 wrong_output_shape = WrongOutputShape
 accepts_invalid_model = AcceptsInvalidModel
+raises_on_invalid_model = RaisesOnInvalidModel
 bad_timing = BadTiming
 burst_caches_pool = BurstCachesPool
 shared_scratch = SharedScratch
 keeps_first_shape = KeepsFirstShape
 
 ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQuant8Sparse, OffByOneRounding,
-                                  Float16Arithmetic, WrongOutputShape, AcceptsInvalidModel, BadTiming, BurstCachesPool,
-                                  SharedScratch, KeepsFirstShape)}
+                                  Float16Arithmetic, WrongOutputShape, AcceptsInvalidModel, RaisesOnInvalidModel,
+                                  BadTiming, BurstCachesPool, SharedScratch, KeepsFirstShape)}

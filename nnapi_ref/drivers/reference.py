@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import threading
 import time
 from typing import Sequence
@@ -274,7 +275,7 @@ class ReferenceBuffer(hal.Buffer):
         if dims is None or not dims or 0 in dims or 0 in tuple(dimensions):  # given dimensions: all specified
             raise HalError(ErrorStatus.INVALID_ARGUMENT,
                            f"copy with dimensions {list(dimensions)} into a memory of {list(self.dimensions)}")
-        needed = int(np.prod(dims)) * DTYPES[self.type].itemsize
+        needed = math.prod(dims) * DTYPES[self.type].itemsize
         if source.size != needed:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"copy of {source.size} bytes, expected {needed}")
         self.data = source.buffer.copy().view(DTYPES[self.type]).reshape(dims)
@@ -394,7 +395,7 @@ class ReferencePreparedModel(hal.PreparedModel):
             return region.data
         dims = self._shape(operand, arg, what, need_known=True)
         dtype = DTYPES[operand.type]
-        needed = dtype.itemsize * (int(np.prod(dims)) if dims else 1)
+        needed = dtype.itemsize * math.prod(dims)
         if region.nbytes != needed:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: {region.nbytes} bytes given, {needed} needed")
         if region.ctypes.data % dtype.itemsize:

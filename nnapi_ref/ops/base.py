@@ -70,9 +70,12 @@ class Arg:
         return len(self.shape)
 
     def scalar(self):
-        """The value of a scalar operand as a Python bool, int or float (None if omitted)."""
-        value = self.value
-        return None if value is None else value.item()
+        """The value of a scalar operand as a Python bool, int or float. Operations read their
+        optional scalars only after checking ``omitted``: an omitted one here is a required
+        parameter left without a value (BAD_DATA, not a TypeError further on)."""
+        if self.omitted:
+            raise NnapiError(ResultCode.BAD_DATA, "a required scalar operand is omitted (has no value)")
+        return self.value.item()
 
     def dequantize(self) -> np.ndarray:
         """The real values of a quantized tensor, as float64 (per-channel aware)."""

@@ -8,6 +8,7 @@ size a driver reports insufficient, and falling back to the CPU when a driver fa
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Sequence
@@ -162,7 +163,7 @@ class Execution:
             return DTYPES[operand.type].itemsize
         if not dims or 0 in dims:
             return None
-        return int(np.prod(dims)) * DTYPES[operand.type].itemsize
+        return math.prod(dims) * DTYPES[operand.type].itemsize
 
     def _bind(self, index, buffer, type_, is_input: bool) -> None:
         call = "set_input" if is_input else "set_output"

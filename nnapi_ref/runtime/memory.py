@@ -6,6 +6,7 @@ driver keep it in its own memory domain.
 """
 from __future__ import annotations
 
+import math
 import mmap
 from typing import Sequence
 
@@ -102,7 +103,7 @@ class Memory:
         dims = desc.dimensions
         check(dims and 0 not in dims, "Memory.from_desc: the dimensions are not fully specified and no "
                                       "driver could allocate the memory", ResultCode.OP_FAILED)
-        size = int(np.prod(dims)) * DTYPES[desc.operand.type].itemsize
+        size = math.prod(dims) * DTYPES[desc.operand.type].itemsize
         memory.shared = hal.SharedMemory(np.zeros(size, np.uint8))
         return memory
 
@@ -147,7 +148,7 @@ class Memory:
         dst.initialized = True
 
     def _byte_size(self) -> int:
-        return int(np.prod(self.dimensions)) * DTYPES[self.desc.operand.type].itemsize
+        return math.prod(self.dimensions) * DTYPES[self.desc.operand.type].itemsize
 
     def close(self) -> None:
         if self._mmap is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import math
 import numpy as np
 
 from .. import ops
@@ -16,10 +17,13 @@ from ..errors import NnapiError, check
 from ..hal import ChannelQuant, Model as HalModel, Operand, Operation, Subgraph
 from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
                      OperationCode, ResultCode, type_name)
-from ..validation import topological_order, validate_model, validate_operand_type
+from ..validation import operand_type_problem, topological_order, validate_model, validate_operand_type
 
 UNEXPECTED_NULL = ResultCode.UNEXPECTED_NULL
 BAD_STATE = ResultCode.BAD_STATE
+_OPERATION_CODES = {int(c): c for c in OperationCode}  # a dict lookup, not an enum call, per add_operation
+_VALUE_LIFETIMES = frozenset({Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE, Lifetime.NO_VALUE,
+                              Lifetime.SUBGRAPH})
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,25 @@ class OperandType:
         object.__setattr__(self, "dimensions", tuple(int(d) for d in dimensions) if dimensions is not None else ())
         object.__setattr__(self, "scale", float(scale))
         object.__setattr__(self, "zero_point", int(zero_point))
+
+
+_TYPE_PROBLEMS: dict[tuple, str | None] = {}  # (code, dims, scale, zero point) -> operand_type_problem's answer
+
+
+def _operand_type_problem(code, dims: tuple[int, ...], scale: float, zero_point: int) -> str | None:
+    """validation.operand_type_problem for add_operand, remembered per operand type: a model has
+    few distinct types, and this check was most of the cost of building one. Only for a code of
+    an exact type (``dims``, ``scale`` and ``zero_point`` are already int, float, int)."""
+    if type(code) is not int and type(code) is not OperandCode:
+        return operand_type_problem(code, dims, scale, zero_point, None, channel_quant_pending=True)
+    key = (code, dims, scale, zero_point)
+    problem = _TYPE_PROBLEMS.get(key, _TYPE_PROBLEMS)
+    if problem is _TYPE_PROBLEMS:
+        if len(_TYPE_PROBLEMS) >= 4096:
+            _TYPE_PROBLEMS.clear()
+        problem = _TYPE_PROBLEMS[key] = operand_type_problem(code, dims, scale, zero_point, None,
+                                                             channel_quant_pending=True)
+    return problem
 
 
 def _as_bytes_view(value) -> np.ndarray:
@@ -66,8 +89,10 @@ class Model:
             raise NnapiError(BAD_STATE, f"{call} called on a finished model")
 
     def _operand(self, index, call: str) -> Operand:
-        check(isinstance(index, (int, np.integer)) and 0 <= index < len(self._operands),
-              f"{call}: operand index {index} out of range ({len(self._operands)} operands)")
+        # The hot path of every builder call: the message is only formatted for a failure.
+        if not (isinstance(index, (int, np.integer)) and 0 <= index < len(self._operands)):
+            raise NnapiError(ResultCode.BAD_DATA,
+                             f"{call}: operand index {index} out of range ({len(self._operands)} operands)")
         return self._operands[index]
 
     @property
@@ -80,13 +105,16 @@ class Model:
         self._check_building("add_operand")
         if operand_type is None:
             raise NnapiError(UNEXPECTED_NULL, "add_operand: operand type is None")
-        if not isinstance(operand_type, OperandType):
-            operand_type = OperandType(operand_type, dimensions or (), scale, zero_point)
-        code = operand_type.type
-        validate_operand_type(code, operand_type.dimensions, operand_type.scale, operand_type.zero_point, None,
-                              f"add_operand (operand {len(self._operands)})", channel_quant_pending=True)
-        self._operands.append(Operand(OperandCode(code), operand_type.dimensions, operand_type.scale,
-                                      operand_type.zero_point))
+        if isinstance(operand_type, OperandType):
+            code, dims = operand_type.type, operand_type.dimensions
+            scale, zero_point = operand_type.scale, operand_type.zero_point
+        else:  # OperandType's conversions, without building one
+            code, dims = operand_type, tuple(int(d) for d in dimensions) if dimensions else ()
+            scale, zero_point = float(scale), int(zero_point)
+        problem = _operand_type_problem(code, dims, scale, zero_point)
+        if problem:
+            raise NnapiError(ResultCode.BAD_DATA, f"add_operand (operand {len(self._operands)}): {problem}")
+        self._operands.append(Operand(OperandCode(code), dims, scale, zero_point))
         return len(self._operands) - 1
 
     def set_operand_symm_per_channel_quant_params(self, index: int, scales: Sequence[float], channel_dim: int) -> None:
@@ -110,13 +138,15 @@ class Model:
         if value is None:
             operand.lifetime, operand.value = Lifetime.NO_VALUE, None
             return
-        check(operand.type != OperandCode.SUBGRAPH, f"set_operand_value: operand {index} is a SUBGRAPH; "
-                                                    "use set_operand_value_from_model")
+        if operand.type == OperandCode.SUBGRAPH:
+            raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: operand {index} is a SUBGRAPH; "
+                                                  "use set_operand_value_from_model")
         dtype = DTYPES[operand.type]
         dims = operand.dimensions
-        check(operand.type in SCALAR_TYPES or (dims and 0 not in dims),
-              f"set_operand_value: operand {index} has unspecified dimensions {list(dims)}")
-        needed = dtype.itemsize * (int(np.prod(dims)) if dims else 1)
+        if not (operand.type in SCALAR_TYPES or (dims and 0 not in dims)):
+            raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: operand {index} has unspecified dimensions "
+                                                  f"{list(dims)}")
+        needed = dtype.itemsize * math.prod(dims)
         if isinstance(value, (bool, int, float, np.generic)) or (isinstance(value, (list, tuple))):
             raw = np.asarray(value, dtype).reshape(-1).view(np.uint8)
         else:
@@ -125,7 +155,9 @@ class Model:
             except TypeError:
                 raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: value of type {type(value).__name__} "
                                                       "is not a buffer") from None
-        check(raw.nbytes == needed, f"set_operand_value: operand {index} needs {needed} bytes, got {raw.nbytes}")
+        if raw.nbytes != needed:
+            raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: operand {index} needs {needed} bytes, "
+                                                  f"got {raw.nbytes}")
         copy = raw.nbytes <= MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES
         operand.lifetime = Lifetime.CONSTANT_COPY if copy else Lifetime.CONSTANT_REFERENCE
         data = raw.copy() if copy else raw
@@ -142,7 +174,7 @@ class Model:
         dims = operand.dimensions
         check(operand.type in SCALAR_TYPES or (dims and 0 not in dims),
               f"set_operand_value_from_memory: operand {index} has unspecified dimensions {list(dims)}")
-        needed = dtype.itemsize * (int(np.prod(dims)) if dims else 1)
+        needed = dtype.itemsize * math.prod(dims)
         check(length == needed, f"set_operand_value_from_memory: operand {index} needs {needed} bytes, got {length}")
         check(0 <= offset and offset + length <= shared.size,
               f"set_operand_value_from_memory: [{offset}, {offset + length}) exceeds the memory's {shared.size} bytes")
@@ -168,22 +200,25 @@ class Model:
         if inputs is None or outputs is None:
             raise NnapiError(UNEXPECTED_NULL, "add_operation: inputs or outputs is None")
         try:
-            code = OperationCode(type)
-        except ValueError:
+            code = _OPERATION_CODES[type]
+        except (KeyError, TypeError):
             raise NnapiError(ResultCode.BAD_DATA, f"add_operation: invalid operation type {type}") from None
         inputs, outputs = tuple(inputs), tuple(outputs)
+        operands = self._operands
         for k in inputs + outputs:
-            self._operand(k, f"add_operation ({code.name})")
+            if not (isinstance(k, (int, np.integer)) and 0 <= k < len(operands)):
+                self._operand(k, f"add_operation ({code.name})")  # raises, naming the index
         impl = ops.get(code)
-        in_types = [self._operands[k].type for k in inputs]
-        out_types = [self._operands[k].type for k in outputs]
-        check(impl is None or impl.match(in_types, out_types) is not None,
-              f"add_operation: {code.name} does not accept inputs ({', '.join(type_name(t) for t in in_types)}) "
-              f"and outputs ({', '.join(type_name(t) for t in out_types)})")
+        in_types = [operands[k].type for k in inputs]
+        out_types = [operands[k].type for k in outputs]
+        if impl is not None and impl.match(in_types, out_types) is None:
+            raise NnapiError(ResultCode.BAD_DATA,
+                             f"add_operation: {code.name} does not accept inputs "
+                             f"({', '.join(type_name(t) for t in in_types)}) and outputs "
+                             f"({', '.join(type_name(t) for t in out_types)})")
         for k in outputs:
-            check(self._operands[k].lifetime not in (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE,
-                                                     Lifetime.NO_VALUE, Lifetime.SUBGRAPH),
-                  f"add_operation ({code.name}): output operand {k} has a value set")
+            if operands[k].lifetime in _VALUE_LIFETIMES:
+                raise NnapiError(ResultCode.BAD_DATA, f"add_operation ({code.name}): output operand {k} has a value set")
         self._operations.append(Operation(code, inputs, outputs))
 
     def identify_inputs_and_outputs(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:

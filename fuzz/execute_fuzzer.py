@@ -1,0 +1,21 @@
+"""libFuzzer-style entry point of the ``execute`` harness (fuzz/harnesses.py) for atheris, ClusterFuzzLite
+and OSS-Fuzz: ``python fuzz/execute_fuzzer.py [CORPUS_DIR...] [-libfuzzer_flags]``. The driver under
+test is NNTS_DRIVER (default: reference); the seeds are the test vectors of cts/corpus and
+../shared/vectors. ``nnts fuzz --harness execute`` runs the same harness with seeds and a summary."""
+import os
+import sys
+
+import atheris
+
+with atheris.instrument_imports(include=["nnapi_ref"]):  # nnapi_ref is imported by the harness's setup
+    from fuzz.engine import load
+    TestOneInput = load("execute", os.environ.get("NNTS_DRIVER", "reference"), None)
+
+
+def main() -> None:
+    atheris.Setup(sys.argv, TestOneInput)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

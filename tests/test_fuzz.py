@@ -1,0 +1,114 @@
+"""The atheris harnesses (fuzz/harnesses.py) and `nnts fuzz`: the reference survives a few hundred
+inputs of each harness, and a driver that raises a plain exception on a malformed model is caught,
+saved and replayed."""
+import argparse
+import glob
+import os
+import random
+
+import pytest
+
+from fuzz import engine, harnesses
+from nnapi_ref import cli
+from nnapi_ref.drivers.reference import ReferenceDevice
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(ROOT, "cts", "corpus")
+BROKEN = "nnapi_ref.drivers.broken:raises_on_invalid_model"
+
+
+def inputs(harness, count: int, seed: int = 0):
+    """Seed inputs with random bytes after them, as a fuzzer's early mutations are."""
+    rng = random.Random(seed)
+    seeds = harness.seed_inputs()
+    return [rng.choice(seeds) + rng.randbytes(rng.randrange(0, 48)) for _ in range(count)]
+
+
+@pytest.mark.parametrize("provider", ["atheris", "plain"])
+@pytest.mark.parametrize("name", sorted(harnesses.HARNESSES))
+def test_reference_survives_each_harness(name, provider, monkeypatch):
+    if provider == "plain":
+        monkeypatch.setattr(harnesses, "FuzzedDataProvider", None)
+    elif harnesses.FuzzedDataProvider is None:
+        pytest.skip("atheris is not installed")
+    harness = harnesses.make(name, ReferenceDevice(), [CORPUS])
+    assert harness.seeds, "no seed models"
+    for data in inputs(harness, 300):
+        harness(data)  # raises on a finding
+
+
+def test_harness_reports_a_driver_exception():
+    class Raising(ReferenceDevice):
+        def prepare_model(self, *args):
+            raise KeyError("oops")
+
+    harness = harnesses.make("execute", Raising(), [CORPUS])
+    with pytest.raises(KeyError):
+        harness(harness.seed_inputs()[0])
+
+
+def test_masked_driver_exception_is_a_finding():
+    class Masking(ReferenceDevice):
+        def prepare_model(self, *args):
+            try:
+                {}["x"]
+            except KeyError as e:
+                from nnapi_ref.hal import ErrorStatus, HalError
+                raise HalError(ErrorStatus.GENERAL_FAILURE, str(e))
+
+    harness = harnesses.make("execute", Masking(), [CORPUS])
+    with pytest.raises(harnesses.Finding, match="KeyError reported as GENERAL_FAILURE"):
+        harness(harness.seed_inputs()[0])
+
+
+def test_broken_driver_caught_saved_and_replayed(tmp_path, capsys):
+    """The issue's proof: a driver raising ValueError on a malformed model (instead of
+    INVALID_ARGUMENT) is found by the execute harness from valid seeds, in a few hundred runs."""
+    vectors = os.path.join(CORPUS, "arithmetic.json")  # valid models only: the fuzzer has to break one
+    code = cli.main(["fuzz", "--harness", "execute", "--driver", BROKEN, "--runs", "300", "--seed", "1",
+                     "--vectors", vectors, "--artifacts", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1, out[-3000:]
+    artifacts = [p for p in glob.glob(str(tmp_path / "execute-crash-*")) if not p.endswith(".json")]
+    assert len(artifacts) == 1 and os.path.exists(artifacts[0] + ".json"), out[-3000:]
+    assert "FINDING: " + artifacts[0] in out and "ValueError: invalid model" in out
+    assert cli.main(["fuzz", "--replay", artifacts[0]]) == 1
+    replayed = capsys.readouterr()
+    assert "ValueError: invalid model" in replayed.err and "reproduced" in replayed.out
+    # The same input on the reference: rejected with an error code, no finding.
+    assert cli.main(["fuzz", "--replay", artifacts[0], "--driver", "reference"]) == 0
+
+
+def test_nnts_fuzz_on_the_reference_finds_nothing(tmp_path, capsys):
+    code = cli.main(["fuzz", "--harness", "model", "--runs", "500", "--vectors", CORPUS,
+                     "--artifacts", str(tmp_path / "art"), "--corpus", str(tmp_path / "corpus")])
+    out = capsys.readouterr().out
+    assert code == 0, out[-3000:]
+    assert "nnts fuzz: model: " in out and "no findings" in out
+    assert not os.listdir(tmp_path / "art")
+
+
+def test_plain_loop_writes_the_first_finding(tmp_path, capsys):
+    """The loop used without atheris: seeded, and a finding becomes an artifact."""
+    def harness(data):
+        if len(data) > 3:
+            raise RuntimeError("too long")
+    harness.seed_inputs = lambda: [b"ab"]
+    args = argparse.Namespace(seed=1, corpus=None, runs=1000, max_time=0, timeout=5,
+                              artifact_prefix=str(tmp_path / "h-"))
+    assert engine.plain_loop(harness, args) == 1
+    out = capsys.readouterr().out
+    written = glob.glob(str(tmp_path / "h-crash-*"))
+    assert len(written) == 1 and f"Test unit written to {written[0]}" in out and "RuntimeError: too long" in out
+    assert len(open(written[0], "rb").read()) > 3
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["fuzz", "--harness", "model", "--driver", "nosuch"], "nosuch"),
+    (["fuzz", "--replay", "/nonexistent/artifact"], "no such file"),
+    (["fuzz"], "--harness"),
+])
+def test_nnts_fuzz_bad_arguments(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

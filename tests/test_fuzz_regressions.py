@@ -1,0 +1,96 @@
+"""Findings of the fuzzing campaigns (fuzz/harnesses.py), each reduced to the calls its artifact
+made: a malformed model, model file or request must end in an NNAPI result code."""
+import json
+
+import numpy as np
+import pytest
+
+from nnapi_ref import Model, NnapiError, OperandCode as T, OperandType, ResultCode, hal, vectors
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.hal import ErrorStatus, HalError, Lifetime
+from nnapi_ref.types import OperationCode, PreferenceCode, PriorityCode
+from nnapi_ref.validation import validate_model
+
+
+def test_required_scalar_without_a_value_is_invalid_argument():
+    """execute harness: SOFTMAX with its beta operand omitted (NO_VALUE) raised a TypeError
+    ('>' between None and int) inside prepare instead of INVALID_ARGUMENT."""
+    operands = [hal.Operand(T.TENSOR_FLOAT32, (1, 4), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.FLOAT32, lifetime=Lifetime.NO_VALUE),
+                hal.Operand(T.TENSOR_FLOAT32, (1, 4), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+    model = hal.Model(hal.Subgraph(operands, [hal.Operation(OperationCode.SOFTMAX, (0, 1), (2,))], (0,), (2,)))
+    with pytest.raises(HalError) as e:
+        ReferenceDevice().prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, None, [], [],
+                                        None)
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT and "omitted" in e.value.message
+
+
+def test_enormous_constant_is_not_taken_for_an_empty_one():
+    """model harness: dimensions whose product overflows int64 (2**32 x 2**32) made the size
+    numpy computed 0, so an empty value was accepted for a constant of 2**64 elements."""
+    m = Model()
+    k = m.add_operand(OperandType(T.TENSOR_FLOAT32, (2**32, 2**32)))
+    with pytest.raises(NnapiError) as e:
+        m.set_operand_value(k, b"")
+    assert e.value.code == ResultCode.BAD_DATA and str(4 * 2**64) in e.value.message
+    operands = [hal.Operand(T.TENSOR_FLOAT32, (2**32, 2**32), lifetime=Lifetime.CONSTANT_COPY,
+                            value=np.zeros(0, np.float32)),
+                hal.Operand(T.TENSOR_FLOAT32, (2**32, 2**32), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.INT32, lifetime=Lifetime.CONSTANT_COPY, value=np.zeros(1, np.int32)),
+                hal.Operand(T.TENSOR_FLOAT32, (2**32, 2**32), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+    model = hal.Model(hal.Subgraph(operands, [hal.Operation(OperationCode.ADD, (0, 1, 2), (3,))], (1,), (3,)))
+    with pytest.raises(NnapiError, match="constant has 0 values"):
+        validate_model(model)
+
+
+def _document(test=None, **main_changes):
+    """A valid one-test document (ADD of two inputs), with changes to its test or main subgraph."""
+    operand = lambda type_, dims, life, data: {"type": type_, "dimensions": dims, "scale": 0.0, "zero_point": 0,
+                                               "lifetime": life, "data": data}
+    main = {"operands": [operand("TENSOR_FLOAT32", [2], "SUBGRAPH_INPUT", [1, 2]),
+                         operand("TENSOR_FLOAT32", [2], "SUBGRAPH_INPUT", [3, 4]),
+                         operand("INT32", [], "CONSTANT_COPY", [0]),
+                         operand("TENSOR_FLOAT32", [2], "SUBGRAPH_OUTPUT", [4, 6])],
+            "operations": [{"type": "ADD", "inputs": [0, 1, 2], "outputs": [3]}],
+            "input_indexes": [0, 1], "output_indexes": [3]}
+    for path, value in main_changes.items():  # operands__0__scale: main["operands"][0]["scale"]
+        keys = [int(k) if k.isdigit() else k for k in path.split("__")]
+        target = main
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+    t = {"name": "t", "main": main} if test is None else test
+    return {"format": vectors.FORMAT, "tests": [t]}
+
+
+@pytest.mark.parametrize("doc", [
+    {"format": vectors.FORMAT, "tests": {"a": 1}},                 # tests: an object, not a list
+    {"format": vectors.FORMAT, "tests": [[1, 2]]},                 # a test: a list
+    {"format": vectors.FORMAT, "tests": [{"name": "t"}]},          # no main
+    _document(test={"name": "t", "main": None}),                  # main: null
+    _document(operands__0__scale="x"),                            # a string where a number belongs
+    _document(operands__0__scale={}),                             # an object where a number belongs
+    _document(operands__0__dimensions=5),                         # a number where a list belongs
+    _document(operands__0__dimensions=[2**40, 2**40]),            # enormous: never allocated
+    _document(operands__1__dimensions=[3]),                       # 2 values for 3 elements
+    _document(operands__1__dimensions=[-2]),                      # negative
+    _document(operands__2__data=[10**30]),                        # an INT32 out of range
+    _document(operands__0__data=[{}, 1]),                         # data of the wrong JSON type
+    _document(operations=[1]),                                    # an operation: a number
+    _document(test={"name": "t", "main": _document()["tests"][0]["main"], "min_feature_level": "x"}),
+], ids=lambda d: json.dumps(d)[:60])
+def test_malformed_vector_file_is_bad_data(doc, tmp_path):
+    """vectors harness: each of these ended in a KeyError, TypeError, ValueError or
+    AttributeError traceback out of load_file instead of BAD_DATA."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(vectors.FormatError) as e:
+        vectors.load_file(path)
+    assert e.value.code == ResultCode.BAD_DATA and e.value.message
+
+
+def test_valid_document_still_loads(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_document()))
+    [test] = vectors.load_file(path)
+    assert test.inputs[0].tolist() == [1, 2] and test.expected[0].tolist() == [4, 6]
