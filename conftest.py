@@ -4,7 +4,8 @@ Options: ``--driver`` (``reference``, ``module.path:factory``, ``remote:COMMAND`
 comma-separated for several; ``--isolate`` serves in-process drivers from a process of their own),
 ``--vectors PATH`` (extra test-vector files or folders; ``../shared/vectors`` when present),
 ``--feature-level N`` (test only what that level requires), ``--expected-failures FILE`` (known
-driver issues: xfail, warned about when they pass), ``--report PATH`` (HTML conformance report),
+driver issues: xfail, warned about when they pass), ``--report PATH`` (conformance report: HTML, or
+JSON for a .json path; repeatable),
 ``--reproducers DIR`` (where failing models are saved), ``--call-timeout S`` (a remote driver's
 budget per call).
 
@@ -38,7 +39,8 @@ def pytest_addoption(parser):
     group.addoption("--no-shared-vectors", action="store_true", help="do not add ../shared/vectors")
     group.addoption("--feature-level", type=int, default=None, help="test only what this feature level requires")
     group.addoption("--expected-failures", default=None, help="file of test ids expected to fail (xfail)")
-    group.addoption("--report", default=None, help="write an HTML conformance report to this path")
+    group.addoption("--report", action="append", default=[],
+                    help="write the conformance report to this path: HTML, or JSON for a .json path (repeatable)")
     group.addoption("--reproducers", default="out/reproducers", help="folder for failing models")
     group.addoption("--random-graphs", type=int, default=200,
                     help="number of random-graph cases (cts/test_random_graph.py)")
@@ -163,8 +165,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.section("nnts: expected failures that now pass (remove them from the list)")
         for nodeid in xpassed:
             terminalreporter.write_line(nodeid)
-    path = config.getoption("report")
-    if path:
+    for path in config.getoption("report"):
         from reports.conformance import write_report
         write_report(path, results, config.getoption("driver"))
         terminalreporter.write_line(f"nnts: conformance report written to {path}")
