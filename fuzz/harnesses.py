@@ -37,9 +37,8 @@ from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import ArgumentLifetime, HalError
 from nnapi_ref.remote import wire
 from nnapi_ref.remote.server import Session
-from nnapi_ref.runtime import Compilation, Execution, Memory, Model, OperandType
-from nnapi_ref.types import (DTYPES, SCALAR_TYPES, Lifetime, OperandCode as T, OperationCode, PreferenceCode,
-                             PriorityCode)
+from nnapi_ref.runtime import Compilation, Device, Execution, Memory, Model, OperandType
+from nnapi_ref.types import DTYPES, SCALAR_TYPES, Lifetime, OperandCode as T, PreferenceCode, PriorityCode
 from nnapi_ref.validation import validate_model
 
 try:
@@ -193,7 +192,7 @@ class Builder:
         return value if kind == 0 else self.fdp.PickValueInList(WEIRD_INTS) if kind < 4 else \
             self.fdp.ConsumeIntInRange(-300, 300)
 
-    def value(self, model: Model, k: int, code, dims, value):
+    def value(self, code, dims, value):
         """The bytes of a constant: the seed's, random ones of the right size, or of a wrong size."""
         kind = self.mutate()
         if kind == 0 and value is not None:
@@ -238,7 +237,7 @@ class Builder:
             if o.lifetime == Lifetime.SUBGRAPH and isinstance(o.value, int) and o.value < len(referenced):
                 self.call(model.set_operand_value_from_model, k, referenced[o.value])
             elif o.lifetime in (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE, Lifetime.NO_VALUE):
-                self.call(model.set_operand_value, k, self.value(model, k, code, dims, o.value))
+                self.call(model.set_operand_value, k, self.value(code, dims, o.value))
         for op in sg.operations:
             code, inputs, outputs = op.type, op.inputs, op.outputs
             if self.mutate():
@@ -269,7 +268,7 @@ class Builder:
                           else 0.0, 0)
                 ins.append(model.operand_count - 1)
                 if code in SCALAR_TYPES or fdp.ConsumeBool():
-                    self.call(model.set_operand_value, ins[-1], self.value(model, ins[-1], code, dims, None))
+                    self.call(model.set_operand_value, ins[-1], self.value(code, dims, None))
             for code in sig.outputs:
                 self.call(model.add_operand, code, (), 0.5 if code != T.TENSOR_FLOAT32 else 0.0, 0)
                 outs.append(model.operand_count - 1)
@@ -279,7 +278,7 @@ class Builder:
                       self.int_value(0))
         elif kind == 2 and model.operand_count:
             k = fdp.ConsumeIntInRange(0, model.operand_count - 1)
-            self.call(model.set_operand_value, k, self.value(model, k, None, (), None))
+            self.call(model.set_operand_value, k, self.value(None, (), None))
         else:
             self.call(model.relax_computation_float32_to_float16, fdp.ConsumeBool())
 
@@ -406,6 +405,7 @@ class RequestHarness(Harness):
     def setup(self) -> None:
         super().setup()
         self.prepared: dict[int, tuple] = {}
+        self.devices = [Device(self.driver)]  # the runtime's view of the driver, for Execution
 
     def _prepared(self, index: int):
         """(runtime model, prepared model) of a seed, or None when it does not prepare."""
@@ -480,7 +480,7 @@ class RequestHarness(Harness):
 
     def runtime_execution(self, model: Model, fdp) -> None:
         """The runtime's Execution calls with fuzzed indexes, buffers, types and memories."""
-        compilation = Compilation(model, [d for d in _runtime_devices(self.driver)])
+        compilation = Compilation(model, self.devices)
         compilation.finish()
         execution = Execution(compilation)
         b = Builder(fdp, 8)
@@ -503,17 +503,6 @@ class RequestHarness(Harness):
                     (execution.set_input if is_input else execution.set_output)(index, buffer, type_)
         execution.set_loop_timeout(LOOP_TIMEOUT_NS)
         execution.compute()
-
-
-_DEVICES: dict[int, list] = {}
-
-
-def _runtime_devices(driver: hal.Device) -> list:
-    """The runtime's Device for ``driver`` (created once)."""
-    if id(driver) not in _DEVICES:
-        from nnapi_ref.runtime.devices import Device
-        _DEVICES[id(driver)] = [Device(driver)]
-    return _DEVICES[id(driver)]
 
 
 class VectorsHarness(Harness):
