@@ -550,13 +550,13 @@ class VectorsHarness(Harness):
             return node
         if kind == 1 and isinstance(node, dict):
             node[fdp.PickValueInList(["extra", "data", "dimensions", "type", "lifetime", "scale"])] = \
-                fdp.PickValueInList(self.REPLACEMENTS)
+                copy.deepcopy(fdp.PickValueInList(self.REPLACEMENTS))
             return node
         if kind == 2 and isinstance(node, list):
             return node * fdp.ConsumeIntInRange(0, 3) + node[:fdp.ConsumeIntInRange(0, len(node))]
         if kind == 3 and isinstance(node, list):
             return [fdp.PickValueInList(WEIRD_INTS) for _ in range(fdp.ConsumeIntInRange(0, 5))]
-        return copy.copy(fdp.PickValueInList(self.REPLACEMENTS))
+        return copy.deepcopy(fdp.PickValueInList(self.REPLACEMENTS))  # later mutations must not reach the constants
 
 
 class RemoteHarness(Harness):
