@@ -94,3 +94,16 @@ def test_valid_document_still_loads(tmp_path):
     path.write_text(json.dumps(_document()))
     [test] = vectors.load_file(path)
     assert test.inputs[0].tolist() == [1, 2] and test.expected[0].tolist() == [4, 6]
+
+
+def test_required_tensor_parameter_without_a_value_is_invalid_argument():
+    """execute harness: RESHAPE with its shape tensor omitted (NO_VALUE) raised a TypeError
+    (int(None)) inside prepare instead of INVALID_ARGUMENT."""
+    operands = [hal.Operand(T.TENSOR_FLOAT32, (4,), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.TENSOR_INT32, (2,), lifetime=Lifetime.NO_VALUE),
+                hal.Operand(T.TENSOR_FLOAT32, (2, 2), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+    model = hal.Model(hal.Subgraph(operands, [hal.Operation(OperationCode.RESHAPE, (0, 1), (2,))], (0,), (2,)))
+    with pytest.raises(HalError) as e:
+        ReferenceDevice().prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, None, [], [],
+                                        None)
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT and "omitted" in e.value.message

@@ -23,7 +23,8 @@ def check_same_quant(name: str, inp, out, what: str = "output") -> None:
 
 
 def int_vector(name: str, arg, what: str, length: int | None = None) -> list[int]:
-    """The values of a 1-D TENSOR_INT32 parameter (checked to be 1-D, of ``length`` entries)."""
+    """The values of a 1-D TENSOR_INT32 parameter (checked to be present, 1-D, of ``length`` entries)."""
+    check(not arg.omitted, f"{name}: {what} is omitted (has no value)")
     check(arg.rank == 1, f"{name}: {what} must be a 1-D tensor, got rank {arg.rank}")
     if length is not None:
         check(arg.shape[0] == length, f"{name}: {what} must have {length} entries, got {arg.shape[0]}")
