@@ -1,15 +1,20 @@
 """Findings of the fuzzing campaigns (fuzz/harnesses.py), each reduced to the calls its artifact
 made: a malformed model, model file or request must end in an NNAPI result code."""
 import json
+import os
 
 import numpy as np
 import pytest
 
+from fuzz.harnesses import Builder, check_masked, provider, valid_request
 from nnapi_ref import Model, NnapiError, OperandCode as T, OperandType, ResultCode, hal, vectors
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.hal import ErrorStatus, HalError, Lifetime
 from nnapi_ref.types import OperationCode, PreferenceCode, PriorityCode
 from nnapi_ref.validation import validate_model
+
+CONTROL_FLOW = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cts", "corpus",
+                            "control_flow.json")
 
 
 def test_required_scalar_without_a_value_is_invalid_argument():
@@ -107,3 +112,19 @@ def test_required_tensor_parameter_without_a_value_is_invalid_argument():
         ReferenceDevice().prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, None, [], [],
                                         None)
     assert e.value.status == ErrorStatus.INVALID_ARGUMENT and "omitted" in e.value.message
+
+
+def test_omitted_if_condition_in_a_request_is_an_error_code():
+    """request harness: an IF model executed with its condition input omitted (NO_VALUE in the
+    request) failed with an AttributeError inside the executor, reported as GENERAL_FAILURE."""
+    test = next(t for t in vectors.load_file(CONTROL_FLOW)
+                if t.model.main.operations[0].type == OperationCode.IF)
+    model = Builder(provider(b""), 0).build(test.model).hal_model
+    prepared = ReferenceDevice().prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, None,
+                                               [], [], None)
+    request = valid_request(model.main, provider(b""), values=True)
+    request.inputs[0] = hal.RequestArgument(hal.ArgumentLifetime.NO_VALUE)
+    with pytest.raises(HalError) as e:
+        prepared.execute_synchronously(request, False, None, 10**9)
+    check_masked(e.value)  # raises Finding for an internal exception turned into an error code
+    assert "omitted" in e.value.message
