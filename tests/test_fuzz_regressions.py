@@ -101,13 +101,17 @@ def test_valid_document_still_loads(tmp_path):
     assert test.inputs[0].tolist() == [1, 2] and test.expected[0].tolist() == [4, 6]
 
 
-def test_required_tensor_parameter_without_a_value_is_invalid_argument():
-    """execute harness: RESHAPE with its shape tensor omitted (NO_VALUE) raised a TypeError
+@pytest.mark.parametrize("operation, extra", [(OperationCode.RESHAPE, ()),
+                                               (OperationCode.MEAN, (hal.Operand(T.INT32, lifetime=Lifetime.CONSTANT_COPY,
+                                                                                 value=np.zeros(1, np.int32)),))])
+def test_required_tensor_parameter_without_a_value_is_invalid_argument(operation, extra):
+    """execute harness: RESHAPE's shape / MEAN's axes tensor omitted (NO_VALUE) raised a TypeError
     (int(None)) inside prepare instead of INVALID_ARGUMENT."""
     operands = [hal.Operand(T.TENSOR_FLOAT32, (4,), lifetime=Lifetime.SUBGRAPH_INPUT),
-                hal.Operand(T.TENSOR_INT32, (2,), lifetime=Lifetime.NO_VALUE),
-                hal.Operand(T.TENSOR_FLOAT32, (2, 2), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
-    model = hal.Model(hal.Subgraph(operands, [hal.Operation(OperationCode.RESHAPE, (0, 1), (2,))], (0,), (2,)))
+                hal.Operand(T.TENSOR_INT32, (1,), lifetime=Lifetime.NO_VALUE), *extra,
+                hal.Operand(T.TENSOR_FLOAT32, (), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+    out = len(operands) - 1
+    model = hal.Model(hal.Subgraph(operands, [hal.Operation(operation, tuple(range(out)), (out,))], (0,), (out,)))
     with pytest.raises(HalError) as e:
         ReferenceDevice().prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, None, [], [],
                                         None)
