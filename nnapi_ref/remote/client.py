@@ -17,6 +17,7 @@ import collections
 import io
 import itertools
 import os
+import queue
 import shlex
 import signal
 import socket
@@ -226,7 +227,11 @@ class Connection:
         self._sent_regions: set[int] = set()
         self._removed_regions: list[int] = []
         self._released: list[int] = []
+        # Completions of asynchronous executions run the caller's callback on a thread of their own:
+        # a callback that calls the driver again must not wait on the thread that reads its reply.
+        self._completions: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._read_replies, daemon=True, name="nnts-remote-reader").start()
+        threading.Thread(target=self._complete, daemon=True, name="nnts-remote-callbacks").start()
         w = Writer()
         w.parts.append(wire.MAGIC)
         w.u32(wire.VERSION)
@@ -344,7 +349,7 @@ class Connection:
                 raise ProtocolError(f"unknown execution status {status}")
             message, shapes, timing = r.str(), wire.read_output_shapes(r), wire.read_timing(r)
             r.end()
-            _finish_async(execution, ErrorStatus(status), shapes, timing, message)
+            self._completions.put((execution, ErrorStatus(status), shapes, timing, message))
             return
         with self._lock:
             waiter = self._pending.get(call_id)
@@ -383,7 +388,22 @@ class Connection:
             waiter.event.set()
         for call_id, execution in executions.items():
             if call_id not in pending:  # launched; a launch still in flight fails in its caller
-                _finish_async(execution, ErrorStatus.DEAD_OBJECT, [], hal.NO_TIMING, message)
+                self._completions.put((execution, ErrorStatus.DEAD_OBJECT, [], hal.NO_TIMING, message))
+
+        self._completions.put(None)  # the last: ends the callback thread
+
+    def _complete(self) -> None:
+        while (completion := self._completions.get()) is not None:
+            _finish_async(*completion)
+
+    def close(self) -> None:
+        """Stop the driver process, as the client's own decision (not an incident)."""
+        with self._lock:
+            if self.dead:
+                return
+            self.dead = "closed by the client"
+        self.transport.kill()
+        self._completions.put(None)
 
     # -- shared memory for one call ------------------------------------------------------------
     def stage(self) -> _Staging:
@@ -461,9 +481,8 @@ class RemoteDevice(hal.Device):
     def close(self) -> None:
         """Stop the driver process (the suite's end; a later call starts a new one)."""
         with self._lock:
-            if self.connection is not None and not self.connection.dead:
-                self.connection.dead = "closed by the client"
-                self.connection.transport.kill()
+            if self.connection is not None:
+                self.connection.close()
 
     # -- device information, from the HELLO reply ----------------------------------------------
     def get_name(self) -> str:

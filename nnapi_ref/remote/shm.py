@@ -60,7 +60,9 @@ def allocate(size: int) -> np.ndarray:
 
 
 def _release(start: int, region: Region, path: str, pid: int) -> None:
-    _REGISTRY.remove(start, region)
+    """Run by the mapping's finalizer, at any allocation in any thread: it must take no lock (the
+    thread may hold the registry's), so the entry is only marked retired."""
+    _REGISTRY.retire(start, region)
     if os.getpid() == pid:  # never a file of the parent, in a forked child
         try:
             os.unlink(path)
@@ -74,28 +76,35 @@ class _Registry:
     def __init__(self):
         self._starts: list[int] = []
         self._regions: dict[int, Region] = {}
+        self._retired: list[tuple[int, Region]] = []  # appended by finalizers, lock-free
         self._lock = threading.Lock()
+
+    def retire(self, start: int, region: Region) -> None:
+        self._retired.append((start, region))
+
+    def _purge(self) -> None:
+        """Drop retired entries (the lock held); an address reused since keeps its new region."""
+        while self._retired:
+            start, region = self._retired.pop()
+            if self._regions.get(start) is region:
+                del self._regions[start]
+                del self._starts[bisect.bisect_left(self._starts, start)]
 
     def add(self, start: int, region: Region) -> None:
         with self._lock:
+            self._purge()
             if start not in self._regions:
                 bisect.insort(self._starts, start)
-            # Replaces a region unmapped at this address whose release has not run yet.
+            # Replaces a region unmapped at this address whose retirement is still to come.
             self._regions[start] = region
-
-    def remove(self, start: int, region: Region) -> None:
-        with self._lock:
-            if self._regions.get(start) is not region:
-                return  # a newer region has this address now
-            del self._regions[start]
-            del self._starts[bisect.bisect_left(self._starts, start)]
 
     def find(self, array: np.ndarray) -> tuple[Region, int] | None:
         """The region holding all of ``array``'s bytes and the offset of its first byte."""
-        if not self._starts or not array.flags.c_contiguous:
+        if not array.flags.c_contiguous:
             return None
         address = array.ctypes.data
         with self._lock:
+            self._purge()
             i = bisect.bisect_right(self._starts, address) - 1
             if i < 0:
                 return None
