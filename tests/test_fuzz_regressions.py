@@ -132,3 +132,18 @@ def test_omitted_if_condition_in_a_request_is_an_error_code():
         prepared.execute_synchronously(request, False, None, 10**9)
     check_masked(e.value)  # raises Finding for an internal exception turned into an error code
     assert "omitted" in e.value.message
+
+
+@pytest.mark.parametrize("bad_index", [-1, 2**64, 10**6])
+def test_if_branch_output_index_out_of_range_is_bad_data(bad_index):
+    """vectors harness: an IF branch model whose output index lay outside its operands
+    (2**64 here; -1 silently took the last operand) raised IndexError in validate_model: the
+    branch's indexes were used before the branch itself was validated."""
+    test = next(t for t in vectors.load_file(CONTROL_FLOW)
+                if t.model.main.operations[0].type == OperationCode.IF)
+    model = test.model
+    branch = model.referenced[0]
+    branch.output_indexes = (bad_index,) + tuple(branch.output_indexes[1:])
+    with pytest.raises(NnapiError) as e:
+        validate_model(model)
+    assert e.value.code == ResultCode.BAD_DATA and "out of range" in e.value.message

@@ -11,7 +11,7 @@ import time
 
 from ..errors import NnapiError
 from ..hal import Model, Operation as HalOperation, Subgraph
-from ..types import Lifetime, ResultCode
+from ..types import Lifetime, ResultCode, type_name
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 
 
@@ -28,10 +28,13 @@ def _check_operands(outer: Subgraph, outer_indexes, inner: Subgraph, inner_index
     check(len(outer_indexes) == len(inner_indexes),
           f"{what}: {len(inner_indexes)} operands in the referenced model, {len(outer_indexes)} expected")
     for n, (a, b) in enumerate(zip(outer_indexes, inner_indexes)):
+        # The referenced model may not be validated yet: its indexes are checked here too.
+        check(0 <= a < len(outer.operands) and 0 <= b < len(inner.operands),
+              f"{what} {n}: operand index out of range")
         x, y = outer.operands[a], inner.operands[b]
         check(x.type == y.type and x.scale == y.scale and x.zero_point == y.zero_point,
-              f"{what} {n}: type {y.type.name} (scale {y.scale}, zero point {y.zero_point}) does not match "
-              f"{x.type.name} (scale {x.scale}, zero point {x.zero_point})")
+              f"{what} {n}: type {type_name(y.type)} (scale {y.scale}, zero point {y.zero_point}) does not "
+              f"match {type_name(x.type)} (scale {x.scale}, zero point {x.zero_point})")
         if x.dimensions and y.dimensions:
             check(len(x.dimensions) == len(y.dimensions), f"{what} {n}: rank {len(y.dimensions)}, expected "
                                                           f"{len(x.dimensions)}")
