@@ -147,3 +147,16 @@ def test_if_branch_output_index_out_of_range_is_bad_data(bad_index):
     with pytest.raises(NnapiError) as e:
         validate_model(model)
     assert e.value.code == ResultCode.BAD_DATA and "out of range" in e.value.message
+
+
+def test_while_condition_output_index_out_of_range_is_bad_data():
+    """vectors harness: a WHILE condition model whose output index lay outside its operands
+    raised IndexError in validate_model (the same class as the IF branch above)."""
+    test = next(t for t in vectors.load_file(CONTROL_FLOW)
+                if t.model.main.operations[0].type == OperationCode.WHILE)
+    model = test.model
+    cond = model.referenced[model.main.operands[model.main.operations[0].inputs[0]].value]
+    cond.output_indexes = (2**64,)
+    with pytest.raises(NnapiError) as e:
+        validate_model(model)
+    assert e.value.code == ResultCode.BAD_DATA

@@ -43,6 +43,8 @@ def _check_operands(outer: Subgraph, outer_indexes, inner: Subgraph, inner_index
 
 
 def _is_condition(sg: Subgraph, k: int) -> bool:
+    if not 0 <= k < len(sg.operands):  # a referenced model not validated yet
+        return False
     o = sg.operands[k]
     return o.type == T.TENSOR_BOOL8 and (not o.dimensions or tuple(o.dimensions) in ((1,), (0,)))
 
