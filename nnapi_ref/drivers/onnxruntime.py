@@ -44,8 +44,8 @@ from ..ops.convolution import parse_spatial, resolve_padding
 from ..types import DTYPES, FuseCode, Lifetime, OperandCode as T, OperationCode as Op, PaddingCode, ResultCode
 from ..vectors import FormatError, model_from_json, model_to_json
 from ..executor import prepare_plans
-from .reference import (_PREFERENCES, _PRIORITIES, ReferenceDevice, ReferencePreparedModel, _deadline_passed,
-                        check_cache_files, hal_error)
+from .reference import (ReferenceDevice, ReferencePreparedModel, check_cache_files, check_deadline,
+                        check_prepare_arguments, hal_error)
 
 _IMPORT_ERROR = ""
 try:
@@ -686,12 +686,7 @@ class OnnxRuntimeDevice(ReferenceDevice):
         return flags
 
     def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
-        if preference not in _PREFERENCES:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid execution preference {preference}")
-        if priority not in _PRIORITIES:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid priority {priority}")
-        if _deadline_passed(deadline_ns):
-            raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed")
+        check_prepare_arguments(preference, priority, deadline_ns)
         level = self._validated.level(model)
         if level > self.feature_level:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"model needs feature level {level}")
@@ -730,8 +725,7 @@ class OnnxRuntimeDevice(ReferenceDevice):
             pass
 
     def prepare_model_from_cache(self, deadline_ns, model_cache, data_cache, token):
-        if _deadline_passed(deadline_ns):
-            raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed")
+        check_deadline(deadline_ns, "compilation")
         check_cache_files(model_cache, 1, "model")
         check_cache_files(data_cache, 1, "data")
         if token is None or len(token) != 32:
@@ -773,8 +767,7 @@ class OnnxRuntimePreparedModel(ReferencePreparedModel):
 
     def _run(self, request, measure, deadline_ns, loop_timeout_ns):
         start = time.monotonic_ns()
-        if _deadline_passed(deadline_ns):
-            raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the execution deadline passed")
+        check_deadline(deadline_ns, "execution")
         pools, inputs = self._check_request(request)
         if any(x is None for x in inputs):
             raise HalError(ErrorStatus.GENERAL_FAILURE, "omitted inputs are not supported")

@@ -93,8 +93,20 @@ _PREFERENCES = frozenset(int(p) for p in PreferenceCode)
 _PRIORITIES = frozenset({int(PriorityCode.LOW), int(PriorityCode.MEDIUM), int(PriorityCode.HIGH)})
 
 
-def _deadline_passed(deadline_ns: int | None) -> bool:
-    return deadline_ns is not None and time.monotonic_ns() > deadline_ns
+def check_deadline(deadline_ns: int | None, what: str) -> None:
+    """MISSED_DEADLINE_PERSISTENT when ``deadline_ns`` has passed (``what``: compilation, execution)."""
+    if deadline_ns is not None and time.monotonic_ns() > deadline_ns:
+        raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"the {what} deadline passed")
+
+
+def check_prepare_arguments(preference, priority, deadline_ns: int | None) -> None:
+    """What a prepare checks before the model: the preference and priority are NNAPI's, the
+    deadline has not passed (shared with the drivers built on this one)."""
+    if preference not in _PREFERENCES:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid execution preference {preference}")
+    if priority not in _PRIORITIES:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid priority {priority}")
+    check_deadline(deadline_ns, "compilation")
 
 
 class ReferenceDevice(hal.Device):
@@ -161,12 +173,7 @@ class ReferenceDevice(hal.Device):
 
     # -- compilation ------------------------------------------------------------------------------
     def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
-        if preference not in _PREFERENCES:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid execution preference {preference}")
-        if priority not in _PRIORITIES:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"invalid priority {priority}")
-        if _deadline_passed(deadline_ns):
-            raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed")
+        check_prepare_arguments(preference, priority, deadline_ns)
         level = self._validated.level(model)
         unsupported = sorted({op.type.name for sg in [model.main] + model.referenced for op in sg.operations
                               if ops.get(op.type) is None})
@@ -190,8 +197,7 @@ class ReferenceDevice(hal.Device):
 
     def prepare_model_from_cache(self, deadline_ns, model_cache, data_cache, token):
         from .cache import load_from_cache
-        if _deadline_passed(deadline_ns):
-            raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed")
+        check_deadline(deadline_ns, "compilation")
         model = load_from_cache(model_cache, data_cache, token, self.get_number_of_cache_files_needed())
         return self.prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, deadline_ns,
                                   (), (), None)
@@ -296,8 +302,7 @@ class ReferencePreparedModel(hal.PreparedModel):
     # -- the one execution path every mode shares ---------------------------------------------
     def _run(self, request: hal.Request, measure: bool, deadline_ns, loop_timeout_ns) -> hal.ExecutionResult:
         start = time.monotonic_ns()
-        if _deadline_passed(deadline_ns):
-            raise HalError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "the execution deadline passed")
+        check_deadline(deadline_ns, "execution")
         pools, inputs = self._check_request(request)
         executor = Executor(self.plans, self.model.relax_computation_float32_to_float16, deadline_ns,
                             loop_timeout_ns)
