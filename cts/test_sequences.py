@@ -24,8 +24,8 @@ import pytest
 from nnapi_ref import (Burst, Compilation, Execution, Memory, MemoryDesc, Model, NnapiError,
                        OperandCode as T, OperandType, OperationCode, ResultCode)
 from nnapi_ref.harness import compute_in_mode
-from nnapi_ref.testing import (NMS_STEPS, add_model, assert_step, chain, chain_model, nms_expected, nms_model,
-                               nms_scores)
+from nnapi_ref.testing import (NMS_STEPS, add_model, assert_step, chain, chain_inputs, chain_model, nms_expected,
+                               nms_model, nms_scores)
 
 MODES = ("sync", "async", "burst", "fenced")
 MISSED = (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.MISSED_DEADLINE_PERSISTENT)
@@ -38,12 +38,6 @@ THREADS, EXECUTIONS = 8, 4
 def _mark(request):
     request.node.nnts_op = "execution sequences"
     request.node.nnts_dtype = "TENSOR_FLOAT32"
-
-
-def values(seed: int, shape=SHAPE) -> tuple[np.ndarray, np.ndarray]:
-    """Inputs a, b for one step, different for every seed (b in [0.5, 1.5) keeps chains small)."""
-    rng = np.random.default_rng(seed)
-    return rng.uniform(-2, 2, shape).astype(np.float32), rng.uniform(0.5, 1.5, shape).astype(np.float32)
 
 
 def compiled(model: Model, devices) -> Compilation:
@@ -103,7 +97,7 @@ def test_memory_rewritten_between_executions(mode, chain_compilation):
             sequence.execution.set_input_from_memory(0, memory, 0, 16)
             sequence.execution.set_input_from_memory(1, memory, 16, 16)
             sequence.execution.set_output_from_memory(0, memory, 32, 16)
-        a, b = values(n)
+        a, b = chain_inputs(n)
         data[:N], data[N:2 * N] = a.reshape(-1), b.reshape(-1)
         step = f"step {n}: " + ("a new memory" if n == 4 else "new inputs written into the same memory")
         sequence.run(step)
@@ -117,7 +111,7 @@ def test_memories_swapped(mode, chain_compilation):
     memories = [Memory.from_buffer(d) for d in data]
     sequence = Sequence(chain_compilation, mode)
     for n, (source, target) in enumerate([(0, 1), (1, 0), (0, 1)], 1):
-        a, b = values(n)
+        a, b = chain_inputs(n)
         data[source][:N], data[source][N:2 * N] = a.reshape(-1), b.reshape(-1)
         sequence.execution.set_input_from_memory(0, memories[source], 0, 16)
         sequence.execution.set_input_from_memory(1, memories[source], 16, 16)
@@ -132,7 +126,7 @@ def test_output_read_as_next_input(mode, chain_compilation):
     """Each step reads input a where the step before wrote its output, in the same Memory."""
     data = np.zeros(5 * N, np.float32)  # b, then x0, x1, x2, x3
     memory = Memory.from_buffer(data)
-    x, b = values(0)
+    x, b = chain_inputs(0)
     data[:N], data[N:2 * N] = b.reshape(-1), x.reshape(-1)
     sequence = Sequence(chain_compilation, mode)
     sequence.execution.set_input_from_memory(1, memory, 0, 16)
@@ -155,7 +149,7 @@ def test_input_shapes_change(mode, devices):
     sequence = Sequence(compiled(chain_model(output_dims=(0, 0), input_dims=(0, 0)), devices), mode)
     out = np.zeros(12, np.float32)
     for n, shape in enumerate(SHAPES, 1):
-        a, b = values(n, shape)
+        a, b = chain_inputs(n, shape)
         dims = OperandType(T.TENSOR_FLOAT32, shape)
         sequence.execution.set_input(0, a, dims)
         sequence.execution.set_input(1, b, dims)
@@ -194,7 +188,7 @@ def test_insufficient_output_then_retry(mode, devices):
     with room for it succeeds, twice over."""
     sequence = Sequence(compiled(chain_model(output_dims=(0, 0)), devices), mode)
     for n in range(1, 5):
-        a, b = values(n)
+        a, b = chain_inputs(n)
         sequence.execution.set_input(0, a)
         sequence.execution.set_input(1, b)
         out = np.zeros(N - 1 if n % 2 else N, np.float32)
@@ -217,7 +211,7 @@ def test_insufficient_output_then_retry(mode, devices):
 
 def _run_add(sequence: Sequence, seed: int, step: str) -> None:
     """out = x + y on [2] (nnapi_ref.testing.add_model) with new inputs."""
-    x, y = (v.reshape(-1)[:2] for v in values(seed))
+    x, y = (v.reshape(-1)[:2] for v in chain_inputs(seed))
     out = np.zeros(2, np.float32)
     sequence.execution.set_input(0, x)
     sequence.execution.set_input(1, y)
@@ -228,7 +222,7 @@ def _run_add(sequence: Sequence, seed: int, step: str) -> None:
 
 def _bind_chain(execution: Execution, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """New inputs for the chain model; returns the expected output and the output buffer."""
-    a, b = values(seed)
+    a, b = chain_inputs(seed)
     out = np.zeros(SHAPE, np.float32)
     execution.set_input(0, a)
     execution.set_input(1, b)
@@ -253,7 +247,7 @@ def test_two_compilations_interleaved(devices, chain_compilation):
     for n in range(1, 4):
         chain_execution, add_execution = Execution(chain_compilation), Execution(add_compilation)
         expected, out = _bind_chain(chain_execution, n)
-        x, y = (v.reshape(-1)[:2] for v in values(10 + n))
+        x, y = (v.reshape(-1)[:2] for v in chain_inputs(10 + n))
         add_out = np.zeros(2, np.float32)
         add_execution.set_input(0, x)
         add_execution.set_input(1, y)
@@ -332,7 +326,7 @@ def test_device_memory_sequence(mode, devices):
     deadline had passed). One device: deadlines need a single-device compilation."""
     compilation = compiled(chain_model(), devices[:1])
     memory = _device_memory(compilation)
-    a, b = values(1)
+    a, b = chain_inputs(1)
 
     def copied_out() -> np.ndarray:
         out = np.zeros(SHAPE, np.float32)
@@ -351,7 +345,7 @@ def test_device_memory_sequence(mode, devices):
     reader.execution.set_output(0, out)
     reader.run("step 2: input a from the memory step 1 wrote")
     assert_step("step 2: input a from the memory step 1 wrote", [chain(chain(a, b), b)], [out])
-    x = values(3)[0]
+    x = chain_inputs(3)[0]
     Memory.copy(Memory.from_buffer(x.copy()), memory)
     reader.run("step 3: input a from the memory overwritten by a copy")
     assert_step("step 3: input a from the memory overwritten by a copy", [chain(x, b)], [out])

@@ -19,28 +19,16 @@ import time
 
 import numpy as np
 
-from nnapi_ref import Compilation, Execution, Memory, Model, OperandCode as T, OperandType, OperationCode
+from nnapi_ref import Compilation, Execution, Memory
 from nnapi_ref.drivers import load_driver
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime.devices import Device
-
-
-def add_model(n: int) -> Model:
-    model = Model()
-    t = OperandType(T.TENSOR_FLOAT32, [n])
-    x, y = model.add_operand(t), model.add_operand(t)
-    fuse = model.add_operand(OperandType(T.INT32))
-    out = model.add_operand(t)
-    model.set_operand_value(fuse, np.int32(0))
-    model.add_operation(OperationCode.ADD, [x, y, fuse], [out])
-    model.identify_inputs_and_outputs([x, y], [out])
-    model.finish()
-    return model
+from nnapi_ref.testing import add_model
 
 
 def executions(driver, n: int, shared: bool):
     """A function running one execution of an n-element ADD on ``driver``, and its output."""
-    compilation = Compilation(add_model(n), [Device(driver)])
+    compilation = Compilation(add_model((n,), input_dims=(n,)), [Device(driver)])
     compilation.finish()
     a = np.arange(n, dtype=np.float32) % 97
     if shared:

@@ -84,12 +84,13 @@ def build_operation_model(code: OperationCode, inputs: Sequence[Operand], output
     return model, fed
 
 
-def add_model(output_dims: Sequence[int] = (2,), finish: bool = True) -> Model:
-    """out = a + b on float32 [2] tensors (inputs a, b; fused activation NONE), for API tests;
-    ``output_dims`` may leave the output's shape unknown, ``finish=False`` leaves it editable."""
+def add_model(output_dims: Sequence[int] = (2,), finish: bool = True, input_dims: Sequence[int] = (2,)) -> Model:
+    """out = a + b on float32 tensors, [2] unless ``input_dims`` says otherwise (inputs a, b; fused
+    activation NONE), for API tests; ``output_dims`` may leave the output's shape unknown,
+    ``finish=False`` leaves it editable."""
     model = Model()
-    f2 = OperandType(OperandCode.TENSOR_FLOAT32, [2])
-    a, b = model.add_operand(f2), model.add_operand(f2)
+    inputs = OperandType(OperandCode.TENSOR_FLOAT32, input_dims)
+    a, b = model.add_operand(inputs), model.add_operand(inputs)
     fuse = model.add_operand(OperandType(OperandCode.INT32))
     out = model.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, output_dims))
     model.set_operand_value(fuse, np.int32(0))
@@ -117,6 +118,13 @@ def chain_model(output_dims: Sequence[int] = (2, 2), input_dims: Sequence[int] =
     model.identify_inputs_and_outputs([a, b], [out])
     model.finish()
     return model
+
+
+def chain_inputs(seed: int, shape: Sequence[int] = (2, 2)) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs a, b of :func:`chain_model` for one step of a sequence, different for every seed
+    (b in [0.5, 1.5) keeps chains small)."""
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-2, 2, shape).astype(np.float32), rng.uniform(0.5, 1.5, shape).astype(np.float32)
 
 
 def chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -23,10 +23,10 @@ from nnapi_ref.hal import ErrorStatus, HalError
 from nnapi_ref.harness import compute_in_mode
 from nnapi_ref.remote.client import RemoteDevice, incidents
 from nnapi_ref.remote.wire import Msg, Writer
-from nnapi_ref.runtime import Compilation, Execution, Memory, Model, OperandType
+from nnapi_ref.runtime import Compilation, Execution, Memory
 from nnapi_ref.runtime.devices import Device
-from nnapi_ref.testing import chain, chain_model
-from nnapi_ref.types import OperandCode, OperationCode, PreferenceCode, PriorityCode, ResultCode
+from nnapi_ref.testing import add_model, chain, chain_model
+from nnapi_ref.types import PreferenceCode, PriorityCode, ResultCode
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE_REFERENCE = "remote:nnts serve reference"
@@ -44,6 +44,10 @@ def remote():
 def run_chain(device: hal.Device, mode: str = "sync", a=A, b=B) -> np.ndarray:
     compilation = Compilation(chain_model(), [Device(device)])
     compilation.finish()
+    return execute_chain(compilation, mode, a, b)
+
+
+def execute_chain(compilation: Compilation, mode: str = "sync", a=A, b=B) -> np.ndarray:
     execution = Execution(compilation)
     execution.set_input(0, a)
     execution.set_input(1, b)
@@ -80,7 +84,7 @@ def test_tensors_in_shared_memory_travel_without_a_copy(remote, monkeypatch):
     a = np.arange(n, dtype=np.float32) % 251
     memory_a, memory_out = Memory.create_shared(a.nbytes), Memory.create_shared(a.nbytes)
     memory_a.shared.buffer.view(np.float32)[:] = a
-    compilation = Compilation(add_model(n), [Device(remote)])
+    compilation = Compilation(add_model((n,), input_dims=(n,)), [Device(remote)])
     compilation.finish()
     connection = remote.live()
     monkeypatch.setattr(connection.arena, "take", lambda size: pytest.fail(f"staged {size} bytes: a copy"))
@@ -90,20 +94,6 @@ def test_tensors_in_shared_memory_travel_without_a_copy(remote, monkeypatch):
     execution.set_output_from_memory(0, memory_out, 0, a.nbytes)
     execution.compute()
     np.testing.assert_array_equal(memory_out.shared.buffer.view(np.float32), a + a)
-
-
-def add_model(n: int) -> Model:
-    """out = x + y on float32 [n] tensors."""
-    model = Model()
-    t = OperandType(OperandCode.TENSOR_FLOAT32, [n])
-    x, y = model.add_operand(t), model.add_operand(t)
-    fuse = model.add_operand(OperandType(OperandCode.INT32))
-    out = model.add_operand(t)
-    model.set_operand_value(fuse, np.int32(0))
-    model.add_operation(OperationCode.ADD, [x, y, fuse], [out])
-    model.identify_inputs_and_outputs([x, y], [out])
-    model.finish()
-    return model
 
 
 def test_isolate_serves_an_in_process_driver_from_its_own_process():
@@ -327,12 +317,6 @@ def test_remote_and_in_process_drivers_partition_one_model(tmp_path, monkeypatch
         compilation = Compilation(chain_model(), [Device(d) for d in drivers])
         compilation.finish()
         assert [step.device.name for step in compilation.plan.steps] == ["adder", "nnapi-reference", "adder"]
-        execution = Execution(compilation)
-        execution.set_input(0, A)
-        execution.set_input(1, B)
-        out = np.zeros((2, 2), np.float32)
-        execution.set_output(0, out)
-        execution.compute()
-        np.testing.assert_array_equal(out, chain(A, B))
+        np.testing.assert_array_equal(execute_chain(compilation), chain(A, B))
     finally:
         drivers[0].close()

@@ -29,8 +29,8 @@ import pytest
 from nnapi_ref import hal
 from nnapi_ref.hal import (ArgumentLifetime, BufferDesc, BufferRole, ErrorStatus, HalError, Request,
                            RequestArgument, SharedMemory)
-from nnapi_ref.testing import (NMS_STEPS, add_model, assert_step, chain, chain_model, nms_expected, nms_model,
-                               nms_scores)
+from nnapi_ref.testing import (NMS_STEPS, add_model, assert_step, chain, chain_inputs, chain_model, nms_expected,
+                               nms_model, nms_scores)
 
 from .support import (LOOP_TIMEOUT_NS, PATHS, WAIT_S, Outcome, clone_model, operation_names, prepare, run_burst,
                       run_path)
@@ -46,12 +46,6 @@ THREADS, EXECUTIONS = 8, 4
 def _mark(request):
     request.node.nnts_op = "execution sequences"
     request.node.nnts_dtype = "TENSOR_FLOAT32"
-
-
-def values(seed: int, shape=SHAPE) -> tuple[np.ndarray, np.ndarray]:
-    """Inputs a, b for one step, different for every seed (b in [0.5, 1.5) keeps chains small)."""
-    rng = np.random.default_rng(seed)
-    return rng.uniform(-2, 2, shape).astype(np.float32), rng.uniform(0.5, 1.5, shape).astype(np.float32)
 
 
 def prepared_or_skip(driver, model: hal.Model) -> hal.PreparedModel:
@@ -123,14 +117,14 @@ def test_pool_rewritten_between_executions(path, chain_prepared):
     request = chain_request(0, 0, pools=[pool])
     sequence = Sequence(chain_prepared, path)
     for n in range(1, 4):
-        a, b = values(n)
+        a, b = chain_inputs(n)
         put(pool, 0, a)
         put(pool, NBYTES, b)
         outcome = sequence.run(request)
         check(f"step {n}: new inputs written into the same pool", outcome, [get(pool, 2 * NBYTES)], [chain(a, b)])
     sequence.release(0)
     request.pools[0] = pool = new_pool(3 * NBYTES)
-    a, b = values(4)
+    a, b = chain_inputs(4)
     put(pool, 0, a)
     put(pool, NBYTES, b)
     outcome = sequence.run(request)
@@ -143,7 +137,7 @@ def test_pools_swapped(path, chain_prepared):
     pools = [new_pool(3 * NBYTES), new_pool(3 * NBYTES)]
     sequence = Sequence(chain_prepared, path)
     for n, (source, target) in enumerate([(0, 1), (1, 0), (0, 1)], 1):
-        a, b = values(n)
+        a, b = chain_inputs(n)
         put(pools[source], 0, a)
         put(pools[source], NBYTES, b)
         outcome = sequence.run(chain_request(source, target, pools=pools))
@@ -155,7 +149,7 @@ def test_pools_swapped(path, chain_prepared):
 def test_output_read_as_next_input(path, chain_prepared):
     """Each step reads input a where the step before wrote its output, in the same pool."""
     pool = new_pool(5 * NBYTES)  # b, then x0, x1, x2, x3
-    x, b = values(0)
+    x, b = chain_inputs(0)
     put(pool, 0, b)
     put(pool, NBYTES, x)
     sequence = Sequence(chain_prepared, path)
@@ -173,7 +167,7 @@ def test_one_region_read_as_both_inputs(path, chain_prepared):
     pool = new_pool(3 * NBYTES)
     sequence = Sequence(chain_prepared, path)
     for n, same in enumerate([True, False, True], 1):
-        a, b = values(n)
+        a, b = chain_inputs(n)
         put(pool, 0, a)
         put(pool, NBYTES, b)
         request = Request([arg(0, 0), arg(0, 0 if same else NBYTES)], [arg(0, 2 * NBYTES)], [pool])
@@ -195,7 +189,7 @@ def test_input_shapes_change(path, driver):
     largest = 4 * max(int(np.prod(s)) for s in SHAPES)
     inputs, outputs = new_pool(2 * largest), new_pool(largest)
     for n, shape in enumerate(SHAPES, 1):
-        a, b = values(n, shape)
+        a, b = chain_inputs(n, shape)
         put(inputs, 0, a)
         put(inputs, largest, b)
         request = Request([arg(0, 0, a.nbytes, shape), arg(0, largest, b.nbytes, shape)],
@@ -239,7 +233,7 @@ def test_insufficient_output_then_retry(path, driver):
     pool = new_pool(3 * NBYTES)
     request = chain_request(0, 0, pools=[pool])
     for n in range(1, 5):
-        a, b = values(n)
+        a, b = chain_inputs(n)
         put(pool, 0, a)
         put(pool, NBYTES, b)
         short = n % 2 == 1
@@ -260,7 +254,7 @@ def test_insufficient_output_then_retry(path, driver):
 
 def _add_step(sequence: Sequence, pool: SharedMemory, seed: int) -> tuple[Outcome, np.ndarray]:
     """out = a + b on [2] (nnapi_ref.testing.add_model): a at 0, b at 8, out at 16 in ``pool``."""
-    a, b = (v.reshape(-1)[:2] for v in values(seed))
+    a, b = (v.reshape(-1)[:2] for v in chain_inputs(seed))
     put(pool, 0, a)
     put(pool, 8, b)
     outcome = sequence.run(Request([arg(0, 0, 8), arg(0, 8, 8)], [arg(0, 16, 8)], [pool]))
@@ -275,7 +269,7 @@ def test_two_prepared_models_alternately(path, driver, chain_prepared):
     sequence = Sequence(chain_prepared, path)
     chain_pool, add_pool = new_pool(3 * NBYTES), new_pool(24)
     for n in range(1, 5):
-        a, b = values(n)
+        a, b = chain_inputs(n)
         put(chain_pool, 0, a)
         put(chain_pool, NBYTES, b)
         outcome = sequence.run(chain_request(0, 0, pools=[chain_pool]))
@@ -288,8 +282,8 @@ def test_two_prepared_models_interleaved(driver, chain_prepared):
     """Both models launched asynchronously before either is waited for."""
     add_prepared = prepared_or_skip(driver, clone_model(add_model().hal_model))
     for n in range(1, 4):
-        a, b = values(n)
-        x, y = (v.reshape(-1)[:2] for v in values(10 + n))
+        a, b = chain_inputs(n)
+        x, y = (v.reshape(-1)[:2] for v in chain_inputs(10 + n))
         chain_pool, add_pool = new_pool(3 * NBYTES), new_pool(24)
         for pool, offset, value in ((chain_pool, 0, a), (chain_pool, NBYTES, b), (add_pool, 0, x), (add_pool, 8, y)):
             put(pool, offset, value)
@@ -317,7 +311,7 @@ def test_concurrent_executions(path, chain_prepared):
             pool = new_pool(3 * NBYTES)
             barrier.wait()
             for n in range(1, EXECUTIONS + 1):
-                a, b = values(100 * k + n)
+                a, b = chain_inputs(100 * k + n)
                 put(pool, 0, a)
                 put(pool, NBYTES, b)
                 outcome = sequence.run(chain_request(0, 0, pools=[pool]))
@@ -348,7 +342,7 @@ def test_prepared_model_released_while_another_executes(path, driver):
             del first
             gc.collect()
         sequence = first if n == 1 else second
-        a, b = values(n)
+        a, b = chain_inputs(n)
         put(pool, 0, a)
         put(pool, NBYTES, b)
         outcome = sequence.run(chain_request(0, 0, pools=[pool]))
@@ -379,14 +373,14 @@ def test_device_memory_sequence(path, driver, chain_prepared):
         memory.copy_to(out)
         return get(out, 0)
 
-    a, b = values(1)
+    a, b = chain_inputs(1)
     put(pool, 0, a)
     put(pool, NBYTES, b)
     check("step 1: output into device memory, copied out", sequence.run(into_device), [copied_out()],
           [chain(a, b)])
     check("step 2: input a from the device memory step 1 wrote", sequence.run(from_device),
           [get(pool, 2 * NBYTES)], [chain(chain(a, b), b)])
-    x = values(3)[0]
+    x = chain_inputs(3)[0]
     memory.copy_from(SharedMemory(x.reshape(-1).view(np.uint8).copy()), SHAPE)
     check("step 3: input a from the device memory overwritten by copy_from", sequence.run(from_device),
           [get(pool, 2 * NBYTES)], [chain(x, b)])
@@ -407,7 +401,7 @@ def test_executions_after_failed_ones(path, chain_prepared):
     request = chain_request(0, 0, pools=[pool])
     sequence = Sequence(chain_prepared, path)
     for n in range(1, 6):
-        a, b = values(n)
+        a, b = chain_inputs(n)
         put(pool, 0, a)
         put(pool, NBYTES, b)
         if n == 2:
