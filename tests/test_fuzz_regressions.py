@@ -160,3 +160,22 @@ def test_while_condition_output_index_out_of_range_is_bad_data():
     with pytest.raises(NnapiError) as e:
         validate_model(model)
     assert e.value.code == ResultCode.BAD_DATA
+
+
+@pytest.mark.parametrize("operation", [OperationCode.PAD, OperationCode.MIRROR_PAD])
+def test_omitted_paddings_are_invalid_argument(operation):
+    """execute harness (CI smoke run): PAD with its paddings operand omitted (NO_VALUE) raised a
+    ValueError (reshaping None) in prepare instead of INVALID_ARGUMENT."""
+    operands = [hal.Operand(T.TENSOR_FLOAT32, (2, 2), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.TENSOR_INT32, (2, 2), lifetime=Lifetime.NO_VALUE),
+                hal.Operand(T.TENSOR_FLOAT32, (4, 4), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+    inputs = (0, 1)
+    if operation == OperationCode.MIRROR_PAD:
+        operands.insert(2, hal.Operand(T.INT32, lifetime=Lifetime.CONSTANT_COPY, value=np.array([0], np.int32)))
+        inputs = (0, 1, 2)
+    out = len(operands) - 1
+    model = hal.Model(hal.Subgraph(operands, [hal.Operation(operation, inputs, (out,))], (0,), (out,)))
+    with pytest.raises(HalError) as e:
+        ReferenceDevice().prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, None, [], [],
+                                        None)
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT and "omitted" in e.value.message
