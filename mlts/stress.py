@@ -8,7 +8,9 @@ of its own and ends SUCCESS, FAILURE, HANG or CRASH with a message.
                                    own shape) concurrently, then executing it
 ``client_killed_during_compilation`` a client process compiling a 300-operation model on a
                                    socket server is SIGKILLed inside a compilation; then a new
-                                   client must compile and execute correctly
+                                   client must compile and execute correctly (a driver that
+                                   speaks only stdio: each client starts its own driver process,
+                                   which must exit within ``DRIVER_EXIT_S`` of its client's death)
 ``client_killed_during_execution`` the same, the client killed inside a 4 MiB-tensor execution
 ``multi_process_random_kills``     3 client processes infer on one socket server, one of them
                                    SIGKILLed (and replaced) at random every 0.3-0.8 s
@@ -17,8 +19,9 @@ of its own and ends SUCCESS, FAILURE, HANG or CRASH with a message.
                                    the run, may grow by ``LOAD_UNLOAD_BUDGET_MIB`` (8 MiB)
 ``memory_mapped_model``            constants of the model from ``Memory.from_fd`` (a file) and
                                    ``Memory.create_shared``, at offsets, in several compilations
-``random_graphs``                  random models from ``fuzz.graphs``, the in-process reference
-                                   as oracle (AOSP RandomGraphTest criteria)
+``random_graphs``                  random models from ``fuzz.graphs`` of the operations and types the
+                                   driver supports (probed with one-operation graphs), the in-process
+                                   reference as oracle (AOSP RandomGraphTest criteria)
 ``degradation_under_load``         executions per second of 4 concurrent clients in all against
                                    one client alone: FAILURE below ``MIN_THROUGHPUT_RATIO`` (0.5)
 ``memory_soak``                    two threads executing for the duration: the driver's VmRSS,
@@ -32,9 +35,10 @@ whatever the test made of the error; anything else that goes wrong is a FAILURE.
 ``--duration`` is the time of each of the five timed tests (load/unload, multi-process, random
 graphs, degradation, soak): the whole set takes about five times it plus 5-10 s.
 
-The client side of the socket tests runs in processes of its own: ``python -m mlts.stress client
-ROLE SOCKET SEED`` prints one JSON line per event (``start``/``end`` of a call, ``ok`` per
-verified execution, ``error`` with its kind) until it is killed.
+The client side of the multi-client tests runs in processes of its own: ``python -m mlts.stress
+client ROLE DRIVER SEED`` prints one JSON line per event (``driver`` with the driver's pid,
+``start``/``end`` of a call, ``ok`` per verified execution, ``error`` with its kind) until it is
+killed.
 """
 from __future__ import annotations
 
@@ -62,12 +66,13 @@ from xml.sax.saxutils import escape, quoteattr
 import numpy as np
 
 from fuzz.differential import case_size, check, operation_summary
-from fuzz.graphs import generate
+from fuzz.families import FAMILIES
+from fuzz.graphs import DATA_TYPES, generate
 from nnapi_ref.drivers import load_driver
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import HalError
-from nnapi_ref.harness import compute_in_mode
+from nnapi_ref.harness import build_model, compute_in_mode
 from nnapi_ref.remote import shm
 from nnapi_ref.remote.client import Incident, RemoteDevice, SocketTransport, incidents
 from nnapi_ref.runtime import Compilation, Execution, Memory, Model, OperandType
@@ -97,6 +102,8 @@ CONSTANT_ELEMENTS = 64 * 1024      # each of a loaded model's two constants: 256
 CONCURRENT_CLIENTS = 4
 MIN_THROUGHPUT_RATIO = 0.5
 MIN_RANDOM_GRAPHS = 4
+PROBES_PER_OPERATION = 4           # one-operation graphs tried before an operation counts unsupported
+DRIVER_EXIT_S = 5.0                # a stdio driver must exit this soon after its client is killed
 
 
 class Failure(Exception):
@@ -149,6 +156,15 @@ def driver_pid(device: RemoteDevice) -> int:
         creds = transport.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         return struct.unpack("3i", creds)[0]
     return transport.proc.pid
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie has ended: an orphan may wait for a reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
 
 
 def rss_mib(pid: int) -> float:
@@ -249,13 +265,14 @@ def parallel(count: int, work: Callable[[int], None]) -> None:
 class Client:
     """A client process (``python -m mlts.stress client``) and the events it printed."""
 
-    def __init__(self, run: "Run", role: str, path: str, seed: int):
+    def __init__(self, run: "Run", role: str, driver: str, seed: int):
         self.run = run
         self.stderr = open(os.path.join(run.folder(), f"client-{role}-{seed}.stderr"), "w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "mlts.stress", "client", role, path, str(seed)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "mlts.stress", "client", role, driver, str(seed)],
                                      stdout=subprocess.PIPE, stderr=self.stderr, env=run.env(), text=True)
         self.events: queue.Queue = queue.Queue()
         self.oks = 0
+        self.driver_pid: int | None = None
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -274,17 +291,21 @@ class Client:
                 self.run.incident(event["kind"], event["message"])
             raise Failure(f"client process {self.proc.pid}: {event['message']}")
         self.oks += event["event"] == "ok"
+        if event["event"] == "driver":
+            self.driver_pid = event["pid"]
         return event
 
     def next(self) -> dict:
         """The next event; an error the client reported (or its exit) becomes the test's."""
-        try:
-            event = self.events.get(timeout=self.run.wait_s)
-        except queue.Empty:
-            self.run.incident("hang", f"HANG: client process {self.proc.pid} made no progress within "
-                                      f"{self.run.wait_s:g} s")
-            raise Failure("a client made no progress") from None
-        return self._take(event)
+        while True:
+            try:
+                event = self.events.get(timeout=self.run.wait_s)
+            except queue.Empty:
+                self.run.incident("hang", f"HANG: client process {self.proc.pid} made no progress within "
+                                          f"{self.run.wait_s:g} s")
+                raise Failure("a client made no progress") from None
+            if self._take(event)["event"] != "driver":
+                return event
 
     def check(self) -> None:
         """Take the events printed so far, without waiting: an error (or an exit) raises."""
@@ -346,13 +367,19 @@ class Run:
         self._devices.append(device)
         return device
 
-    def server(self) -> str:
-        """The socket of a server of the driver for many clients (started for this test)."""
+    @property
+    def per_client_drivers(self) -> bool:
+        """A driver that speaks only stdio (a native ``remote:COMMAND``) cannot be shared: each
+        client process of the multi-client tests starts a driver process of its own."""
+        return self.target.socket is None and self.target.serve is None
+
+    def shared_driver(self) -> str:
+        """The driver string the client processes of a multi-client test load: a socket server of
+        the driver (started for this test), or the stdio driver itself, one process per client."""
+        if self.per_client_drivers:
+            return self.target.remote
         if self.target.socket:
-            return self.target.socket
-        if self.target.serve is None:
-            raise Failure(f"cannot serve {self.target.remote} on a socket: this test needs an in-process "
-                          "driver, remote:nnts serve SPEC or socket:PATH")
+            return f"socket:{self.target.socket}"
         path = os.path.join(self.folder(), "driver.sock")
         self._server_stderr = open(os.path.join(self.folder(), "server.stderr"), "w+")
         self._server = subprocess.Popen([sys.executable, "-m", "nnapi_ref.cli", "serve", self.target.serve,
@@ -364,7 +391,7 @@ class Run:
             if time.monotonic() > deadline:
                 raise Failure(f"the driver server did not listen on {path} within 60 s")
             time.sleep(0.02)
-        return path
+        return f"socket:{path}"
 
     def check_server(self, wait_s: float = 0.0) -> None:
         """CRASH when the socket server has died (or dies within ``wait_s``)."""
@@ -389,15 +416,32 @@ class Run:
                               f"({self.target.serve}) {how}" + (f"; last stderr: {tail}" if tail else "")))
         raise Failure("the driver server died")
 
-    def client(self, role: str, path: str, seed: int) -> Client:
-        client = Client(self, role, path, seed)
+    def client(self, role: str, driver: str, seed: int) -> Client:
+        client = Client(self, role, driver, seed)
         self._clients.append(client)
         return client
 
-    def check_new_client(self, path: str, seed: int) -> None:
+    def kill(self, client: Client) -> list[dict]:
+        """SIGKILL ``client``; with a driver process of its own, that driver must then exit (on
+        the end of its input) within ``DRIVER_EXIT_S``: one that lives on is a FAILURE (and is
+        killed), as every client a real runtime loses would leave one behind."""
+        events = client.kill()
+        pid = client.driver_pid
+        if self.per_client_drivers and pid is not None:
+            deadline = time.monotonic() + DRIVER_EXIT_S
+            while process_alive(pid):
+                if time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                    raise Failure(f"driver process {pid} still ran {DRIVER_EXIT_S:g} s after its client "
+                                  f"(process {client.proc.pid}) was killed: a driver must exit when its "
+                                  "connection ends")
+                time.sleep(0.02)
+        return events
+
+    def check_new_client(self, driver: str, seed: int) -> None:
         """A client arriving after the others must be served correctly (compile and execute)."""
         self.check_server()
-        device = self.device(f"socket:{path}")
+        device = self.device(driver)
         run_chain(compile_for(Device(device), chain_model()), np.random.default_rng(seed), (2, 2))
         device.close()
 
@@ -406,6 +450,8 @@ class Run:
             client.proc.kill()
             client.proc.wait()
             client.stderr.close()
+            if self.per_client_drivers and client.driver_pid and process_alive(client.driver_pid):
+                os.kill(client.driver_pid, signal.SIGKILL)  # the test has ended: no orphan left behind
         if self._clients:
             shm.remove_stale_files()  # the staging regions of the clients killed
         for device in self._devices:
@@ -452,13 +498,13 @@ def parallel_several_compilations(run: Run) -> str:
 
 
 def _kill_during_calls(run: Run, role: str, what: str) -> str:
-    """SIGKILL ``KILLS`` clients of a socket server inside a call (``role``'s loop), each time at a
+    """SIGKILL ``KILLS`` clients of the driver inside a call (``role``'s loop), each time at a
     random point of it; after each, a new client must be served correctly."""
-    path = run.server()
+    driver = run.shared_driver()
     rng = np.random.default_rng(0)
     inside, call_ms = 0, []
     for k in range(KILLS):
-        client = run.client(role, path, k)
+        client = run.client(role, driver, k)
         durations = []
         while len(durations) < 2:  # learn how long one call takes from two of them
             start = client.next()
@@ -466,13 +512,18 @@ def _kill_during_calls(run: Run, role: str, what: str) -> str:
             durations.append(end["t"] - start["t"])
         client.next()  # the start of the third call, the one it is killed in
         time.sleep(rng.uniform(0.1, 0.6) * min(durations))
-        after = client.kill()
+        after = run.kill(client)
         inside += not any(e["event"] == "end" for e in after)
         call_ms.append(1000 * min(durations))
-        run.check_new_client(path, k)
+        run.check_new_client(driver, k)
     run.metrics.update(kills=KILLS, killed_inside_call=inside, call_ms=round(float(np.median(call_ms)), 1))
     return (f"{KILLS} client processes SIGKILLed during {what} ({inside} inside the call, which takes "
-            f"~{np.median(call_ms):.0f} ms); after each, a new client compiled and executed correctly")
+            f"~{np.median(call_ms):.0f} ms){_exits(run)}; after each, a new client compiled and executed "
+            "correctly")
+
+
+def _exits(run: Run) -> str:
+    return f", each one's driver process exited within {DRIVER_EXIT_S:g} s" if run.per_client_drivers else ""
 
 
 def client_killed_during_compilation(run: Run) -> str:
@@ -501,26 +552,26 @@ def _inferring(run: Run, clients: list[Client]) -> list[int]:
 
 
 def multi_process_random_kills(run: Run) -> str:
-    path = run.server()
+    driver = run.shared_driver()
     rng = np.random.default_rng(0)
     seeds = itertools.count()
-    clients = [run.client("infer", path, next(seeds)) for _ in range(CLIENT_PROCESSES)]
+    clients = [run.client("infer", driver, next(seeds)) for _ in range(CLIENT_PROCESSES)]
     verified, kills = 0, 0
     end = time.monotonic() + run.duration
     while time.monotonic() < end or kills < MIN_KILLS:
         time.sleep(rng.uniform(*KILL_INTERVAL_S))
         victim = int(rng.choice(_inferring(run, clients)))
-        clients[victim].kill()
+        run.kill(clients[victim])
         verified += clients[victim].oks
         kills += 1
-        clients[victim] = run.client("infer", path, next(seeds))
+        clients[victim] = run.client("infer", driver, next(seeds))
     for client in clients:
-        client.kill()
+        run.kill(client)
         verified += client.oks
-    run.check_new_client(path, next(seeds))
+    run.check_new_client(driver, next(seeds))
     run.metrics.update(clients=CLIENT_PROCESSES, kills=kills, verified_executions=verified)
-    return (f"{CLIENT_PROCESSES} client processes, {kills} SIGKILLed at random while inferring and replaced, "
-            f"{verified} executions verified against numpy; a new client was then served correctly")
+    return (f"{CLIENT_PROCESSES} client processes, {kills} SIGKILLed at random while inferring and replaced"
+            f"{_exits(run)}, {verified} executions verified against numpy; a new client was then served correctly")
 
 
 class MemoryWatch:
@@ -614,24 +665,48 @@ def memory_mapped_model(run: Run) -> str:
             f"3 compilations of each: {checked} executions match numpy")
 
 
+def supported_subset(device: Device) -> tuple[list[OperationCode], list]:
+    """The operations of the random-graph generator, and the data types of the tensors graphs
+    start from, that ``device`` supports in at least one of ``PROBES_PER_OPERATION``
+    one-operation graphs of that operation and type: random graphs made of those only stress a
+    driver that implements a few operations and types as much as the reference."""
+    codes, types = set(), set()
+    for code in sorted(FAMILIES):
+        for type_ in DATA_TYPES:
+            for seed in range(PROBES_PER_OPERATION):
+                graph = generate(seed, 1, operations=[code], types=[type_])
+                if graph.operations and all(build_model(graph.to_test("probe").model)
+                                            .get_supported_operations_for_devices([device])):
+                    codes.add(code)
+                    types.add(type_)
+                    break
+    return sorted(codes), sorted(types)
+
+
 def random_graphs(run: Run) -> str:
     device = [Device(run.device())]
     reference = [Device(ReferenceDevice())]
+    codes, types = supported_subset(device[0])
+    if not codes:
+        raise Failure(f"the driver supports none of the {len(FAMILIES)} operations of the random-graph "
+                      "generator (probed with one-operation graphs)")
     counts = {"pass": 0, "skip": 0}
     operations = 0
     seed = 0
     end = time.monotonic() + run.duration
     while time.monotonic() < end or seed < MIN_RANDOM_GRAPHS:
-        graph = generate(seed, case_size(seed))
+        graph = generate(seed, case_size(seed), operations=codes, types=types)
         outcome = check(graph, device, reference)
         if outcome.status == "fail":
             raise Failure(f"random graph seed {seed}, {operation_summary(graph)}: {outcome.message}")
         counts[outcome.status] += 1
         operations += len(graph.operations) if outcome.status == "pass" else 0
         seed += 1
-    run.metrics.update(graphs=seed, passed=counts["pass"], skipped=counts["skip"], operations=operations)
-    return (f"{seed} random graphs (seeds 0-{seed - 1}): {counts['pass']} compiled, executed and matched the "
-            f"reference ({operations} operations), {counts['skip']} skipped as unsupported")
+    run.metrics.update(graphs=seed, passed=counts["pass"], skipped=counts["skip"], operations=operations,
+                       supported_operations=len(codes), supported_types=len(types))
+    return (f"{seed} random graphs (seeds 0-{seed - 1}) of the {len(codes)} of {len(FAMILIES)} generator "
+            f"operations and {len(types)} of {len(DATA_TYPES)} types the driver supports: {counts['pass']} compiled, executed and matched the reference "
+            f"({operations} operations), {counts['skip']} skipped as unsupported")
 
 
 def _throughput(compilations: list[Compilation], seconds: float) -> float:
@@ -853,12 +928,15 @@ def _client_infer(device: Device, rng: np.random.Generator) -> None:
 CLIENT_ROLES = {"compile": _client_compile, "execute": _client_execute, "infer": _client_infer}
 
 
-def client_main(role: str, path: str, seed: int) -> int:
-    """Run ``role`` on the socket server at ``path`` until killed; an error ends it with an
-    ``error`` event whose kind (crash, hang, failure) the test takes over."""
+def client_main(role: str, driver: str, seed: int) -> int:
+    """Run ``role`` on ``driver`` (a ``socket:`` server or a stdio driver of its own) until
+    killed; an error ends it with an ``error`` event whose kind (crash, hang, failure) the test
+    takes over."""
     seen = len(incidents())
     try:
-        CLIENT_ROLES[role](Device(load_driver(f"socket:{path}")), np.random.default_rng(seed))
+        device = load_driver(driver)
+        _emit("driver", pid=driver_pid(device))
+        CLIENT_ROLES[role](Device(device), np.random.default_rng(seed))
     except Exception as e:
         found = incidents()[seen:]
         kind = ("hang" if any(i.kind == "hang" for i in found) else "crash") if found else "failure"
@@ -868,5 +946,5 @@ def client_main(role: str, path: str, seed: int) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["client"] or len(sys.argv) != 5:
-        sys.exit("usage: python -m mlts.stress client ROLE SOCKET SEED (nnts stress runs the tests)")
+        sys.exit("usage: python -m mlts.stress client ROLE DRIVER SEED (nnts stress runs the tests)")
     sys.exit(client_main(sys.argv[2], sys.argv[3], int(sys.argv[4])))

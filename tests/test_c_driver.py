@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mlts import stress
 from nnapi_ref import hal
 from nnapi_ref.remote import wire
 from nnapi_ref.remote.wire import Msg, Reader, Writer
@@ -218,3 +219,13 @@ def test_malformed_messages_get_invalid_argument_and_the_server_survives(c_drive
     finally:
         code = server.close()
     assert code == 0, f"the server exited with {code}"
+
+
+def test_stress_set_on_a_stdio_only_driver(c_driver):
+    """The multi-client tests give each client process a C driver of its own, which must exit when
+    its client is killed; random graphs are made of the operations and types it supports only."""
+    names = ["client_killed_during_execution", "random_graphs"]
+    results = stress.run_tests(f"remote:{shlex.quote(str(c_driver))}", names, 1.0)
+    assert {r.name: r.verdict for r in results} == {name: "SUCCESS" for name in names}, [r.message for r in results]
+    graphs = results[1].metrics
+    assert graphs["supported_operations"] == 2 and graphs["skipped"] == 0 and graphs["passed"] >= stress.MIN_RANDOM_GRAPHS

@@ -99,11 +99,26 @@ def test_a_running_socket_server_is_tested_its_memory_read_through_the_socket(tm
         server.wait()
 
 
+# A driver speaking only stdio that lives on when its client dies (as a native driver blocked in
+# anything but reading its input would): the server returns at the end of its input, then it sleeps.
+ORPHANING_DRIVER = ("import time\nfrom nnapi_ref.cli import main\n"
+                    "try:\n    main(['serve', 'reference'])\nfinally:\n    time.sleep(60)\n")
+
+
+def test_a_stdio_driver_gets_a_process_per_client_and_must_exit_with_it(tmp_path):
+    stdio_only = f"remote:{sys.executable} -m nnapi_ref.cli serve reference"  # not `nnts serve`: no socket server
+    names = ["client_killed_during_execution", "multi_process_random_kills"]
+    results = stress.run_tests(stdio_only, names, SHORT_S)
+    assert verdicts(results) == {name: "SUCCESS" for name in names}, [r.message for r in results]
+    assert all("driver process exited within" in r.message for r in results)
+    script = tmp_path / "orphaning_driver.py"
+    script.write_text(ORPHANING_DRIVER)
+    result, = stress.run_tests(f"remote:{sys.executable} {script}", ["client_killed_during_compilation"], SHORT_S)
+    assert result.verdict == "FAILURE" and "still ran" in result.message, result
+    assert "a driver must exit when its connection ends" in result.message
+
+
 def test_what_cannot_be_run_ends_as_a_failure_with_its_reason(capsys):
-    other = f"remote:{sys.executable} -m nnapi_ref.cli serve reference"  # not `nnts serve`: no socket server
-    results = stress.run_tests(other, ["multi_process_random_kills", "memory_mapped_model"], SHORT_S)
-    assert verdicts(results) == {"multi_process_random_kills": "FAILURE", "memory_mapped_model": "SUCCESS"}
-    assert "cannot serve" in results[0].message and "on a socket" in results[0].message
     result, = stress.run_tests("remote:/nonexistent/driver", ["memory_soak"], SHORT_S)
     assert result.verdict == "FAILURE" and result.message.startswith("the driver did not start")
     assert cli.main(["stress", "--tests", "no_such_test"]) == 2
