@@ -49,6 +49,43 @@ def test_conv_2d_nhwc_same_padding_relu_matches_numpy(ort):
     np.testing.assert_allclose(out, np.maximum(expected, 0), rtol=1e-5, atol=1e-5)
 
 
+def test_grouped_conv_2d_matches_numpy(ort):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 3, 3, 4)).astype(np.float32)
+    w = rng.standard_normal((6, 2, 2, 2)).astype(np.float32)  # 2 groups: 2 input, 3 output channels each
+    b = rng.standard_normal(6).astype(np.float32)
+    out, = run_on(ort, Op.GROUPED_CONV_2D, [tensor(F32, x), tensor(F32, w, as_input=False),
+                                            tensor(F32, b, as_input=False), scalar(T.INT32, 2), scalar(T.INT32, 1),
+                                            scalar(T.INT32, 1), scalar(T.INT32, 2), scalar(T.INT32, 0),
+                                            scalar(T.BOOL, False)], [output(F32, (1, 2, 2, 6))])
+    # VALID 2x2 windows, stride 1: output channel o sees only its group's input channels.
+    expected = np.empty((1, 2, 2, 6))
+    for i in range(2):
+        for j in range(2):
+            for o in range(6):
+                g = o // 3
+                expected[0, i, j, o] = np.sum(x[0, i:i + 2, j:j + 2, 2 * g:2 * g + 2] * w[o]) + b[o]
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_transpose_conv_2d_matches_numpy(ort):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 2, 3, 2)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 2, 2)).astype(np.float32)  # [C_out, KH, KW, C_in]
+    b = np.array([0.1, -0.2, 0.3], np.float32)
+    # Explicit paddings left 0, right 1, top 1, bottom 0, stride 2: the full (1, 5, 6, 3)
+    # scatter of every input pixel times the filter, cropped to rows 1..4 and columns 0..4.
+    out, = run_on(ort, Op.TRANSPOSE_CONV_2D, [tensor(F32, x), tensor(F32, w, as_input=False),
+                                              tensor(F32, b, as_input=False)] +
+                  [scalar(T.INT32, v) for v in (0, 1, 1, 0, 2, 2, 0)] + [scalar(T.BOOL, False)],
+                  [output(F32, (1, 4, 5, 3))])
+    full = np.zeros((5, 6, 3))
+    for i in range(2):
+        for j in range(3):
+            full[2 * i:2 * i + 3, 2 * j:2 * j + 2] += np.einsum("c,oyxc->yxo", x[0, i, j], w)
+    np.testing.assert_allclose(out[0], full[1:5, 0:5] + b, rtol=1e-5, atol=1e-5)
+
+
 def test_average_pool_counts_only_covered_elements(ort):
     x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
     out, = run_on(ort, Op.AVERAGE_POOL_2D, [tensor(F32, x), scalar(T.INT32, 1), scalar(T.INT32, 2),

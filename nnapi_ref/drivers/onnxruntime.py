@@ -35,7 +35,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import hal
+from .. import hal, ops
 from ..errors import NnapiError
 from ..hal import ErrorStatus, HalError
 from ..ops.base import Arg, Call, ValueUnknown
@@ -259,12 +259,13 @@ def _spatial(g: Graph, op: hal.Operation, base: int, n_extra: int, dilation: boo
         raise Unsupported(f"{op.type.name} parameters: {e}") from None
 
 
-@maps((Op.CONV_2D, Op.DEPTHWISE_CONV_2D), NUMERIC)
+@maps((Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D), NUMERIC)
 def _conv(g, op):
     """Conv / QLinearConv; the filter is transposed to OIHW (depthwise: one group per input
-    channel, [1, H, W, C_out] becoming [C_out, 1, H, W])."""
-    depthwise = op.type == Op.DEPTHWISE_CONV_2D
-    p = _spatial(g, op, 3, 1 if depthwise else 0, dilation=True)
+    channel, [1, H, W, C_out] becoming [C_out, 1, H, W]; grouped: ONNX's ``group``, the filter
+    already [C_out, H, W, C_in / groups])."""
+    depthwise, grouped = op.type == Op.DEPTHWISE_CONV_2D, op.type == Op.GROUPED_CONV_2D
+    p = _spatial(g, op, 3, 0 if op.type == Op.CONV_2D else 1, dilation=not grouped)
     x, w, b, out = op.inputs[0], op.inputs[1], op.inputs[2], op.outputs[0]
     wdims = g.operand(w).dimensions
     if len(wdims) != 4 or 0 in wdims:
@@ -272,7 +273,7 @@ def _conv(g, op):
     attrs = dict(_window(g, x, p, wdims[1], wdims[2]), strides=[p.stride_h, p.stride_w],
                  dilations=[p.dilation_h, p.dilation_w],
                  kernel_shape=[wdims[1], wdims[2]],
-                 group=wdims[3] // int(p.extra[0]) if depthwise else 1)
+                 group=wdims[3] // int(p.extra[0]) if depthwise else int(p.extra[0]) if grouped else 1)
     weights = g.transposed(w, [3, 0, 1, 2] if depthwise else [0, 3, 1, 2])
     image = _nchw(g, g.tensor(x), p.nchw)
     if g.operand(x).type in QUANT8:
@@ -289,6 +290,33 @@ def _conv(g, op):
     else:
         y = g.node("Conv", [image, weights, g.tensor(b)], **attrs)
         g.store(out, _nhwc(g, y, p.nchw), p.fuse)
+
+
+@maps(Op.TRANSPOSE_CONV_2D, {F32} | QUANT8)
+def _transpose_conv(g, op):
+    """ConvTranspose with the reference's geometry (explicit paddings; the implicit form's
+    resolved from its output shape); the filter [C_out, H, W, C_in] transposed to ONNX's
+    [C_in, C_out, H, W]. Quantized: DequantizeLinear -> float -> QuantizeLinear (ONNX has no
+    quantized transposed convolution). ONNX Runtime's CPU provider has no float16 kernel."""
+    try:
+        p, _, (kh, kw), _, _ = ops.get(Op.TRANSPOSE_CONV_2D).geometry(g.call(op))
+    except (ValueUnknown, NnapiError) as e:
+        raise Unsupported(f"TRANSPOSE_CONV_2D parameters: {e}") from None
+    left, right, top, bottom = p.pads
+    if min(p.pads) < 0:
+        raise Unsupported("TRANSPOSE_CONV_2D with a negative padding (implicit form, tight output)")
+    x, w, b = op.inputs[:3]
+    weights = g.node("Transpose", [g.real(w)], perm=[3, 0, 1, 2])
+    if g.operand(b).type == I32:  # its scale is the input's times the filter's (per channel: of each)
+        wq = g.operand(w)
+        wscales = np.asarray(wq.channel_quant.scales if wq.channel_quant is not None else [wq.scale], np.float32)
+        bias = g.node("Mul", [g.node("Cast", [g.tensor(b)], to=onnx.TensorProto.FLOAT),
+                              g.const(np.float32(g.operand(x).scale) * wscales)])
+    else:
+        bias = g.tensor(b)
+    y = g.node("ConvTranspose", [_nchw(g, g.real(x), p.nchw), weights, bias], kernel_shape=[kh, kw],
+               strides=[p.stride_h, p.stride_w], pads=[top, left, bottom, right])
+    g.store(op.outputs[0], _nhwc(g, y, p.nchw), p.fuse)
 
 
 @maps((Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D), NUMERIC)
