@@ -207,3 +207,38 @@ def test_device_memory_allocated_by_another_driver():
         host = Memory.from_buffer(np.zeros(4, np.float32))
         Memory.copy(memory, host)
         np.testing.assert_array_equal(host.shared.buffer.view(np.float32), [2, 4, 6, 8])
+
+
+def test_freeing_a_memory_releases_its_burst_token_in_the_driver():
+    """Memory.close (ANeuralNetworksMemory_free) tells every burst that used the memory to release
+    its token (IBurst::releaseMemoryResource), so a long-lived burst's driver cache does not grow
+    with every memory; a later memory gets a new token, never the freed one."""
+    from nnapi_ref import Burst
+    from nnapi_ref.drivers.variants import TokenCachingDevice
+    with using_drivers([TokenCachingDevice()]) as devices:
+        compilation = Compilation(doubling_model(), devices)
+        compilation.finish()
+        burst = Burst(compilation)
+
+        def run(memory, value):
+            memory.shared.buffer.view(np.float32)[:] = value
+            execution = Execution(compilation)
+            execution.set_input_from_memory(0, memory, 0, 16)
+            out = np.zeros(4, np.float32)
+            execution.set_output(0, out)
+            execution.burst_compute(burst)
+            np.testing.assert_array_equal(out, 2 * np.float32(value))
+
+        first, second = Memory.create_shared(16), Memory.create_shared(16)
+        run(first, 1)
+        run(second, 2)
+        (_, driver_burst), = burst.hal_bursts.values()
+        tokens = set(driver_burst.mapped)
+        assert len(tokens) == 2  # one per memory (the output is a pointer argument, not a pool)
+        first.close()
+        assert len(driver_burst.mapped) == 1 and tokens > set(driver_burst.mapped)
+        third = Memory.create_shared(16)
+        run(third, 3)
+        assert set(driver_burst.mapped) - tokens  # a token never given before
+        run(second, 4)  # the memories still in use keep their tokens and mappings
+        assert len(driver_burst.mapped) == 2

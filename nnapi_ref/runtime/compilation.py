@@ -348,24 +348,44 @@ class Burst:
             raise NnapiError(ResultCode.UNEXPECTED_NULL, "Burst: compilation is None")
         check(compilation.finished, "Burst: the compilation is not finished", BAD_STATE)
         self.compilation = compilation
-        self.hal_bursts: dict[int, hal.Burst] = {}
+        self.hal_bursts: dict[int, tuple[Device, hal.Burst]] = {}
         self.busy = False
         self._tokens: dict[tuple, tuple[int, object]] = {}  # pool -> (memory identifier token, pool)
+        self._next_token = 1
+
+    @staticmethod
+    def _key(pool) -> tuple:
+        return ("shared", id(pool)) if isinstance(pool, hal.SharedMemory) else ("device", int(pool))
 
     def tokens(self, pools) -> list[int]:
-        """A memory identifier token per request pool, the same for the same memory for the
-        burst's whole life and another for any other memory: a driver may cache a pool's mapping
+        """A memory identifier token per request pool, the same for the same memory until the
+        memory is freed and another for any other memory: a driver may cache a pool's mapping
         by its token. The burst keeps its pools, so no other memory can take their identity."""
         tokens = []
         for pool in pools:
-            key = ("shared", id(pool)) if isinstance(pool, hal.SharedMemory) else ("device", int(pool))
+            key = self._key(pool)
             if key not in self._tokens:
-                self._tokens[key] = (len(self._tokens) + 1, pool)
+                self._tokens[key] = (self._next_token, pool)
+                self._next_token += 1
             tokens.append(self._tokens[key][0])
         return tokens
 
+    def release(self, pool) -> None:
+        """The memory behind ``pool`` is freed (ANeuralNetworksMemory_free): every driver burst is
+        told to release its token (IBurst::releaseMemoryResource), so a driver's cache of mappings
+        does not grow with every memory a long-lived burst has seen. Freeing cannot fail: a
+        driver's error here is its own and ignored, as the NDK's free ignores it."""
+        entry = self._tokens.pop(self._key(pool), None)
+        if entry is None:
+            return
+        for device, hal_burst in list(self.hal_bursts.values()):
+            try:
+                call_driver(device, "release_memory_resource", hal_burst.release_memory_resource, entry[0])
+            except NnapiError:
+                pass
+
     def for_step(self, step: Step) -> hal.Burst:
         if id(step.prepared) not in self.hal_bursts:
-            self.hal_bursts[id(step.prepared)] = call_driver(step.device, "configure_execution_burst",
-                                                             step.prepared.configure_execution_burst)
-        return self.hal_bursts[id(step.prepared)]
+            self.hal_bursts[id(step.prepared)] = step.device, call_driver(
+                step.device, "configure_execution_burst", step.prepared.configure_execution_burst)
+        return self.hal_bursts[id(step.prepared)][1]

@@ -453,6 +453,9 @@ class Execution:
         request, finalize = self._single_request(step)
         if burst is not None:
             hal_burst = burst.for_step(step)
+            for binding in self._inputs + self._outputs:
+                if binding.kind == "memory":
+                    binding.memory.seen_by(burst)
             result = call_driver(step.device, "burst execute", hal_burst.execute, request,
                                  burst.tokens(request.pools), self._measure, deadline, self._loop_timeout_ns)
         else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import weakref
 from typing import Sequence
 
 import numpy as np
@@ -35,6 +36,7 @@ class Memory:
         self.initialized = True
         self.dimensions: tuple[int, ...] = ()
         self._mmap = None
+        self._bursts: weakref.WeakSet = weakref.WeakSet()  # bursts that gave it a token
 
     # -- creation ------------------------------------------------------------------------------
 
@@ -150,7 +152,15 @@ class Memory:
     def _byte_size(self) -> int:
         return math.prod(self.dimensions) * DTYPES[self.desc.operand.type].itemsize
 
+    def seen_by(self, burst) -> None:
+        """``burst`` executes on this memory: it is told when the memory is freed."""
+        self._bursts.add(burst)
+
     def close(self) -> None:
+        """ANeuralNetworksMemory_free: the bursts that used it release its token in their drivers."""
+        for burst in list(self._bursts):
+            burst.release(self.shared if self.buffer is None else self.token)
+        self._bursts.clear()
         if self._mmap is not None:
             self.shared = None
             self._mmap = None
