@@ -111,3 +111,68 @@ def test_fully_connected_rounds_as_aosp_at_exact_halves(x, bias, expected):
                          scalar(T.INT32, 0)],
                         [output(T.TENSOR_QUANT8_ASYMM, [1, 1], 1.0, 100)])
     assert int(np.asarray(out[0]).reshape(-1)[0]) == expected
+
+
+# ---- MEAN: AOSP truncates and keeps the quantization; TFLite rounds once and requantizes --------
+
+@pytest.mark.parametrize("in_scale, out_scale, count, expected", [
+    (1.0, 1.0, 3, (715827882, 0)),        # 1 -> (2**30, 1); fold 1: 2**31 // 3 = 715827882 (3 * it = 2**31 - 2)
+    (1.0, 1.0, 4, (2**30, -1)),           # fold 2: 2**32 // 4 = 2**30, shift 1 - 2
+    (0.5, 0.25, 2, (2**30, 1)),           # 2 -> (2**30, 2); fold 1: 2**31 // 2
+    (2.0**-31, 1.0, 4, (2**29, -31)),     # (2**30, -30): fold capped at 31 - 30 = 1 -> 2**31 // 4, shift -31
+    (1.0, 1.0, 2**33, (2**29, -31)),      # fold capped at 32: 2**62 // 2**33 = 2**29, shift 1 - 32
+])
+def test_tflite_mean_multiplier_folds_the_count_in_with_truncation(in_scale, out_scale, count, expected):
+    assert rq.tflite_mean_multiplier(in_scale, out_scale, count) == expected
+
+
+def test_tflite_mean_multiplier_is_not_the_multiplier_of_the_quotient():
+    """1/3 as a Q31 multiplier is round(2**31 * 2/3) = 1431655765 with shift -1; TFLite's fold
+    gives 715827882 with shift 0, i.e. 1431655764 with shift -1: one unit lower (truncated)."""
+    assert rq.quantize_multiplier(1 / 3) == (1431655765, -1)
+    assert rq.tflite_mean_multiplier(1.0, 1.0, 3) == (715827882, 0)
+
+
+def mean(values, in_q, out_q, convention, code=T.TENSOR_QUANT8_ASYMM_SIGNED, keep_dims=0):
+    """MEAN over the last axis of ``values`` (rows), on the reference driver under ``convention``."""
+    from nnapi_ref.drivers.reference import ReferenceDevice
+    from nnapi_ref.runtime.devices import Device
+    values = np.asarray(values)
+    shape = [values.shape[0], 1] if keep_dims else [values.shape[0]]
+    out = run_operation(Op.MEAN, [tensor(code, values, scale=in_q[0], zero_point=in_q[1]),
+                                  tensor(T.TENSOR_INT32, [1], as_input=False), scalar(T.INT32, keep_dims)],
+                        [output(code, shape, *out_q)], devices=[Device(ReferenceDevice(convention=convention))])
+    return np.asarray(out[0]).reshape(-1).tolist()
+
+
+def test_mean_truncates_under_nnapi_and_rounds_under_tflite():
+    """Same quantization (scale 1, zero point 0): sums 3, -7, 5, -5 over 2, 4, 2, 2 elements.
+    AOSP (tflite::reference_ops::Mean, C division) truncates toward zero. TFLite
+    (QuantizedMeanOrSum): multiplier 2**30, shift 0 (count 2) or -1 (count 4), so
+    SRDHM(x, 2**30) = floor((x + 1) / 2) (gemmlowp's halves go up): 3 -> 2, -7 -> -3, 5 -> 3,
+    -5 -> -2; with count 4, RDBP(., 1) follows (halves away from zero): -7 -> SRDHM -3 -> -2
+    (-1.75), and 5 -> SRDHM 3 -> 2: 1.25 becomes 2, gemmlowp's two roundings."""
+    pairs = [[1, 2], [-2, -5]]
+    assert mean(pairs, (1.0, 0), (1.0, 0), "nnapi") == [1, -3]        # 3 // 2 -> 1; -7 / 2 = -3.5 -> -3
+    assert mean(pairs, (1.0, 0), (1.0, 0), "tflite") == [2, -3]       # 1.5 -> 2; -3.5 -> SRDHM floor(-6/2) = -3
+    quads = [[-1, -2, -2, -2], [1, 1, 1, 2]]
+    assert mean(quads, (1.0, 0), (1.0, 0), "nnapi") == [-1, 1]        # -7 / 4 -> -1; 5 / 4 -> 1
+    assert mean(quads, (1.0, 0), (1.0, 0), "tflite") == [-2, 2]       # -1.75 -> -2; 1.25 -> 2 (twice rounded)
+    halves = [[2, 3], [-2, -3]]
+    assert mean(halves, (1.0, 0), (1.0, 0), "nnapi") == [2, -2]
+    assert mean(halves, (1.0, 0), (1.0, 0), "tflite") == [3, -2]
+
+
+def test_mean_requantizes_only_under_tflite():
+    """Input (0.5, -128), output (0.25, 10) (uint8: input zero point 0): the real mean of
+    0.5 * (3 + 4) / 2 = 1.75 is 7 output steps -> 17 (multiplier 2**30, shift 1: 7 exactly);
+    that of 0.5 * (255 + 255) / 2 = 127.5 is 510 steps -> 520, saturated to the type's top.
+    NNAPI's MEAN must keep the input's quantization: BAD_DATA under the NNAPI convention."""
+    from nnapi_ref.errors import NnapiError
+    rows = [[-125, -124], [127, 127]]                 # q - z = 3, 4 and 255, 255 (real 127.5 -> 510 steps)
+    assert mean(rows, (0.5, -128), (0.25, 10), "tflite") == [17, 127]
+    assert mean(rows, (0.5, -128), (0.25, 10), "tflite", keep_dims=1) == [17, 127]
+    assert mean([[3, 4], [255, 255]], (0.5, 0), (0.25, 10), "tflite", code=T.TENSOR_QUANT8_ASYMM) == [17, 255]
+    with pytest.raises(NnapiError) as e:
+        mean(rows, (0.5, -128), (0.25, 10), "nnapi")
+    assert "MEAN" in str(e.value) and "scale" in str(e.value)

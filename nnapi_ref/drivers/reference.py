@@ -183,7 +183,8 @@ class ReferenceDevice(hal.Device):
             raise HalError(ErrorStatus.INVALID_ARGUMENT,
                            f"model needs feature level {level}, {self.name} has {self.feature_level}")
         try:
-            plans = prepare_plans(model)
+            with requantization.using(self.convention):  # the operations' checks are the convention's
+                plans = prepare_plans(model)
         except NnapiError as e:
             raise hal_error(e) from None
         prepared = ReferencePreparedModel(self, model, plans)

@@ -86,6 +86,18 @@ def product_multipliers(a_scale: float, b_scales, out_scale: float) -> tuple[np.
     return quantize_multipliers(scale_product(a_scale, b_scales) / float(np.float32(out_scale)))
 
 
+def tflite_mean_multiplier(in_scale: float, out_scale: float, count: int) -> tuple[int, int]:
+    """(multiplier, shift) of TFLite's quantized MEAN (reference_ops::QuantizedMeanOrSum, the
+    kernel of the "tflite" convention): ``in_scale / out_scale`` in double through
+    :func:`quantize_multiplier`, then ``1 / count`` folded in: the Q31 multiplier shifted left by
+    ``floor(log2(count))`` (at most 32, and at most ``31 + shift`` so the right shift stays
+    within 31), divided by ``count`` with integer truncation, and the shift lowered to match.
+    The truncation is why this is not the Q31 multiplier of ``in_scale / (out_scale * count)``."""
+    multiplier, shift = quantize_multiplier(float(np.float32(in_scale)) / float(np.float32(out_scale)))
+    fold = min(count.bit_length() - 1, 32, 31 + shift)
+    return (multiplier << fold) // count, shift - fold
+
+
 # ---- 2. Q31 multiplier and shift ---------------------------------------------------------------
 
 def quantize_multiplier(real: float) -> tuple[int, int]:
