@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from mlts.diverge import diverge, main, report
+from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops import requantization
 
 from .test_tflite_import import (ADD, CONV_2D, DEPTHWISE_CONV_2D, INT8, INT32, Interpreter, Scalar, build_tflite,
@@ -85,6 +86,49 @@ def test_nnapi_convention_differs_only_where_the_multiplier_does(tmp_path):
             if d.local:
                 assert d.op in ("CONV_2D", "DEPTHWISE_CONV_2D") and d.largest == 1, d.describe()
     assert requantization.convention() == "nnapi"
+
+
+MEAN = 40  # TFLite's BuiltinOperator; without options keep_dims is false
+
+
+def mean_model() -> bytes:
+    """int8 (1, 5, 7, 8): MEAN over height and width (35 elements) to another quantization, as
+    MobileNet v2's global pool, and MEAN over width (7) keeping the input's."""
+    return build_tflite([tensor((1, 5, 7, 8), INT8, scale=[XS], zero_point=[XZ]),
+                         tensor((2,), INT32, np.array([1, 2])),
+                         tensor((1, 8), INT8, scale=[OS], zero_point=[OZ]),
+                         tensor((1,), INT32, np.array([2])),
+                         tensor((1, 5, 8), INT8, scale=[XS], zero_point=[XZ])],
+                        [(MEAN, [0, 1], [2], {}), (MEAN, [0, 3], [4], {})], [0], [2, 4])
+
+
+def mean_inputs() -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    return [rng.integers(-128, 128, (1, 5, 7, 8)).astype(np.int8) for _ in range(6)]
+
+
+def test_tflite_convention_means_are_tflite_integer_means(tmp_path):
+    """Both MEANs bit-exact with TFLite's reference kernel: requantized to another output
+    quantization (not valid NNAPI: only under the TFLite convention's import and driver) and
+    rounded where AOSP truncates."""
+    path = tmp_path / "mean.tflite"
+    path.write_bytes(mean_model())
+    diffs = diverge(path, "nnapi_ref.drivers.reference:tflite_convention", mean_inputs(), convention="tflite")
+    assert [(d.op, d.total) for d in diffs] == [("MEAN", 6 * 8), ("MEAN", 6 * 5 * 8)]
+    assert report(diffs, io.StringIO()) == 0
+
+
+def test_nnapi_convention_means_differ_where_documented(tmp_path):
+    """Under the NNAPI convention the MEAN keeping its quantization truncates (AOSP) where TFLite
+    rounds: by one step, on many elements of random data; the other is imported as DEQUANTIZE ->
+    MEAN (float32) -> QUANTIZE, valid NNAPI, and rounds once (at most one step from TFLite)."""
+    path = tmp_path / "mean.tflite"
+    path.write_bytes(mean_model())
+    pooled, rows = diverge(path, "reference", mean_inputs())
+    assert rows.local and rows.largest == 1 and rows.elements > rows.total // 10
+    assert pooled.largest <= 1
+    with pytest.raises(NnapiError, match="MEAN: output scale/zero point"):  # TFLite's import is not NNAPI
+        diverge(path, "reference", mean_inputs(), convention="tflite")
 
 
 def test_command_line(tmp_path, capsys):
