@@ -10,7 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops import requantization as rq
+from nnapi_ref.runtime.devices import Device
 from nnapi_ref.testing import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
@@ -133,16 +136,19 @@ def test_tflite_mean_multiplier_is_not_the_multiplier_of_the_quotient():
     assert rq.tflite_mean_multiplier(1.0, 1.0, 3) == (715827882, 0)
 
 
+def run_under(convention, code, inputs, outputs) -> list:
+    """One operation's first output (flattened) on the reference driver under ``convention``."""
+    out = run_operation(code, inputs, outputs, devices=[Device(ReferenceDevice(convention=convention))])
+    return np.asarray(out[0]).reshape(-1).tolist()
+
+
 def mean(values, in_q, out_q, convention, code=T.TENSOR_QUANT8_ASYMM_SIGNED, keep_dims=0):
     """MEAN over the last axis of ``values`` (rows), on the reference driver under ``convention``."""
-    from nnapi_ref.drivers.reference import ReferenceDevice
-    from nnapi_ref.runtime.devices import Device
     values = np.asarray(values)
     shape = [values.shape[0], 1] if keep_dims else [values.shape[0]]
-    out = run_operation(Op.MEAN, [tensor(code, values, scale=in_q[0], zero_point=in_q[1]),
-                                  tensor(T.TENSOR_INT32, [1], as_input=False), scalar(T.INT32, keep_dims)],
-                        [output(code, shape, *out_q)], devices=[Device(ReferenceDevice(convention=convention))])
-    return np.asarray(out[0]).reshape(-1).tolist()
+    return run_under(convention, Op.MEAN, [tensor(code, values, scale=in_q[0], zero_point=in_q[1]),
+                                           tensor(T.TENSOR_INT32, [1], as_input=False), scalar(T.INT32, keep_dims)],
+                     [output(code, shape, *out_q)])
 
 
 def test_mean_truncates_under_nnapi_and_rounds_under_tflite():
@@ -168,7 +174,6 @@ def test_mean_requantizes_only_under_tflite():
     0.5 * (3 + 4) / 2 = 1.75 is 7 output steps -> 17 (multiplier 2**30, shift 1: 7 exactly);
     that of 0.5 * (255 + 255) / 2 = 127.5 is 510 steps -> 520, saturated to the type's top.
     NNAPI's MEAN must keep the input's quantization: BAD_DATA under the NNAPI convention."""
-    from nnapi_ref.errors import NnapiError
     rows = [[-125, -124], [127, 127]]                 # q - z = 3, 4 and 255, 255 (real 127.5 -> 510 steps)
     assert mean(rows, (0.5, -128), (0.25, 10), "tflite") == [17, 127]
     assert mean(rows, (0.5, -128), (0.25, 10), "tflite", keep_dims=1) == [17, 127]
@@ -176,3 +181,36 @@ def test_mean_requantizes_only_under_tflite():
     with pytest.raises(NnapiError) as e:
         mean(rows, (0.5, -128), (0.25, 10), "nnapi")
     assert "MEAN" in str(e.value) and "scale" in str(e.value)
+
+
+# ---- PRELU: where the quotients are rounded to float32 -------------------------------------------
+
+S8 = T.TENSOR_QUANT8_ASYMM_SIGNED
+
+
+def prelu(x, x_q, alpha, alpha_q, out_q, convention) -> int:
+    return run_under(convention, Op.PRELU, [tensor(S8, [x], scale=x_q[0], zero_point=x_q[1]),
+                                            tensor(S8, [alpha], scale=alpha_q[0], zero_point=alpha_q[1],
+                                                   as_input=False)],
+                     [output(S8, [1], *out_q)])[0]
+
+
+@pytest.mark.parametrize("convention", ["nnapi", "tflite"])
+def test_prelu_positive_multiplier_is_the_float32_quotient(convention):
+    """Input scale 0.011305219 (zero point -128), output 0.029787131 (-128), x = 65: x - zp = 193.
+    AOSP (PRelu.cpp) and TFLite both divide the two floats: M = 0.37953368 in float32, 0.37953369
+    in double. Q31 (shift -1): 193 * m / 2**31 = 146.4999998 (float32) or 146.5000028 (double);
+    SRDHM rounds to 146 or 147, RDBP by 2 gives 73 or 74 (73.5 away from zero): 73 - 128 = -55
+    from the float32 quotient (-54 from the double one)."""
+    assert prelu(65, (0.011305219493806362, -128), 5, (0.01, 0), (0.029787130653858185, -128), convention) == -55
+
+
+@pytest.mark.parametrize("convention, expected", [("nnapi", 2), ("tflite", 3)])
+def test_prelu_negative_multiplier_divides_as_each_convention(convention, expected):
+    """Scales 0.060897633 (input, zero point 127), 0.0086802104 (alpha, 0), 1.5206258 (output, 0);
+    x = -26, alpha = -47: (x - 127) * alpha = 7191. The float32 product 5.2860426e-4 divided by
+    the output scale in double (AOSP: a double variable) is 3.4762283234e-4, in float32 (TFLite)
+    3.4762284486e-4. Shift -11: 7191 * M * 2**11 = 5119.49985 or 5119.50003, SRDHM gives 5119
+    or 5120, and RDBP by 2**11 gives 2 (2.4995) or 3 (2.5 exactly, away from zero)."""
+    assert prelu(-26, (0.06089763343334198, 127), -47, (0.008680210448801517, 0),
+                 (1.5206258296966553, 0), convention) == expected

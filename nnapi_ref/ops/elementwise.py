@@ -27,7 +27,7 @@ import numpy as np
 from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register, signatures
 from .common import QUANT_RANGE, BroadcastBinary, apply_activation, broadcast_shape, check_fuse_code, round_half_away
 from . import requantization
-from .requantization import multiply_by_quantized_multiplier, product_multipliers, quantize_multiplier
+from .requantization import multiply_by_quantized_multiplier, prelu_multipliers, product_multipliers, quantize_multiplier
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 F32 = np.float32
@@ -292,8 +292,7 @@ class Prelu(BroadcastBinary):
 
     @staticmethod
     def quantized(x, alpha, out):
-        m_pos, s_pos = quantize_multiplier(float(F32(x.scale)) / float(F32(out.scale)))
-        m_neg, s_neg = quantize_multiplier(float(F32(x.scale) * F32(alpha.scale)) / float(F32(out.scale)))
+        (m_pos, s_pos), (m_neg, s_neg) = prelu_multipliers(x.scale, alpha.scale, out.scale)
         v = x.value.astype(np.int64) - x.zero_point
         a = alpha.value.astype(np.int64) - alpha.zero_point
         v, a = np.broadcast_arrays(v, a)

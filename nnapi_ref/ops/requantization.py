@@ -86,6 +86,18 @@ def product_multipliers(a_scale: float, b_scales, out_scale: float) -> tuple[np.
     return quantize_multipliers(scale_product(a_scale, b_scales) / float(np.float32(out_scale)))
 
 
+def prelu_multipliers(in_scale: float, alpha_scale: float, out_scale: float) -> tuple[tuple[int, int], tuple[int, int]]:
+    """PRELU's (multiplier, shift) pairs for positive inputs, ``in_scale / out_scale``, and
+    negative ones, ``in_scale * alpha_scale / out_scale``. AOSP's PRelu.cpp and TFLite's PRELU
+    Prepare (activations.cc) both divide two floats for the first, so the quotient is rounded to
+    float32; for the second both form the product in float32, then AOSP divides in double (the
+    product is a ``double`` variable) and TFLite in float32 (one float expression)."""
+    a, alpha, out = np.float32(in_scale), np.float32(alpha_scale), np.float32(out_scale)
+    product = a * alpha
+    negative = float(product / out) if convention() == "tflite" else float(product) / float(out)
+    return quantize_multiplier(float(a / out)), quantize_multiplier(negative)
+
+
 def tflite_mean_multiplier(in_scale: float, out_scale: float, count: int) -> tuple[int, int]:
     """(multiplier, shift) of TFLite's quantized MEAN (reference_ops::QuantizedMeanOrSum, the
     kernel of the "tflite" convention): ``in_scale / out_scale`` in double through
