@@ -198,8 +198,12 @@ def filter_scales(flt, n_channels: int) -> np.ndarray:
 
 def output_multipliers(inp, flt, out, n_channels: int):
     """Per-output-channel (or single) fixed-point multipliers for a quantized convolution
-    (the multiplier derivation of :func:`.requantization.product_multipliers`)."""
-    return product_multipliers(inp.scale, filter_scales(flt, n_channels), out.scale)
+    (the multiplier derivation of :func:`.requantization.product_multipliers`). TFLite's kernels
+    form the scale product in double for int8 and per-channel filters (the per-channel arrays of
+    PopulateConvolutionQuantizationParams) but in float32, as AOSP, for a uint8 convolution with
+    one filter scale (the legacy scalar multiplier of GetQuantizedConvolutionMultipler)."""
+    legacy_uint8 = inp.type == T.TENSOR_QUANT8_ASYMM and flt.type != PC
+    return product_multipliers(inp.scale, filter_scales(flt, n_channels), out.scale, tflite_double=not legacy_uint8)
 
 
 def check_quant_conv(name: str, inp, flt, bias, out, channel_dim: int, n_channels: int) -> None:

@@ -71,19 +71,33 @@ def convention() -> str:
 
 # ---- 1. multiplier derivation ------------------------------------------------------------------
 
-def scale_product(a_scale: float, b_scales) -> np.ndarray:
+def scale_product(a_scale: float, b_scales, tflite_double: bool = True) -> np.ndarray:
     """``a_scale * b_scales`` (b per channel, or one) as float64, formed as the convention does:
-    in float32 then widened (AOSP, "nnapi") or in double (TFLite, "tflite")."""
-    if convention() == "tflite":
+    in float32 then widened (AOSP, "nnapi"), or under "tflite" in double where TFLite's kernel
+    widens first (``tflite_double``) and in float32 where it does not."""
+    if convention() == "tflite" and tflite_double:
         return float(np.float32(a_scale)) * np.asarray(b_scales, np.float32).astype(np.float64)
     return (np.float32(a_scale) * np.asarray(b_scales, np.float32)).astype(np.float64)
 
 
-def product_multipliers(a_scale: float, b_scales, out_scale: float) -> tuple[np.ndarray, np.ndarray]:
+def product_multipliers(a_scale: float, b_scales, out_scale: float,
+                        tflite_double: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(multiplier, shift) arrays for ``a_scale * b_scales / out_scale``: the convolutions'
     (input and filter scales, per output channel), FULLY_CONNECTED's, BATCH_MATMUL's and MUL's
-    requantization. The division is in double under both conventions."""
-    return quantize_multipliers(scale_product(a_scale, b_scales) / float(np.float32(out_scale)))
+    requantization. The division is in double under both conventions; ``tflite_double`` says
+    whether TFLite's kernel forms the product in double (see :func:`scale_product`)."""
+    return quantize_multipliers(scale_product(a_scale, b_scales, tflite_double) / float(np.float32(out_scale)))
+
+
+def tflite_float_requantize(acc, in_scale: float, filter_scales, out_scale: float) -> np.ndarray:
+    """TFLite's reference FULLY_CONNECTED (reference_integer_ops::FullyConnected and
+    FullyConnectedPerChannel given the float scales): no fixed point, but
+    ``std::round(double(acc) * (double(in_scale) * double(filter_scale) / double(out_scale)))``,
+    one rounding, halves away from zero. ``filter_scales`` broadcast along the last axis."""
+    scale = float(np.float32(in_scale)) * np.asarray(filter_scales, np.float32).astype(np.float64)
+    value = np.asarray(acc, np.float64) * (scale / float(np.float32(out_scale)))
+    whole = np.trunc(value)
+    return whole + np.where(np.abs(value - whole) >= 0.5, np.sign(value), 0.0)  # exact std::round
 
 
 def prelu_multipliers(in_scale: float, alpha_scale: float, out_scale: float) -> tuple[tuple[int, int], tuple[int, int]]:
