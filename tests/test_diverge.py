@@ -2,7 +2,9 @@
 tests/test_tflite_import.py): under the TFLite convention the reference driver is bit-exact with
 TFLite's reference kernels on every operator output; under the default NNAPI convention every
 difference is an operator whose multiplier is the documented float32 scale product (a
-convolution, here), and the report's last line counts them."""
+convolution, here) or a documented MEAN convention, and the report's last line counts them.
+Then the kernels whose TFLite derivation is not the convolutions' (FULLY_CONNECTED, BATCH_MATMUL,
+uint8 convolutions, PRELU) against TFLite's kernels at points where the derivations part ways."""
 from __future__ import annotations
 
 import io
@@ -11,11 +13,15 @@ import numpy as np
 import pytest
 
 from mlts.diverge import diverge, main, report
+from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops import requantization
+from nnapi_ref.runtime.devices import Device
+from nnapi_ref.testing import output, run_operation, scalar, tensor as ntensor
+from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
-from .test_tflite_import import (ADD, CONV_2D, DEPTHWISE_CONV_2D, INT8, INT32, Interpreter, Scalar, build_tflite,
-                                 tensor)
+from .test_tflite_import import (ADD, CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, INT8, INT32, TYPE_FMT, Interpreter,
+                                 Scalar, build_tflite, tensor, tflite_run)
 
 pytestmark = pytest.mark.skipif(Interpreter is None, reason="ai-edge-litert is not installed")
 
@@ -140,3 +146,111 @@ def test_command_line(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == "0 differing elements in 0 of 3 operator outputs"
     with pytest.raises(SystemExit):
         main([str(path), "--convention", "tflite", "--driver", "reference"])
+
+
+# ---- kernels whose TFLite derivation differs, at points where the derivations part ways -------
+# (found by searching accumulators where the candidate derivations give different outputs; the
+# expected values are TFLite's own, and AOSP's worked out by hand in each docstring)
+
+S8, U8 = T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_ASYMM
+UINT8, PRELU, BATCH_MATMUL = 3, 54, 126
+
+
+def tflite_output(tmp_path, tensors, op, inputs) -> np.ndarray:
+    path = tmp_path / "op.tflite"
+    path.write_bytes(build_tflite(tensors, [(op, list(range(len(tensors) - 1)), [len(tensors) - 1], {})],
+                                  [0], [len(tensors) - 1]))
+    return tflite_run(path, *inputs).reshape(-1)
+
+
+def under(convention, code, inputs, outputs) -> np.ndarray:
+    out = run_operation(code, inputs, outputs, devices=[Device(ReferenceDevice(convention=convention))])
+    return np.asarray(out[0]).reshape(-1)
+
+
+def test_fully_connected_tflite_rounds_once_in_double(tmp_path):
+    """Per-tensor int8 FULLY_CONNECTED, scales 0.011388898 (input), 0.0011605039 (weights),
+    4.408978 (output), one input of 0 and weights of 1: each unit's accumulator is its bias.
+    TFLite's reference kernel computes round(acc * 0.0113889 * 0.0011605 / 4.40898) in double:
+    39196517 -> 117.50000049 -> 118. AOSP (FullyConnected.cpp) requantizes in fixed point from the
+    float32 product: multiplier 1687563678, shift -18; 39196517 * m / 2**31 = 30801919.47 ->
+    SRDHM 30801919, RDBP by 2**18 = 117.499998 -> 117; and for -24852259: -19529727.10 ->
+    -19529727 -> -74.4999966 -> -74 (a double-product multiplier would give -75)."""
+    sx, sw, so = 0.011388897895812988, 0.0011605039471760392, 4.40897798538208
+    bias = np.array([-24852259, 29856070, -22850735, 23851497, 39196517], np.int32)
+    x, w = np.zeros((1, 1), np.int8), np.ones((5, 1), np.int8)
+    theirs = tflite_output(tmp_path, [tensor((1, 1), INT8, scale=[sx], zero_point=[0]),
+                                      tensor((5, 1), INT8, w, scale=[sw], zero_point=[0]),
+                                      tensor((5,), INT32, bias, scale=[sx * sw], zero_point=[0]),
+                                      tensor((1, 5), INT8, scale=[so], zero_point=[0])], FULLY_CONNECTED, [x])
+    operands = [ntensor(S8, x, scale=sx, zero_point=0), ntensor(S8, w, scale=sw, zero_point=0, as_input=False),
+                ntensor(T.TENSOR_INT32, bias, scale=float(np.float32(sx) * np.float32(sw)), as_input=False),
+                scalar(T.INT32, 0)]
+    assert theirs.tolist() == [-74, 89, -68, 71, 118]
+    assert under("tflite", Op.FULLY_CONNECTED, operands, [output(S8, [1, 5], so, 0)]).tolist() == theirs.tolist()
+    assert under("nnapi", Op.FULLY_CONNECTED, operands, [output(S8, [1, 5], so, 0)]).tolist() == [-74, 89, -68, 71, 117]
+
+
+def test_batch_matmul_forms_the_scale_product_in_float32_in_both(tmp_path):
+    """int8 BATCH_MATMUL, scales 0.010473877 (lhs), 0.083910555 (rhs), 1.90616 (output); rows
+    whose accumulator (127 * sum of 16 values + a 17th, against a column of 16 x 127 and a 1) is
+    +-196283 or +-124710. Both TFLite (batch_matmul.cc: GetQuantizedConvolutionMultipler) and AOSP
+    (BatchMatmul.cpp: the same name in OperationsUtils) take the float32 product: TFLite's outputs
+    are the float32 ones in both conventions (a double product moves each by one step)."""
+    sl, sr, so = 0.010473877191543579, 0.08391055464744568, 1.9061599969863892
+    accs = np.array([-196283, -124710, 124710, 196283])
+    total = (accs + 64) // 127
+    spread = total[:, None] // 16 + (np.arange(16)[None, :] < total[:, None] % 16)
+    lhs = np.concatenate([spread, (accs - 127 * total)[:, None]], axis=1).astype(np.int8).reshape(1, 4, 17)
+    rhs = np.array([127] * 16 + [1], np.int8).reshape(1, 17, 1)
+    assert ((lhs.astype(np.int64) @ rhs.astype(np.int64)).reshape(-1) == accs).all()
+    theirs = tflite_output(tmp_path, [tensor(lhs.shape, INT8, scale=[sl], zero_point=[0]),
+                                      tensor(rhs.shape, INT8, rhs, scale=[sr], zero_point=[0]),
+                                      tensor((1, 4, 1), INT8, scale=[so], zero_point=[0])], BATCH_MATMUL, [lhs])
+    operands = [ntensor(S8, lhs, scale=sl, zero_point=0), ntensor(S8, rhs, scale=sr, zero_point=0, as_input=False),
+                scalar(T.BOOL, False), scalar(T.BOOL, False)]
+    assert theirs.tolist() == [-91, -58, 58, 91]
+    for convention in ("nnapi", "tflite"):
+        assert under(convention, Op.BATCH_MATMUL, operands, [output(S8, [1, 4, 1], so, 0)]).tolist() == [-91, -58, 58, 91]
+
+
+@pytest.mark.parametrize("uint8", [True, False])
+def test_convolution_scale_product_by_type(tmp_path, monkeypatch, uint8):
+    """A 1x1 CONV_2D, scales 0.013840036 (input), 0.0030784509 (filter, one scale), 1.9368747
+    (output), input 0 after its zero point, filter 1: each channel's accumulator is its bias.
+    TFLite's uint8 kernel uses the legacy scalar multiplier (float32 product, as AOSP), its int8
+    kernel the per-channel arrays (double product): -4659678 requantizes to -102 or -103."""
+    monkeypatch.setitem(TYPE_FMT, UINT8, (np.uint8, "B"))
+    sx, sw, so = 0.013840035535395145, 0.0030784509144723415, 1.9368747472763062
+    bias = np.array([-4659678, -4341456, -4659678], np.int32)
+    kind, zp, dtype = (UINT8, 128, np.uint8) if uint8 else (INT8, 0, np.int8)
+    conv = {0: Scalar("b", 1), 1: Scalar("i", 1), 2: Scalar("i", 1), 3: Scalar("b", 0)}
+    path = tmp_path / "conv.tflite"
+    path.write_bytes(build_tflite([tensor((1, 1, 1, 1), kind, scale=[sx], zero_point=[zp]),
+                                   tensor((3, 1, 1, 1), kind, np.full((3, 1, 1, 1), zp + 1, dtype), scale=[sw],
+                                          zero_point=[zp]),
+                                   tensor((3,), INT32, bias, scale=[sx * sw], zero_point=[0]),
+                                   tensor((1, 1, 1, 3), kind, scale=[so], zero_point=[zp])],
+                                  [(CONV_2D, [0, 1, 2], [3], conv)], [0], [3]))
+    x = np.full((1, 1, 1, 1), zp, dtype)
+    expected = [-102, -95, -102] if uint8 else [-103, -96, -103]
+    assert (tflite_run(path, x).reshape(-1).astype(int) - zp).tolist() == expected
+    assert report(diverge(path, "nnapi_ref.drivers.reference:tflite_convention", [x], convention="tflite"),
+                  io.StringIO()) == 0
+
+
+@pytest.mark.parametrize("x, x_q, alpha, alpha_q, out_q, nnapi", [
+    (65, (0.011305219493806362, -128), 5, (0.01, 0), (0.029787130653858185, -128), -55),
+    (-26, (0.06089763343334198, 127), -47, (0.008680210448801517, 0), (1.5206258296966553, 0), 2),
+])
+def test_prelu_edges_against_tflite(tmp_path, x, x_q, alpha, alpha_q, out_q, nnapi):
+    """The two PRELU edges of tests/test_requantization.py (worked out there by hand): TFLite's
+    kernel agrees with the TFLite convention on both, and with AOSP's on the positive one."""
+    xs, alphas = np.array([[x]], np.int8), np.array([[alpha]], np.int8)
+    theirs = tflite_output(tmp_path, [tensor((1, 1), INT8, scale=[x_q[0]], zero_point=[x_q[1]]),
+                                      tensor((1, 1), INT8, alphas, scale=[alpha_q[0]], zero_point=[alpha_q[1]]),
+                                      tensor((1, 1), INT8, scale=[out_q[0]], zero_point=[out_q[1]])], PRELU, [xs])
+    operands = [ntensor(S8, xs, scale=x_q[0], zero_point=x_q[1]),
+                ntensor(S8, alphas, scale=alpha_q[0], zero_point=alpha_q[1], as_input=False)]
+    assert under("tflite", Op.PRELU, operands, [output(S8, [1, 1], *out_q)]).tolist() == theirs.tolist()
+    assert under("nnapi", Op.PRELU, operands, [output(S8, [1, 1], *out_q)]).tolist() == [nnapi]
