@@ -153,7 +153,7 @@ def test_command_line(tmp_path, capsys):
 # expected values are TFLite's own, and AOSP's worked out by hand in each docstring)
 
 S8, U8 = T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_ASYMM
-UINT8, PRELU, BATCH_MATMUL = 3, 54, 126
+UINT8, MUL, PRELU, BATCH_MATMUL = 3, 18, 54, 126
 
 
 def tflite_output(tmp_path, tensors, op, inputs) -> np.ndarray:
@@ -254,3 +254,21 @@ def test_prelu_edges_against_tflite(tmp_path, x, x_q, alpha, alpha_q, out_q, nna
                 ntensor(S8, alphas, scale=alpha_q[0], zero_point=alpha_q[1], as_input=False)]
     assert under("tflite", Op.PRELU, operands, [output(S8, [1, 1], *out_q)]).tolist() == theirs.tolist()
     assert under("nnapi", Op.PRELU, operands, [output(S8, [1, 1], *out_q)]).tolist() == [nnapi]
+
+
+def test_mul_tflite_divides_in_float32(tmp_path):
+    """int8 MUL, scales 0.045238379 and 0.020682229, output 0.11158180; -128 * -34 = 4352. The
+    float32 product 9.3563052e-4 divided in double (AOSP's Broadcast.cpp) is 8.38515335e-3:
+    multiplier 1152446701, shift -6, 4352 * m / 2**31 = 2335.49999 -> SRDHM 2335, RDBP by 64 ->
+    36; divided in float32 (TFLite's mul.cc: one float expression) 8.38515349e-3: 1152446720,
+    2335.50003 -> 2336 -> 36.5 -> 37. (34 * 64 = 2176 is 18.25 -> 18 in both.)"""
+    s1, s2, so = 0.04523837938904762, 0.020682228729128838, 0.11158180236816406
+    x, y = np.array([[-128, 34]], np.int8), np.array([[-34, 64]], np.int8)
+    theirs = tflite_output(tmp_path, [tensor((1, 2), INT8, scale=[s1], zero_point=[0]),
+                                      tensor((1, 2), INT8, y, scale=[s2], zero_point=[0]),
+                                      tensor((1, 2), INT8, scale=[so], zero_point=[0])], MUL, [x])
+    operands = [ntensor(S8, x, scale=s1, zero_point=0), ntensor(S8, y, scale=s2, zero_point=0, as_input=False),
+                scalar(T.INT32, 0)]
+    assert theirs.tolist() == [37, 18]
+    assert under("tflite", Op.MUL, operands, [output(S8, [1, 2], so, 0)]).tolist() == [37, 18]
+    assert under("nnapi", Op.MUL, operands, [output(S8, [1, 2], so, 0)]).tolist() == [36, 18]

@@ -31,6 +31,7 @@ from ..types import FuseCode, PaddingCode
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from ..types import DTYPES
 from .common import FLOAT_ACTIVATION_RANGE, QUANT_RANGE, activation_range_quant, check_fuse_code
+from . import requantization
 from .requantization import multiply_by_quantized_multiplier, product_multipliers, wrap_int32
 
 F32, F16, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
@@ -203,7 +204,8 @@ def output_multipliers(inp, flt, out, n_channels: int):
     PopulateConvolutionQuantizationParams) but in float32, as AOSP, for a uint8 convolution with
     one filter scale (the legacy scalar multiplier of GetQuantizedConvolutionMultipler)."""
     legacy_uint8 = inp.type == T.TENSOR_QUANT8_ASYMM and flt.type != PC
-    return product_multipliers(inp.scale, filter_scales(flt, n_channels), out.scale, tflite_double=not legacy_uint8)
+    return product_multipliers(inp.scale, filter_scales(flt, n_channels), out.scale,
+                               tflite=requantization.FLOAT32_PRODUCT if legacy_uint8 else requantization.DOUBLE)
 
 
 def check_quant_conv(name: str, inp, flt, bias, out, channel_dim: int, n_channels: int) -> None:

@@ -153,7 +153,8 @@ class BatchMatmul(Operation):
             x = a.astype(np.float64) - lhs.zero_point
             y = b.astype(np.float64) - rhs.zero_point
             acc = wrap_int32(np.matmul(x, y).astype(np.int64))
-            mult, shift = product_multipliers(lhs.scale, rhs.scale, out.scale, tflite_double=False)
+            mult, shift = product_multipliers(lhs.scale, rhs.scale, out.scale,
+                                              tflite=requantization.FLOAT32_PRODUCT)
             q = requantize(acc, mult, shift) + out.zero_point
             return [np.clip(q, -128, 127).astype(np.int8)]
         if lhs.type == TI32:

@@ -183,7 +183,7 @@ class Mul(_BinaryWithActivation):
         return x * y
 
     def quantized(self, a, b, out):
-        m, s = (int(v[0]) for v in product_multipliers(a.scale, b.scale, out.scale))
+        m, s = (int(v[0]) for v in product_multipliers(a.scale, [b.scale], out.scale, tflite=requantization.FLOAT32))
         prod = (a.value.astype(np.int64) - a.zero_point) * (b.value.astype(np.int64) - b.zero_point)
         return multiply_by_quantized_multiplier(prod, m, s) + out.zero_point
 

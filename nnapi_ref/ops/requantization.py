@@ -71,22 +71,43 @@ def convention() -> str:
 
 # ---- 1. multiplier derivation ------------------------------------------------------------------
 
-def scale_product(a_scale: float, b_scales, tflite_double: bool = True) -> np.ndarray:
-    """``a_scale * b_scales`` (b per channel, or one) as float64, formed as the convention does:
-    in float32 then widened (AOSP, "nnapi"), or under "tflite" in double where TFLite's kernel
-    widens first (``tflite_double``) and in float32 where it does not."""
-    if convention() == "tflite" and tflite_double:
-        return float(np.float32(a_scale)) * np.asarray(b_scales, np.float32).astype(np.float64)
-    return (np.float32(a_scale) * np.asarray(b_scales, np.float32)).astype(np.float64)
+# How a product of two scales over a third becomes the real multiplier (the only choice here):
+DOUBLE = "double"                    # double(a) * double(b) / double(out)
+FLOAT32_PRODUCT = "float32 product"  # double(float32(a * b)) / double(out): AOSP, always
+FLOAT32 = "float32"                  # float32(float32(a * b) / out), widened
+
+
+def scale_products(a_scale: float, b_scales, out_scale: float, tflite: str = DOUBLE) -> np.ndarray:
+    """``a_scale * b_scales / out_scale`` (b per channel, or one) as float64, formed as the
+    convention does: AOSP ("nnapi") always as FLOAT32_PRODUCT (its GetQuantizedConvolutionMultipler,
+    MUL and PRELU multiply two ``float`` scales, then divide in double), TFLite ("tflite") as
+    ``tflite`` says, which depends on the kernel (see the module docstring)."""
+    a, b, out = np.float32(a_scale), np.asarray(b_scales, np.float32), np.float32(out_scale)
+    form = tflite if convention() == "tflite" else FLOAT32_PRODUCT
+    if form == DOUBLE:
+        return float(a) * b.astype(np.float64) / float(out)
+    if form == FLOAT32:
+        return ((a * b) / out).astype(np.float64)
+    return (a * b).astype(np.float64) / float(out)
 
 
 def product_multipliers(a_scale: float, b_scales, out_scale: float,
-                        tflite_double: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(multiplier, shift) arrays for ``a_scale * b_scales / out_scale``: the convolutions'
-    (input and filter scales, per output channel), FULLY_CONNECTED's, BATCH_MATMUL's and MUL's
-    requantization. The division is in double under both conventions; ``tflite_double`` says
-    whether TFLite's kernel forms the product in double (see :func:`scale_product`)."""
-    return quantize_multipliers(scale_product(a_scale, b_scales, tflite_double) / float(np.float32(out_scale)))
+                        tflite: str = DOUBLE) -> tuple[np.ndarray, np.ndarray]:
+    """(multiplier, shift) arrays for ``a_scale * b_scales / out_scale`` (:func:`scale_products`):
+    the convolutions' (input and filter scales, per output channel), BATCH_MATMUL's, MUL's and
+    PRELU's requantization (FULLY_CONNECTED's under the NNAPI convention)."""
+    return quantize_multipliers(scale_products(a_scale, b_scales, out_scale, tflite))
+
+
+def prelu_multipliers(in_scale: float, alpha_scale: float, out_scale: float) -> tuple[tuple[int, int], tuple[int, int]]:
+    """PRELU's (multiplier, shift) pairs for positive inputs, ``in_scale / out_scale``, and
+    negative ones, ``in_scale * alpha_scale / out_scale``. AOSP's PRelu.cpp and TFLite's PRELU
+    Prepare (activations.cc) both divide two floats for the first, so the quotient is rounded to
+    float32; the second is AOSP's FLOAT32_PRODUCT (the product is a ``double`` variable) and
+    TFLite's FLOAT32 (one float expression)."""
+    positive = quantize_multiplier(float(np.float32(in_scale) / np.float32(out_scale)))
+    m, s = product_multipliers(in_scale, [alpha_scale], out_scale, tflite=FLOAT32)
+    return positive, (int(m[0]), int(s[0]))
 
 
 def tflite_float_requantize(acc, in_scale: float, filter_scales, out_scale: float) -> np.ndarray:
@@ -98,18 +119,6 @@ def tflite_float_requantize(acc, in_scale: float, filter_scales, out_scale: floa
     value = np.asarray(acc, np.float64) * (scale / float(np.float32(out_scale)))
     whole = np.trunc(value)
     return whole + np.where(np.abs(value - whole) >= 0.5, np.sign(value), 0.0)  # exact std::round
-
-
-def prelu_multipliers(in_scale: float, alpha_scale: float, out_scale: float) -> tuple[tuple[int, int], tuple[int, int]]:
-    """PRELU's (multiplier, shift) pairs for positive inputs, ``in_scale / out_scale``, and
-    negative ones, ``in_scale * alpha_scale / out_scale``. AOSP's PRelu.cpp and TFLite's PRELU
-    Prepare (activations.cc) both divide two floats for the first, so the quotient is rounded to
-    float32; for the second both form the product in float32, then AOSP divides in double (the
-    product is a ``double`` variable) and TFLite in float32 (one float expression)."""
-    a, alpha, out = np.float32(in_scale), np.float32(alpha_scale), np.float32(out_scale)
-    product = a * alpha
-    negative = float(product / out) if convention() == "tflite" else float(product) / float(out)
-    return quantize_multiplier(float(a / out)), quantize_multiplier(negative)
 
 
 def tflite_mean_multiplier(in_scale: float, out_scale: float, count: int) -> tuple[int, int]:
