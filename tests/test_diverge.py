@@ -272,3 +272,24 @@ def test_mul_tflite_divides_in_float32(tmp_path):
     assert theirs.tolist() == [37, 18]
     assert under("tflite", Op.MUL, operands, [output(S8, [1, 2], so, 0)]).tolist() == [37, 18]
     assert under("nnapi", Op.MUL, operands, [output(S8, [1, 2], so, 0)]).tolist() == [36, 18]
+
+
+@pytest.mark.parametrize("code, op", [(55, Op.MAXIMUM), (57, Op.MINIMUM)])
+def test_maximum_minimum_tflite_compares_stored_values(tmp_path, code, op):
+    """Every pair of int8 values, inputs quantized (0.05, 3) and (0.07, -5), output (0.05, 3).
+    TFLite's kernel compares the stored values whatever their quantization (its converter gives
+    all three the same); NNAPI requantizes both inputs to the output's first: x = -128 is
+    0.05 * (-131) = -6.55, y = -127 is 0.07 * (-122) = -8.54 -> round(-170.8) + 3, saturated
+    to -128; so MAXIMUM(-128, -127) is -128 under NNAPI, -127 in TFLite."""
+    values = np.arange(-128, 128).astype(np.int8)
+    x, y = np.repeat(values, 256).reshape(1, 256, 256), np.tile(values, 256).reshape(1, 256, 256)
+    theirs = tflite_output(tmp_path, [tensor(x.shape, INT8, scale=[0.05], zero_point=[3]),
+                                      tensor(y.shape, INT8, y, scale=[0.07], zero_point=[-5]),
+                                      tensor(x.shape, INT8, scale=[0.05], zero_point=[3])], code, [x])
+    operands = [ntensor(S8, x, scale=0.05, zero_point=3), ntensor(S8, y, scale=0.07, zero_point=-5, as_input=False)]
+    pick = np.maximum if op == Op.MAXIMUM else np.minimum
+    assert (theirs == pick(x, y).reshape(-1)).all()
+    assert (under("tflite", op, operands, [output(S8, list(x.shape), 0.05, 3)]) == theirs).all()
+    nnapi = under("nnapi", op, operands, [output(S8, list(x.shape), 0.05, 3)]).reshape(256, 256)
+    assert nnapi[0, 1] == -128  # both requantize to -128 (MINIMUM agrees with TFLite there)
+    assert (nnapi != theirs.reshape(256, 256)).sum() > 30000

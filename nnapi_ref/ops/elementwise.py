@@ -235,9 +235,9 @@ class _MaximumMinimum(BroadcastBinary):
     def execute(self, call: Call):
         a, b = call.ins
         out = call.outs[0]
-        if a.type in QUANT8:
+        if a.type in QUANT8 and requantization.convention() == "nnapi":
             x, y = requantize(a, out), requantize(b, out)
-        else:
+        else:  # TFLite's kernel compares the stored values whatever their quantization
             x, y = a.value, b.value
         return [self.pick(x, y)]
 
