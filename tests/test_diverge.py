@@ -293,3 +293,41 @@ def test_maximum_minimum_tflite_compares_stored_values(tmp_path, code, op):
     nnapi = under("nnapi", op, operands, [output(S8, list(x.shape), 0.05, 3)]).reshape(256, 256)
     assert nnapi[0, 1] == -128  # both requantize to -128 (MINIMUM agrees with TFLite there)
     assert (nnapi != theirs.reshape(256, 256)).sum() > 30000
+
+
+# ---- operations the two conventions compute alike, exhaustively against TFLite's kernels --------
+
+def single_op_cases():
+    """(name, tensors, operator, input) for one-operator int8 models whose every input value (or
+    pair of values) is fed once; quantizations fixed, arbitrary but unequal."""
+    values = np.arange(-128, 128).astype(np.int8)
+    pairs = np.repeat(values, 256).reshape(1, 256, 256), np.tile(values, 256).reshape(1, 256, 256)
+    row = values.reshape(1, 256)
+    q_in, q_out = dict(scale=[0.043], zero_point=[-7]), dict(scale=[0.061], zero_point=[11])
+    cases = []
+    for name, code in (("ADD", ADD), ("SUB", 41)):
+        cases.append((name, [tensor(pairs[0].shape, INT8, **q_in), tensor(pairs[1].shape, INT8, pairs[1], scale=[0.029],
+                                                                         zero_point=[21]),
+                             tensor(pairs[0].shape, INT8, **q_out)], (code, [0, 1], [2], {}), pairs[0]))
+    wide = dict(scale=[0.172], zero_point=[-7])  # the activations see inputs up to about +-22
+    for name, code, out_q in (("LOGISTIC", 14, dict(scale=[1 / 256], zero_point=[-128])),
+                              ("TANH", 28, dict(scale=[1 / 128], zero_point=[0])), ("HARD_SWISH", 117, q_out),
+                              ("RELU", 19, wide), ("RELU6", 21, wide), ("RELU_N1_TO_1", 20, wide)):
+        cases.append((name, [tensor(row.shape, INT8, **wide), tensor(row.shape, INT8, **out_q)], (code, [0], [1], {}),
+                      row))
+    cases.append(("DEQUANTIZE", [tensor(row.shape, INT8, **q_in), tensor(row.shape, 0)], (6, [0], [1], {}), row))
+    reals = (np.arange(-4000, 4000) * np.float32(0.0215)).astype(np.float32).reshape(1, -1)  # halves of 0.043 too
+    cases.append(("QUANTIZE", [tensor(reals.shape, 0), tensor(reals.shape, INT8, **q_in)], (114, [0], [1], {}), reals))
+    return cases
+
+
+@pytest.mark.parametrize("case", single_op_cases(), ids=lambda case: case[0])
+def test_operations_identical_in_both_conventions(tmp_path, case):
+    """Every input value through ADD, SUB (every pair), the activations, QUANTIZE and DEQUANTIZE:
+    bit-exact with TFLite's reference kernels under both conventions (their arithmetic is the
+    same in AOSP and TFLite: see each operation's module docstring)."""
+    name, tensors, operator, x = case
+    path = tmp_path / f"{name}.tflite"
+    path.write_bytes(build_tflite(tensors, [operator], [0], [len(tensors) - 1]))
+    for convention, driver in (("nnapi", "reference"), ("tflite", "nnapi_ref.drivers.reference:tflite_convention")):
+        assert report(diverge(path, driver, [x], convention=convention), io.StringIO()) == 0, convention
