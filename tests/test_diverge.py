@@ -20,7 +20,7 @@ from nnapi_ref.runtime.devices import Device
 from nnapi_ref.testing import output, run_operation, scalar, tensor as ntensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
-from .test_tflite_import import (ADD, CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, INT8, INT32, TYPE_FMT, Interpreter,
+from .test_tflite_import import (ADD, CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, INT8, INT32, OPTIONS, TYPE_FMT, Interpreter,
                                  Scalar, build_tflite, tensor, tflite_run)
 
 pytestmark = pytest.mark.skipif(Interpreter is None, reason="ai-edge-litert is not installed")
@@ -331,3 +331,30 @@ def test_operations_identical_in_both_conventions(tmp_path, case):
     path.write_bytes(build_tflite(tensors, [operator], [0], [len(tensors) - 1]))
     for convention, driver in (("nnapi", "reference"), ("tflite", "nnapi_ref.drivers.reference:tflite_convention")):
         assert report(diverge(path, driver, [x], convention=convention), io.StringIO()) == 0, convention
+
+
+@pytest.mark.parametrize("align, half", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("uint8", [False, True])
+def test_resize_bilinear_against_tflite(tmp_path, monkeypatch, align, half, uint8):
+    """RESIZE_BILINEAR (1, 5, 7, 3) -> (1, 9, 11, 3). AOSP interpolates in float32 and truncates;
+    TFLite's uint8 kernel rounds that value (under the NNAPI convention: one step lower on about
+    half the outputs), its int8 kernel (ResizeBilinearInteger) works in 1/1024ths and rounds (up
+    to 2 steps apart: the 10-bit scale moves the sample points)."""
+    monkeypatch.setitem(OPTIONS, 23, 15)  # RESIZE_BILINEAR's ResizeBilinearOptions
+    kind, dtype, code, lo = (UINT8, np.uint8, U8, 0) if uint8 else (INT8, np.int8, S8, -128)
+    x = np.random.default_rng(2).integers(lo, lo + 256, (1, 5, 7, 3)).astype(dtype)
+    path = tmp_path / "resize.tflite"
+    path.write_bytes(build_tflite([tensor(x.shape, kind, scale=[0.05], zero_point=[lo + 3]),
+                                   tensor((2,), INT32, np.array([9, 11])),
+                                   tensor((1, 9, 11, 3), kind, scale=[0.05], zero_point=[lo + 3])],
+                                  [(23, [0, 1], [2], {2: Scalar("b", align), 3: Scalar("b", half)})], [0], [2]))
+    theirs = tflite_run(path, x).reshape(-1).astype(int)
+    operands = [ntensor(code, x, scale=0.05, zero_point=lo + 3), scalar(T.INT32, 11), scalar(T.INT32, 9),
+                scalar(T.BOOL, False), scalar(T.BOOL, align), scalar(T.BOOL, half)]
+    outputs = [output(code, [1, 9, 11, 3], 0.05, lo + 3)]
+    assert (under("tflite", Op.RESIZE_BILINEAR, operands, outputs).astype(int) == theirs).all()
+    nnapi = under("nnapi", Op.RESIZE_BILINEAR, operands, outputs).astype(int)
+    if uint8:
+        assert set(np.unique(nnapi - theirs)) == {-1, 0}
+    else:
+        assert 0 < np.abs(nnapi - theirs).max() <= 2
