@@ -358,3 +358,23 @@ def test_resize_bilinear_against_tflite(tmp_path, monkeypatch, align, half, uint
         assert set(np.unique(nnapi - theirs)) == {-1, 0}
     else:
         assert 0 < np.abs(nnapi - theirs).max() <= 2
+
+
+@pytest.mark.parametrize("code, op", [(71, Op.EQUAL), (72, Op.NOT_EQUAL), (61, Op.GREATER), (62, Op.GREATER_EQUAL),
+                                      (58, Op.LESS), (63, Op.LESS_EQUAL)])
+def test_comparisons_against_tflite(tmp_path, code, op):
+    """Every pair of int8 values quantized (0.043, -7) and (0.029, 21). AOSP compares the real
+    values in float32; TFLite (ComparisonWithScaling) the zero-point-offset values times 256
+    requantized by each scale in fixed point, i.e. rounded to 1/256: x = -98 is -91 * 0.043 =
+    -3.913 and y = -114 is -135 * 0.029 = -3.915, unequal in float32 but both -1002/256 in TFLite."""
+    values = np.arange(-128, 128).astype(np.int8)
+    x, y = np.repeat(values, 256).reshape(1, 256, 256), np.tile(values, 256).reshape(1, 256, 256)
+    theirs = tflite_output(tmp_path, [tensor(x.shape, INT8, scale=[0.043], zero_point=[-7]),
+                                      tensor(y.shape, INT8, y, scale=[0.029], zero_point=[21]),
+                                      tensor(x.shape, 6)], code, [x]).astype(bool)
+    operands = [ntensor(S8, x, scale=0.043, zero_point=-7), ntensor(S8, y, scale=0.029, zero_point=21, as_input=False)]
+    assert (under("tflite", op, operands, [output(T.TENSOR_BOOL8, list(x.shape))]).astype(bool) == theirs).all()
+    nnapi = under("nnapi", op, operands, [output(T.TENSOR_BOOL8, list(x.shape))]).astype(bool).reshape(256, 256)
+    at = (-98 + 128, -114 + 128)
+    assert nnapi[at] == (op in (Op.NOT_EQUAL, Op.GREATER, Op.GREATER_EQUAL))  # -3.913 > -3.915
+    assert theirs.reshape(256, 256)[at] == (op in (Op.EQUAL, Op.GREATER_EQUAL, Op.LESS_EQUAL))

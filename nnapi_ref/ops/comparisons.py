@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import requantization
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from .common import BroadcastBinary, check_rank_at_least_1
 from .elementwise import QUANT8, requantize
+from .requantization import multiply_by_quantized_multiplier, quantize_multiplier
 
 F32 = np.float32
 
@@ -24,7 +26,13 @@ _COMPARABLE = {
 
 
 def _real(arg) -> np.ndarray:
-    """The values to compare: real values in float32 for quantized tensors, else the data."""
+    """The values to compare: for quantized tensors the real values in float32 (AOSP), or under
+    the TFLite convention TFLite's fixed-point rescaling (ComparisonWithScaling: the
+    zero-point-offset value shifted left by 8 and multiplied by the scale's Q31 multiplier);
+    else the data."""
+    if arg.type in QUANT8 and requantization.convention() == "tflite":
+        shifted = (arg.value.astype(np.int64) - arg.zero_point) << 8
+        return multiply_by_quantized_multiplier(shifted, *quantize_multiplier(float(F32(arg.scale))))
     if arg.type in QUANT8:
         return (arg.value.astype(np.int32) - np.int32(arg.zero_point)).astype(F32) * F32(arg.scale)
     return arg.value
