@@ -378,3 +378,27 @@ def test_comparisons_against_tflite(tmp_path, code, op):
     at = (-98 + 128, -114 + 128)
     assert nnapi[at] == (op in (Op.NOT_EQUAL, Op.GREATER, Op.GREATER_EQUAL))  # -3.913 > -3.915
     assert theirs.reshape(256, 256)[at] == (op in (Op.EQUAL, Op.GREATER_EQUAL, Op.LESS_EQUAL))
+
+
+def test_select_tflite_picks_stored_values(tmp_path, monkeypatch):
+    """SELECT of int8 inputs quantized (0.05, 3) and (0.07, -5) into (0.06, 1): TFLite's kernel
+    copies the stored values; NNAPI requantizes the chosen value to the output's quantization
+    (x = 127 is 0.05 * 124 = 6.2, round(6.2 / 0.06) + 1 = 104)."""
+    monkeypatch.setitem(TYPE_FMT, 6, (np.bool_, "?"))
+    rng = np.random.default_rng(0)
+    x = np.arange(-128, 128).astype(np.int8).reshape(1, 256)
+    y = rng.integers(-128, 128, (1, 256)).astype(np.int8)
+    cond = rng.integers(0, 2, (1, 256)).astype(bool)
+    cond[0, 255] = True
+    path = tmp_path / "select.tflite"
+    path.write_bytes(build_tflite([tensor(x.shape, INT8, scale=[0.05], zero_point=[3]), tensor(cond.shape, 6, cond),
+                                   tensor(y.shape, INT8, y, scale=[0.07], zero_point=[-5]),
+                                   tensor(x.shape, INT8, scale=[0.06], zero_point=[1])],
+                                  [(123, [1, 0, 2], [3], {})], [0], [3]))  # SELECT_V2
+    theirs = tflite_run(path, x).reshape(-1)
+    assert (theirs == np.where(cond, x, y).reshape(-1)).all()
+    operands = [ntensor(T.TENSOR_BOOL8, cond, as_input=False), ntensor(S8, x, scale=0.05, zero_point=3),
+                ntensor(S8, y, scale=0.07, zero_point=-5, as_input=False)]
+    assert (under("tflite", Op.SELECT, operands, [output(S8, [1, 256], 0.06, 1)]) == theirs).all()
+    nnapi = under("nnapi", Op.SELECT, operands, [output(S8, [1, 256], 0.06, 1)])
+    assert nnapi[255] == 104 and theirs[255] == 127

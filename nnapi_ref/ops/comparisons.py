@@ -140,8 +140,8 @@ class Select(Operation):
     def execute(self, call: Call):
         cond, a, b = call.ins
         out = call.outs[0]
-        if a.type in QUANT8:
+        if a.type in QUANT8 and requantization.convention() == "nnapi":
             x, y = requantize(a, out), requantize(b, out)
-        else:
+        else:  # TFLite's kernel picks the stored values whatever their quantization
             x, y = a.value, b.value
         return [np.where(cond.value.astype(bool), x, y)]
