@@ -318,15 +318,26 @@ def single_op_cases():
     cases.append(("DEQUANTIZE", [tensor(row.shape, INT8, **q_in), tensor(row.shape, 0)], (6, [0], [1], {}), row))
     reals = (np.arange(-4000, 4000) * np.float32(0.0215)).astype(np.float32).reshape(1, -1)  # halves of 0.043 too
     cases.append(("QUANTIZE", [tensor(reals.shape, 0), tensor(reals.shape, INT8, **q_in)], (114, [0], [1], {}), reals))
+    image = values.reshape(1, 16, 16, 1)
+    cases.append(("SOFTMAX", [tensor((16, 16), INT8, **wide), tensor((16, 16), INT8, scale=[1 / 256], zero_point=[-128])],
+                  (25, [0], [1], {0: Scalar("f", 2.3)}), values.reshape(16, 16)))
+    for name, code, padding, out_hw in (("AVERAGE_POOL_2D", 1, 0, 8), ("MAX_POOL_2D", 17, 1, 7)):
+        cases.append((name, [tensor(image.shape, INT8, **q_in), tensor((1, out_hw, out_hw, 1), INT8, **q_in)],
+                      (code, [0], [1], {0: Scalar("b", padding), 1: Scalar("i", 2), 2: Scalar("i", 2),
+                                        3: Scalar("i", 3), 4: Scalar("i", 3), 5: Scalar("b", 0)}), image))
     return cases
 
 
 @pytest.mark.parametrize("case", single_op_cases(), ids=lambda case: case[0])
-def test_operations_identical_in_both_conventions(tmp_path, case):
-    """Every input value through ADD, SUB (every pair), the activations, QUANTIZE and DEQUANTIZE:
+def test_operations_identical_in_both_conventions(tmp_path, monkeypatch, case):
+    """Every input value through ADD, SUB (every pair), the activations, QUANTIZE, DEQUANTIZE,
+    SOFTMAX and the pools:
     bit-exact with TFLite's reference kernels under both conventions (their arithmetic is the
     same in AOSP and TFLite: see each operation's module docstring)."""
     name, tensors, operator, x = case
+    monkeypatch.setitem(OPTIONS, 25, 9)  # SoftmaxOptions
+    monkeypatch.setitem(OPTIONS, 1, 5)   # Pool2DOptions
+    monkeypatch.setitem(OPTIONS, 17, 5)
     path = tmp_path / f"{name}.tflite"
     path.write_bytes(build_tflite(tensors, [operator], [0], [len(tensors) - 1]))
     for convention, driver in (("nnapi", "reference"), ("tflite", "nnapi_ref.drivers.reference:tflite_convention")):
@@ -402,3 +413,48 @@ def test_select_tflite_picks_stored_values(tmp_path, monkeypatch):
     assert (under("tflite", Op.SELECT, operands, [output(S8, [1, 256], 0.06, 1)]) == theirs).all()
     nnapi = under("nnapi", Op.SELECT, operands, [output(S8, [1, 256], 0.06, 1)])
     assert nnapi[255] == 104 and theirs[255] == 127
+
+
+@pytest.mark.parametrize("code, op, out_q", [(11, Op.L2_NORMALIZATION, (1 / 128, 0)), (76, Op.RSQRT, (0.02, -100))])
+def test_normalizations_identical_in_both_conventions(tmp_path, code, op, out_q):
+    """L2_NORMALIZATION (rows of 16) and RSQRT on every int8 value: TFLite's kernels and both
+    conventions agree."""
+    x = np.arange(-128, 128).astype(np.int8).reshape(16, 16)
+    theirs = tflite_output(tmp_path, [tensor(x.shape, INT8, scale=[0.05], zero_point=[-128 if op == Op.RSQRT else 3]),
+                                      tensor(x.shape, INT8, scale=[out_q[0]], zero_point=[out_q[1]])], code, [x])
+    operands = [ntensor(S8, x, scale=0.05, zero_point=-128 if op == Op.RSQRT else 3)]
+    for convention in ("nnapi", "tflite"):
+        assert (under(convention, op, operands, [output(S8, [16, 16], *out_q)]) == theirs).all(), convention
+
+
+@pytest.mark.parametrize("align, half", [(False, False), (True, False), (False, True)])
+def test_resize_nearest_neighbor_identical_in_both_conventions(tmp_path, monkeypatch, align, half):
+    monkeypatch.setitem(OPTIONS, 97, 74)  # ResizeNearestNeighborOptions
+    x = np.random.default_rng(2).integers(-128, 128, (1, 5, 7, 3)).astype(np.int8)
+    path = tmp_path / "nearest.tflite"
+    path.write_bytes(build_tflite([tensor(x.shape, INT8, scale=[0.05], zero_point=[3]),
+                                   tensor((2,), INT32, np.array([9, 11])),
+                                   tensor((1, 9, 11, 3), INT8, scale=[0.05], zero_point=[3])],
+                                  [(97, [0, 1], [2], {0: Scalar("b", align), 1: Scalar("b", half)})], [0], [2]))
+    theirs = tflite_run(path, x).reshape(-1)
+    operands = [ntensor(S8, x, scale=0.05, zero_point=3), scalar(T.INT32, 11), scalar(T.INT32, 9),
+                scalar(T.BOOL, False), scalar(T.BOOL, align), scalar(T.BOOL, half)]
+    for convention in ("nnapi", "tflite"):
+        assert (under(convention, Op.RESIZE_NEAREST_NEIGHBOR, operands, [output(S8, [1, 9, 11, 3], 0.05, 3)])
+                == theirs).all(), convention
+
+
+def test_uint8_concatenation_requantizes_alike(tmp_path, monkeypatch):
+    """uint8 CONCATENATION of inputs quantized (0.043, 7) and (0.029, 200) into (0.061, 11): TFLite's
+    ConcatenationWithScaling, which AOSP runs too, on every input value."""
+    monkeypatch.setitem(TYPE_FMT, UINT8, (np.uint8, "B"))
+    monkeypatch.setitem(OPTIONS, 2, 10)  # ConcatenationOptions
+    x = np.arange(256).astype(np.uint8).reshape(1, 256)
+    other = np.random.default_rng(3).integers(0, 256, (1, 256)).astype(np.uint8)
+    path = tmp_path / "concat.tflite"
+    path.write_bytes(build_tflite([tensor(x.shape, UINT8, scale=[0.043], zero_point=[7]),
+                                   tensor(x.shape, UINT8, other, scale=[0.029], zero_point=[200]),
+                                   tensor((1, 512), UINT8, scale=[0.061], zero_point=[11])],
+                                  [(2, [0, 1], [2], {0: Scalar("i", 1), 1: Scalar("b", 0)})], [0], [2]))
+    for convention, driver in (("nnapi", "reference"), ("tflite", "nnapi_ref.drivers.reference:tflite_convention")):
+        assert report(diverge(path, driver, [x], convention=convention), io.StringIO()) == 0, convention

@@ -74,7 +74,7 @@ def test_rounding_divide_by_pot_edges(x, exponent, expected):
     assert int(rq.rounding_divide_by_pot(x, exponent)) == expected
 
 
-def test_conventions_differ_only_in_the_scale_product():
+def test_convolution_multiplier_of_each_convention():
     """0.05 * 0.01 is 5.0000002e-4 in float32 (AOSP) but 5.000000237e-4 from the doubles of the
     two float32 scales (TFLite): Python's float arithmetic (double) gives the TFLite value
     independently, numpy's float32 product the AOSP one."""
@@ -87,6 +87,10 @@ def test_conventions_differ_only_in_the_scale_product():
         m_nnapi = rq.product_multipliers(a, [b], out)
     with rq.using("tflite"):
         m_tflite = rq.product_multipliers(a, [b], out)
+        m_legacy = rq.product_multipliers(a, [b], out, tflite=rq.FLOAT32_PRODUCT)  # uint8 convolutions
+        m_float = rq.product_multipliers(a, [b], out, tflite=rq.FLOAT32)  # MUL
+    assert (int(m_legacy[0][0]), int(m_legacy[1][0])) == rq.quantize_multiplier(nnapi_real)
+    assert (int(m_float[0][0]), int(m_float[1][0])) == rq.quantize_multiplier(float(f32(f32(a) * f32(b)) / f32(out)))
     assert (int(m_nnapi[0][0]), int(m_nnapi[1][0])) == rq.quantize_multiplier(nnapi_real)
     assert (int(m_tflite[0][0]), int(m_tflite[1][0])) == rq.quantize_multiplier(tflite_real)
     assert int(m_nnapi[0][0]) != int(m_tflite[0][0])

@@ -5,6 +5,16 @@ Comparisons broadcast their inputs and produce TENSOR_BOOL8. Quantized inputs ar
 their real values computed in float32, ``(q - zeroPoint) * scale``, as NNAPI's CPU
 implementation does (so inputs with different scales compare correctly). SELECT requantizes
 quantized inputs to the output's scale and zero point, like MAXIMUM/MINIMUM.
+
+AOSP and TFLite
+---------------
+EQUAL, NOT_EQUAL, GREATER, GREATER_EQUAL, LESS, LESS_EQUAL: AOSP compares the float32 real
+values; TFLite (ComparisonWithScaling) shifts the zero-point-offset values left by 8 and
+requantizes them by each scale's Q31 multiplier, so it compares values rounded to 1/256: two
+values closer than that may compare equal in TFLite and not in AOSP. The ``tflite`` convention
+computes TFLite's. SELECT: AOSP requantizes the chosen input to the output's quantization,
+TFLite copies the stored value whatever the quantizations (its converter gives all three the
+same); the ``tflite`` convention copies. Both checked on every int8 pair (tests/test_diverge.py).
 """
 from __future__ import annotations
 

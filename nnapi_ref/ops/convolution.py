@@ -20,6 +20,18 @@ Depthwise convolutions are one ``einsum`` over a strided view of the padded inpu
 
 The spatial-parameter helpers (padding schemes, output sizes, the layout flag) are shared with
 the pooling operations.
+
+AOSP and TFLite
+---------------
+The accumulation and the fixed-point requantization (MultiplyByQuantizedMultiplier, two
+roundings) are the same; only the multiplier's derivation differs (:mod:`.requantization`).
+AOSP multiplies the two float scales in float32 and divides in double for every convolution.
+TFLite's int8 kernels, and any per-channel filter, use the per-channel multipliers of
+PopulateConvolutionQuantizationParams, derived in double; its uint8 kernels with one filter
+scale use the legacy scalar multiplier of GetQuantizedConvolutionMultipler, derived as AOSP's
+(both measured against TFLite, tests/test_diverge.py). TRANSPOSE_CONV_2D follows the same rule
+in TFLite's transpose_conv (read, not measured); GROUPED_CONV_2D has no TFLite kernel and takes
+the rule of the other convolutions under the ``tflite`` convention.
 """
 from __future__ import annotations
 

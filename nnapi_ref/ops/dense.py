@@ -3,6 +3,16 @@
 Both are one BLAS matmul. Quantized operands are zero-point corrected and multiplied in float64,
 which is exact for these integer ranges, then requantized with NNAPI's fixed-point multiplier
 (float32(input_scale * weights_scale) / output_scale).
+
+AOSP and TFLite
+---------------
+FULLY_CONNECTED: AOSP requantizes in fixed point (two roundings) with the float32 scale
+product; TFLite's reference kernel (reference_integer_ops::FullyConnected given the float
+scales) has no fixed point: ``round(acc * (double(s_in) * double(s_w) / double(s_out)))`` in
+double, one rounding (measured; the ``tflite`` convention computes that). BATCH_MATMUL:
+identical: both form the multiplier with GetQuantizedConvolutionMultipler from the float32 scale
+product and run TFLite's reference BatchMatMul (measured at accumulators where a double product
+would differ).
 """
 from __future__ import annotations
 

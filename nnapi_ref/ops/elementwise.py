@@ -17,6 +17,17 @@ Quantized arithmetic follows NNAPI's CPU implementation exactly:
 
 Float16 is computed in float32 and rounded back, as the CPU implementation does; relaxed float32
 models are computed in full float32.
+
+AOSP and TFLite
+---------------
+ADD, SUB: identical, TFLite's kernel in both (every int8 pair checked). MUL: AOSP divides the
+float32 scale product by the output scale in double; TFLite computes the whole multiplier in
+float32 (mul.cc: one float expression), measured. MAXIMUM, MINIMUM: AOSP requantizes both inputs
+to the output's quantization; TFLite compares the stored values whatever their quantizations
+(measured on every int8 pair). PRELU: the positive multiplier is the float32 quotient
+``s_in / s_out`` in both; the negative one is the float32 product divided in double (AOSP) or in
+float32 (TFLite), measured. The ``tflite`` convention computes TFLite's each time
+(tests/test_diverge.py).
 """
 from __future__ import annotations
 

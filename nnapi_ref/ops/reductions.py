@@ -6,8 +6,21 @@ Arithmetic follows NNAPI's CPU implementation:
   MAX/MIN, so an empty reduction gives that value) and ignore repeated axes; REDUCE_PROD is 0
   whenever a reduced element is 0 (no ``0 * inf = nan``).
 * Quantized MEAN sums the raw quantized values in 32-bit integers and divides by the element
-  count with C's truncating division; the output has the input's scale and zero point.
+  count with C's truncating division; the output has the input's scale and zero point (under
+  the ``tflite`` convention: TFLite's integer mean, :func:`tflite_quantized_mean`).
 * TOPK_V2 orders by value, then by index, both descending (ties give the larger index first).
+
+AOSP and TFLite
+---------------
+MEAN: AOSP (tflite::reference_ops::Mean of its TFLite version) requires the input's
+quantization on the output and truncates the division; TFLite's current kernel
+(reference_ops::QuantizedMeanOrSum, ai-edge-litert 2.3.0) rounds, and accepts any output
+quantization (its multiplier ``s_in / s_out`` in double with ``1 / count`` folded in,
+:func:`.requantization.tflite_mean_multiplier`). TFLite's NNAPI delegate refuses a MEAN whose
+quantizations differ (NNAPI cannot express it) and leaves it to TFLite's kernel. The ``tflite``
+convention computes TFLite's mean and accepts the differing quantization; the ``nnapi`` one
+rejects it (BAD_DATA). REDUCE_MAX, REDUCE_MIN, ARGMAX, ARGMIN, TOPK_V2: identical, they only
+compare stored values (both require REDUCE_*'s output quantization to be the input's).
 """
 from __future__ import annotations
 

@@ -5,9 +5,10 @@ A quantized operation computes an exact int32 accumulator ``acc`` and must outpu
 (``input_scale * filter_scale / output_scale`` for a convolution). NNAPI's CPU implementation
 (AOSP ``common/cpu_operations``, on TFLite's kernels) does this in three steps, each here once:
 
-1. **Multiplier derivation** (:func:`scale_product`, :func:`product_multipliers`): which scales
-   are multiplied in which precision. This is the one place where AOSP and TFLite differ, and
-   the one place the *convention* selects (see below).
+1. **Multiplier derivation** (:func:`scale_products`, :func:`product_multipliers`,
+   :func:`prelu_multipliers`, :func:`tflite_mean_multiplier`): which scales are multiplied in
+   which precision. This is where AOSP and TFLite differ most, and what the *convention*
+   selects (see below).
 2. **Q31 multiplier and shift** (:func:`quantize_multiplier`, :func:`quantize_multipliers`):
    ``M = multiplier * 2**(shift - 31)`` with ``multiplier`` in [2**30, 2**31) (``frexp``, the
    mantissa rounded half away from zero; a mantissa rounding up to 2**31 halves and bumps the
@@ -25,18 +26,35 @@ A quantized operation computes an exact int32 accumulator ``acc`` and must outpu
 
 Conventions
 -----------
-``"nnapi"`` (the default) is AOSP's CPU implementation. Its ``GetQuantizedConvolutionMultipler``
-(common/OperationsUtils.cpp) computes ``inputShape.scale * filterShape.scale`` on two ``float``s,
-so the product is rounded to float32 before it is widened to double and divided by the output
-scale; per-channel filters go through the same function with each channel's scale (Conv2D.cpp,
-DepthwiseConv2D.cpp), and MUL (Broadcast.cpp) forms ``shape1.scale * shape2.scale`` the same way.
-``"tflite"`` is TensorFlow Lite's: ``GetQuantizedConvolutionMultipler`` /
-``PopulateConvolutionQuantizationParams`` (kernels/kernel_util.cc) and MUL's Prepare (mul.cc)
-widen each scale to double first. The two products differ in the last bits of float32's 24-bit
-mantissa, which moves the Q31 multiplier by up to ~2**7 units and flips an output by one step
-where ``acc * M`` lies within ~1e-7 relative of a rounding point (MobileNets: a few elements per
-million). Nothing else in the requantization differs. The convention is chosen per execution
-(:func:`using`, set by the reference driver from its ``convention`` option).
+``"nnapi"`` (the default) is AOSP's CPU implementation. It derives every product multiplier the
+same way (FLOAT32_PRODUCT): its ``GetQuantizedConvolutionMultipler`` (common/OperationsUtils.cpp),
+MUL (Broadcast.cpp) and PRELU (PRelu.cpp) multiply two ``float`` scales, so the product is
+rounded to float32, then widen it and divide by the output scale in double; per-channel filters
+go through the same function with each channel's scale.
+
+``"tflite"`` is TensorFlow Lite's reference kernels (``OpResolverType.BUILTIN_REF`` of
+ai-edge-litert 2.3.0, the kernels ``python -m mlts.diverge`` compares with), which differ from
+AOSP's kernel by kernel; each difference was measured against those kernels at inputs where the
+candidate derivations part ways (tests/test_diverge.py):
+
+* the multiplier's form (:func:`scale_products`): DOUBLE for int8 convolutions and any
+  per-channel filter (PopulateConvolutionQuantizationParams); FLOAT32_PRODUCT, as AOSP, for
+  uint8 convolutions with one filter scale and BATCH_MATMUL (GetQuantizedConvolutionMultipler);
+  FLOAT32 for MUL and PRELU's negative side (one float expression); PRELU's positive side is the
+  float32 quotient in both conventions (:func:`prelu_multipliers`).
+* FULLY_CONNECTED requantizes in double floating point, rounded once
+  (:func:`tflite_float_requantize`).
+* MEAN rounds where AOSP truncates, and may change the quantization
+  (:func:`tflite_mean_multiplier`, :func:`nnapi_ref.ops.reductions.tflite_quantized_mean`).
+* Comparisons rescale in fixed point to 1/256; MAXIMUM, MINIMUM and SELECT use the stored values
+  whatever the quantizations; RESIZE_BILINEAR rounds (int8: in 1/1024ths).
+
+The rest, steps 2 and 3 included (except FULLY_CONNECTED's), is the same in both (each operation's module docstring
+says so under "AOSP and TFLite"). The float32 and double forms differ in the last bits of
+float32's 24-bit mantissa, which moves the Q31 multiplier by up to ~2**7 units and flips an
+output by one step where ``acc * M`` lies within ~1e-7 relative of a rounding point
+(MobileNets: a few elements per million). The convention is chosen per compilation and
+execution (:func:`using`, set by the reference driver from its ``convention`` option).
 """
 from __future__ import annotations
 

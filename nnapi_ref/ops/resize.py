@@ -9,6 +9,14 @@ The arithmetic follows NNAPI's CPU implementation: bilinear interpolation is TFL
 kernel, evaluated in float32 (float16 and quantized images are converted to float32, and the
 interpolated value is cast back to the element type, truncating for the quantized types);
 nearest neighbour picks ``floor(scaled)`` (``round`` with align_corners) clamped to the image.
+
+AOSP and TFLite
+---------------
+RESIZE_BILINEAR: AOSP interpolates in float32 and truncates. TFLite's uint8 kernel rounds that
+value instead (one step up on about half the outputs); its int8 kernel (ResizeBilinearInteger)
+works in 1/1024ths (a 10-bit scale, so sample points move) and rounds: up to 2 steps apart. The
+``tflite`` convention computes TFLite's (measured, tests/test_diverge.py).
+RESIZE_NEAREST_NEIGHBOR: identical (measured for int8 in the three coordinate modes).
 """
 from __future__ import annotations
 
