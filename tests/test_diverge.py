@@ -20,8 +20,8 @@ from nnapi_ref.runtime.devices import Device
 from nnapi_ref.testing import output, run_operation, scalar, tensor as ntensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
-from .test_tflite_import import (ADD, CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, INT8, INT32, OPTIONS, TYPE_FMT, Interpreter,
-                                 Scalar, build_tflite, tensor, tflite_run)
+from .test_tflite_import import (ADD, CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, INT8, INT32, OPTIONS, TYPE_FMT,
+                                 Interpreter, Scalar, build_tflite, tensor, tflite_run)
 
 pytestmark = pytest.mark.skipif(Interpreter is None, reason="ai-edge-litert is not installed")
 
@@ -211,7 +211,8 @@ def test_batch_matmul_forms_the_scale_product_in_float32_in_both(tmp_path):
                 scalar(T.BOOL, False), scalar(T.BOOL, False)]
     assert theirs.tolist() == [-91, -58, 58, 91]
     for convention in ("nnapi", "tflite"):
-        assert under(convention, Op.BATCH_MATMUL, operands, [output(S8, [1, 4, 1], so, 0)]).tolist() == [-91, -58, 58, 91]
+        result = under(convention, Op.BATCH_MATMUL, operands, [output(S8, [1, 4, 1], so, 0)])
+        assert result.tolist() == [-91, -58, 58, 91], convention
 
 
 @pytest.mark.parametrize("uint8", [True, False])
@@ -319,7 +320,8 @@ def single_op_cases():
     reals = (np.arange(-4000, 4000) * np.float32(0.0215)).astype(np.float32).reshape(1, -1)  # halves of 0.043 too
     cases.append(("QUANTIZE", [tensor(reals.shape, 0), tensor(reals.shape, INT8, **q_in)], (114, [0], [1], {}), reals))
     image = values.reshape(1, 16, 16, 1)
-    cases.append(("SOFTMAX", [tensor((16, 16), INT8, **wide), tensor((16, 16), INT8, scale=[1 / 256], zero_point=[-128])],
+    probabilities = dict(scale=[1 / 256], zero_point=[-128])
+    cases.append(("SOFTMAX", [tensor((16, 16), INT8, **wide), tensor((16, 16), INT8, **probabilities)],
                   (25, [0], [1], {0: Scalar("f", 2.3)}), values.reshape(16, 16)))
     for name, code, padding, out_hw in (("AVERAGE_POOL_2D", 1, 0, 8), ("MAX_POOL_2D", 17, 1, 7)):
         cases.append((name, [tensor(image.shape, INT8, **q_in), tensor((1, out_hw, out_hw, 1), INT8, **q_in)],

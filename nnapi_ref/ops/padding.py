@@ -3,7 +3,8 @@ and MIRROR_PAD (REFLECT or SYMMETRIC copies of the edges).
 
 AOSP and TFLite
 ---------------
-PAD, PAD_V2, MIRROR_PAD: identical (the fill is the zero point, or the given value, in both).
+PAD, PAD_V2, MIRROR_PAD: identical (the fill is the zero point, or the given value, in both;
+read, not measured).
 """
 from __future__ import annotations
 
