@@ -215,24 +215,30 @@ def test_batch_matmul_forms_the_scale_product_in_float32_in_both(tmp_path):
         assert result.tolist() == [-91, -58, 58, 91], convention
 
 
+@pytest.mark.parametrize("depthwise", [False, True])
 @pytest.mark.parametrize("uint8", [True, False])
-def test_convolution_scale_product_by_type(tmp_path, monkeypatch, uint8):
-    """A 1x1 CONV_2D, scales 0.013840036 (input), 0.0030784509 (filter, one scale), 1.9368747
-    (output), input 0 after its zero point, filter 1: each channel's accumulator is its bias.
-    TFLite's uint8 kernel uses the legacy scalar multiplier (float32 product, as AOSP), its int8
-    kernel the per-channel arrays (double product): -4659678 requantizes to -102 or -103."""
+def test_convolution_scale_product_by_type(tmp_path, monkeypatch, uint8, depthwise):
+    """A 1x1 CONV_2D (or DEPTHWISE_CONV_2D, depth multiplier 3), scales 0.013840036 (input),
+    0.0030784509 (filter, one scale), 1.9368747 (output), input 0 after its zero point, filter 1:
+    each channel's accumulator is its bias. TFLite's uint8 kernels use the legacy scalar
+    multiplier (float32 product, as AOSP), its int8 kernels the per-channel arrays (double
+    product): -4659678 requantizes to -102 or -103."""
     monkeypatch.setitem(TYPE_FMT, UINT8, (np.uint8, "B"))
     sx, sw, so = 0.013840035535395145, 0.0030784509144723415, 1.9368747472763062
     bias = np.array([-4659678, -4341456, -4659678], np.int32)
     kind, zp, dtype = (UINT8, 128, np.uint8) if uint8 else (INT8, 0, np.int8)
-    conv = {0: Scalar("b", 1), 1: Scalar("i", 1), 2: Scalar("i", 1), 3: Scalar("b", 0)}
+    one = Scalar("i", 1)
+    if depthwise:
+        shape, operator = (1, 1, 1, 3), (DEPTHWISE_CONV_2D, {0: Scalar("b", 1), 1: one, 2: one, 3: Scalar("i", 3),
+                                                             4: Scalar("b", 0)})
+    else:
+        shape, operator = (3, 1, 1, 1), (CONV_2D, {0: Scalar("b", 1), 1: one, 2: one, 3: Scalar("b", 0)})
     path = tmp_path / "conv.tflite"
     path.write_bytes(build_tflite([tensor((1, 1, 1, 1), kind, scale=[sx], zero_point=[zp]),
-                                   tensor((3, 1, 1, 1), kind, np.full((3, 1, 1, 1), zp + 1, dtype), scale=[sw],
-                                          zero_point=[zp]),
+                                   tensor(shape, kind, np.full(shape, zp + 1, dtype), scale=[sw], zero_point=[zp]),
                                    tensor((3,), INT32, bias, scale=[sx * sw], zero_point=[0]),
                                    tensor((1, 1, 1, 3), kind, scale=[so], zero_point=[zp])],
-                                  [(CONV_2D, [0, 1, 2], [3], conv)], [0], [3]))
+                                  [(operator[0], [0, 1, 2], [3], operator[1])], [0], [3]))
     x = np.full((1, 1, 1, 1), zp, dtype)
     expected = [-102, -95, -102] if uint8 else [-103, -96, -103]
     assert (tflite_run(path, x).reshape(-1).astype(int) - zp).tolist() == expected
