@@ -466,3 +466,34 @@ def test_uint8_concatenation_requantizes_alike(tmp_path, monkeypatch):
                                   [(2, [0, 1], [2], {0: Scalar("i", 1), 1: Scalar("b", 0)})], [0], [2]))
     for convention, driver in (("nnapi", "reference"), ("tflite", "nnapi_ref.drivers.reference:tflite_convention")):
         assert report(diverge(path, driver, [x], convention=convention), io.StringIO()) == 0, convention
+
+
+@pytest.mark.parametrize("uint8", [True, False])
+def test_transpose_conv_scale_product_by_type(tmp_path, monkeypatch, uint8):
+    """TRANSPOSE_CONV_2D at the accumulators of test_convolution_scale_product_by_type (1x1
+    filter, stride 1): the same rule, float32 product for uint8 and double for int8 in TFLite."""
+    monkeypatch.setitem(TYPE_FMT, UINT8, (np.uint8, "B"))
+    monkeypatch.setitem(OPTIONS, 67, 49)  # TransposeConvOptions
+    sx, sw, so = 0.013840035535395145, 0.0030784509144723415, 1.9368747472763062
+    bias = np.array([-4659678, -4341456, -4659678], np.int32)
+    kind, zp, dtype, code = (UINT8, 128, np.uint8, U8) if uint8 else (INT8, 0, np.int8, S8)
+    w = np.full((3, 1, 1, 1), zp + 1, dtype)
+    path = tmp_path / "transpose.tflite"
+    path.write_bytes(build_tflite([tensor((1, 1, 1, 1), kind, scale=[sx], zero_point=[zp]),
+                                   tensor((4,), INT32, np.array([1, 1, 1, 3])),
+                                   tensor(w.shape, kind, w, scale=[sw], zero_point=[zp]),
+                                   tensor((3,), INT32, bias, scale=[sx * sw], zero_point=[0]),
+                                   tensor((1, 1, 1, 3), kind, scale=[so], zero_point=[zp])],
+                                  [(67, [1, 2, 0, 3], [4], {0: Scalar("b", 1), 1: Scalar("i", 1), 2: Scalar("i", 1)})],
+                                  [0], [4]))
+    x = np.full((1, 1, 1, 1), zp, dtype)
+    theirs = tflite_run(path, x).reshape(-1).astype(int) - zp
+    assert theirs.tolist() == ([-102, -95, -102] if uint8 else [-103, -96, -103])
+    operands = [ntensor(code, x, scale=sx, zero_point=zp), ntensor(code, w, scale=sw, zero_point=zp, as_input=False),
+                ntensor(T.TENSOR_INT32, bias, scale=float(np.float32(sx) * np.float32(sw)), as_input=False),
+                ntensor(T.TENSOR_INT32, np.array([1, 1, 1, 3]), as_input=False), scalar(T.INT32, 2), scalar(T.INT32, 1),
+                scalar(T.INT32, 1), scalar(T.INT32, 0), scalar(T.BOOL, False)]
+    ours = under("tflite", Op.TRANSPOSE_CONV_2D, operands, [output(code, [1, 1, 1, 3], so, zp)]).astype(int) - zp
+    assert ours.tolist() == theirs.tolist()
+    nnapi = under("nnapi", Op.TRANSPOSE_CONV_2D, operands, [output(code, [1, 1, 1, 3], so, zp)]).astype(int) - zp
+    assert nnapi.tolist() == [-102, -95, -102]

@@ -29,9 +29,9 @@ AOSP multiplies the two float scales in float32 and divides in double for every 
 TFLite's int8 kernels, and any per-channel filter, use the per-channel multipliers of
 PopulateConvolutionQuantizationParams, derived in double; its uint8 kernels with one filter
 scale use the legacy scalar multiplier of GetQuantizedConvolutionMultipler, derived as AOSP's
-(both measured against TFLite, tests/test_diverge.py). TRANSPOSE_CONV_2D follows the same rule
-in TFLite's transpose_conv (read, not measured); GROUPED_CONV_2D has no TFLite kernel and takes
-the rule of the other convolutions under the ``tflite`` convention.
+(measured against TFLite for CONV_2D, DEPTHWISE_CONV_2D and TRANSPOSE_CONV_2D,
+tests/test_diverge.py). GROUPED_CONV_2D has no TFLite kernel and takes the rule of the other
+convolutions under the ``tflite`` convention.
 """
 from __future__ import annotations
 
