@@ -168,27 +168,32 @@ def under(convention, code, inputs, outputs) -> np.ndarray:
     return np.asarray(out[0]).reshape(-1)
 
 
-def test_fully_connected_tflite_rounds_once_in_double(tmp_path):
+@pytest.mark.parametrize("uint8", [False, True])
+def test_fully_connected_tflite_rounds_once_in_double(tmp_path, monkeypatch, uint8):
     """Per-tensor int8 FULLY_CONNECTED, scales 0.011388898 (input), 0.0011605039 (weights),
     4.408978 (output), one input of 0 and weights of 1: each unit's accumulator is its bias.
     TFLite's reference kernel computes round(acc * 0.0113889 * 0.0011605 / 4.40898) in double:
     39196517 -> 117.50000049 -> 118. AOSP (FullyConnected.cpp) requantizes in fixed point from the
     float32 product: multiplier 1687563678, shift -18; 39196517 * m / 2**31 = 30801919.47 ->
     SRDHM 30801919, RDBP by 2**18 = 117.499998 -> 117; and for -24852259: -19529727.10 ->
-    -19529727 -> -74.4999966 -> -74 (a double-product multiplier would give -75)."""
+    -19529727 -> -74.4999966 -> -74 (a double-product multiplier would give -75). uint8 alike
+    (zero points 128)."""
+    monkeypatch.setitem(TYPE_FMT, UINT8, (np.uint8, "B"))
     sx, sw, so = 0.011388897895812988, 0.0011605039471760392, 4.40897798538208
     bias = np.array([-24852259, 29856070, -22850735, 23851497, 39196517], np.int32)
-    x, w = np.zeros((1, 1), np.int8), np.ones((5, 1), np.int8)
-    theirs = tflite_output(tmp_path, [tensor((1, 1), INT8, scale=[sx], zero_point=[0]),
-                                      tensor((5, 1), INT8, w, scale=[sw], zero_point=[0]),
+    kind, zp, dtype, code = (UINT8, 128, np.uint8, U8) if uint8 else (INT8, 0, np.int8, S8)
+    x, w = np.full((1, 1), zp, dtype), np.full((5, 1), zp + 1, dtype)
+    theirs = tflite_output(tmp_path, [tensor((1, 1), kind, scale=[sx], zero_point=[zp]),
+                                      tensor((5, 1), kind, w, scale=[sw], zero_point=[zp]),
                                       tensor((5,), INT32, bias, scale=[sx * sw], zero_point=[0]),
-                                      tensor((1, 5), INT8, scale=[so], zero_point=[0])], FULLY_CONNECTED, [x])
-    operands = [ntensor(S8, x, scale=sx, zero_point=0), ntensor(S8, w, scale=sw, zero_point=0, as_input=False),
+                                      tensor((1, 5), kind, scale=[so], zero_point=[zp])], FULLY_CONNECTED, [x])
+    operands = [ntensor(code, x, scale=sx, zero_point=zp), ntensor(code, w, scale=sw, zero_point=zp, as_input=False),
                 ntensor(T.TENSOR_INT32, bias, scale=float(np.float32(sx) * np.float32(sw)), as_input=False),
                 scalar(T.INT32, 0)]
-    assert theirs.tolist() == [-74, 89, -68, 71, 118]
-    assert under("tflite", Op.FULLY_CONNECTED, operands, [output(S8, [1, 5], so, 0)]).tolist() == theirs.tolist()
-    assert under("nnapi", Op.FULLY_CONNECTED, operands, [output(S8, [1, 5], so, 0)]).tolist() == [-74, 89, -68, 71, 117]
+    outputs = [output(code, [1, 5], so, zp)]
+    assert (theirs.astype(int) - zp).tolist() == [-74, 89, -68, 71, 118]
+    assert under("tflite", Op.FULLY_CONNECTED, operands, outputs).tolist() == theirs.tolist()
+    assert (under("nnapi", Op.FULLY_CONNECTED, operands, outputs).astype(int) - zp).tolist() == [-74, 89, -68, 71, 117]
 
 
 def test_batch_matmul_forms_the_scale_product_in_float32_in_both(tmp_path):
