@@ -15,7 +15,10 @@ something does.
 
 ``--driver`` is any driver string (default ``reference``). ``--convention`` picks the reference
 driver's quantized arithmetic convention (see :mod:`nnapi_ref.ops.requantization`): ``nnapi``
-(AOSP's CPU implementation, the default) or ``tflite``; it only applies to the reference driver.
+(AOSP's CPU implementation, the default) or ``tflite``; it only applies to the reference driver,
+and ``tflite`` also imports the model under TFLite's convention (``load_tflite(...,
+convention="tflite")``: a quantized MEAN keeps TFLite's output quantization, which valid NNAPI
+cannot express, and the driver computes TFLite's integer mean).
 ``--inputs`` is an .npz whose arrays are batches of the model's first input (axis 0; dtype and
 shape of the input); without it the real images of ``../shared/models`` are used (as
 ``mlts.bench_models`` prepares them), else 2 random inputs (seed 0).
@@ -100,11 +103,12 @@ class Difference:
 
 
 def diverge(path, driver: str = "reference", inputs: list[np.ndarray] | None = None,
-            inputs_file: str | None = None) -> list[Difference]:
+            inputs_file: str | None = None, convention: str = "nnapi") -> list[Difference]:
     """Compare every operator output of ``path`` on ``driver`` with TFLite's reference kernels;
-    one :class:`Difference` per operator output, in operator order."""
+    one :class:`Difference` per operator output, in operator order. ``convention`` is the
+    import's (:func:`mlts.tflite.load_tflite`)."""
     outputs = operator_outputs(path)
-    model, info = load_tflite(path, extra_outputs=[k for _, _, k, _ in outputs])
+    model, info = load_tflite(path, extra_outputs=[k for _, _, k, _ in outputs], convention=convention)
     position = {t.tensor: j for j, t in enumerate(info.outputs)}
     inp = info.inputs[0]
     if inputs is None:
@@ -162,9 +166,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.driver and args.convention:
         parser.error("--convention applies to the reference driver; give --driver or --convention, not both")
-    driver = args.driver or reference_driver_string(args.convention or "nnapi")
+    convention = args.convention or "nnapi"
+    driver = args.driver or reference_driver_string(convention)
     print(f"{args.model.name} on {driver} against TFLite's reference kernels:", flush=True)
-    return 1 if report(diverge(args.model, driver, inputs_file=args.inputs)) else 0
+    return 1 if report(diverge(args.model, driver, inputs_file=args.inputs, convention=convention)) else 0
 
 
 if __name__ == "__main__":

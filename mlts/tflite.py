@@ -32,9 +32,12 @@ Mapping (TFLite → NNAPI), besides the one-to-one operations:
   per-channel int8 FC becomes RESHAPE → 1×1 CONV_2D → RESHAPE. Hybrid FCs (int8 weights, float
   activations) get their weights dequantized to float32 at import.
 * Quantized MEAN whose output quantization differs from its input's (NNAPI's MEAN keeps the
-  input's): DEQUANTIZE → MEAN in float32 → QUANTIZE, which rounds the mean once, as TFLite's
-  optimized kernel does (a quantized MEAN followed by a requantization rounds twice: one output
-  in five off by one on MobileNet v2's global pool).
+  input's, and TFLite's NNAPI delegate refuses such a MEAN, leaving it to TFLite's kernel):
+  DEQUANTIZE → MEAN in float32 → QUANTIZE, which rounds the mean once (a quantized MEAN followed
+  by a requantization rounds twice: one output in five off by one on MobileNet v2's global
+  pool). With ``convention="tflite"`` the MEAN keeps TFLite's output quantization instead: not
+  valid NNAPI, for the reference driver's TFLite convention, which computes TFLite's integer
+  mean (:func:`nnapi_ref.ops.reductions.tflite_quantized_mean`).
 * UNIDIRECTIONAL_SEQUENCE_LSTM (float or hybrid): NNAPI operation 92 with zero initial states
   (TFLite's variable state tensors after ``reset_all_variables()``); TFLite's layer-norm inputs
   20-23 move to NNAPI's 24-27 and the options become inputs 20-23. Hybrid LSTMs get their weights
@@ -355,8 +358,9 @@ def conv_out_size(padding: int, in_size: int, stride: int, dilation: int, k: int
 
 
 class _Converter:
-    def __init__(self, g: TfGraph):
+    def __init__(self, g: TfGraph, convention: str = "nnapi"):
         self.g = g
+        self.convention = convention
         self.m = Model()
         self.operand_of: dict[int, int] = {}
         self.const_cache: dict[tuple, int] = {}
@@ -746,10 +750,14 @@ class _Converter:
         out_k = op.outputs[0]
         ot = self.out_type(out_k)
         args = [xi, self.i32_tensor(axes), self.i32(int(keep))]
-        if xt.type in QUANT8 and (np.float32(ot.scale) != np.float32(xt.scale) or ot.zero_point != xt.zero_point):
-            # NNAPI's MEAN keeps the input's quantization (and truncates its division); computed
-            # in float32 instead, the mean is rounded once to the output's quantization, as
-            # TFLite's optimized kernel does (its reference kernel truncates the multiplier).
+        requantized = xt.type in QUANT8 and (np.float32(ot.scale) != np.float32(xt.scale)
+                                             or ot.zero_point != xt.zero_point)
+        if requantized and self.convention == "nnapi":
+            # NNAPI's MEAN keeps the input's quantization (and truncates its division), and
+            # TFLite's NNAPI delegate refuses such a MEAN (TFLite's own kernel runs it): in
+            # float32 the mean is rounded once, to the output's quantization. Under the "tflite"
+            # convention the MEAN keeps TFLite's output quantization, which only the reference
+            # driver's TFLite convention accepts (it computes TFLite's integer mean).
             self.note(f"MEAN output quantization ({ot.scale:.7g}, {ot.zero_point}) differs from the input's "
                       f"({xt.scale:.7g}, {xt.zero_point}): DEQUANTIZE -> MEAN (float32) -> QUANTIZE")
             f_in = self.temp(OperandType(T.TENSOR_FLOAT32), xt.dimensions)
@@ -934,20 +942,24 @@ class _Converter:
         return TensorInfo(t.name, k, idx, o.dimensions, DTYPES[o.type], t.type_name, o.scale, o.zero_point)
 
 
-def load_tflite(path, extra_outputs=()) -> tuple[Model, TFLiteInfo]:
+def load_tflite(path, extra_outputs=(), convention: str = "nnapi") -> tuple[Model, TFLiteInfo]:
     """Convert the .tflite file at ``path`` into a finished nnapi_ref Model (NNAPI operations).
 
     ``extra_outputs``: TFLite tensor indices of intermediate activations to expose as additional
     model outputs (after the model's own), e.g. to find the first layer where two runtimes differ.
+    ``convention``: "nnapi" (valid NNAPI, the default) or "tflite", for the reference driver's
+    TFLite convention only (a quantized MEAN keeps TFLite's output quantization: see op_MEAN).
     Raises TFLiteImportError (a ValueError) for a malformed file or anything it cannot map."""
     buf = Path(path).read_bytes()
-    return convert(parse_tflite(buf), extra_outputs)
+    return convert(parse_tflite(buf), extra_outputs, convention)
 
 
-def convert(g: TfGraph, extra_outputs=()) -> tuple[Model, TFLiteInfo]:
+def convert(g: TfGraph, extra_outputs=(), convention: str = "nnapi") -> tuple[Model, TFLiteInfo]:
     """Convert a parsed graph (see :func:`parse_tflite`) into a finished nnapi_ref Model."""
+    if convention not in ("nnapi", "tflite"):
+        raise ValueError(f"unknown convention {convention!r}; expected 'nnapi' or 'tflite'")
     try:
-        return _Converter(g).convert(extra_outputs)
+        return _Converter(g, convention).convert(extra_outputs)
     except TFLiteImportError:
         raise
     except (NnapiError, ArithmeticError, IndexError, KeyError, TypeError, ValueError) as e:

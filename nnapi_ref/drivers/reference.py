@@ -113,8 +113,9 @@ class ReferenceDevice(hal.Device):
     """The CPU reference driver. ``name`` and ``feature_level`` may be set to impersonate older
     drivers (the runtime's tests partition across several instances). ``convention`` is the
     quantized arithmetic's: ``"nnapi"`` (AOSP's CPU implementation) or ``"tflite"`` (TensorFlow
-    Lite's kernels); they differ only in how requantization multipliers are derived (see
-    :mod:`nnapi_ref.ops.requantization`)."""
+    Lite's reference kernels: multiplier derivations, FULLY_CONNECTED, MEAN, comparisons,
+    MAXIMUM/MINIMUM/SELECT and RESIZE_BILINEAR differ, see :mod:`nnapi_ref.ops.requantization`).
+    Under "tflite" a MEAN may change the quantization, as TFLite's does (not valid NNAPI)."""
 
     def __init__(self, name: str = "nnapi-reference", feature_level: int = FeatureLevel.LEVEL_7,
                  performance: float = 1.0, convention: str = "nnapi"):
@@ -183,7 +184,8 @@ class ReferenceDevice(hal.Device):
             raise HalError(ErrorStatus.INVALID_ARGUMENT,
                            f"model needs feature level {level}, {self.name} has {self.feature_level}")
         try:
-            plans = prepare_plans(model)
+            with requantization.using(self.convention):  # the operations' checks are the convention's
+                plans = prepare_plans(model)
         except NnapiError as e:
             raise hal_error(e) from None
         prepared = ReferencePreparedModel(self, model, plans)
@@ -252,9 +254,9 @@ class ReferenceDevice(hal.Device):
 
 
 def tflite_convention() -> ReferenceDevice:
-    """The reference driver computing quantized operations as TensorFlow Lite's kernels do
-    (driver string ``nnapi_ref.drivers.reference:tflite_convention``): bit-exact with TFLite's
-    reference kernels where the default NNAPI convention differs from them."""
+    """The reference driver computing quantized operations as TensorFlow Lite's reference kernels
+    do (driver string ``nnapi_ref.drivers.reference:tflite_convention``), where the default NNAPI
+    convention (AOSP's arithmetic) differs from them."""
     return ReferenceDevice(convention="tflite")
 
 

@@ -11,6 +11,14 @@ as NNAPI's CPU implementation does). Quantized tensors follow the CPU implementa
   farther than ``input_range_radius`` from the zero point saturate.
 * HARD_SWISH uses TFLite's 16-bit fixed-point kernel: the input on a "hi-res" scale
   (``input_scale / 128``), a "relu-ish" factor in [0, 1] and the output multiplier.
+
+AOSP and TFLite
+---------------
+RELU, RELU1, RELU6, LOGISTIC, TANH, HARD_SWISH: identical. AOSP runs TFLite's own
+fixed-point kernels, and TFLite's reference kernels (the ``tflite`` convention's yardstick, see
+:mod:`.requantization`) give the same result on every int8 input (tests/test_diverge.py).
+TFLite's RELUs also accept an output quantization other than the input's and requantize; NNAPI's
+do not, so such a TFLite RELU has no NNAPI equivalent.
 """
 from __future__ import annotations
 

@@ -5,14 +5,26 @@ Comparisons broadcast their inputs and produce TENSOR_BOOL8. Quantized inputs ar
 their real values computed in float32, ``(q - zeroPoint) * scale``, as NNAPI's CPU
 implementation does (so inputs with different scales compare correctly). SELECT requantizes
 quantized inputs to the output's scale and zero point, like MAXIMUM/MINIMUM.
+
+AOSP and TFLite
+---------------
+EQUAL, NOT_EQUAL, GREATER, GREATER_EQUAL, LESS, LESS_EQUAL: AOSP compares the float32 real
+values; TFLite (ComparisonWithScaling) shifts the zero-point-offset values left by 8 and
+requantizes them by each scale's Q31 multiplier, so it compares values rounded to 1/256: two
+values closer than that may compare equal in TFLite and not in AOSP. The ``tflite`` convention
+computes TFLite's. SELECT: AOSP requantizes the chosen input to the output's quantization,
+TFLite copies the stored value whatever the quantizations (its converter gives all three the
+same); the ``tflite`` convention copies. Both checked on every int8 pair (tests/test_diverge.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import requantization
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from .common import BroadcastBinary, check_rank_at_least_1
 from .elementwise import QUANT8, requantize
+from .requantization import multiply_by_quantized_multiplier, quantize_multiplier
 
 F32 = np.float32
 
@@ -24,7 +36,13 @@ _COMPARABLE = {
 
 
 def _real(arg) -> np.ndarray:
-    """The values to compare: real values in float32 for quantized tensors, else the data."""
+    """The values to compare: for quantized tensors the real values in float32 (AOSP), or under
+    the TFLite convention TFLite's fixed-point rescaling (ComparisonWithScaling: the
+    zero-point-offset value shifted left by 8 and multiplied by the scale's Q31 multiplier);
+    else the data."""
+    if arg.type in QUANT8 and requantization.convention() == "tflite":
+        shifted = (arg.value.astype(np.int64) - arg.zero_point) << 8
+        return multiply_by_quantized_multiplier(shifted, *quantize_multiplier(float(F32(arg.scale))))
     if arg.type in QUANT8:
         return (arg.value.astype(np.int32) - np.int32(arg.zero_point)).astype(F32) * F32(arg.scale)
     return arg.value
@@ -132,8 +150,8 @@ class Select(Operation):
     def execute(self, call: Call):
         cond, a, b = call.ins
         out = call.outs[0]
-        if a.type in QUANT8:
+        if a.type in QUANT8 and requantization.convention() == "nnapi":
             x, y = requantize(a, out), requantize(b, out)
-        else:
+        else:  # TFLite's kernel picks the stored values whatever their quantization
             x, y = a.value, b.value
         return [np.where(cond.value.astype(bool), x, y)]

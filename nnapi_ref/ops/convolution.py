@@ -20,6 +20,18 @@ Depthwise convolutions are one ``einsum`` over a strided view of the padded inpu
 
 The spatial-parameter helpers (padding schemes, output sizes, the layout flag) are shared with
 the pooling operations.
+
+AOSP and TFLite
+---------------
+The accumulation and the fixed-point requantization (MultiplyByQuantizedMultiplier, two
+roundings) are the same; only the multiplier's derivation differs (:mod:`.requantization`).
+AOSP multiplies the two float scales in float32 and divides in double for every convolution.
+TFLite's int8 kernels, and any per-channel filter, use the per-channel multipliers of
+PopulateConvolutionQuantizationParams, derived in double; its uint8 kernels with one filter
+scale use the legacy scalar multiplier of GetQuantizedConvolutionMultipler, derived as AOSP's
+(measured against TFLite for CONV_2D, DEPTHWISE_CONV_2D and TRANSPOSE_CONV_2D,
+tests/test_diverge.py). GROUPED_CONV_2D has no TFLite kernel and takes the rule of the other
+convolutions under the ``tflite`` convention.
 """
 from __future__ import annotations
 
@@ -31,6 +43,7 @@ from ..types import FuseCode, PaddingCode
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from ..types import DTYPES
 from .common import FLOAT_ACTIVATION_RANGE, QUANT_RANGE, activation_range_quant, check_fuse_code
+from . import requantization
 from .requantization import multiply_by_quantized_multiplier, product_multipliers, wrap_int32
 
 F32, F16, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
@@ -198,8 +211,13 @@ def filter_scales(flt, n_channels: int) -> np.ndarray:
 
 def output_multipliers(inp, flt, out, n_channels: int):
     """Per-output-channel (or single) fixed-point multipliers for a quantized convolution
-    (the multiplier derivation of :func:`.requantization.product_multipliers`)."""
-    return product_multipliers(inp.scale, filter_scales(flt, n_channels), out.scale)
+    (the multiplier derivation of :func:`.requantization.product_multipliers`). TFLite's kernels
+    form the scale product in double for int8 and per-channel filters (the per-channel arrays of
+    PopulateConvolutionQuantizationParams) but in float32, as AOSP, for a uint8 convolution with
+    one filter scale (the legacy scalar multiplier of GetQuantizedConvolutionMultipler)."""
+    legacy_uint8 = inp.type == T.TENSOR_QUANT8_ASYMM and flt.type != PC
+    return product_multipliers(inp.scale, filter_scales(flt, n_channels), out.scale,
+                               tflite=requantization.FLOAT32_PRODUCT if legacy_uint8 else requantization.DOUBLE)
 
 
 def check_quant_conv(name: str, inp, flt, bias, out, channel_dim: int, n_channels: int) -> None:

@@ -3,13 +3,25 @@
 Both are one BLAS matmul. Quantized operands are zero-point corrected and multiplied in float64,
 which is exact for these integer ranges, then requantized with NNAPI's fixed-point multiplier
 (float32(input_scale * weights_scale) / output_scale).
+
+AOSP and TFLite
+---------------
+FULLY_CONNECTED: AOSP requantizes in fixed point (two roundings) with the float32 scale
+product; TFLite's reference kernel (reference_integer_ops::FullyConnected given the float
+scales) has no fixed point: ``round(acc * (double(s_in) * double(s_w) / double(s_out)))`` in
+double, one rounding (measured; the ``tflite`` convention computes that). BATCH_MATMUL:
+identical: both form the multiplier with GetQuantizedConvolutionMultipler from the float32 scale
+product and run TFLite's reference BatchMatMul (measured at accumulators where a double product
+would differ).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..types import DTYPES
+from . import requantization
 from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import broadcast_shape, check_fuse_code
+from .common import activation_range_quant, broadcast_shape, check_fuse_code
 from .convolution import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype, output_multipliers,
                           prepare_quant, quant_fast_ok, quant_magnitudes, requant_block, requant_params, requantize)
 from .requantization import product_multipliers, wrap_int32
@@ -54,6 +66,8 @@ class FullyConnected(Operation):
         out = call.outs[0]
         num_units, input_size = wts.shape
         fuse = fuse.scalar()
+        if inp.type in QUANT8 and requantization.convention() == "tflite":
+            return [_fully_connected_tflite(inp, wts, bias, out, fuse, input_size)]
         if inp.type in QUANT8:
             fast = _fully_connected_fast(call, num_units, input_size, fuse)
             if fast is not None:
@@ -82,6 +96,17 @@ class FullyConnected(Operation):
         acc = (x @ wmat).astype(np.float32, copy=False)
         acc += call.derived(("bias",), (2,), lambda: bias.value.astype(np.float32))
         return [float_activation(acc, fuse, out)]
+
+
+def _fully_connected_tflite(inp, wts, bias, out, fuse: int, input_size: int) -> np.ndarray:
+    """Quantized FULLY_CONNECTED as TFLite's reference kernel computes it: the exact int32
+    accumulator requantized in double floating point (:func:`requantization.tflite_float_requantize`)."""
+    x = inp.value.reshape(-1, input_size).astype(np.float64) - inp.zero_point
+    w = wts.value.astype(np.float64) - wts.zero_point
+    acc = wrap_int32((x @ w.T).astype(np.int64) + bias.value.astype(np.int64))  # exact: |x @ w.T| < 2**53
+    q = requantization.tflite_float_requantize(acc, inp.scale, wts.scale, out.scale) + out.zero_point
+    lo, hi = activation_range_quant(fuse, out)
+    return np.clip(q, lo, hi).astype(DTYPES[out.type])
 
 
 def _fully_connected_fast(call: Call, num_units: int, input_size: int, fuse: int):
@@ -138,7 +163,8 @@ class BatchMatmul(Operation):
             x = a.astype(np.float64) - lhs.zero_point
             y = b.astype(np.float64) - rhs.zero_point
             acc = wrap_int32(np.matmul(x, y).astype(np.int64))
-            mult, shift = product_multipliers(lhs.scale, rhs.scale, out.scale)
+            mult, shift = product_multipliers(lhs.scale, rhs.scale, out.scale,
+                                              tflite=requantization.FLOAT32_PRODUCT)
             q = requantize(acc, mult, shift) + out.zero_point
             return [np.clip(q, -128, 127).astype(np.int8)]
         if lhs.type == TI32:

@@ -10,6 +10,11 @@ inputs are converted to float32 first (quantized: ``(q - zero_point) * scale``) 
 converted back (quantized: ``round(v / scale + zero_point)``, saturated). Non-maximum
 suppression follows that implementation step by step, including the order in which candidates
 are visited, so ties between equal scores resolve the same way.
+
+AOSP and TFLite
+---------------
+TFLite has no builtin kernels for these (its DETECTION_POSTPROCESS is a float custom
+operator); AOSP's arithmetic in both conventions.
 """
 from __future__ import annotations
 

@@ -17,6 +17,17 @@ Quantized arithmetic follows NNAPI's CPU implementation exactly:
 
 Float16 is computed in float32 and rounded back, as the CPU implementation does; relaxed float32
 models are computed in full float32.
+
+AOSP and TFLite
+---------------
+ADD, SUB: identical, TFLite's kernel in both (every int8 pair checked). MUL: AOSP divides the
+float32 scale product by the output scale in double; TFLite computes the whole multiplier in
+float32 (mul.cc: one float expression), measured. MAXIMUM, MINIMUM: AOSP requantizes both inputs
+to the output's quantization; TFLite compares the stored values whatever their quantizations
+(measured on every int8 pair). PRELU: the positive multiplier is the float32 quotient
+``s_in / s_out`` in both; the negative one is the float32 product divided in double (AOSP) or in
+float32 (TFLite), measured. The ``tflite`` convention computes TFLite's each time
+(tests/test_diverge.py).
 """
 from __future__ import annotations
 
@@ -27,7 +38,8 @@ import numpy as np
 from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register, signatures
 from .common import QUANT_RANGE, BroadcastBinary, apply_activation, broadcast_shape, check_fuse_code, round_half_away
 from . import requantization
-from .requantization import multiply_by_quantized_multiplier, product_multipliers, quantize_multiplier
+from .requantization import (multiply_by_quantized_multiplier, prelu_multipliers, product_multipliers,
+                             quantize_multiplier)
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 F32 = np.float32
@@ -183,7 +195,7 @@ class Mul(_BinaryWithActivation):
         return x * y
 
     def quantized(self, a, b, out):
-        m, s = (int(v[0]) for v in product_multipliers(a.scale, b.scale, out.scale))
+        m, s = (int(v[0]) for v in product_multipliers(a.scale, [b.scale], out.scale, tflite=requantization.FLOAT32))
         prod = (a.value.astype(np.int64) - a.zero_point) * (b.value.astype(np.int64) - b.zero_point)
         return multiply_by_quantized_multiplier(prod, m, s) + out.zero_point
 
@@ -235,9 +247,9 @@ class _MaximumMinimum(BroadcastBinary):
     def execute(self, call: Call):
         a, b = call.ins
         out = call.outs[0]
-        if a.type in QUANT8:
+        if a.type in QUANT8 and requantization.convention() == "nnapi":
             x, y = requantize(a, out), requantize(b, out)
-        else:
+        else:  # TFLite's kernel compares the stored values whatever their quantization
             x, y = a.value, b.value
         return [self.pick(x, y)]
 
@@ -292,8 +304,7 @@ class Prelu(BroadcastBinary):
 
     @staticmethod
     def quantized(x, alpha, out):
-        m_pos, s_pos = quantize_multiplier(float(F32(x.scale)) / float(F32(out.scale)))
-        m_neg, s_neg = quantize_multiplier(float(F32(x.scale) * F32(alpha.scale)) / float(F32(out.scale)))
+        (m_pos, s_pos), (m_neg, s_neg) = prelu_multipliers(x.scale, alpha.scale, out.scale)
         v = x.value.astype(np.int64) - x.zero_point
         a = alpha.value.astype(np.int64) - alpha.zero_point
         v, a = np.broadcast_arrays(v, a)

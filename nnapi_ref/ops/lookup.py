@@ -5,6 +5,10 @@ LSH_PROJECTION hashes, for every seed of the hash tensor and every input row, th
 (``farmhashna::Hash64``), as NNAPI's CPU implementation does; the signed 64-bit hashes, weighted
 (weights default to 1), are summed in double precision row by row and the sign of the sum is
 the projected bit. The farmhash port below is vectorized over all keys (they share one length).
+
+AOSP and TFLite
+---------------
+EMBEDDING_LOOKUP, HASHTABLE_LOOKUP, LSH_PROJECTION move or hash stored values: identical.
 """
 from __future__ import annotations
 

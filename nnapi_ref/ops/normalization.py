@@ -12,6 +12,11 @@ fixed-point arithmetic) exactly:
 * L2_NORMALIZATION: the squared norm of the zero-point-offset values gives an inverse square root
   multiplier (TFLite's ``GetInvSqrtQuantizedMultiplierExp``, a fixed-point Newton-Raphson
   iteration); values are rescaled to the fixed output scale 1/128.
+
+AOSP and TFLite
+---------------
+SOFTMAX, L2_NORMALIZATION: identical, TFLite's fixed-point kernels in both (measured for
+int8 and uint8, beta from 0.1 to 7).
 """
 from __future__ import annotations
 

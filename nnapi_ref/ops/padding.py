@@ -1,5 +1,11 @@
 """Padding: PAD (zeros; a quantized tensor's logical zero, its zero point), PAD_V2 (a given value)
-and MIRROR_PAD (REFLECT or SYMMETRIC copies of the edges)."""
+and MIRROR_PAD (REFLECT or SYMMETRIC copies of the edges).
+
+AOSP and TFLite
+---------------
+PAD, PAD_V2, MIRROR_PAD: identical (the fill is the zero point, or the given value, in both;
+read, not measured).
+"""
 from __future__ import annotations
 
 import numpy as np

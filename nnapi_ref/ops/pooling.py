@@ -5,6 +5,11 @@ rows, then its columns), each step a strided slice of the padded input. Windows 
 (padding is never averaged in). Quantized AVERAGE_POOL_2D divides the exact integer sum by the
 element count rounding half away from zero (TFLite's integer kernels: ``(acc +- count/2) / count``
 with C truncation); quantized outputs share the input's scale and zero point.
+
+AOSP and TFLite
+---------------
+AVERAGE_POOL_2D, MAX_POOL_2D: identical, TFLite's integer kernels in both (measured for int8
+and uint8, VALID and SAME padding).
 """
 from __future__ import annotations
 

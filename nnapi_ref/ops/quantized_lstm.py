@@ -7,6 +7,14 @@ primitives below work elementwise on int64 arrays holding int16 or int32 values 
 reproduce the C++ wrap-around and saturation of each step; SaturatingRoundingDoublingHighMul,
 RoundingDivideByPOT, MultiplyByQuantizedMultiplier and the wrap-around are the shared ones of
 :mod:`.common`.
+
+AOSP and TFLite
+---------------
+QUANTIZED_16BIT_LSTM: AOSP's QuantizedLSTM runs TFLite's uint8 basic LSTM cell
+(LstmCell), so identical to TFLite's 8x8->16 basic LSTM kernel (read, not measured: the
+importer does not produce it). QUANTIZED_LSTM: TFLite's integer LSTM (lstm_eval's 8x8->16
+path) is organised differently (gate biases outside layer normalization, see mlts/tflite.py);
+no TFLite convention is defined for it, AOSP's arithmetic in both.
 """
 from __future__ import annotations
 

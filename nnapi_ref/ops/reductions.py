@@ -6,13 +6,27 @@ Arithmetic follows NNAPI's CPU implementation:
   MAX/MIN, so an empty reduction gives that value) and ignore repeated axes; REDUCE_PROD is 0
   whenever a reduced element is 0 (no ``0 * inf = nan``).
 * Quantized MEAN sums the raw quantized values in 32-bit integers and divides by the element
-  count with C's truncating division; the output has the input's scale and zero point.
+  count with C's truncating division; the output has the input's scale and zero point (under
+  the ``tflite`` convention: TFLite's integer mean, :func:`tflite_quantized_mean`).
 * TOPK_V2 orders by value, then by index, both descending (ties give the larger index first).
+
+AOSP and TFLite
+---------------
+MEAN: AOSP (tflite::reference_ops::Mean of its TFLite version) requires the input's
+quantization on the output and truncates the division; TFLite's current kernel
+(reference_ops::QuantizedMeanOrSum, ai-edge-litert 2.3.0) rounds, and accepts any output
+quantization (its multiplier ``s_in / s_out`` in double with ``1 / count`` folded in,
+:func:`.requantization.tflite_mean_multiplier`). TFLite's NNAPI delegate refuses a MEAN whose
+quantizations differ (NNAPI cannot express it) and leaves it to TFLite's kernel. The ``tflite``
+convention computes TFLite's mean and accepts the differing quantization; the ``nnapi`` one
+rejects it (BAD_DATA). REDUCE_MAX, REDUCE_MIN, ARGMAX, ARGMIN, TOPK_V2: identical, they only
+compare stored values (both require REDUCE_*'s output quantization to be the input's).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import requantization
 from .base import Call, Operation, OperationCode, T, check, register, signatures
 from .common import normalize_axis
 
@@ -87,17 +101,45 @@ def _highest(dtype) -> float | int:
     return np.finfo(dtype).max if dtype.kind == "f" else np.iinfo(dtype).max
 
 
+def tflite_quantized_mean(x: np.ndarray, axes: tuple, in_scale: float, in_zero_point: int,
+                          out_scale: float, out_zero_point: int) -> np.ndarray:
+    """TFLite's quantized MEAN (reference_ops::QuantizedMeanOrSum): the int32 sum less ``count``
+    input zero points, requantized once by ``in_scale / (out_scale * count)``
+    (:func:`requantization.tflite_mean_multiplier`), plus the output zero point, saturated."""
+    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    total = np.sum(x, axis=axes, dtype=np.int64)
+    if count == 0:
+        return np.zeros(total.shape, x.dtype)
+    multiplier, shift = requantization.tflite_mean_multiplier(in_scale, out_scale, count)
+    acc = requantization.wrap_int32(requantization.wrap_int32(total) - in_zero_point * count)
+    info = np.iinfo(x.dtype)
+    mean = requantization.multiply_by_quantized_multiplier(acc, multiplier, shift) + out_zero_point
+    return np.clip(mean, info.min, info.max).astype(x.dtype)
+
+
 @register
 class Mean(_Reduce):
     code = OperationCode.MEAN
     signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32, T.INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32, T.INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32, T.INT32], [None]))
-    same_quant = True
+
+    @property
+    def same_quant(self) -> bool:
+        """NNAPI requires the input's quantization on the output; TFLite's kernel requantizes."""
+        return requantization.convention() == "nnapi"
 
     @staticmethod
     def keep_dims(arg) -> bool:
         return arg.scalar() > 0
+
+    def execute(self, call: Call):
+        inp, out = call.ins[0], call.outs[0]
+        if inp.type not in QUANT8 or requantization.convention() != "tflite":
+            return super().execute(call)
+        axes = reduce_axes(self.name, inp, call.ins[1])
+        mean = tflite_quantized_mean(inp.value, axes, inp.scale, inp.zero_point, out.scale, out.zero_point)
+        return [mean.reshape(reduced_shape(inp.shape, axes, self.keep_dims(call.ins[2])))]
 
     def reduce(self, inp, axes):
         x = inp.value

@@ -5,9 +5,10 @@ A quantized operation computes an exact int32 accumulator ``acc`` and must outpu
 (``input_scale * filter_scale / output_scale`` for a convolution). NNAPI's CPU implementation
 (AOSP ``common/cpu_operations``, on TFLite's kernels) does this in three steps, each here once:
 
-1. **Multiplier derivation** (:func:`scale_product`, :func:`product_multipliers`): which scales
-   are multiplied in which precision. This is the one place where AOSP and TFLite differ, and
-   the one place the *convention* selects (see below).
+1. **Multiplier derivation** (:func:`scale_products`, :func:`product_multipliers`,
+   :func:`prelu_multipliers`, :func:`tflite_mean_multiplier`): which scales are multiplied in
+   which precision. This is where AOSP and TFLite differ most, and what the *convention*
+   selects (see below).
 2. **Q31 multiplier and shift** (:func:`quantize_multiplier`, :func:`quantize_multipliers`):
    ``M = multiplier * 2**(shift - 31)`` with ``multiplier`` in [2**30, 2**31) (``frexp``, the
    mantissa rounded half away from zero; a mantissa rounding up to 2**31 halves and bumps the
@@ -25,18 +26,35 @@ A quantized operation computes an exact int32 accumulator ``acc`` and must outpu
 
 Conventions
 -----------
-``"nnapi"`` (the default) is AOSP's CPU implementation. Its ``GetQuantizedConvolutionMultipler``
-(common/OperationsUtils.cpp) computes ``inputShape.scale * filterShape.scale`` on two ``float``s,
-so the product is rounded to float32 before it is widened to double and divided by the output
-scale; per-channel filters go through the same function with each channel's scale (Conv2D.cpp,
-DepthwiseConv2D.cpp), and MUL (Broadcast.cpp) forms ``shape1.scale * shape2.scale`` the same way.
-``"tflite"`` is TensorFlow Lite's: ``GetQuantizedConvolutionMultipler`` /
-``PopulateConvolutionQuantizationParams`` (kernels/kernel_util.cc) and MUL's Prepare (mul.cc)
-widen each scale to double first. The two products differ in the last bits of float32's 24-bit
-mantissa, which moves the Q31 multiplier by up to ~2**7 units and flips an output by one step
-where ``acc * M`` lies within ~1e-7 relative of a rounding point (MobileNets: a few elements per
-million). Nothing else in the requantization differs. The convention is chosen per execution
-(:func:`using`, set by the reference driver from its ``convention`` option).
+``"nnapi"`` (the default) is AOSP's CPU implementation. It derives every product multiplier the
+same way (FLOAT32_PRODUCT): its ``GetQuantizedConvolutionMultipler`` (common/OperationsUtils.cpp),
+MUL (Broadcast.cpp) and PRELU (PRelu.cpp) multiply two ``float`` scales, so the product is
+rounded to float32, then widen it and divide by the output scale in double; per-channel filters
+go through the same function with each channel's scale.
+
+``"tflite"`` is TensorFlow Lite's reference kernels (``OpResolverType.BUILTIN_REF`` of
+ai-edge-litert 2.3.0, the kernels ``python -m mlts.diverge`` compares with), which differ from
+AOSP's kernel by kernel; each difference was measured against those kernels at inputs where the
+candidate derivations part ways (tests/test_diverge.py):
+
+* the multiplier's form (:func:`scale_products`): DOUBLE for int8 convolutions and any
+  per-channel filter (PopulateConvolutionQuantizationParams); FLOAT32_PRODUCT, as AOSP, for
+  uint8 convolutions with one filter scale and BATCH_MATMUL (GetQuantizedConvolutionMultipler);
+  FLOAT32 for MUL and PRELU's negative side (one float expression); PRELU's positive side is the
+  float32 quotient in both conventions (:func:`prelu_multipliers`).
+* FULLY_CONNECTED requantizes in double floating point, rounded once
+  (:func:`tflite_float_requantize`).
+* MEAN rounds where AOSP truncates, and may change the quantization
+  (:func:`tflite_mean_multiplier`, :func:`nnapi_ref.ops.reductions.tflite_quantized_mean`).
+* Comparisons rescale in fixed point to 1/256; MAXIMUM, MINIMUM and SELECT use the stored values
+  whatever the quantizations; RESIZE_BILINEAR rounds (int8: in 1/1024ths).
+
+The rest, steps 2 and 3 included (except FULLY_CONNECTED's), is the same in both (each operation's module docstring
+says so under "AOSP and TFLite"). The float32 and double forms differ in the last bits of
+float32's 24-bit mantissa, which moves the Q31 multiplier by up to ~2**7 units and flips an
+output by one step where ``acc * M`` lies within ~1e-7 relative of a rounding point
+(MobileNets: a few elements per million). The convention is chosen per compilation and
+execution (:func:`using`, set by the reference driver from its ``convention`` option).
 """
 from __future__ import annotations
 
@@ -71,19 +89,66 @@ def convention() -> str:
 
 # ---- 1. multiplier derivation ------------------------------------------------------------------
 
-def scale_product(a_scale: float, b_scales) -> np.ndarray:
-    """``a_scale * b_scales`` (b per channel, or one) as float64, formed as the convention does:
-    in float32 then widened (AOSP, "nnapi") or in double (TFLite, "tflite")."""
-    if convention() == "tflite":
-        return float(np.float32(a_scale)) * np.asarray(b_scales, np.float32).astype(np.float64)
-    return (np.float32(a_scale) * np.asarray(b_scales, np.float32)).astype(np.float64)
+# How a product of two scales over a third becomes the real multiplier (the only choice here):
+DOUBLE = "double"                    # double(a) * double(b) / double(out)
+FLOAT32_PRODUCT = "float32 product"  # double(float32(a * b)) / double(out): AOSP, always
+FLOAT32 = "float32"                  # float32(float32(a * b) / out), widened
 
 
-def product_multipliers(a_scale: float, b_scales, out_scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """(multiplier, shift) arrays for ``a_scale * b_scales / out_scale``: the convolutions'
-    (input and filter scales, per output channel), FULLY_CONNECTED's, BATCH_MATMUL's and MUL's
-    requantization. The division is in double under both conventions."""
-    return quantize_multipliers(scale_product(a_scale, b_scales) / float(np.float32(out_scale)))
+def scale_products(a_scale: float, b_scales, out_scale: float, tflite: str = DOUBLE) -> np.ndarray:
+    """``a_scale * b_scales / out_scale`` (b per channel, or one) as float64, formed as the
+    convention does: AOSP ("nnapi") always as FLOAT32_PRODUCT (its GetQuantizedConvolutionMultipler,
+    MUL and PRELU multiply two ``float`` scales, then divide in double), TFLite ("tflite") as
+    ``tflite`` says, which depends on the kernel (see the module docstring)."""
+    a, b, out = np.float32(a_scale), np.asarray(b_scales, np.float32), np.float32(out_scale)
+    form = tflite if convention() == "tflite" else FLOAT32_PRODUCT
+    if form == DOUBLE:
+        return float(a) * b.astype(np.float64) / float(out)
+    if form == FLOAT32:
+        return ((a * b) / out).astype(np.float64)
+    return (a * b).astype(np.float64) / float(out)
+
+
+def product_multipliers(a_scale: float, b_scales, out_scale: float,
+                        tflite: str = DOUBLE) -> tuple[np.ndarray, np.ndarray]:
+    """(multiplier, shift) arrays for ``a_scale * b_scales / out_scale`` (:func:`scale_products`):
+    the convolutions' (input and filter scales, per output channel), BATCH_MATMUL's, MUL's and
+    PRELU's requantization (FULLY_CONNECTED's under the NNAPI convention)."""
+    return quantize_multipliers(scale_products(a_scale, b_scales, out_scale, tflite))
+
+
+def prelu_multipliers(in_scale: float, alpha_scale: float, out_scale: float) -> tuple[tuple[int, int], tuple[int, int]]:
+    """PRELU's (multiplier, shift) pairs for positive inputs, ``in_scale / out_scale``, and
+    negative ones, ``in_scale * alpha_scale / out_scale``. AOSP's PRelu.cpp and TFLite's PRELU
+    Prepare (activations.cc) both divide two floats for the first, so the quotient is rounded to
+    float32; the second is AOSP's FLOAT32_PRODUCT (the product is a ``double`` variable) and
+    TFLite's FLOAT32 (one float expression)."""
+    positive = quantize_multiplier(float(np.float32(in_scale) / np.float32(out_scale)))
+    m, s = product_multipliers(in_scale, [alpha_scale], out_scale, tflite=FLOAT32)
+    return positive, (int(m[0]), int(s[0]))
+
+
+def tflite_float_requantize(acc, in_scale: float, filter_scales, out_scale: float) -> np.ndarray:
+    """TFLite's reference FULLY_CONNECTED (reference_integer_ops::FullyConnected and
+    FullyConnectedPerChannel given the float scales): no fixed point, but
+    ``std::round(double(acc) * (double(in_scale) * double(filter_scale) / double(out_scale)))``,
+    one rounding, halves away from zero. ``filter_scales`` broadcast along the last axis."""
+    scale = float(np.float32(in_scale)) * np.asarray(filter_scales, np.float32).astype(np.float64)
+    value = np.asarray(acc, np.float64) * (scale / float(np.float32(out_scale)))
+    whole = np.trunc(value)
+    return whole + np.where(np.abs(value - whole) >= 0.5, np.sign(value), 0.0)  # exact std::round
+
+
+def tflite_mean_multiplier(in_scale: float, out_scale: float, count: int) -> tuple[int, int]:
+    """(multiplier, shift) of TFLite's quantized MEAN (reference_ops::QuantizedMeanOrSum, the
+    kernel of the "tflite" convention): ``in_scale / out_scale`` in double through
+    :func:`quantize_multiplier`, then ``1 / count`` folded in: the Q31 multiplier shifted left by
+    ``floor(log2(count))`` (at most 32, and at most ``31 + shift`` so the right shift stays
+    within 31), divided by ``count`` with integer truncation, and the shift lowered to match.
+    The truncation is why this is not the Q31 multiplier of ``in_scale / (out_scale * count)``."""
+    multiplier, shift = quantize_multiplier(float(np.float32(in_scale)) / float(np.float32(out_scale)))
+    fold = min(count.bit_length() - 1, 32, 31 + shift)
+    return (multiplier << fold) // count, shift - fold
 
 
 # ---- 2. Q31 multiplier and shift ---------------------------------------------------------------

@@ -9,12 +9,22 @@ The arithmetic follows NNAPI's CPU implementation: bilinear interpolation is TFL
 kernel, evaluated in float32 (float16 and quantized images are converted to float32, and the
 interpolated value is cast back to the element type, truncating for the quantized types);
 nearest neighbour picks ``floor(scaled)`` (``round`` with align_corners) clamped to the image.
+
+AOSP and TFLite
+---------------
+RESIZE_BILINEAR: AOSP interpolates in float32 and truncates. TFLite's uint8 kernel rounds that
+value instead (one step up on about half the outputs); its int8 kernel (ResizeBilinearInteger)
+works in 1/1024ths (a 10-bit scale, so sample points move) and rounds: up to 2 steps apart. The
+``tflite`` convention computes TFLite's (measured, tests/test_diverge.py).
+RESIZE_NEAREST_NEIGHBOR: identical (measured for int8 in the three coordinate modes).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import requantization
 from .base import Call, Operation, OperationCode, Signature, T, check, register
+from .common import round_half_away
 from ..types import DTYPES
 
 _F32 = np.float32
@@ -123,6 +133,8 @@ class ResizeBilinear(_Resize):
     signatures = _bilinear_signatures()
 
     def resize(self, img, out_h, out_w, align, half):
+        if img.dtype == np.int8 and requantization.convention() == "tflite":
+            return _bilinear_integer(img, out_h, out_w, align, half)
         in_h, in_w = img.shape[1], img.shape[2]
         ys, y0, y1 = _bilinear_axis(in_h, out_h, align, half)
         xs, x0, x1 = _bilinear_axis(in_w, out_w, align, half)
@@ -138,8 +150,39 @@ class ResizeBilinear(_Resize):
         val = (a * (one - dy) * (one - dx) + b * dy * (one - dx)) + c * (one - dy) * dx + d * dy * dx
         if np.issubdtype(img.dtype, np.integer):
             info = np.iinfo(img.dtype)
-            return np.clip(np.trunc(val), info.min, info.max).astype(img.dtype)
+            # AOSP truncates; TFLite's uint8 kernel (ResizeBilinear<uint8_t>) rounds
+            whole = round_half_away(val) if requantization.convention() == "tflite" else np.trunc(val)
+            return np.clip(whole, info.min, info.max).astype(img.dtype)
         return val.astype(img.dtype)
+
+
+def _integer_axis(in_size: int, out_size: int, align: bool, half: bool):
+    """TFLite's ComputeInterpolationValuesInteger: per output index the source coordinate in
+    1/1024ths (the scale rounded to 10 fractional bits) and the lower/upper source indices."""
+    if align and out_size > 1:
+        scale = ((in_size - 1) * 1024 + (out_size - 1) // 2) // (out_size - 1)
+    else:
+        scale = (in_size * 1024 + out_size // 2) // out_size
+    src = np.arange(out_size, dtype=np.int64) * scale + ((scale // 2 - 512) if half else 0)
+    lo = np.maximum(np.trunc(src / 1024).astype(np.int64), 0)  # C division truncates
+    hi = np.minimum(np.trunc((src + 1023) / 1024).astype(np.int64), in_size - 1)
+    return src, lo, hi
+
+
+def _bilinear_integer(img: np.ndarray, out_h: int, out_w: int, align: bool, half: bool) -> np.ndarray:
+    """TFLite's int8 RESIZE_BILINEAR (reference_ops::ResizeBilinearInteger): weights in
+    1/1024ths, the sum of the four products in 1/2**20ths rounded half away from zero (a
+    truncating division after adding +-2**19). Near the edges with half-pixel centers the
+    weights extrapolate, as TFLite's do."""
+    ys, y0, y1 = _integer_axis(img.shape[1], out_h, align, half)
+    xs, x0, x1 = _integer_axis(img.shape[2], out_w, align, half)
+    dy = (ys - 1024 * y0)[None, :, None, None]
+    dx = (xs - 1024 * x0)[None, None, :, None]
+    f = img.astype(np.int64)
+    total = (f[:, y0][:, :, x0] * (1024 - dy) * (1024 - dx) + f[:, y1][:, :, x0] * dy * (1024 - dx)
+             + f[:, y0][:, :, x1] * (1024 - dy) * dx + f[:, y1][:, :, x1] * dy * dx)
+    total += np.where(total > 0, 1 << 19, -(1 << 19))
+    return (np.sign(total) * (np.abs(total) >> 20)).astype(np.int8)
 
 
 def _nearest_axis(in_size: int, out_size: int, align: bool, half: bool):

@@ -10,6 +10,10 @@ the centres of a regular sub-grid of each bin (adaptive ``ceil(bin size)`` sampl
 sampling ratio is 0), evaluated in float32; for quantized maps the bilinear weights are
 quantized to multiples of 1/255 and the sum is requantized in fixed point. ROI_POOLING rounds the
 ROI to feature-map pixels and takes the maximum over each ``[floor(start), ceil(end))`` bin.
+
+AOSP and TFLite
+---------------
+ROI_ALIGN, ROI_POOLING: TFLite has no such kernels; AOSP's arithmetic in both conventions.
 """
 from __future__ import annotations
 

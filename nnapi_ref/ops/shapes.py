@@ -3,6 +3,10 @@
 None of them touches values (FILL writes a constant), so quantized operands keep their scale and
 zero point: the output's must be the input's. Also home of small helpers the other tensor
 manipulation families (slicing, padding, space) share.
+
+AOSP and TFLite
+---------------
+All of them keep stored values and quantization: identical.
 """
 from __future__ import annotations
 

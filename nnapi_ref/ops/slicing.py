@@ -4,6 +4,12 @@ All of them move elements only. The one exception is quantized CONCATENATION sin
 whose inputs may carry their own scale and zero point: an input whose parameters differ from the
 output's is requantized the way NNAPI's CPU implementation (TFLite's ConcatenationWithScaling)
 does it, in float32 arithmetic on the uint8 representation.
+
+AOSP and TFLite
+---------------
+CONCATENATION: identical where both accept it (measured for uint8 inputs of their own
+quantizations; TFLite's int8 kernel requires one scale). The others move stored values:
+identical.
 """
 from __future__ import annotations
 

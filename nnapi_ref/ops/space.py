@@ -4,6 +4,10 @@ BATCH_TO_SPACE_ND, SPACE_TO_BATCH_ND, CHANNEL_SHUFFLE.
 The 4-D operations take an optional NCHW layout flag (from feature level 3): they are computed in
 NHWC, converting NCHW tensors on the way in and out. Each rearrangement is one reshape, one axis
 permutation and one reshape.
+
+AOSP and TFLite
+---------------
+All of them move stored values and keep the quantization: identical.
 """
 from __future__ import annotations
 

@@ -6,6 +6,11 @@ INT32_MIN, as in C). RSQRT on quant8 tensors (feature level 7) dequantizes to fl
 ``1 / sqrt(x)`` in float32 and requantizes with round-half-away-from-zero and clamping; as in the
 CPU implementation, an infinite result (x == 0) saturates to the largest quantized value, and so
 does NaN (x < 0), because the C++ clamp ``max(min, min(max, NaN))`` yields the maximum.
+
+AOSP and TFLite
+---------------
+RSQRT (quant8): AOSP dequantizes, computes in float32 and requantizes; TFLite's int8 RSQRT gives
+the same on every int8 input (measured).
 """
 from __future__ import annotations
 
