@@ -4,9 +4,11 @@
     model, info = load_tflite("mobilenet_v1_1.0_224_quant.tflite")   # a finished nnapi_ref.Model
     info.inputs[0].shape, info.inputs[0].dtype, info.outputs[0].scale, ...
 
-The flatbuffer is read by a small hand-written reader (:class:`Table`), following TFLite's schema
-(``tensorflow/compiler/mlir/lite/schema/schema.fbs``): a table's field ``k`` is found through
-the table's vtable at byte offset ``4 + 2k``. Only what the importer needs is read.
+The flatbuffer is read with TFLite's own schema: the flatc-generated module that ai-edge-litert
+ships (``ai_edge_litert.schema_py_generated``, its object API, over the ``flatbuffers`` package),
+the same module :mod:`mlts.models.builder` writes .tflite files with, so one version-matched
+schema serves both directions. Operator options are the schema's ``...OptionsT`` objects.
+Sparse constant tensors (TFLite's sparsity format) are densified as they are read.
 
 Mapping (TFLite → NNAPI), besides the one-to-one operations:
 
@@ -48,6 +50,7 @@ or truncated file raises it too, never a crash deep inside.
 from __future__ import annotations
 
 import functools
+import inspect
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,120 +66,37 @@ class TFLiteImportError(ValueError):
     """The file is not a well-formed .tflite model, or uses something the importer cannot map."""
 
 
-# ----------------------------------------------------------------------------- flatbuffer reader
+# ----------------------------------------------------------------------------- reading the flatbuffer
 
-class Table:
-    """One flatbuffer table at byte ``pos`` of ``buf``: an int32 offset back to its vtable, whose
-    uint16 entries (after the vtable's and the table's sizes) are the fields' offsets within the
-    table, 0 for an absent field. Every read is bounds-checked (:class:`TFLiteImportError`)."""
+try:
+    import flatbuffers  # noqa: F401  (the generated schema module reads through it)
+    from ai_edge_litert import schema_py_generated as schema
+except ImportError:  # pragma: no cover - depends on the environment
+    schema = None
 
-    __slots__ = ("buf", "pos", "vtable", "vtable_size", "what")
-
-    def __init__(self, buf: bytes, pos: int, what: str = "table"):
-        self.buf, self.pos, self.what = buf, pos, what
-        self.vtable = pos - _unpack(buf, "<i", pos, what)
-        self.vtable_size = _unpack(buf, "<H", self.vtable, f"{what} vtable")
-        if self.vtable_size < 4 or self.vtable_size % 2:
-            raise TFLiteImportError(f"malformed .tflite: {what} has a vtable of {self.vtable_size} bytes")
-        _need(buf, self.vtable, self.vtable_size, f"{what} vtable")
-
-    def _offset(self, slot: int) -> int:
-        o = 4 + 2 * slot
-        return _unpack(self.buf, "<H", self.vtable + o, self.what) if o < self.vtable_size else 0
-
-    def scalar(self, slot: int, fmt: str, default=0):
-        """Field ``slot`` as a scalar of struct format ``fmt`` ('b', 'B', 'i', 'I', 'f', '?', 'q', 'Q')."""
-        o = self._offset(slot)
-        return _unpack(self.buf, "<" + fmt, self.pos + o, self.what) if o else default
-
-    def _target(self, slot: int) -> int | None:
-        o = self._offset(slot)
-        if not o:
-            return None
-        at = self.pos + o
-        return at + _unpack(self.buf, "<I", at, self.what)
-
-    def table(self, slot: int, what: str = "table") -> "Table | None":
-        at = self._target(slot)
-        return None if at is None else Table(self.buf, at, what)
-
-    def vector(self, slot: int, dtype, what: str = "vector") -> np.ndarray | None:
-        """A vector of scalars as a (read-only, possibly unaligned) numpy view; None if absent."""
-        at = self._target(slot)
-        if at is None:
-            return None
-        dtype = np.dtype(dtype).newbyteorder("<")
-        n = _unpack(self.buf, "<I", at, what)
-        _need(self.buf, at + 4, n * dtype.itemsize, what)
-        return np.frombuffer(self.buf, dtype, n, at + 4)
-
-    def string(self, slot: int) -> str | None:
-        raw = self.vector(slot, np.uint8, "string")
-        return None if raw is None else raw.tobytes().decode("utf-8", "replace")
-
-    def tables(self, slot: int, what: str = "table") -> list["Table"]:
-        """A vector of tables (each element an offset relative to itself); [] if absent."""
-        at = self._target(slot)
-        if at is None:
-            return []
-        n = _unpack(self.buf, "<I", at, what)
-        _need(self.buf, at + 4, 4 * n, what)
-        out = []
-        for k in range(n):
-            p = at + 4 + 4 * k
-            out.append(Table(self.buf, p + _unpack(self.buf, "<I", p, what), f"{what} {k}"))
-        return out
+NEEDS_SCHEMA = ("reading .tflite files needs the ai-edge-litert package (its flatc-generated schema "
+                "ai_edge_litert.schema_py_generated) and flatbuffers: pip install ai-edge-litert")
 
 
-def _need(buf, pos: int, size: int, what: str) -> None:
-    if pos < 0 or size < 0 or pos + size > len(buf):
-        raise TFLiteImportError(f"malformed .tflite: {what} at byte {pos} (+{size}) lies outside the "
-                                f"file's {len(buf)} bytes (truncated?)")
+def _enum_names(enum) -> dict[int, str]:
+    return {v: k for k, v in vars(enum).items() if not k.startswith("_") and isinstance(v, int)}
 
 
-def _unpack(buf, fmt: str, pos: int, what: str):
-    _need(buf, pos, struct.calcsize(fmt), what)
-    return struct.unpack_from(fmt, buf, pos)[0]
-
-
-def root_table(buf: bytes) -> Table:
-    """The Model table of a .tflite file (root offset at byte 0, optional identifier 'TFL3')."""
-    if len(buf) < 8:
-        raise TFLiteImportError(f"malformed .tflite: {len(buf)} bytes is too short for a flatbuffer")
-    if buf[4:8] != b"TFL3":
-        raise TFLiteImportError(f"not a .tflite file: file identifier {bytes(buf[4:8])!r}, expected b'TFL3'")
-    return Table(buf, _unpack(buf, "<I", 0, "root offset"), "Model")
-
-
-# ----------------------------------------------------------------------------- schema
-
-# TFLite's TensorType → numpy dtype of the raw data.
-TENSOR_TYPES = {0: ("FLOAT32", np.float32), 1: ("FLOAT16", np.float16), 2: ("INT32", np.int32),
-                3: ("UINT8", np.uint8), 4: ("INT64", np.int64), 5: ("STRING", None), 6: ("BOOL", np.bool_),
-                7: ("INT16", np.int16), 8: ("COMPLEX64", None), 9: ("INT8", np.int8), 10: ("FLOAT64", np.float64),
-                11: ("COMPLEX128", None), 12: ("UINT64", np.uint64), 13: ("RESOURCE", None),
-                14: ("VARIANT", None), 15: ("UINT32", np.uint32), 16: ("UINT16", np.uint16), 17: ("INT4", None)}
-
-# TFLite's BuiltinOperator codes 0-127 (a name for every code, for error messages).
-BUILTIN_NAMES = (
-    "ADD AVERAGE_POOL_2D CONCATENATION CONV_2D DEPTHWISE_CONV_2D DEPTH_TO_SPACE DEQUANTIZE EMBEDDING_LOOKUP "
-    "FLOOR FULLY_CONNECTED HASHTABLE_LOOKUP L2_NORMALIZATION L2_POOL_2D LOCAL_RESPONSE_NORMALIZATION LOGISTIC "
-    "LSH_PROJECTION LSTM MAX_POOL_2D MUL RELU RELU_N1_TO_1 RELU6 RESHAPE RESIZE_BILINEAR RNN SOFTMAX "
-    "SPACE_TO_DEPTH SVDF TANH CONCAT_EMBEDDINGS SKIP_GRAM CALL CUSTOM EMBEDDING_LOOKUP_SPARSE PAD "
-    "UNIDIRECTIONAL_SEQUENCE_RNN GATHER BATCH_TO_SPACE_ND SPACE_TO_BATCH_ND TRANSPOSE MEAN SUB DIV SQUEEZE "
-    "UNIDIRECTIONAL_SEQUENCE_LSTM STRIDED_SLICE BIDIRECTIONAL_SEQUENCE_RNN EXP TOPK_V2 SPLIT LOG_SOFTMAX "
-    "DELEGATE BIDIRECTIONAL_SEQUENCE_LSTM CAST PRELU MAXIMUM ARG_MAX MINIMUM LESS NEG PADV2 GREATER "
-    "GREATER_EQUAL LESS_EQUAL SELECT SLICE SIN TRANSPOSE_CONV SPARSE_TO_DENSE TILE EXPAND_DIMS EQUAL "
-    "NOT_EQUAL LOG SUM SQRT RSQRT SHAPE POW ARG_MIN FAKE_QUANT REDUCE_PROD REDUCE_MAX PACK LOGICAL_OR "
-    "ONE_HOT LOGICAL_AND LOGICAL_NOT UNPACK REDUCE_MIN FLOOR_DIV REDUCE_ANY SQUARE ZEROS_LIKE FILL "
-    "FLOOR_MOD RANGE RESIZE_NEAREST_NEIGHBOR LEAKY_RELU SQUARED_DIFFERENCE MIRROR_PAD ABS SPLIT_V UNIQUE "
-    "CEIL REVERSE_V2 ADD_N GATHER_ND COS WHERE RANK ELU REVERSE_SEQUENCE MATRIX_DIAG QUANTIZE "
-    "MATRIX_SET_DIAG ROUND HARD_SWISH IF WHILE NON_MAX_SUPPRESSION_V4 NON_MAX_SUPPRESSION_V5 SCATTER_ND "
-    "SELECT_V2 DENSIFY SEGMENT_SUM BATCH_MATMUL PLACEHOLDER_FOR_GREATER_OP_CODES").split()
+BUILTIN_NAMES = _enum_names(schema.BuiltinOperator) if schema is not None else {}
+TENSOR_TYPE_NAMES = _enum_names(schema.TensorType) if schema is not None else {}
+# TFLite TensorType name -> numpy dtype of its raw data (types without one cannot be constants here).
+NUMPY_TYPES = {"FLOAT32": np.float32, "FLOAT16": np.float16, "FLOAT64": np.float64, "INT32": np.int32,
+               "UINT8": np.uint8, "INT64": np.int64, "BOOL": np.bool_, "INT16": np.int16, "INT8": np.int8,
+               "UINT64": np.uint64, "UINT32": np.uint32, "UINT16": np.uint16}
+CUSTOM = 32
+# Errors the generated reader raises on a truncated or corrupt buffer (it does no bounds checks of
+# its own: struct and numpy refuse to read past the end).
+READ_ERRORS = (struct.error, IndexError, ValueError, TypeError, OverflowError, AttributeError, UnicodeDecodeError,
+               RecursionError, MemoryError)
 
 
 def builtin_name(code: int) -> str:
-    return BUILTIN_NAMES[code] if 0 <= code < len(BUILTIN_NAMES) else f"builtin operator {code}"
+    return BUILTIN_NAMES.get(code, f"builtin operator {code}")
 
 
 @dataclass
@@ -185,15 +105,16 @@ class TfTensor:
     name: str
     shape: tuple[int, ...]
     type: int                       # TFLite TensorType
-    data: np.ndarray | None         # constant data (shape applied), None for activations
+    data: np.ndarray | None         # constant data (shape applied, sparse data densified), None for activations
     scale: np.ndarray | None = None  # float32 scales, None when not quantized
     zero_point: np.ndarray | None = None
     quantized_dimension: int = 0
     is_variable: bool = False
+    sparse: bool = False            # data was stored in TFLite's sparse format (densified here)
 
     @property
     def type_name(self) -> str:
-        return TENSOR_TYPES.get(self.type, (f"tensor type {self.type}",))[0]
+        return TENSOR_TYPE_NAMES.get(self.type, f"tensor type {self.type}")
 
     @property
     def per_channel(self) -> bool:
@@ -206,8 +127,9 @@ class TfOperator:
     name: str                        # builtin name, or "CUSTOM(code)"
     inputs: list[int]                # tensor indices, -1 for an omitted optional input
     outputs: list[int]
-    options: Table | None
+    options: object | None           # the schema's ...OptionsT object, None when absent
     intermediates: list[int] = field(default_factory=list)
+    version: int = 1
 
 
 @dataclass
@@ -223,83 +145,185 @@ def _ints(v) -> list[int]:
     return [] if v is None else [int(x) for x in v]
 
 
+def _text(v) -> str:
+    return "" if v is None else v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
 def parse_tflite(buf: bytes) -> TfGraph:
-    """Read the (only) subgraph of a .tflite flatbuffer (field slots follow schema.fbs)."""
+    """Read the (only) subgraph of a .tflite flatbuffer with TFLite's own schema (object API)."""
+    if schema is None:
+        raise TFLiteImportError(NEEDS_SCHEMA)
+    buf = bytes(buf)
+    if len(buf) < 8:
+        raise TFLiteImportError(f"not a .tflite file: {len(buf)} bytes is too short for a flatbuffer")
+    if buf[4:8] != b"TFL3":
+        raise TFLiteImportError(f"not a .tflite file: file identifier {buf[4:8]!r}, expected b'TFL3'")
     try:
-        return _parse(buf)
+        model = schema.ModelT.InitFromPackedBuf(buf, 0)
+    except READ_ERRORS as e:
+        raise TFLiteImportError(f"malformed .tflite (truncated or corrupt): the flatbuffer cannot be read "
+                                f"({type(e).__name__}: {e})") from None
+    try:
+        return _graph(model, buf)
     except TFLiteImportError:
         raise
-    except (struct.error, ArithmeticError, IndexError, KeyError, TypeError, ValueError) as e:
-        raise TFLiteImportError(f"malformed .tflite: {type(e).__name__}: {e}") from None
+    except READ_ERRORS as e:
+        raise TFLiteImportError(f"malformed .tflite: inconsistent model ({type(e).__name__}: {e})") from None
 
 
-def _parse(buf: bytes) -> TfGraph:
-    model = root_table(buf)
-    subgraphs = model.tables(2, "SubGraph")
+def _graph(model, buf: bytes) -> TfGraph:
+    subgraphs = model.subgraphs or []
     if not subgraphs:
         raise TFLiteImportError("malformed .tflite: the model has no subgraph")
     if len(subgraphs) > 1:
-        raise TFLiteImportError(f"unsupported .tflite: {len(subgraphs)} subgraphs (control flow); "
-                                "only one is supported")
-    buffers = model.tables(4, "Buffer")
+        raise TFLiteImportError(f"unsupported .tflite: {len(subgraphs)} subgraphs (control flow: IF, WHILE, "
+                                "CALL_ONCE); only single-subgraph models are imported")
+    buffers = model.buffers or []
     opcodes = []
-    for oc in model.tables(1, "OperatorCode"):
-        # builtin_code (slot 3) superseded the int8 deprecated_builtin_code (slot 0) at code 127.
-        code = max(oc.scalar(0, "b", 0), oc.scalar(3, "i", 0))
-        opcodes.append(f"CUSTOM({oc.string(1)})" if code == 32 else builtin_name(code))
+    for oc in model.operatorCodes or []:
+        # builtin_code superseded the int8 deprecated_builtin_code at code 127.
+        code = max(int(oc.deprecatedBuiltinCode), int(oc.builtinCode))
+        opcodes.append((f"CUSTOM({_text(oc.customCode)})" if code == CUSTOM else builtin_name(code), int(oc.version)))
     sg = subgraphs[0]
-    tensors = []
-    for k, t in enumerate(sg.tables(0, "Tensor")):
-        shape = tuple(_ints(t.vector(0, np.int32, "tensor shape")))
-        ttype = t.scalar(1, "b", 0)
-        data = None
-        b = t.scalar(2, "I", 0)
-        if b:
-            if b >= len(buffers):
-                raise TFLiteImportError(f"malformed .tflite: tensor {k} names buffer {b} of {len(buffers)}")
-            raw = buffers[b].vector(0, np.uint8, "buffer data")
-            if raw is None and buffers[b].scalar(1, "Q", 0) > 1:   # data outside the flatbuffer (> 2 GB models)
-                off, size = buffers[b].scalar(1, "Q", 0), buffers[b].scalar(2, "Q", 0)
-                _need(buf, off, size, f"buffer {b}")
-                raw = np.frombuffer(buf, np.uint8, size, off)
-            if raw is not None and raw.size:
-                dtype = TENSOR_TYPES.get(ttype, ("", None))[1]
-                if dtype is None:
-                    raise TFLiteImportError(f"unsupported .tflite: constant tensor {k} has type "
-                                            f"{TENSOR_TYPES.get(ttype, (ttype,))[0]}")
-                n = int(np.prod(shape)) if shape else 1
-                if raw.size != n * np.dtype(dtype).itemsize:
-                    raise TFLiteImportError(f"malformed .tflite: tensor {k} of shape {list(shape)} has "
-                                            f"{raw.size} bytes of data")
-                data = raw.view(np.dtype(dtype).newbyteorder("<")).astype(dtype).reshape(shape)  # aligned copy
-        tensor = TfTensor(k, t.string(3) or "", shape, ttype, data, is_variable=bool(t.scalar(5, "?", False)))
-        q = t.table(4, "QuantizationParameters")
-        if q is not None:
-            scale = q.vector(2, np.float32, "quantization scale")
-            if scale is not None and scale.size:
-                zp = q.vector(3, np.int64, "quantization zero point")
-                tensor.scale = scale.astype(np.float32)
-                tensor.zero_point = (np.zeros(scale.size, np.int64) if zp is None or not zp.size
-                                     else zp.astype(np.int64))
-                tensor.quantized_dimension = q.scalar(6, "i", 0)
-        tensors.append(tensor)
+    tensors = [_tensor(k, t, buffers, buf) for k, t in enumerate(sg.tensors or [])]
     operators = []
-    for k, o in enumerate(sg.tables(3, "Operator")):
-        i = o.scalar(0, "I", 0)
+    for k, o in enumerate(sg.operators or []):
+        i = int(o.opcodeIndex)
         if i >= len(opcodes):
             raise TFLiteImportError(f"malformed .tflite: operator {k} has opcode index {i} of {len(opcodes)}")
-        ins, outs = _ints(o.vector(1, np.int32, "operator inputs")), _ints(o.vector(2, np.int32, "operator outputs"))
+        name, version = opcodes[i]
+        ins, outs = _ints(o.inputs), _ints(o.outputs)
         for t in ins + outs:
             if not -1 <= t < len(tensors):
-                raise TFLiteImportError(f"malformed .tflite: operator {k} ({opcodes[i]}) names tensor {t} "
-                                        f"of {len(tensors)}")
-        operators.append(TfOperator(k, opcodes[i], ins, outs, o.table(4, "builtin options"),
-                                    _ints(o.vector(8, np.int32, "intermediates"))))
-    ins, outs = _ints(sg.vector(1, np.int32, "subgraph inputs")), _ints(sg.vector(2, np.int32, "subgraph outputs"))
+                raise TFLiteImportError(f"malformed .tflite: operator {k} ({name}) names tensor {t} of {len(tensors)}")
+        if o.builtinOptions2 is not None:
+            raise TFLiteImportError(f"unsupported .tflite: operator {k} ({name}) has StableHLO options "
+                                    f"({type(o.builtinOptions2).__name__[:-1]})")
+        operators.append(TfOperator(k, name, ins, outs, o.builtinOptions, _ints(o.intermediates), version))
+    ins, outs = _ints(sg.inputs), _ints(sg.outputs)
     for t in ins + outs:
         if not 0 <= t < len(tensors):
             raise TFLiteImportError(f"malformed .tflite: subgraph input/output names tensor {t} of {len(tensors)}")
-    return TfGraph(tensors, operators, ins, outs, model.string(3) or "")
+    return TfGraph(tensors, operators, ins, outs, _text(model.description))
+
+
+def _tensor(k: int, t, buffers, buf: bytes) -> TfTensor:
+    shape = tuple(_ints(t.shape))
+    if any(d < 0 for d in shape):
+        raise TFLiteImportError(f"malformed .tflite: tensor {k} has shape {list(shape)}")
+    tensor = TfTensor(k, _text(t.name), shape, int(t.type), None, is_variable=bool(t.isVariable))
+    q = t.quantization
+    if q is not None and q.scale is not None and len(q.scale):
+        tensor.scale = np.asarray(q.scale, np.float32)
+        zp = q.zeroPoint
+        tensor.zero_point = np.zeros(tensor.scale.size, np.int64) if zp is None or not len(zp) \
+            else np.asarray(zp, np.int64)
+        tensor.quantized_dimension = int(q.quantizedDimension)
+    if q is not None and q.details is not None:
+        raise TFLiteImportError(f"unsupported .tflite: tensor {k} ({tensor.name!r}) has "
+                                f"{type(q.details).__name__[:-1]} quantization")
+    if t.externalBuffer:
+        raise TFLiteImportError(f"unsupported .tflite: tensor {k} ({tensor.name!r}) keeps its data in an "
+                                "external buffer group")
+    b = int(t.buffer)
+    if b >= len(buffers):
+        raise TFLiteImportError(f"malformed .tflite: tensor {k} names buffer {b} of {len(buffers)}")
+    raw = None
+    if b:
+        raw = buffers[b].data
+        if raw is None and int(buffers[b].offset) > 1:   # data after the flatbuffer (models > 2 GB)
+            off, size = int(buffers[b].offset), int(buffers[b].size)
+            if off + size > len(buf):
+                raise TFLiteImportError(f"malformed .tflite: buffer {b} at byte {off} (+{size}) lies outside the "
+                                        f"file's {len(buf)} bytes (truncated?)")
+            raw = np.frombuffer(buf, np.uint8, size, off)
+    if raw is None or not len(raw):
+        if t.sparsity is not None:
+            raise TFLiteImportError(f"malformed .tflite: sparse tensor {k} ({tensor.name!r}) has no data")
+        return tensor
+    dtype = NUMPY_TYPES.get(tensor.type_name)
+    if dtype is None:
+        raise TFLiteImportError(f"unsupported .tflite: constant tensor {k} ({tensor.name!r}) has type "
+                                f"{tensor.type_name}")
+    raw = np.asarray(raw, np.uint8)
+    itemsize = np.dtype(dtype).itemsize
+    if raw.size % itemsize:
+        raise TFLiteImportError(f"malformed .tflite: tensor {k} has {raw.size} bytes of {tensor.type_name} data")
+    values = raw.view(np.dtype(dtype).newbyteorder("<")).astype(dtype)   # an aligned, native-order copy
+    if t.sparsity is not None:
+        tensor.data = densify(values, shape, t.sparsity, f"tensor {k} ({tensor.name!r})")
+        tensor.sparse = True
+    else:
+        n = int(np.prod(shape)) if shape else 1
+        if values.size != n:
+            raise TFLiteImportError(f"malformed .tflite: tensor {k} of shape {list(shape)} has {values.size} "
+                                    f"values of data")
+        tensor.data = values.reshape(shape)
+    return tensor
+
+
+def _index_vector(v) -> np.ndarray:
+    return np.asarray([] if v is None or v.values is None else v.values, np.int64)
+
+
+def densify(values: np.ndarray, shape, sparsity, what: str) -> np.ndarray:
+    """The dense tensor of ``shape`` whose non-zero ``values`` are stored in TFLite's sparse format:
+    the tensor's n dimensions, plus k block dimensions (``block_map[j]`` is the dimension block
+    dimension n+j subdivides), traversed in ``traversal_order``; level i of ``dim_metadata``
+    describes traversal dimension i, DENSE (all ``dense_size`` indices) or SPARSE_CSR (for the
+    p-th position of the level above, the indices ``array_indices[array_segments[p]:
+    array_segments[p+1]]``). The leaves, in traversal order, are ``values``."""
+    order = _ints(sparsity.traversalOrder)
+    block_map = _ints(sparsity.blockMap)
+    levels = sparsity.dimMetadata or []
+    n, k = len(shape), len(block_map)
+    if int(np.prod(shape, dtype=np.float64)) > 2 ** 31:
+        raise TFLiteImportError(f"unsupported .tflite: {what}: sparse tensor of shape {list(shape)} is too large "
+                                "to densify")
+    if sorted(order) != list(range(n + k)) or len(levels) != n + k or sorted(order[:n]) != list(range(n)) \
+            or any(not 0 <= d < n for d in block_map):
+        raise TFLiteImportError(f"malformed .tflite: {what}: sparsity with traversal order {order}, block map "
+                                f"{block_map} and {len(levels)} dimension levels does not fit shape {list(shape)}")
+    block = [1] * n
+    for j, d in enumerate(block_map):
+        level = levels[order.index(n + j)]
+        if level.format != schema.DimensionType.DENSE:
+            raise TFLiteImportError(f"unsupported .tflite: {what}: block dimension {n + j} is not DENSE")
+        block[d] = int(level.denseSize)
+    positions = np.zeros(1, np.int64)    # position of each node at the current level
+    coords = []                          # per level: each node's index along that level's dimension
+    for i, level in enumerate(levels):
+        if level.format == schema.DimensionType.DENSE:
+            size, parents = int(level.denseSize), positions.size
+            positions = (positions[:, None] * size + np.arange(size)).reshape(-1)
+            coords = [np.repeat(c, size) for c in coords] + [np.tile(np.arange(size), parents)]
+        elif level.format == schema.DimensionType.SPARSE_CSR:
+            segments, indices = _index_vector(level.arraySegments), _index_vector(level.arrayIndices)
+            if segments.size == 0 or (positions.size and positions.max() + 1 >= segments.size) \
+                    or np.any(np.diff(segments) < 0) or segments[0] < 0 or segments[-1] > indices.size:
+                raise TFLiteImportError(f"malformed .tflite: {what}: sparse level {i} has inconsistent segments")
+            starts, counts = segments[positions], segments[positions + 1] - segments[positions]
+            parent = np.repeat(np.arange(positions.size), counts)
+            positions = starts[parent] + np.arange(parent.size) - np.repeat(np.cumsum(counts) - counts, counts)
+            coords = [c[parent] for c in coords] + [indices[positions]]
+        else:
+            raise TFLiteImportError(f"unsupported .tflite: {what}: dimension format {level.format}")
+    if positions.size != values.size:
+        raise TFLiteImportError(f"malformed .tflite: {what}: the sparsity describes {positions.size} values, "
+                                f"the buffer holds {values.size}")
+    by_dim = {order[i]: c for i, c in enumerate(coords)}
+    index = []
+    for d in range(n):
+        c = by_dim[d] * block[d] if d in by_dim else np.zeros(values.size, np.int64)
+        for j, bd in enumerate(block_map):
+            if bd == d:
+                c = c + by_dim[n + j]
+        if c.size and (c.min() < 0 or c.max() >= shape[d]):
+            raise TFLiteImportError(f"malformed .tflite: {what}: a sparse index lies outside shape {list(shape)}")
+        index.append(c)
+    dense = np.zeros(shape, values.dtype)
+    dense[tuple(index)] = values
+    return dense
 
 
 # ----------------------------------------------------------------------------- conversion
@@ -500,15 +524,26 @@ class _Converter:
 
     # -- options -------------------------------------------------------------------------------
 
-    def options(self) -> Table | None:
-        return self.op.options
-
-    def opt(self, slot: int, fmt: str, default=0):
+    def opt(self, field, *args):
+        """Option ``field`` of the current operator (its camelCase name in the schema's ``...OptionsT``
+        object), or the default (``opt(name, default)``) when the operator has no options. The form
+        ``opt(slot, fmt, default)`` names the field by its position in schema.fbs instead."""
+        if isinstance(field, int):
+            default = args[1] if len(args) > 1 else 0
+        else:
+            default = args[0] if args else 0
         o = self.op.options
-        return default if o is None else o.scalar(slot, fmt, default)
+        if o is None:
+            return default
+        if isinstance(field, int):
+            names = list(inspect.signature(type(o).__init__).parameters)[1:]
+            field = names[field] if field < len(names) else None
+        if field is None or not hasattr(o, field):
+            self.fail(f"has builtin options {type(o).__name__[:-1]}, which are not this operator's")
+        return getattr(o, field)
 
-    def fuse(self, slot: int) -> int:
-        act = self.opt(slot, "b", 0)
+    def fuse(self, name: str = "fusedActivationFunction") -> int:
+        act = self.opt(name, 0)
         if act not in FUSED:
             self.fail(f"fused activation {FUSED_NAMES.get(act, act)} has no NNAPI fuse code")
         return FUSED[act]
@@ -618,18 +653,18 @@ class _Converter:
         wshape = self.value_of(w, "the filter").shape
         if len(xt.dimensions) != 4 or len(wshape) != 4:
             self.fail(f"input {list(xt.dimensions)} and filter {list(wshape)} must be 4-D")
-        padding = self.opt(0, "b")
-        sw, sh = self.opt(1, "i"), self.opt(2, "i")
+        padding = self.opt("padding")
+        sw, sh = self.opt("strideW"), self.opt("strideH")
         if depthwise:
-            fuse = self.fuse(4)
-            dw, dh = self.opt(5, "i", 1), self.opt(6, "i", 1)
+            fuse = self.fuse()
+            dw, dh = self.opt("dilationWFactor", 1), self.opt("dilationHFactor", 1)
             c_out = wshape[3]
             if wshape[0] != 1 or c_out % xt.dimensions[3]:
                 self.fail(f"filter {list(wshape)} does not fit input {list(xt.dimensions)}")
             mult = c_out // xt.dimensions[3]   # the depth_multiplier option is unreliable in old files
         else:
-            fuse = self.fuse(3)
-            dw, dh = self.opt(4, "i", 1), self.opt(5, "i", 1)
+            fuse = self.fuse()
+            dw, dh = self.opt("dilationWFactor", 1), self.opt("dilationHFactor", 1)
             c_out = wshape[0]
         if padding not in PADDING:
             self.fail(f"padding {padding} is neither SAME nor VALID")
@@ -662,8 +697,8 @@ class _Converter:
     def op_FULLY_CONNECTED(self, op):
         ins = op.inputs
         x, w, b = ins[0], ins[1], ins[2] if len(ins) > 2 else -1
-        fuse = self.fuse(0)
-        if self.opt(1, "b") != 0:
+        fuse = self.fuse()
+        if self.opt("weightsFormat") != 0:
             self.fail("weights_format other than DEFAULT (shuffled weights) is not supported")
         xi = self.tensor(x)
         xt = self.type_of(xi)
@@ -707,20 +742,20 @@ class _Converter:
 
     def binary(self, op, code: Op):
         a, b = op.inputs[:2]
-        self.emit(code, [self.tensor(a), self.tensor(b), self.i32(self.fuse(0))], [self.define(op.outputs[0])])
+        self.emit(code, [self.tensor(a), self.tensor(b), self.i32(self.fuse())], [self.define(op.outputs[0])])
 
     def pool(self, op, code: Op):
-        padding = self.opt(0, "b")
+        padding = self.opt("padding")
         if padding not in PADDING:
             self.fail(f"padding {padding} is neither SAME nor VALID")
-        sw, sh, fw, fh = (self.opt(s, "i") for s in (1, 2, 3, 4))
+        sw, sh, fw, fh = (self.opt(s) for s in ("strideW", "strideH", "filterWidth", "filterHeight"))
         xi = self.tensor(op.inputs[0])
         n, h, w, c = self.type_of(xi).dimensions
         expect = (n, conv_out_size(padding, h, sh, 1, fh), conv_out_size(padding, w, sw, 1, fw), c)
         if tuple(self.t(op.outputs[0]).shape) != expect:
             self.fail(f"output shape {list(self.t(op.outputs[0]).shape)} differs from {list(expect)}")
         args = [xi, self.i32(PADDING[padding]), self.i32(sw), self.i32(sh), self.i32(fw), self.i32(fh),
-                self.i32(self.fuse(5))]
+                self.i32(self.fuse())]
         self.emit(code, args, [self.define(op.outputs[0])])
 
     def op_AVERAGE_POOL_2D(self, op):
@@ -766,7 +801,7 @@ class _Converter:
     def op_SQUEEZE(self, op):
         xi = self.tensor(op.inputs[0])
         shape = self.type_of(xi).dimensions
-        dims = _ints(self.options().vector(0, np.int32, "squeeze_dims")) if self.options() is not None else []
+        dims = _ints(self.opt("squeezeDims", None))
         axes = sorted({d % len(shape) for d in dims}) if dims else [i for i, s in enumerate(shape) if s == 1]
         if any(shape[a] != 1 for a in axes):
             self.fail(f"squeezes dimensions {axes} of {list(shape)} that are not 1")
@@ -774,7 +809,7 @@ class _Converter:
 
     def op_SOFTMAX(self, op):
         xi = self.tensor(op.inputs[0])
-        beta = self.opt(0, "f", 0.0)
+        beta = self.opt("beta", 0.0)
         args = [xi, self.f32(beta)]
         if len(self.type_of(xi).dimensions) not in (2, 4):
             args.append(self.i32(-1))
@@ -817,8 +852,8 @@ class _Converter:
     def op_CONCATENATION(self, op):
         ins = [self.tensor(k) for k in op.inputs]
         rank = len(self.t(op.outputs[0]).shape)
-        axis = self.opt(0, "i") % rank
-        out = self.activation_after(self.fuse(1), op.outputs[0], self.out_type(op.outputs[0]))
+        axis = self.opt("axis") % rank
+        out = self.activation_after(self.fuse(), op.outputs[0], self.out_type(op.outputs[0]))
         self.emit(Op.CONCATENATION, ins + [self.i32(axis)], [out])
 
     def op_TRANSPOSE(self, op):
@@ -838,10 +873,11 @@ class _Converter:
                          "the effective biases with bias=nullptr), while this LSTM has no layer normalization "
                          "and TFLite adds its gate biases to the gate accumulators: the biases would be lost")
                       + "; only float and hybrid (int8 weights, float activations) LSTMs are imported")
-        if self.opt(5, "?", False):
+        if self.opt("diagonalRecurrentTensors", False):
             self.fail("diagonal_recurrent_tensors is not supported by NNAPI")
-        act, cell_clip, proj_clip = self.opt(0, "b"), self.opt(1, "f", 0.0), self.opt(2, "f", 0.0)
-        time_major = bool(self.opt(3, "?", False))
+        act, cell_clip, proj_clip = self.opt("fusedActivationFunction"), self.opt("cellClip", 0.0), \
+            self.opt("projClip", 0.0)
+        time_major = bool(self.opt("timeMajor", False))
         hybrid = any(k >= 0 and self.t(k).type_name in ("INT8", "UINT8") for k in ins[1:18] + ins[20:24])
         if hybrid:
             self.note("hybrid LSTM: int8 weights dequantized to float32 (NNAPI has no hybrid LSTM; TFLite's "
