@@ -367,8 +367,16 @@ FUSED_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5
 PADDING = {0: 1, 1: 2}              # TFLite Padding SAME/VALID -> NNAPI PaddingCode SAME/VALID
 # Operators that are one NNAPI operation of the same operands: binary ones with a fused activation.
 BINARY_OPS = {"ADD": Op.ADD, "SUB": Op.SUB, "MUL": Op.MUL, "DIV": Op.DIV}
-UNARY_OPS = {"RELU": Op.RELU, "RELU6": Op.RELU6, "RELU_N1_TO_1": Op.RELU1, "LOGISTIC": Op.LOGISTIC, "TANH": Op.TANH,
-             "HARD_SWISH": Op.HARD_SWISH}
+# Operators that are one NNAPI operation of the same inputs and no options.
+PLAIN_OPS = {"RELU": Op.RELU, "RELU6": Op.RELU6, "RELU_N1_TO_1": Op.RELU1, "LOGISTIC": Op.LOGISTIC, "TANH": Op.TANH,
+             "HARD_SWISH": Op.HARD_SWISH, "EXP": Op.EXP, "LOG": Op.LOG, "SQRT": Op.SQRT, "RSQRT": Op.RSQRT, "ABS": Op.ABS, "NEG": Op.NEG,
+             "SIN": Op.SIN, "FLOOR": Op.FLOOR, "LOGICAL_NOT": Op.LOGICAL_NOT, "LOGICAL_AND": Op.LOGICAL_AND,
+             "LOGICAL_OR": Op.LOGICAL_OR, "CAST": Op.CAST, "MAXIMUM": Op.MAXIMUM, "MINIMUM": Op.MINIMUM, "POW": Op.POW,
+             "PRELU": Op.PRELU, "LESS": Op.LESS, "LESS_EQUAL": Op.LESS_EQUAL, "GREATER": Op.GREATER,
+             "GREATER_EQUAL": Op.GREATER_EQUAL, "EQUAL": Op.EQUAL, "NOT_EQUAL": Op.NOT_EQUAL}
+# Reductions with ReducerOptions (MEAN has its own method: NNAPI's MEAN keeps the input's quantization).
+REDUCTIONS = {"SUM": Op.REDUCE_SUM, "REDUCE_PROD": Op.REDUCE_PROD, "REDUCE_MAX": Op.REDUCE_MAX,
+              "REDUCE_MIN": Op.REDUCE_MIN, "REDUCE_ANY": Op.REDUCE_ANY}
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
 
@@ -426,10 +434,12 @@ class _Converter:
             return OperandType(T.TENSOR_INT32, t.shape, scale, zp)
         if name == "BOOL":
             return OperandType(T.TENSOR_BOOL8, t.shape)
-        if name == "INT8":
-            return OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED, t.shape, *self.quant(t))
-        if name == "UINT8":
-            return OperandType(T.TENSOR_QUANT8_ASYMM, t.shape, *self.quant(t))
+        if name in ("INT8", "UINT8"):
+            # Without quantization parameters (raw integers, e.g. around CAST) scale 1, as TFLite's
+            # NNAPI delegate does: NNAPI's QUANT8 types need a positive scale.
+            quant = self.quant(t) if t.scale is not None else (1.0, 0)
+            return OperandType(T.TENSOR_QUANT8_ASYMM_SIGNED if name == "INT8" else T.TENSOR_QUANT8_ASYMM, t.shape,
+                               *quant)
         if name == "INT16":
             scale, zp = self.quant(t)
             if zp != 0:
@@ -840,14 +850,12 @@ class _Converter:
     def op_DEQUANTIZE(self, op):
         x = op.inputs[0]
         if x not in self.operand_of and self.t(x).data is not None:   # constant (e.g. float16 weights): fold
-            t_out = self.t(op.outputs[0])
-            t_out.data = self.dequantized(self.t(x)).reshape(t_out.shape)
-            self.folded.add(op.outputs[0])
+            self.fold(op.outputs[0], self.dequantized(self.t(x)))
             return
-        self.emit(Op.DEQUANTIZE, [self.tensor(x)], [self.define(op.outputs[0])])
-
-    def unary(self, op, code: Op):
-        self.emit(code, [self.tensor(op.inputs[0])], [self.define(op.outputs[0])])
+        xi = self.tensor(x)
+        # NNAPI's DEQUANTIZE takes quantized input only; float16 -> float32 is a CAST.
+        code = Op.CAST if self.type_of(xi).type == T.TENSOR_FLOAT16 else Op.DEQUANTIZE
+        self.emit(code, [xi], [self.define(op.outputs[0])])
 
     def op_CONCATENATION(self, op):
         ins = [self.tensor(k) for k in op.inputs]
@@ -859,6 +867,299 @@ class _Converter:
     def op_TRANSPOSE(self, op):
         perm = np.asarray(self.value_of(op.inputs[1], "the permutation"))
         self.emit(Op.TRANSPOSE, [self.tensor(op.inputs[0]), self.i32_tensor(perm)], [self.define(op.outputs[0])])
+
+    # -- helpers of the operators below ----------------------------------------------------------
+
+    def const_ints(self, k: int, what: str) -> list[int]:
+        """A constant integer input tensor as a list (int64 constants must fit in int32)."""
+        values = [int(v) for v in np.asarray(self.value_of(k, what)).reshape(-1)]
+        if any(not -2 ** 31 <= v < 2 ** 31 for v in values):
+            self.fail(f"{what} {values} do not fit in int32")
+        return values
+
+    def const_int(self, k: int, what: str) -> int:
+        values = self.const_ints(k, what)
+        if len(values) != 1:
+            self.fail(f"{what} must hold one value, got {values}")
+        return values[0]
+
+    def int_operand(self, k: int) -> int:
+        """An integer tensor input: a TENSOR_INT32 constant (int64 constants converted), or the
+        operand computed for it."""
+        if k not in self.operand_of and k >= 0 and self.t(k).data is not None:
+            return self.i32_tensor(self.const_ints(k, f"tensor {k}"))
+        return self.tensor(k)
+
+    def same_shape(self, a: int, b: int, what: str) -> None:
+        sa, sb = self.type_of(a).dimensions, self.type_of(b).dimensions
+        if tuple(sa) != tuple(sb):
+            self.fail(f"{what}: shapes {list(sa)} and {list(sb)} differ (NNAPI does not broadcast them)")
+
+    def plain(self, op, code: Op):
+        """A TFLite operator that is NNAPI operation ``code`` of the same inputs, no options. (NNAPI's
+        CAST ignores quantization, a QUANT8 tensor is its raw values, as TFLite's does.)"""
+        ins = [self.tensor(k) for k in op.inputs]
+        xt, out_k = self.type_of(ins[0]), op.outputs[0]
+        ot = self.out_type(out_k)
+        if code in (Op.RELU, Op.RELU1, Op.RELU6) and xt.type in QUANT8 and (np.float32(ot.scale), ot.zero_point) != (
+                np.float32(xt.scale), xt.zero_point):
+            # NNAPI's RELUs keep the input's quantization; TFLite's may rescale: RELU, then requantize.
+            tmp = self.temp(xt, xt.dimensions)
+            self.emit(code, ins, [tmp])
+            self.requantize(tmp, out_k)
+            return
+        self.emit(code, ins, [self.define(k) for k in op.outputs])
+
+    def reduce(self, op, code: Op):
+        """SUM, REDUCE_PROD/MAX/MIN/ANY: NNAPI's REDUCE_* take the axes and a BOOL keep_dims."""
+        xi = self.tensor(op.inputs[0])
+        if not self.t(op.outputs[0]).shape:
+            self.fail("reduces to a scalar, which NNAPI cannot output")
+        axes = self.const_ints(op.inputs[1], "the axes")
+        self.emit(code, [xi, self.i32_tensor(axes), self.boolean(bool(self.opt("keepDims", False)))],
+                  [self.define(op.outputs[0])])
+
+    # -- activations and elementwise operators -----------------------------------------------------
+
+    def op_ELU(self, op):
+        self.emit(Op.ELU, [self.tensor(op.inputs[0]), self.f32(1.0)], [self.define(op.outputs[0])])
+
+    def op_LEAKY_RELU(self, op):
+        """NNAPI has no LEAKY_RELU: PRELU with a one-element alpha (as TFLite's NNAPI delegate maps
+        it); a quantized alpha is exact: scale |alpha|, value 1 (zero point 0) or 0 (zero point 1)."""
+        xi = self.tensor(op.inputs[0])
+        xt = self.type_of(xi)
+        alpha = float(np.float32(self.opt("alpha", 0.0)))
+        if xt.type in QUANT8:
+            if alpha == 0:
+                self.fail("alpha 0 cannot be a quantized PRELU alpha (scale 0)")
+            q, zp = (1, 0) if alpha > 0 else (0, 1)
+            dtype = np.uint8 if xt.type == T.TENSOR_QUANT8_ASYMM else np.int8
+            ai = self.const(OperandType(xt.type, (1,), abs(alpha), zp), np.array([q], dtype))
+        else:
+            ai = self.const(OperandType(xt.type, (1,)), np.array([alpha], DTYPES[xt.type]))
+        self.emit(Op.PRELU, [xi, ai], [self.define(op.outputs[0])])
+
+    def op_SQUARED_DIFFERENCE(self, op):
+        xi, yi = self.tensor(op.inputs[0]), self.tensor(op.inputs[1])
+        ot = self.out_type(op.outputs[0])
+        if ot.type != T.TENSOR_FLOAT32:
+            self.fail(f"{ot.type.name} output: only float32 is lowered (SUB -> MUL)")
+        d = self.temp(ot, ot.dimensions)
+        self.emit(Op.SUB, [xi, yi, self.i32(0)], [d])
+        self.emit(Op.MUL, [d, d, self.i32(0)], [self.define(op.outputs[0])])
+
+    def op_LOG_SOFTMAX(self, op):
+        self.emit(Op.LOG_SOFTMAX, [self.tensor(op.inputs[0]), self.f32(1.0), self.i32(-1)],
+                  [self.define(op.outputs[0])])
+
+    def op_L2_POOL_2D(self, op):
+        self.pool(op, Op.L2_POOL_2D)
+
+    def op_L2_NORMALIZATION(self, op):
+        if self.fuse() != 0:
+            self.fail("a fused activation is not supported (TFLite's NNAPI delegate refuses it too)")
+        self.emit(Op.L2_NORMALIZATION, [self.tensor(op.inputs[0])], [self.define(op.outputs[0])])
+
+    def op_LOCAL_RESPONSE_NORMALIZATION(self, op):
+        args = [self.tensor(op.inputs[0]), self.i32(self.opt("radius")), self.f32(self.opt("bias", 0.0)),
+                self.f32(self.opt("alpha", 0.0)), self.f32(self.opt("beta", 0.0))]
+        self.emit(Op.LOCAL_RESPONSE_NORMALIZATION, args, [self.define(op.outputs[0])])
+
+    def op_SELECT(self, op):
+        cond, a, b = (self.tensor(k) for k in op.inputs[:3])
+        self.same_shape(cond, a, "condition and values")
+        self.same_shape(a, b, "the two value tensors")
+        self.emit(Op.SELECT, [cond, a, b], [self.define(op.outputs[0])])
+
+    def op_SELECT_V2(self, op):
+        self.op_SELECT(op)
+
+    # -- shapes, slicing, layout ---------------------------------------------------------------
+
+    def op_MIRROR_PAD(self, op):
+        pads = self.const_ints(op.inputs[1], "the paddings")
+        mode = self.opt("mode")   # TFLite MirrorPadMode and NNAPI's mode: REFLECT 0, SYMMETRIC 1
+        self.emit(Op.MIRROR_PAD, [self.tensor(op.inputs[0]), self.i32_tensor(np.reshape(pads, (-1, 2))),
+                                  self.i32(mode)], [self.define(op.outputs[0])])
+
+    def op_SPLIT(self, op):
+        axis = self.const_int(op.inputs[0], "the axis")
+        xi = self.tensor(op.inputs[1])
+        self.emit(Op.SPLIT, [xi, self.i32(axis), self.i32(len(op.outputs))], [self.define(k) for k in op.outputs])
+
+    def op_SPLIT_V(self, op):
+        """NNAPI's SPLIT makes equal parts: one SLICE per output, its size from the output's shape."""
+        xi = self.tensor(op.inputs[0])
+        shape = self.type_of(xi).dimensions
+        axis = self.const_int(op.inputs[2], "the axis") % len(shape)
+        begin = 0
+        for k in op.outputs:
+            size = self.t(k).shape[axis]
+            starts = [begin if d == axis else 0 for d in range(len(shape))]
+            sizes = [size if d == axis else -1 for d in range(len(shape))]
+            self.emit(Op.SLICE, [xi, self.i32_tensor(starts), self.i32_tensor(sizes)], [self.define(k)])
+            begin += size
+        if begin != shape[axis]:
+            self.fail(f"outputs hold {begin} of the {shape[axis]} elements along axis {axis}")
+
+    def op_STRIDED_SLICE(self, op):
+        for name in ("ellipsisMask", "newAxisMask"):
+            if self.opt(name, 0):
+                self.fail(f"{name} {self.opt(name, 0)} is not supported by NNAPI's STRIDED_SLICE")
+        if self.opt("offset", False):
+            self.fail("offset=true (begin/end relative to begin) is not supported by NNAPI's STRIDED_SLICE")
+        xi = self.tensor(op.inputs[0])
+        masks = [self.opt(name, 0) for name in ("beginMask", "endMask", "shrinkAxisMask")]
+        args = [xi] + [self.int_operand(k) for k in op.inputs[1:4]]
+        if masks[2]:
+            # TFLite takes element begin[i] of a shrunk axis whatever end[i] and the masks say; NNAPI
+            # needs the slice [begin, begin + 1) spelled out.
+            shape = self.type_of(xi).dimensions
+            begin = self.const_ints(op.inputs[1], "begin (with shrink_axis_mask)")
+            end = self.const_ints(op.inputs[2], "end (with shrink_axis_mask)")
+            for i in range(len(begin)):
+                if masks[2] >> i & 1:
+                    begin[i] %= shape[i]
+                    end[i] = begin[i] + 1
+                    masks[0] &= ~(1 << i)
+                    masks[1] &= ~(1 << i)
+            args[1:3] = [self.i32_tensor(begin), self.i32_tensor(end)]
+        args += [self.i32(m) for m in masks]
+        self.emit(Op.STRIDED_SLICE, args, [self.define(op.outputs[0])])
+
+    def op_SLICE(self, op):
+        args = [self.tensor(op.inputs[0])] + [self.int_operand(k) for k in op.inputs[1:3]]
+        self.emit(Op.SLICE, args, [self.define(op.outputs[0])])
+
+    def op_EXPAND_DIMS(self, op):
+        axis = self.const_int(op.inputs[1], "the axis")
+        self.emit(Op.EXPAND_DIMS, [self.tensor(op.inputs[0]), self.i32(axis)], [self.define(op.outputs[0])])
+
+    def op_GATHER(self, op):
+        if self.opt("batchDims", 0):
+            self.fail(f"batch_dims {self.opt('batchDims', 0)} is not supported by NNAPI's GATHER")
+        xi = self.tensor(op.inputs[0])
+        axis = self.opt("axis", 0) % len(self.type_of(xi).dimensions)
+        self.emit(Op.GATHER, [xi, self.i32(axis), self.int_operand(op.inputs[1])], [self.define(op.outputs[0])])
+
+    def arg(self, op, code: Op):
+        if self.t(op.outputs[0]).type_name != "INT32":
+            self.fail(f"output type {self.t(op.outputs[0]).type_name}: NNAPI's {code.name} outputs INT32 only")
+        axis = self.const_int(op.inputs[1], "the axis")
+        self.emit(code, [self.tensor(op.inputs[0]), self.i32(axis)], [self.define(op.outputs[0])])
+
+    def op_ARG_MAX(self, op):
+        self.arg(op, Op.ARGMAX)
+
+    def op_ARG_MIN(self, op):
+        self.arg(op, Op.ARGMIN)
+
+    def op_DEPTH_TO_SPACE(self, op):
+        self.emit(Op.DEPTH_TO_SPACE, [self.tensor(op.inputs[0]), self.i32(self.opt("blockSize"))],
+                  [self.define(op.outputs[0])])
+
+    def op_SPACE_TO_DEPTH(self, op):
+        self.emit(Op.SPACE_TO_DEPTH, [self.tensor(op.inputs[0]), self.i32(self.opt("blockSize"))],
+                  [self.define(op.outputs[0])])
+
+    def op_BATCH_TO_SPACE_ND(self, op):
+        crops = self.const_ints(op.inputs[2], "the crops")
+        if any(crops):
+            self.fail(f"crops {crops}: NNAPI's BATCH_TO_SPACE_ND does not crop (TFLite's NNAPI delegate "
+                      "refuses non-zero crops too)")
+        args = [self.tensor(op.inputs[0]), self.i32_tensor(self.const_ints(op.inputs[1], "the block shape"))]
+        self.emit(Op.BATCH_TO_SPACE_ND, args, [self.define(op.outputs[0])])
+
+    def op_SPACE_TO_BATCH_ND(self, op):
+        pads = np.reshape(self.const_ints(op.inputs[2], "the paddings"), (-1, 2))
+        args = [self.tensor(op.inputs[0]), self.i32_tensor(self.const_ints(op.inputs[1], "the block shape")),
+                self.i32_tensor(pads)]
+        self.emit(Op.SPACE_TO_BATCH_ND, args, [self.define(op.outputs[0])])
+
+    def op_TILE(self, op):
+        args = [self.tensor(op.inputs[0]), self.i32_tensor(self.const_ints(op.inputs[1], "the multiples"))]
+        self.emit(Op.TILE, args, [self.define(op.outputs[0])])
+
+    def op_PACK(self, op):
+        axis = self.opt("axis", 0)
+        self.emit(Op.PACK, [self.i32(axis)] + [self.tensor(k) for k in op.inputs], [self.define(op.outputs[0])])
+
+    def op_UNPACK(self, op):
+        """NNAPI has no UNPACK: SPLIT along the axis, then a RESHAPE of each part that drops it."""
+        xi = self.tensor(op.inputs[0])
+        xt = self.type_of(xi)
+        axis = self.opt("axis", 0) % len(xt.dimensions)
+        part = tuple(1 if d == axis else s for d, s in enumerate(xt.dimensions))
+        parts = [self.temp(xt, part) for _ in op.outputs]
+        self.emit(Op.SPLIT, [xi, self.i32(axis), self.i32(len(op.outputs))], parts)
+        for p, k in zip(parts, op.outputs):
+            self.reshape_to(p, self.t(k).shape, self.define(k))
+
+    def op_TOPK_V2(self, op):
+        k = self.const_int(op.inputs[1], "k")
+        self.emit(Op.TOPK_V2, [self.tensor(op.inputs[0]), self.i32(k)], [self.define(j) for j in op.outputs])
+
+    def resize(self, op, code: Op):
+        h, w = self.const_ints(op.inputs[1], "the size")
+        args = [self.tensor(op.inputs[0]), self.i32(w), self.i32(h), self.boolean(False),
+                self.boolean(bool(self.opt("alignCorners", False))), self.boolean(bool(self.opt("halfPixelCenters", False)))]
+        self.emit(code, args, [self.define(op.outputs[0])])
+
+    def op_RESIZE_BILINEAR(self, op):
+        self.resize(op, Op.RESIZE_BILINEAR)
+
+    def op_RESIZE_NEAREST_NEIGHBOR(self, op):
+        self.resize(op, Op.RESIZE_NEAREST_NEIGHBOR)
+
+    def op_FILL(self, op):
+        dims = self.const_ints(op.inputs[0], "the dimensions")
+        value = np.asarray(self.value_of(op.inputs[1], "the value")).reshape(-1)[0]
+        ot = self.out_type(op.outputs[0])
+        scalar = {T.TENSOR_FLOAT32: self.f32, T.TENSOR_INT32: self.i32}.get(ot.type)
+        if scalar is None:
+            self.fail(f"{ot.type.name} output: NNAPI's FILL makes FLOAT32 or INT32 here")
+        self.emit(Op.FILL, [self.i32_tensor(dims), scalar(value)], [self.define(op.outputs[0])])
+
+    def fold(self, k: int, value) -> None:
+        """Output tensor ``k`` is a constant known at import (static shapes): no operation."""
+        t = self.t(k)
+        t.data = np.asarray(value, NUMPY_TYPES.get(t.type_name, np.int32)).reshape(t.shape)
+        self.folded.add(k)
+
+    def op_SHAPE(self, op):
+        self.fold(op.outputs[0], self.type_of(self.tensor(op.inputs[0])).dimensions)
+
+    def op_RANK(self, op):
+        self.fold(op.outputs[0], len(self.type_of(self.tensor(op.inputs[0])).dimensions))
+
+    def op_DENSIFY(self, op):
+        """TFLite stores sparse weights as a constant that DENSIFY expands; it was densified on read."""
+        self.fold(op.outputs[0], self.value_of(op.inputs[0], "the sparse tensor"))
+
+    def op_TRANSPOSE_CONV(self, op):
+        out_shape, w, x = op.inputs[:3]
+        b = op.inputs[3] if len(op.inputs) > 3 else -1
+        xi = self.tensor(x)
+        xt = self.type_of(xi)
+        padding = self.opt("padding")
+        if padding not in PADDING:
+            self.fail(f"padding {padding} is neither SAME nor VALID")
+        wi = self.filter_operand(w, xt, 0)
+        c_out = self.type_of(wi).dimensions[0]
+        bi = self.bias_operand(b, xt, wi, c_out)
+        args = [xi, wi, bi, self.i32_tensor(self.const_ints(out_shape, "the output shape")), self.i32(PADDING[padding]),
+                self.i32(self.opt("strideW")), self.i32(self.opt("strideH")), self.i32(self.fuse()), self.boolean(False)]
+        self.emit(Op.TRANSPOSE_CONV_2D, args, [self.define(op.outputs[0])])
+
+    def op_BATCH_MATMUL(self, op):
+        a, b = self.tensor(op.inputs[0]), self.tensor(op.inputs[1])
+        args = [a, b, self.boolean(bool(self.opt("adjX", False))), self.boolean(bool(self.opt("adjY", False)))]
+        self.emit(Op.BATCH_MATMUL, args, [self.define(op.outputs[0])])
+
+    def op_EMBEDDING_LOOKUP(self, op):
+        self.emit(Op.EMBEDDING_LOOKUP, [self.int_operand(op.inputs[0]), self.tensor(op.inputs[1])],
+                  [self.define(op.outputs[0])])
 
     def op_UNIDIRECTIONAL_SEQUENCE_LSTM(self, op):
         ins = list(op.inputs) + [-1] * (24 - len(op.inputs))
@@ -928,8 +1229,10 @@ class _Converter:
             handler = getattr(self, "op_" + op.name, None)
             if op.name in BINARY_OPS:
                 handler = functools.partial(self.binary, code=BINARY_OPS[op.name])
-            elif op.name in UNARY_OPS:
-                handler = functools.partial(self.unary, code=UNARY_OPS[op.name])
+            elif op.name in PLAIN_OPS:
+                handler = functools.partial(self.plain, code=PLAIN_OPS[op.name])
+            elif op.name in REDUCTIONS:
+                handler = functools.partial(self.reduce, code=REDUCTIONS[op.name])
             if handler is None:
                 self.fail("is not supported by the TFLite importer (no NNAPI mapping implemented)")
             self.emit_after = []
