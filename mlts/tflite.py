@@ -139,6 +139,7 @@ class TfGraph:
     inputs: list[int]
     outputs: list[int]
     description: str = ""
+    subgraphs: list["TfGraph"] = field(default_factory=list)   # all of the model's, this (main) one first
 
 
 def _ints(v) -> list[int]:
@@ -172,39 +173,45 @@ def parse_tflite(buf: bytes) -> TfGraph:
 
 
 def _graph(model, buf: bytes) -> TfGraph:
+    """The main subgraph (the first), the others in its ``subgraphs`` (CALL_ONCE's, IF's, ...)."""
     subgraphs = model.subgraphs or []
     if not subgraphs:
         raise TFLiteImportError("malformed .tflite: the model has no subgraph")
-    if len(subgraphs) > 1:
-        raise TFLiteImportError(f"unsupported .tflite: {len(subgraphs)} subgraphs (control flow: IF, WHILE, "
-                                "CALL_ONCE); only single-subgraph models are imported")
     buffers = model.buffers or []
     opcodes = []
     for oc in model.operatorCodes or []:
         # builtin_code superseded the int8 deprecated_builtin_code at code 127.
         code = max(int(oc.deprecatedBuiltinCode), int(oc.builtinCode))
         opcodes.append((f"CUSTOM({_text(oc.customCode)})" if code == CUSTOM else builtin_name(code), int(oc.version)))
-    sg = subgraphs[0]
+    graphs = [_subgraph(n, sg, opcodes, buffers, buf) for n, sg in enumerate(subgraphs)]
+    main = graphs[0]
+    main.description, main.subgraphs = _text(model.description), graphs
+    return main
+
+
+def _subgraph(n: int, sg, opcodes, buffers, buf: bytes) -> TfGraph:
+    where = f"subgraph {n}: " if n else ""
     tensors = [_tensor(k, t, buffers, buf) for k, t in enumerate(sg.tensors or [])]
     operators = []
     for k, o in enumerate(sg.operators or []):
         i = int(o.opcodeIndex)
         if i >= len(opcodes):
-            raise TFLiteImportError(f"malformed .tflite: operator {k} has opcode index {i} of {len(opcodes)}")
+            raise TFLiteImportError(f"malformed .tflite: {where}operator {k} has opcode index {i} of {len(opcodes)}")
         name, version = opcodes[i]
         ins, outs = _ints(o.inputs), _ints(o.outputs)
         for t in ins + outs:
             if not -1 <= t < len(tensors):
-                raise TFLiteImportError(f"malformed .tflite: operator {k} ({name}) names tensor {t} of {len(tensors)}")
+                raise TFLiteImportError(f"malformed .tflite: {where}operator {k} ({name}) names tensor {t} of "
+                                        f"{len(tensors)}")
         if o.builtinOptions2 is not None:
-            raise TFLiteImportError(f"unsupported .tflite: operator {k} ({name}) has StableHLO options "
+            raise TFLiteImportError(f"unsupported .tflite: {where}operator {k} ({name}) has StableHLO options "
                                     f"({type(o.builtinOptions2).__name__[:-1]})")
         operators.append(TfOperator(k, name, ins, outs, o.builtinOptions, _ints(o.intermediates), version))
     ins, outs = _ints(sg.inputs), _ints(sg.outputs)
     for t in ins + outs:
         if not 0 <= t < len(tensors):
-            raise TFLiteImportError(f"malformed .tflite: subgraph input/output names tensor {t} of {len(tensors)}")
-    return TfGraph(tensors, operators, ins, outs, _text(model.description))
+            raise TFLiteImportError(f"malformed .tflite: {where}input/output names tensor {t} of {len(tensors)}")
+    return TfGraph(tensors, operators, ins, outs)
 
 
 def _tensor(k: int, t, buffers, buf: bytes) -> TfTensor:
@@ -397,6 +404,8 @@ class _Converter:
         self.op: TfOperator | None = None
         self.folded: set[int] = set()
         self.emit_after: list = []
+        self.handles: dict[int, tuple[str, str]] = {}   # VAR_HANDLE output tensor -> (container, shared name)
+        self.variables: dict[tuple[str, str], tuple] = {}   # resource variable -> ("const", array) | ("operand", k)
 
     # -- errors ------------------------------------------------------------------------------------
 
@@ -1161,6 +1170,55 @@ class _Converter:
         self.emit(Op.EMBEDDING_LOOKUP, [self.int_operand(op.inputs[0]), self.tensor(op.inputs[1])],
                   [self.define(op.outputs[0])])
 
+    # -- resource variables (streaming models) -------------------------------------------------
+    # NNAPI models are stateless: as with the LSTM states, every inference starts from the
+    # variables' initial values (those CALL_ONCE's subgraph assigns: a fresh TFLite interpreter's
+    # first invocation), and the new values the model assigns are not kept.
+
+    def op_CALL_ONCE(self, op):
+        index = self.opt("initSubgraphIndex")
+        subgraphs = self.g.subgraphs
+        if not 0 < index < len(subgraphs):
+            self.fail(f"initializes with subgraph {index} of {len(subgraphs)}")
+        init = subgraphs[index]
+        handles = {}
+        for o in init.operators:
+            if o.name == "VAR_HANDLE" and o.options is not None:
+                handles[o.outputs[0]] = (_text(o.options.container), _text(o.options.sharedName))
+            elif o.name == "ASSIGN_VARIABLE" and o.inputs[0] in handles and init.tensors[o.inputs[1]].data is not None:
+                self.variables[handles[o.inputs[0]]] = ("const", init.tensors[o.inputs[1]].data)
+            else:
+                self.fail(f"subgraph {index} operator {o.index} ({o.name}): only constant variable assignments "
+                          "are imported from an initialization subgraph")
+        self.note(f"{len(self.variables)} resource variables start from subgraph {index}'s values at every "
+                  "inference; their new values are not kept (NNAPI models are stateless)")
+
+    def op_VAR_HANDLE(self, op):
+        self.handles[op.outputs[0]] = (_text(self.opt("container", None)), _text(self.opt("sharedName", None)))
+        self.folded.add(op.outputs[0])
+
+    def variable(self, k: int) -> tuple[str, str]:
+        if k not in self.handles:
+            self.fail(f"tensor {k} is not a VAR_HANDLE output")
+        return self.handles[k]
+
+    def op_READ_VARIABLE(self, op):
+        key = self.variable(op.inputs[0])
+        if key not in self.variables:
+            self.fail(f"reads variable {key[1]!r} before any value is assigned")
+        kind, value = self.variables[key]
+        if kind == "const":
+            self.fold(op.outputs[0], value)
+        else:
+            self.emit(Op.RESHAPE, [value, self.i32_tensor(list(self.t(op.outputs[0]).shape))],
+                      [self.define(op.outputs[0])])
+
+    def op_ASSIGN_VARIABLE(self, op):
+        key = self.variable(op.inputs[0])
+        k = op.inputs[1]
+        self.variables[key] = ("const", self.t(k).data) if k not in self.operand_of and self.t(k).data is not None \
+            else ("operand", self.tensor(k))
+
     def op_UNIDIRECTIONAL_SEQUENCE_LSTM(self, op):
         ins = list(op.inputs) + [-1] * (24 - len(op.inputs))
         xi = self.tensor(ins[0])
@@ -1215,6 +1273,13 @@ class _Converter:
 
     # -- model -----------------------------------------------------------------------------------
 
+    def handler(self, name: str):
+        """The method that maps TFLite operator ``name``, None if there is none."""
+        for table, method in ((BINARY_OPS, self.binary), (PLAIN_OPS, self.plain), (REDUCTIONS, self.reduce)):
+            if name in table:
+                return functools.partial(method, code=table[name])
+        return getattr(self, "op_" + name, None)
+
     def convert(self, extra_outputs=()) -> tuple[Model, TFLiteInfo]:
         g = self.g
         for k in g.inputs:
@@ -1226,13 +1291,7 @@ class _Converter:
                 self.fail(f"model input tensor {k}: {e}")
         for op in g.operators:
             self.op = op
-            handler = getattr(self, "op_" + op.name, None)
-            if op.name in BINARY_OPS:
-                handler = functools.partial(self.binary, code=BINARY_OPS[op.name])
-            elif op.name in PLAIN_OPS:
-                handler = functools.partial(self.plain, code=PLAIN_OPS[op.name])
-            elif op.name in REDUCTIONS:
-                handler = functools.partial(self.reduce, code=REDUCTIONS[op.name])
+            handler = self.handler(op.name)
             if handler is None:
                 self.fail("is not supported by the TFLite importer (no NNAPI mapping implemented)")
             self.emit_after = []
@@ -1281,6 +1340,12 @@ def load_tflite(path, extra_outputs=()) -> tuple[Model, TFLiteInfo]:
     Raises TFLiteImportError (a ValueError) for a malformed file or anything it cannot map."""
     buf = Path(path).read_bytes()
     return convert(parse_tflite(buf), extra_outputs)
+
+
+def unmapped_operators(g: TfGraph) -> list[str]:
+    """The operators of ``g`` that the importer has no mapping for (sorted, each once)."""
+    converter = _Converter(g)
+    return sorted({op.name for op in g.operators if converter.handler(op.name) is None})
 
 
 def convert(g: TfGraph, extra_outputs=()) -> tuple[Model, TFLiteInfo]:
