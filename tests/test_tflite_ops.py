@@ -75,11 +75,18 @@ class Graph:
             o.builtinOptionsType, o.builtinOptions = getattr(schema.BuiltinOptions, options), opts
         self.operators.append(o)
 
-    def finish(self, inputs, outputs) -> bytes:
+    def subgraph(self, inputs, outputs):
+        """The tensors and operators so far as a subgraph; the next ones start a new one."""
         sg = schema.SubGraphT()
         sg.tensors, sg.operators, sg.inputs, sg.outputs = self.tensors, self.operators, list(inputs), list(outputs)
+        self.tensors, self.operators = [], []
+        return sg
+
+    def finish(self, inputs, outputs, others=()) -> bytes:
+        """The model: the current subgraph (main), then ``others`` (from :meth:`subgraph`)."""
         m = schema.ModelT()
-        m.version, m.subgraphs, m.buffers, m.operatorCodes = 3, [sg], self.buffers, self.codes
+        m.version, m.buffers, m.operatorCodes = 3, self.buffers, self.codes
+        m.subgraphs = [self.subgraph(inputs, outputs)] + list(others)
         m.description = "tests/test_tflite_ops.py"
         fb = flatbuffers.Builder(1024)
         fb.Finish(m.Pack(fb), file_identifier=b"TFL3")
@@ -642,3 +649,46 @@ def test_corrupt_sparsity_is_a_clear_error():
     g.op("FULLY_CONNECTED", [x, wd], [o], "FullyConnectedOptions")
     with pytest.raises(TFLiteImportError, match="sparse index lies outside shape"):
         load_bytes(g.finish([x], [o]))
+
+
+# ----------------------------------------------------------------------------- resource variables
+
+def streaming_model(init):
+    """A streaming model as TFLite's converter writes one: CALL_ONCE runs subgraph 1, which
+    assigns ``init`` to a resource variable; main reads it, adds the input, outputs the sum and
+    assigns it back."""
+    g = Graph()
+    h = g.tensor((), np.int32)
+    g.op("VAR_HANDLE", [], [h], "VarHandleOptions", container="", sharedName="state")
+    g.op("ASSIGN_VARIABLE", [h, g.const(init)], [])
+    init_graph = g.subgraph([], [])
+    g.op("CALL_ONCE", [], [], "CallOnceOptions", initSubgraphIndex=1)
+    h = g.tensor((), np.int32)
+    g.op("VAR_HANDLE", [], [h], "VarHandleOptions", container="", sharedName="state")
+    state, x, y = g.tensor(init.shape), g.tensor(init.shape), g.tensor(init.shape)
+    g.op("READ_VARIABLE", [h], [state])
+    g.op("ADD", [x, state], [y], "AddOptions")
+    g.op("ASSIGN_VARIABLE", [h, y], [])
+    return g.finish([x], [y], [init_graph])
+
+
+def test_resource_variables_start_from_their_initial_values(tmp_path):
+    """Each nnapi_ref inference is a fresh TFLite interpreter's first invocation."""
+    init = floats(2, 3)
+    data = streaming_model(init)
+    x = floats(2, 3)
+    info = check(tmp_path, data, [x])
+    assert info.nnapi_operations == ["ADD"] and "resource variables" in info.notes[0]
+    ours, _ = run_nnapi(tmp_path / "op.tflite", [x])
+    np.testing.assert_allclose(ours[0], x + init, rtol=1e-6)
+
+
+def test_control_flow_operator_is_named():
+    g = Graph()
+    x, y = g.tensor((2,)), g.tensor((2,))
+    g.op("NEG", [x], [y])
+    body = g.subgraph([x], [y])
+    c, x, y = g.tensor((1,), np.bool_), g.tensor((2,)), g.tensor((2,))
+    g.op("IF", [c, x], [y], "IfOptions", thenSubgraphIndex=1, elseSubgraphIndex=1)
+    with pytest.raises(TFLiteImportError, match=r"operator 0 \(IF\): is not supported"):
+        load_bytes(g.finish([c, x], [y], [body]))
