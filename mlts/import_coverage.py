@@ -119,7 +119,8 @@ def cover(path: Path, samples: int = 2) -> dict:
     return row
 
 
-def print_table(rows: list[dict], out=sys.stdout) -> None:
+def print_table(rows: list[dict], out=None) -> None:
+    out = out or sys.stdout
     w = max([len(Path(r["model"]).name) for r in rows] + [5])
     print(f"{'model':<{w}}  {'ops':>4}  {'status':<11}  {'max abs err':>11}  {'relative':>9}  {'steps':>5}  detail",
           file=out)
