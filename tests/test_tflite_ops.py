@@ -510,8 +510,7 @@ def test_fill_shape_rank(tmp_path):
     g.op("RANK", [x], [r])
     g.op("FILL", [g.const(np.array([2, 3], np.int32)), g.const(np.array(1.5, np.float32))], [f])
     g.op("ADD", [x, f], [y])
-    check(tmp_path, g.finish([x], [y]), [floats(2, 3)])
-    model, info = load_bytes(g.finish([x], [y]))
+    info = check(tmp_path, g.finish([x], [y]), [floats(2, 3)])
     assert info.nnapi_operations == ["FILL", "ADD"]
 
 
@@ -692,3 +691,83 @@ def test_control_flow_operator_is_named():
     g.op("IF", [c, x], [y], "IfOptions", thenSubgraphIndex=1, elseSubgraphIndex=1)
     with pytest.raises(TFLiteImportError, match=r"operator 0 \(IF\): is not supported"):
         load_bytes(g.finish([c, x], [y], [body]))
+
+
+# ----------------------------------------------------------------------------- the benchmark set's operators
+
+@pytest.mark.parametrize("name, opts", [("ADD", "AddOptions"), ("SUB", "SubOptions"), ("MUL", "MulOptions")])
+@pytest.mark.parametrize("act", [0, 1, 3])
+def test_int8_arithmetic_with_broadcast_and_fused_activation(tmp_path, name, opts, act):
+    g = Graph()
+    a = g.tensor((2, 3, 4), np.int8, quant=(0.05, -3))
+    b = g.const(q8((4,)), quant=(0.03, 5))
+    o = g.tensor((2, 3, 4), np.int8, quant=(0.06 if name != "MUL" else 0.01, 2))
+    g.op(name, [a, b], [o], opts, fusedActivationFunction=act)
+    check(tmp_path, g.finish([a], [o]), [q8((2, 3, 4))])
+
+
+@pytest.mark.parametrize("name, opts", [("ADD", "AddOptions"), ("SUB", "SubOptions"), ("MUL", "MulOptions"),
+                                        ("DIV", "DivOptions")])
+def test_float_arithmetic(tmp_path, name, opts):
+    check(tmp_path, *single(name, floats(2, 3), (2, 3), consts=[floats(3, lo=0.5, hi=2)], options=opts,
+                            fusedActivationFunction=1))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+@pytest.mark.parametrize("name", ["AVERAGE_POOL_2D", "MAX_POOL_2D"])
+def test_pools(tmp_path, dtype, name):
+    x = floats(1, 7, 6, 3) if dtype == np.float32 else q8((1, 7, 6, 3))
+    check(tmp_path, *single(name, x, (1, 4, 3, 3), x_quant=None if dtype == np.float32 else (0.1, -4),
+                            options="Pool2DOptions", padding=0, strideW=2, strideH=2, filterWidth=3, filterHeight=3,
+                            fusedActivationFunction=3))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+def test_softmax(tmp_path, dtype):
+    x = floats(2, 10) if dtype == np.float32 else q8((2, 10))
+    check(tmp_path, *single("SOFTMAX", x, (2, 10), x_quant=None if dtype == np.float32 else (0.1, 0),
+                            out_quant=None if dtype == np.float32 else (1 / 256, -128), options="SoftmaxOptions",
+                            beta=0.7))
+
+
+def test_uint8_concatenation(tmp_path):
+    """uint8 inputs of different scales (TFLite rescales uint8 only; its kernel refuses fused
+    activations)."""
+    g = Graph()
+    a = g.tensor((1, 2, 3), np.uint8, quant=(0.05, 128))
+    b = g.tensor((1, 2, 2), np.uint8, quant=(0.1, 118))
+    o = g.tensor((1, 2, 5), np.uint8, quant=(0.08, 123))
+    g.op("CONCATENATION", [a, b], [o], "ConcatenationOptions", axis=-1)
+    check(tmp_path, g.finish([a, b], [o]), [q8((1, 2, 3), np.uint8), q8((1, 2, 2), np.uint8)])
+
+
+def test_quantize_between_quantized_types(tmp_path):
+    g = Graph()
+    x = g.tensor((3, 4), np.int8, quant=(0.05, 3))
+    u = g.tensor((3, 4), np.uint8, quant=(0.05, 131))
+    r = g.tensor((3, 4), np.int8, quant=(0.08, -7))
+    g.op("QUANTIZE", [x], [u])
+    g.op("QUANTIZE", [x], [r])
+    check(tmp_path, g.finish([x], [u, r]), [q8((3, 4))])
+
+
+def test_dilated_conv(tmp_path):
+    g = Graph()
+    x, c = g.tensor((1, 7, 7, 2)), g.tensor((1, 7, 7, 3))
+    g.op("CONV_2D", [x, g.const(floats(3, 3, 3, 2)), g.const(floats(3))], [c], "Conv2DOptions", padding=0, strideW=1,
+         strideH=1, dilationWFactor=2, dilationHFactor=2, fusedActivationFunction=1)
+    check(tmp_path, g.finish([x], [c]), [floats(1, 7, 7, 2)])
+
+
+def test_hybrid_fully_connected_keep_num_dims(tmp_path):
+    """int8 weights, float activations: the importer dequantizes the weights, TFLite's hybrid
+    kernel quantizes each input row symmetrically (scale max|row| / 127), so each output differs
+    by at most half an input step times the row's sum of |weights|."""
+    x, w8, ws = floats(1, 5, 6), q8((4, 6)), np.float32(0.02)
+    g = Graph()
+    xi, f = g.tensor(x.shape), g.tensor((1, 5, 4))
+    g.op("FULLY_CONNECTED", [xi, g.const(w8, quant=(ws, 0)), g.const(floats(4))], [f], "FullyConnectedOptions",
+         keepNumDims=True)
+    bound = float(np.max(np.abs(x)) / 127 / 2 * np.max(np.abs(w8.astype(np.float32) * ws).sum(axis=1)))
+    info = check(tmp_path, g.finish([xi], [f]), [x], atol=bound)
+    assert info.nnapi_operations == ["FULLY_CONNECTED", "RESHAPE"]
