@@ -1219,7 +1219,69 @@ class _Converter:
         self.variables[key] = ("const", self.t(k).data) if k not in self.operand_of and self.t(k).data is not None \
             else ("operand", self.tensor(k))
 
-    def op_UNIDIRECTIONAL_SEQUENCE_LSTM(self, op):
+    # -- recurrent operators ----------------------------------------------------------------------
+    # TFLite's state inputs are variable tensors, zero after reset_all_variables(); NNAPI has none,
+    # so each inference starts from zero states (constants). Weights of hybrid operators (int8,
+    # float16) are dequantized: NNAPI has no hybrid recurrent operations.
+
+    def float_weight(self, k: int, what: str = "weight") -> int:
+        """Constant tensor ``k`` as a TENSOR_FLOAT32 operand (dequantized when int8/uint8/float16);
+        an omitted one (-1) as NNAPI's omitted operand."""
+        if k < 0:
+            return self.omitted()
+        t = self.t(k)
+        data = self.value_of(k, f"{what} tensor {k}")
+        if t.type_name == "FLOAT32":
+            return self.const(OperandType(T.TENSOR_FLOAT32, data.shape), data, key=("tensor", k))
+        if t.type_name in ("INT8", "UINT8", "FLOAT16"):
+            if t.type_name != "FLOAT16" and ("hybrid", self.op.index) not in self.const_cache:
+                self.const_cache[("hybrid", self.op.index)] = 0
+                self.note(f"hybrid weights ({t.type_name}) dequantized to float32 (NNAPI has no hybrid recurrent "
+                          "operation; TFLite's hybrid kernels quantize the activations on the fly)")
+            return self.const(OperandType(T.TENSOR_FLOAT32, data.shape), self.dequantized(t), key=("deq", k))
+        self.fail(f"{what} tensor {k} has type {t.type_name}")
+
+    def zero_state(self, k: int, shape) -> int:
+        if k < 0 or not self.t(k).is_variable:
+            self.fail(f"state input {k} is not a variable tensor")
+        return self.const(OperandType(T.TENSOR_FLOAT32, shape), np.zeros(shape, np.float32), key=("zeros",) + tuple(shape))
+
+    def float_input(self, k: int, what: str) -> int:
+        xi = self.tensor(k)
+        if self.type_of(xi).type != T.TENSOR_FLOAT32:
+            self.fail(f"{self.type_of(xi).type.name} input: only float32 {what}s are imported (NNAPI's is float)")
+        return xi
+
+    def op_RNN(self, op):
+        x, w, r, b, h = op.inputs[:5]
+        xi = self.float_input(x, "RNN")
+        batch, units = self.type_of(xi).dimensions[0], self.value_of(w, "the weights").shape[0]
+        args = [xi, self.float_weight(w), self.float_weight(r), self.float_weight(b), self.zero_state(h, (batch, units)),
+                self.i32(self.fuse())]
+        self.emit(Op.RNN, args, [self.temp(OperandType(T.TENSOR_FLOAT32), (batch, units)), self.define(op.outputs[0])])
+
+    def op_UNIDIRECTIONAL_SEQUENCE_RNN(self, op):
+        x, w, r, b, h = op.inputs[:5]
+        xi = self.float_input(x, "RNN")
+        time_major = bool(self.opt("timeMajor", False))
+        batch, units = self.type_of(xi).dimensions[1 if time_major else 0], self.value_of(w, "the weights").shape[0]
+        args = [xi, self.float_weight(w), self.float_weight(r), self.float_weight(b), self.zero_state(h, (batch, units)),
+                self.i32(self.fuse()), self.i32(int(time_major))]
+        self.emit(Op.UNIDIRECTIONAL_SEQUENCE_RNN, args, [self.define(op.outputs[0])])
+
+    def op_SVDF(self, op):
+        x, wf, wt, b, state = (list(op.inputs) + [-1] * 5)[:5]
+        xi = self.float_input(x, "SVDF")
+        batch = self.type_of(xi).dimensions[0]
+        filters, memory = self.value_of(wt, "the time weights").shape
+        args = [xi, self.float_weight(wf), self.float_weight(wt), self.float_weight(b),
+                self.zero_state(state, (batch, memory * filters)), self.i32(self.opt("rank")), self.i32(self.fuse())]
+        self.emit(Op.SVDF, args, [self.temp(OperandType(T.TENSOR_FLOAT32), (batch, memory * filters)),
+                                  self.define(op.outputs[0])])
+
+    def lstm_operands(self, op, batch_dim: int) -> tuple[list[int], list[int], tuple[int, int, int]]:
+        """NNAPI's (UNIDIRECTIONAL_SEQUENCE_)LSTM inputs 0-19 (input, weights, zero states) and its
+        four layer-normalization weights, from TFLite's inputs 0-23; and (batch, cells, outputs)."""
         ins = list(op.inputs) + [-1] * (24 - len(op.inputs))
         xi = self.tensor(ins[0])
         xt = self.type_of(xi)
@@ -1232,44 +1294,40 @@ class _Converter:
                          "the effective biases with bias=nullptr), while this LSTM has no layer normalization "
                          "and TFLite adds its gate biases to the gate accumulators: the biases would be lost")
                       + "; only float and hybrid (int8 weights, float activations) LSTMs are imported")
-        if self.opt("diagonalRecurrentTensors", False):
-            self.fail("diagonal_recurrent_tensors is not supported by NNAPI")
-        act, cell_clip, proj_clip = self.opt("fusedActivationFunction"), self.opt("cellClip", 0.0), \
-            self.opt("projClip", 0.0)
-        time_major = bool(self.opt("timeMajor", False))
-        hybrid = any(k >= 0 and self.t(k).type_name in ("INT8", "UINT8") for k in ins[1:18] + ins[20:24])
-        if hybrid:
-            self.note("hybrid LSTM: int8 weights dequantized to float32 (NNAPI has no hybrid LSTM; TFLite's "
-                      "hybrid kernel quantizes the activations on the fly instead)")
-
-        def weight(k: int) -> int:
-            if k < 0:
-                return self.omitted()
-            t = self.t(k)
-            data = self.value_of(k, f"LSTM weight tensor {k}")
-            if t.type_name == "FLOAT32":
-                return self.const(OperandType(T.TENSOR_FLOAT32, data.shape), data, key=("tensor", k))
-            if t.type_name in ("INT8", "UINT8", "FLOAT16"):
-                return self.const(OperandType(T.TENSOR_FLOAT32, data.shape), self.dequantized(t), key=("deq", k))
-            self.fail(f"LSTM weight tensor {k} has type {t.type_name}")
-
         n_cell = self.value_of(ins[1] if ins[1] >= 0 else ins[2], "the input-to-forget weights").shape[0]
         n_out = self.value_of(ins[16], "the projection weights").shape[0] if ins[16] >= 0 else n_cell
-        batch = xt.dimensions[1 if time_major else 0]
-        states = []
-        for k, n in ((ins[18], n_out), (ins[19], n_cell)):
-            # TFLite's state inputs are variable tensors, zero after reset_all_variables(); NNAPI
-            # has none, so each inference starts from zero states (constants).
-            if k < 0 or not self.t(k).is_variable:
-                self.fail(f"LSTM state input {k} is not a variable tensor")
-            states.append(self.const(OperandType(T.TENSOR_FLOAT32, (batch, n)), np.zeros((batch, n), np.float32),
-                                     key=("zeros", batch, n)))
-        args = [xi] + [weight(k) for k in ins[1:18]] + states
-        args += [self.i32(act), self.f32(cell_clip), self.f32(proj_clip), self.boolean(time_major)]
-        args += [weight(k) for k in ins[20:24]]   # layer normalization: TFLite inputs 20-23 -> NNAPI 24-27
+        batch = xt.dimensions[batch_dim]
+        states = [self.zero_state(ins[18], (batch, n_out)), self.zero_state(ins[19], (batch, n_cell))]
+        args = [xi] + [self.float_weight(k, "LSTM weight") for k in ins[1:18]] + states
+        return args, [self.float_weight(k, "LSTM weight") for k in ins[20:24]], (batch, n_cell, n_out)
+
+    def op_UNIDIRECTIONAL_SEQUENCE_LSTM(self, op):
+        if self.opt("diagonalRecurrentTensors", False):
+            self.fail("diagonal_recurrent_tensors is not supported by NNAPI")
+        time_major = bool(self.opt("timeMajor", False))
+        args, layer_norm, _ = self.lstm_operands(op, 1 if time_major else 0)
+        args += [self.i32(self.opt("fusedActivationFunction")), self.f32(self.opt("cellClip", 0.0)),
+                 self.f32(self.opt("projClip", 0.0)), self.boolean(time_major)]
+        args += layer_norm   # TFLite inputs 20-23 -> NNAPI 24-27
         if len(op.outputs) != 1:
             self.fail(f"{len(op.outputs)} outputs; expected 1")
         self.emit(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, args, [self.define(op.outputs[0])])
+
+    def op_LSTM(self, op):
+        """One LSTM step: NNAPI's LSTM, whose scratch buffer and state outputs are not kept."""
+        if self.opt("kernelType", 0) != 0:
+            self.fail("the BASIC kernel (TFLite's 5-input quantized LSTM cell) is not supported")
+        args, layer_norm, (batch, n_cell, n_out) = self.lstm_operands(op, 0)
+        args += [self.i32(self.opt("fusedActivationFunction")), self.f32(self.opt("cellClip", 0.0)),
+                 self.f32(self.opt("projClip", 0.0))]
+        args += layer_norm   # TFLite inputs 20-23 -> NNAPI 23-26
+        if len(op.outputs) != 1:
+            self.fail(f"{len(op.outputs)} outputs; expected 1")
+        f32 = OperandType(T.TENSOR_FLOAT32)
+        gates = 3 if op.inputs[1] < 0 else 4   # CIFG: no input gate
+        scratch = [self.temp(f32, (batch, n_cell * gates)), self.temp(f32, (batch, n_out)),
+                   self.temp(f32, (batch, n_cell))]
+        self.emit(Op.LSTM, args, scratch + [self.define(op.outputs[0])])
 
     # -- model -----------------------------------------------------------------------------------
 

@@ -32,7 +32,8 @@ class Graph:
         self.tensors, self.operators, self.codes = [], [], []
         self.buffers = [schema.BufferT()]
 
-    def tensor(self, shape, dtype=np.float32, data=None, quant=None, axis=0, sparsity=None, raw=None) -> int:
+    def tensor(self, shape, dtype=np.float32, data=None, quant=None, axis=0, sparsity=None, raw=None,
+               variable=False) -> int:
         """``quant``: (scale, zero point) or (scales, zero points) per channel along ``axis``;
         ``raw``: the buffer's values when they are not ``data`` (sparse tensors)."""
         t = schema.TensorT()
@@ -50,7 +51,7 @@ class Graph:
             q.zeroPoint = [int(z) for z in np.atleast_1d(quant[1])]
             q.quantizedDimension = axis
             t.quantization = q
-        t.sparsity = sparsity
+        t.sparsity, t.isVariable = sparsity, variable
         self.tensors.append(t)
         return len(self.tensors) - 1
 
@@ -771,3 +772,43 @@ def test_hybrid_fully_connected_keep_num_dims(tmp_path):
     bound = float(np.max(np.abs(x)) / 127 / 2 * np.max(np.abs(w8.astype(np.float32) * ws).sum(axis=1)))
     info = check(tmp_path, g.finish([xi], [f]), [x], atol=bound)
     assert info.nnapi_operations == ["FULLY_CONNECTED", "RESHAPE"]
+
+
+# ----------------------------------------------------------------------------- recurrent operators
+
+def test_rnn_step_and_sequence(tmp_path):
+    w, r, b = floats(4, 3, lo=-0.5, hi=0.5), floats(4, 4, lo=-0.5, hi=0.5), floats(4)
+    g = Graph()
+    x, h, o = g.tensor((2, 3)), g.tensor((2, 4), variable=True), g.tensor((2, 4))
+    g.op("RNN", [x, g.const(w), g.const(r), g.const(b), h], [o], "RNNOptions", fusedActivationFunction=1)
+    check(tmp_path, g.finish([x], [o]), [floats(2, 3)])
+    g = Graph()
+    x, h, o = g.tensor((2, 5, 3)), g.tensor((2, 4), variable=True), g.tensor((2, 5, 4))
+    g.op("UNIDIRECTIONAL_SEQUENCE_RNN", [x, g.const(w), g.const(r), g.const(b), h], [o], "SequenceRNNOptions",
+         timeMajor=False, fusedActivationFunction=3)
+    check(tmp_path, g.finish([x], [o]), [floats(2, 5, 3)])
+
+
+def test_svdf(tmp_path):
+    units, rank, memory = 3, 2, 4
+    g = Graph()
+    x, state, o = g.tensor((2, 5)), g.tensor((2, memory * units * rank), variable=True), g.tensor((2, units))
+    g.op("SVDF", [x, g.const(floats(units * rank, 5)), g.const(floats(units * rank, memory)), g.const(floats(units)),
+                  state], [o], "SVDFOptions", rank=rank, fusedActivationFunction=1)
+    check(tmp_path, g.finish([x], [o]), [floats(2, 5)])
+
+
+@pytest.mark.parametrize("cifg", [False, True])
+def test_lstm_step(tmp_path, cifg):
+    """TFLite's one-step LSTM (24 inputs, state variables) -> NNAPI's LSTM."""
+    n_in, n_cell = 3, 4
+    g = Graph()
+    x, o = g.tensor((2, n_in)), g.tensor((2, n_cell))
+    ins = [x] + [-1 if cifg and gate == 0 else g.const(floats(n_cell, n_in, lo=-0.5, hi=0.5)) for gate in range(4)]
+    ins += [-1 if cifg and gate == 0 else g.const(floats(n_cell, n_cell, lo=-0.5, hi=0.5)) for gate in range(4)]
+    ins += [-1, -1, -1]
+    ins += [-1 if cifg and gate == 0 else g.const(floats(n_cell, lo=-0.2, hi=1)) for gate in range(4)]
+    ins += [-1, -1, g.tensor((2, n_cell), variable=True), g.tensor((2, n_cell), variable=True), -1, -1, -1, -1]
+    g.op("LSTM", ins, [o], "LSTMOptions", fusedActivationFunction=4, cellClip=0.0, projClip=0.0)
+    info = check(tmp_path, g.finish([x], [o]), [floats(2, n_in)])
+    assert info.nnapi_operations == ["LSTM"]
