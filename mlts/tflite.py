@@ -380,7 +380,8 @@ PLAIN_OPS = {"RELU": Op.RELU, "RELU6": Op.RELU6, "RELU_N1_TO_1": Op.RELU1, "LOGI
              "SIN": Op.SIN, "FLOOR": Op.FLOOR, "LOGICAL_NOT": Op.LOGICAL_NOT, "LOGICAL_AND": Op.LOGICAL_AND,
              "LOGICAL_OR": Op.LOGICAL_OR, "CAST": Op.CAST, "MAXIMUM": Op.MAXIMUM, "MINIMUM": Op.MINIMUM, "POW": Op.POW,
              "PRELU": Op.PRELU, "LESS": Op.LESS, "LESS_EQUAL": Op.LESS_EQUAL, "GREATER": Op.GREATER,
-             "GREATER_EQUAL": Op.GREATER_EQUAL, "EQUAL": Op.EQUAL, "NOT_EQUAL": Op.NOT_EQUAL}
+             "GREATER_EQUAL": Op.GREATER_EQUAL, "EQUAL": Op.EQUAL, "NOT_EQUAL": Op.NOT_EQUAL,
+             "HASHTABLE_LOOKUP": Op.HASHTABLE_LOOKUP}
 # Reductions with ReducerOptions (MEAN has its own method: NNAPI's MEAN keeps the input's quantization).
 REDUCTIONS = {"SUM": Op.REDUCE_SUM, "REDUCE_PROD": Op.REDUCE_PROD, "REDUCE_MAX": Op.REDUCE_MAX,
               "REDUCE_MIN": Op.REDUCE_MIN, "REDUCE_ANY": Op.REDUCE_ANY}
@@ -1160,6 +1161,19 @@ class _Converter:
         args = [xi, wi, bi, self.i32_tensor(self.const_ints(out_shape, "the output shape")), self.i32(PADDING[padding]),
                 self.i32(self.opt("strideW")), self.i32(self.opt("strideH")), self.i32(self.fuse()), self.boolean(False)]
         self.emit(Op.TRANSPOSE_CONV_2D, args, [self.define(op.outputs[0])])
+
+    def op_LSH_PROJECTION(self, op):
+        """TFLite's SPARSE projection (1) is NNAPI's type 3 (its type 1 is the deprecated one that
+        hashes differently), without weights, as TFLite's NNAPI delegate maps it; DENSE is 2 in both."""
+        kind = self.opt("type")
+        if kind not in (1, 2):
+            self.fail(f"projection type {kind} is neither SPARSE (1) nor DENSE (2)")
+        weight = op.inputs[2] if len(op.inputs) > 2 else -1
+        if kind == 1 and weight >= 0:
+            self.fail("a SPARSE projection with weights is not supported by NNAPI")
+        args = [self.tensor(op.inputs[0]), self.tensor(op.inputs[1]),
+                self.tensor(weight) if weight >= 0 else self.omitted(), self.i32(3 if kind == 1 else 2)]
+        self.emit(Op.LSH_PROJECTION, args, [self.define(op.outputs[0])])
 
     def op_BATCH_MATMUL(self, op):
         a, b = self.tensor(op.inputs[0]), self.tensor(op.inputs[1])

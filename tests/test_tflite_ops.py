@@ -812,3 +812,22 @@ def test_lstm_step(tmp_path, cifg):
     g.op("LSTM", ins, [o], "LSTMOptions", fusedActivationFunction=4, cellClip=0.0, projClip=0.0)
     info = check(tmp_path, g.finish([x], [o]), [floats(2, n_in)])
     assert info.nnapi_operations == ["LSTM"]
+
+
+def test_hashtable_lookup(tmp_path):
+    g = Graph()
+    lookups = g.tensor((4,), np.int32)
+    out, hits = g.tensor((4, 2)), g.tensor((4,), np.uint8)
+    g.op("HASHTABLE_LOOKUP", [lookups, g.const(np.array([-3, 0, 7, 12], np.int32)), g.const(floats(4, 2))],
+         [out, hits])
+    check(tmp_path, g.finish([lookups], [out, hits]), [np.array([7, 5, -3, 12], np.int32)])
+
+
+@pytest.mark.parametrize("kind", [1, 2])
+def test_lsh_projection(tmp_path, kind):
+    g = Graph()
+    x = g.tensor((3, 2), np.int32)
+    o = g.tensor((4,) if kind == 1 else (12,), np.int32)
+    ins = [g.const(floats(4, 3)), x] + ([] if kind == 1 else [g.const(floats(3, lo=0.1, hi=1))])
+    g.op("LSH_PROJECTION", ins, [o], "LSHProjectionOptions", type=kind)
+    check(tmp_path, g.finish([x], [o]), [RNG.integers(-100, 100, (3, 2)).astype(np.int32)])
