@@ -831,3 +831,57 @@ def test_lsh_projection(tmp_path, kind):
     ins = [g.const(floats(4, 3)), x] + ([] if kind == 1 else [g.const(floats(3, lo=0.1, hi=1))])
     g.op("LSH_PROJECTION", ins, [o], "LSHProjectionOptions", type=kind)
     check(tmp_path, g.finish([x], [o]), [RNG.integers(-100, 100, (3, 2)).astype(np.int32)])
+
+
+# ----------------------------------------------------------------------------- damaged files
+
+def flatc_layout_model() -> bytes:
+    """A model written by the flatbuffers Builder (back to front, as TFLite's converter writes):
+    a quantized conv, sparse weights behind DENSIFY, and options of several kinds."""
+    sparsity, values = sparse_csr(np.diag(np.arange(1, 5, dtype=np.float32)))
+    g = Graph()
+    x = g.tensor((1, 4, 4, 2), np.int8, quant=(0.05, 1))
+    c = g.tensor((1, 4, 4, 3), np.int8, quant=(0.1, -2))
+    w = g.const(q8((3, 3, 3, 2)), quant=([0.01, 0.02, 0.03], [0, 0, 0]), axis=0)
+    b = g.const(np.array([5, -5, 9], np.int32), quant=([0.0005, 0.001, 0.0015], [0, 0, 0]))
+    g.op("CONV_2D", [x, w, b], [c], "Conv2DOptions", padding=0, strideW=1, strideH=1)
+    f, ws, wd, o = g.tensor((1, 4, 4, 3)), g.tensor((4, 4), sparsity=sparsity, raw=values), g.tensor((4, 4)), \
+        g.tensor((12, 4))
+    g.op("DEQUANTIZE", [c], [f])
+    g.op("DENSIFY", [ws], [wd])
+    r = g.tensor((12, 4))
+    g.op("RESHAPE", [f, g.const(np.array([12, 4], np.int32))], [r], "ReshapeOptions", newShape=[12, 4])
+    g.op("BATCH_MATMUL", [r, wd], [o], "BatchMatMulOptions")
+    return g.finish([x], [o])
+
+
+def test_flatc_layout_truncations_and_corruptions_are_clear_errors():
+    """Every truncation, and random byte corruptions, of a file in flatc's layout: a
+    TFLiteImportError or a model, never another exception (the generated reader does no bounds
+    checks of its own)."""
+    from mlts.tflite import convert, parse_tflite
+    data = flatc_layout_model()
+    assert [op.name for op in parse_tflite(data).operators] == ["CONV_2D", "DEQUANTIZE", "DENSIFY", "RESHAPE",
+                                                                 "BATCH_MATMUL"]
+    for n in range(0, len(data), 7):
+        with pytest.raises(TFLiteImportError):
+            convert(parse_tflite(data[:n]))
+    rng = np.random.default_rng(11)
+    outcomes = {"error": 0, "model": 0}
+    for _ in range(400):
+        corrupt = bytearray(data)
+        for at in rng.integers(0, len(data), 4):
+            corrupt[at] = rng.integers(0, 256)
+        try:
+            convert(parse_tflite(bytes(corrupt)))
+            outcomes["model"] += 1
+        except TFLiteImportError:
+            outcomes["error"] += 1
+    assert outcomes["error"] > 0
+
+
+def test_missing_ai_edge_litert_is_named(monkeypatch):
+    import mlts.tflite
+    monkeypatch.setattr(mlts.tflite, "schema", None)
+    with pytest.raises(TFLiteImportError, match="needs the ai-edge-litert package"):
+        mlts.tflite.parse_tflite(b"\x00" * 64)
