@@ -1327,6 +1327,34 @@ class _Converter:
             self.fail(f"{len(op.outputs)} outputs; expected 1")
         self.emit(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, args, [self.define(op.outputs[0])])
 
+    def op_BIDIRECTIONAL_SEQUENCE_LSTM(self, op):
+        """TFLite's inputs 0-47 are NNAPI's 0-47 (input; forward and backward weights; the four
+        states, zero; the auxiliary input and weights); the options follow, then NNAPI's eight
+        layer-normalization weights, omitted (TFLite's operator has none)."""
+        ins = list(op.inputs) + [-1] * (48 - len(op.inputs))
+        time_major = bool(self.opt("timeMajor", True))
+        xi = self.float_input(ins[0], "BIDIRECTIONAL_SEQUENCE_LSTM")
+        batch = self.type_of(xi).dimensions[1 if time_major else 0]
+        states = []
+        for weights, state in ((1, 35), (18, 37)):   # each direction's input-to-forget weights, output state
+            n_cell = self.value_of(ins[weights + 1], "the input-to-forget weights").shape[0]
+            proj = ins[weights + 15]
+            n_out = self.value_of(proj, "the projection weights").shape[0] if proj >= 0 else n_cell
+            states += [self.zero_state(ins[state], (batch, n_out)), self.zero_state(ins[state + 1], (batch, n_cell))]
+        aux = ins[39]
+        if aux >= 0 and aux not in self.operand_of:
+            self.fail("the auxiliary input must be computed, not a constant")
+        args = [xi] + [self.float_weight(k, "LSTM weight") for k in ins[1:35]] + states
+        args += [self.tensor(aux) if aux >= 0 else self.omitted()]
+        args += [self.float_weight(k, "LSTM weight") for k in ins[40:48]]
+        merge = bool(self.opt("mergeOutputs", False))
+        args += [self.i32(self.opt("fusedActivationFunction")), self.f32(self.opt("cellClip", 0.0)),
+                 self.f32(self.opt("projClip", 0.0)), self.boolean(merge), self.boolean(time_major)]
+        args += [self.omitted() for _ in range(8)]
+        if len(op.outputs) != (1 if merge else 2):
+            self.fail(f"{len(op.outputs)} outputs with merge_outputs={merge}")
+        self.emit(Op.BIDIRECTIONAL_SEQUENCE_LSTM, args, [self.define(k) for k in op.outputs])
+
     def op_LSTM(self, op):
         """One LSTM step: NNAPI's LSTM, whose scratch buffer and state outputs are not kept."""
         if self.opt("kernelType", 0) != 0:
