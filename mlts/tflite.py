@@ -42,6 +42,26 @@ Mapping (TFLite → NNAPI), besides the one-to-one operations:
   20-23 move to NNAPI's 24-27 and the options become inputs 20-23. Hybrid LSTMs get their weights
   dequantized. Integer (int8/int16) LSTMs are refused: NNAPI's QUANTIZED_LSTM is a single time
   step and, without layer normalization, ignores the gate biases that TFLite's kernel adds.
+  The other recurrent operators (LSTM, BIDIRECTIONAL_SEQUENCE_LSTM, RNN,
+  UNIDIRECTIONAL_SEQUENCE_RNN, SVDF) likewise start from zero states.
+* The operators TFLite's NNAPI delegate maps (its ``Validate`` in ``nnapi_delegate.cc``), with
+  its conditions: e.g. BATCH_TO_SPACE_ND without crops, L2_NORMALIZATION without a fused
+  activation, ARG_MAX/ARG_MIN with INT32 output, GATHER without batch_dims, STRIDED_SLICE without
+  ellipsis or new-axis masks; RESIZE_* with align_corners / half_pixel_centers as NNAPI's
+  optional inputs; LEAKY_RELU as PRELU with a one-element alpha (exact when quantized);
+  LSH_PROJECTION's SPARSE as NNAPI's type 3. Where NNAPI's operation is narrower than TFLite's:
+  SPLIT_V → one SLICE per output; UNPACK → SPLIT → RESHAPE; SQUARED_DIFFERENCE (float) → SUB →
+  MUL; a shrunk STRIDED_SLICE axis gets ``end = begin + 1`` (NNAPI requires it, TFLite ignores
+  ``end``); a quantized RELU/RELU6/RELU_N1_TO_1 that rescales → the RELU, then DEQUANTIZE →
+  QUANTIZE; DEQUANTIZE of a float16 activation → CAST. SHAPE and RANK are folded into
+  constants (shapes are static).
+* Weights: float16 constants behind DEQUANTIZE (TFLite's float16 quantization) and sparse
+  constants behind DENSIFY are folded into float32 / dense constants at import.
+* Resource variables (streaming models: CALL_ONCE runs an initialization subgraph of constant
+  ASSIGN_VARIABLEs, the main subgraph READ_VARIABLEs and ASSIGN_VARIABLEs): every inference
+  starts from the initial values, like a fresh TFLite interpreter's first invocation, and the
+  assigned values are not kept (NNAPI models are stateless). Other subgraphs (IF, WHILE) are
+  refused, naming the operator.
 
 Anything else (an unknown operator, a custom operator, an unsupported type or option) raises
 :class:`TFLiteImportError` (a ValueError) naming the TFLite operator and its index; a malformed

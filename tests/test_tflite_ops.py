@@ -928,3 +928,9 @@ def test_bidirectional_sequence_lstm_merged_batch_major(tmp_path):
     separate = np.concatenate(run_tflite(paths[False], [x]), axis=-1)
     ours, _ = run_nnapi(paths[True], [x])
     np.testing.assert_allclose(ours[0], separate, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_float_mean(tmp_path, keep):
+    check(tmp_path, *single("MEAN", floats(2, 3, 4), (2, 1, 4) if keep else (2, 4),
+                            consts=[np.array([1], np.int32)], options="ReducerOptions", keepDims=keep))
