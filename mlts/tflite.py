@@ -56,7 +56,8 @@ Mapping (TFLite → NNAPI), besides the one-to-one operations:
   QUANTIZE; DEQUANTIZE of a float16 activation → CAST. SHAPE and RANK are folded into
   constants (shapes are static).
 * Weights: float16 constants behind DEQUANTIZE (TFLite's float16 quantization) and sparse
-  constants behind DENSIFY are folded into float32 / dense constants at import.
+  constants behind DENSIFY are folded into float32 / dense constants at import; packed INT4
+  weights are unpacked to int8 values (exact: an int8 tensor that uses 16 levels).
 * Resource variables (streaming models: CALL_ONCE runs an initialization subgraph of constant
   ASSIGN_VARIABLEs, the main subgraph READ_VARIABLEs and ASSIGN_VARIABLEs): every inference
   starts from the initial values, like a fresh TFLite interpreter's first invocation, and the
@@ -268,15 +269,21 @@ def _tensor(k: int, t, buffers, buf: bytes) -> TfTensor:
         if t.sparsity is not None:
             raise TFLiteImportError(f"malformed .tflite: sparse tensor {k} ({tensor.name!r}) has no data")
         return tensor
-    dtype = NUMPY_TYPES.get(tensor.type_name)
-    if dtype is None:
-        raise TFLiteImportError(f"unsupported .tflite: constant tensor {k} ({tensor.name!r}) has type "
-                                f"{tensor.type_name}")
     raw = np.asarray(raw, np.uint8)
-    itemsize = np.dtype(dtype).itemsize
-    if raw.size % itemsize:
-        raise TFLiteImportError(f"malformed .tflite: tensor {k} has {raw.size} bytes of {tensor.type_name} data")
-    values = raw.view(np.dtype(dtype).newbyteorder("<")).astype(dtype)   # an aligned, native-order copy
+    if tensor.type_name == "INT4":
+        # Two values a byte, the first in the low nibble (TFLite's packed int4 weights).
+        n = int(np.prod(shape)) if shape else 1
+        nibbles = np.stack([raw & 0x0F, raw >> 4], axis=-1).reshape(-1)[:n].astype(np.int8)
+        values = np.where(nibbles > 7, nibbles - 16, nibbles).astype(np.int8)
+    else:
+        dtype = NUMPY_TYPES.get(tensor.type_name)
+        if dtype is None:
+            raise TFLiteImportError(f"unsupported .tflite: constant tensor {k} ({tensor.name!r}) has type "
+                                    f"{tensor.type_name}")
+        itemsize = np.dtype(dtype).itemsize
+        if raw.size % itemsize:
+            raise TFLiteImportError(f"malformed .tflite: tensor {k} has {raw.size} bytes of {tensor.type_name} data")
+        values = raw.view(np.dtype(dtype).newbyteorder("<")).astype(dtype)   # an aligned, native-order copy
     if t.sparsity is not None:
         tensor.data = densify(values, shape, t.sparsity, f"tensor {k} ({tensor.name!r})")
         tensor.sparse = True
@@ -629,16 +636,17 @@ class _Converter:
         if x_type.type == T.TENSOR_FLOAT32:
             if t.type_name == "FLOAT32":
                 return self.const(OperandType(T.TENSOR_FLOAT32, shape), data, key=key)
-            if t.type_name in ("INT8", "UINT8", "FLOAT16"):
+            if t.type_name in ("INT8", "INT4", "UINT8", "FLOAT16"):
                 if t.type_name != "FLOAT16" and ("hybrid", k) not in self.const_cache:
                     self.const_cache[("hybrid", k)] = 0
                     self.note(f"hybrid weights (tensor {k}, {t.type_name}) dequantized to float32 "
                               "(NNAPI has no hybrid operation)")
                 return self.const(OperandType(T.TENSOR_FLOAT32, shape), self.dequantized(t).reshape(shape), key=key)
-        elif x_type.type in QUANT8 and t.type_name in ("INT8", "UINT8"):
+        elif x_type.type in QUANT8 and t.type_name in ("INT8", "INT4", "UINT8"):
+            # INT4 weights (unpacked to int8 values on read) are int8 weights that use 16 levels.
             if t.per_channel:
-                if t.type_name != "INT8" or np.any(t.zero_point != 0):
-                    self.fail(f"per-channel filter tensor {k} must be INT8 with zero points 0")
+                if t.type_name == "UINT8" or np.any(t.zero_point != 0):
+                    self.fail(f"per-channel filter tensor {k} must be INT8 or INT4 with zero points 0")
                 if t.quantized_dimension != channel_dim:
                     self.fail(f"filter tensor {k} is quantized along dimension {t.quantized_dimension}; "
                               f"NNAPI needs {channel_dim}")
@@ -648,7 +656,7 @@ class _Converter:
             scale, zp = self.quant(t)
             if x_type.type == T.TENSOR_QUANT8_ASYMM_SIGNED and t.type_name == "UINT8":
                 data, zp = (data.astype(np.int16) - 128).astype(np.int8), zp - 128
-            elif x_type.type == T.TENSOR_QUANT8_ASYMM and t.type_name == "INT8":
+            elif x_type.type == T.TENSOR_QUANT8_ASYMM and t.type_name in ("INT8", "INT4"):
                 data, zp = (data.astype(np.int16) + 128).astype(np.uint8), zp + 128
             return self.const(OperandType(x_type.type, shape, scale, zp), data, key=key)
         self.fail(f"filter tensor {k} of type {t.type_name} with input type {x_type.type.name} is not supported")
@@ -1267,7 +1275,7 @@ class _Converter:
         data = self.value_of(k, f"{what} tensor {k}")
         if t.type_name == "FLOAT32":
             return self.const(OperandType(T.TENSOR_FLOAT32, data.shape), data, key=("tensor", k))
-        if t.type_name in ("INT8", "UINT8", "FLOAT16"):
+        if t.type_name in ("INT8", "INT4", "UINT8", "FLOAT16"):
             if t.type_name != "FLOAT16" and ("hybrid", self.op.index) not in self.const_cache:
                 self.const_cache[("hybrid", self.op.index)] = 0
                 self.note(f"hybrid weights ({t.type_name}) dequantized to float32 (NNAPI has no hybrid recurrent "

@@ -934,3 +934,35 @@ def test_bidirectional_sequence_lstm_merged_batch_major(tmp_path):
 def test_float_mean(tmp_path, keep):
     check(tmp_path, *single("MEAN", floats(2, 3, 4), (2, 1, 4) if keep else (2, 4),
                             consts=[np.array([1], np.int32)], options="ReducerOptions", keepDims=keep))
+
+
+def int4_weights(g: Graph, w: np.ndarray, scales) -> int:
+    """A constant INT4 tensor (two values a byte, the first in the low nibble) of ``w`` (int8
+    values in [-8, 7]), quantized per channel along dimension 0."""
+    nibbles = (w.reshape(-1) & 0x0F).astype(np.uint8)
+    nibbles = np.append(nibbles, np.uint8(0)) if nibbles.size % 2 else nibbles
+    packed = (nibbles[0::2] | (nibbles[1::2] << 4)).astype(np.uint8)
+    k = g.tensor(w.shape, np.int8, quant=(scales, [0] * len(scales)), axis=0, raw=packed.view(np.int8))
+    g.tensors[k].type = schema.TensorType.INT4
+    return k
+
+
+def test_int4_weights_behind_dequantize_and_in_an_int8_conv(tmp_path):
+    g = Graph()
+    x = g.tensor((3, 5))
+    w = RNG.integers(-8, 8, (4, 5)).astype(np.int8)
+    wi, wf, o = int4_weights(g, w, [0.1, 0.2, 0.05, 0.3]), g.tensor((4, 5)), g.tensor((3, 4))
+    g.op("DEQUANTIZE", [wi], [wf])
+    g.op("FULLY_CONNECTED", [x, wf, g.const(floats(4))], [o], "FullyConnectedOptions")
+    data = g.finish([x], [o])
+    from mlts.tflite import parse_tflite
+    np.testing.assert_array_equal(parse_tflite(data).tensors[wi].data, w)
+    check(tmp_path, data, [floats(3, 5)])
+    g = Graph()
+    x = g.tensor((1, 4, 4, 2), np.int8, quant=(0.05, 1))
+    ws = np.array([0.01, 0.02, 0.03], np.float32)
+    wi = int4_weights(g, RNG.integers(-8, 8, (3, 3, 3, 2)).astype(np.int8), ws)
+    b = g.const(np.array([5, -5, 9], np.int32), quant=(0.05 * ws, [0, 0, 0]))
+    c = g.tensor((1, 4, 4, 3), np.int8, quant=(0.02, -2))
+    g.op("CONV_2D", [x, wi, b], [c], "Conv2DOptions", padding=0, strideW=1, strideH=1)
+    check(tmp_path, g.finish([x], [c]), [q8((1, 4, 4, 2))])
