@@ -987,6 +987,59 @@ class _Converter:
         self.emit(Op.SUB, [xi, yi, self.i32(0)], [d])
         self.emit(Op.MUL, [d, d, self.i32(0)], [self.define(op.outputs[0])])
 
+    def op_SQUARE(self, op):
+        xi = self.tensor(op.inputs[0])
+        if self.type_of(xi).type != T.TENSOR_FLOAT32:
+            self.fail(f"{self.type_of(xi).type.name} input: only float32 is lowered (MUL)")
+        self.emit(Op.MUL, [xi, xi, self.i32(0)], [self.define(op.outputs[0])])
+
+    def op_ADD_N(self, op):
+        """A chain of ADDs (exact in float32 up to the summation order, which TFLite's kernel shares)."""
+        ins = [self.tensor(k) for k in op.inputs]
+        ot = self.out_type(op.outputs[0])
+        if ot.type != T.TENSOR_FLOAT32:
+            self.fail(f"{ot.type.name} output: only float32 is lowered (a chain of ADDs)")
+        acc = ins[0]
+        for k, x in enumerate(ins[1:], 2):
+            out = self.define(op.outputs[0]) if k == len(ins) else self.temp(ot, ot.dimensions)
+            self.emit(Op.ADD, [acc, x, self.i32(0)], [out])
+            acc = out
+
+    def op_CEIL(self, op):
+        """NNAPI has no CEIL: ceil(x) = -floor(-x), exact in float."""
+        xi = self.tensor(op.inputs[0])
+        xt = self.type_of(xi)
+        if xt.type != T.TENSOR_FLOAT32:
+            self.fail(f"{xt.type.name} input: only float32 is lowered (NEG -> FLOOR -> NEG)")
+        neg, floor = self.temp(xt, xt.dimensions), self.temp(xt, xt.dimensions)
+        self.emit(Op.NEG, [xi], [neg])
+        self.emit(Op.FLOOR, [neg], [floor])
+        self.emit(Op.NEG, [floor], [self.define(op.outputs[0])])
+
+    def op_REVERSE_V2(self, op):
+        axes = self.const_ints(op.inputs[1], "the axes")
+        if len(axes) != 1:
+            self.fail(f"reverses {len(axes)} axes; NNAPI's REVERSE takes one")
+        self.emit(Op.REVERSE, [self.tensor(op.inputs[0]), self.i32_tensor(axes)], [self.define(op.outputs[0])])
+
+    def op_ZEROS_LIKE(self, op):
+        self.fold(op.outputs[0], np.zeros(self.type_of(self.tensor(op.inputs[0])).dimensions))
+
+    def op_BROADCAST_TO(self, op):
+        """RESHAPE to the target's rank (leading ones), then TILE: exact for every type."""
+        xi = self.tensor(op.inputs[0])
+        xt = self.type_of(xi)
+        target = self.const_ints(op.inputs[1], "the shape")
+        shape = (1,) * (len(target) - len(xt.dimensions)) + tuple(xt.dimensions)
+        if len(shape) != len(target) or any(s not in (1, t) for s, t in zip(shape, target)):
+            self.fail(f"shape {list(xt.dimensions)} does not broadcast to {target}")
+        if shape != tuple(xt.dimensions):
+            reshaped = self.temp(xt, shape)
+            self.reshape_to(xi, shape, reshaped)
+            xi = reshaped
+        multiples = [t // s for s, t in zip(shape, target)]
+        self.emit(Op.TILE, [xi, self.i32_tensor(multiples)], [self.define(op.outputs[0])])
+
     def op_LOG_SOFTMAX(self, op):
         self.emit(Op.LOG_SOFTMAX, [self.tensor(op.inputs[0]), self.f32(1.0), self.i32(-1)],
                   [self.define(op.outputs[0])])

@@ -64,7 +64,8 @@ class Graph:
         code = getattr(schema.BuiltinOperator, name)
         if code not in [c.builtinCode for c in self.codes]:
             c = schema.OperatorCodeT()
-            c.builtinCode, c.deprecatedBuiltinCode, c.version = code, min(code, 127), 1
+            c.builtinCode, c.deprecatedBuiltinCode = code, min(code, 127)
+            c.version = 2 if name == "BROADCAST_TO" else 1   # BROADCAST_TO's versions start at 2
             self.codes.append(c)
         o = schema.OperatorT()
         o.opcodeIndex = [c.builtinCode for c in self.codes].index(code)
@@ -966,3 +967,33 @@ def test_int4_weights_behind_dequantize_and_in_an_int8_conv(tmp_path):
     c = g.tensor((1, 4, 4, 3), np.int8, quant=(0.02, -2))
     g.op("CONV_2D", [x, wi, b], [c], "Conv2DOptions", padding=0, strideW=1, strideH=1)
     check(tmp_path, g.finish([x], [c]), [q8((1, 4, 4, 2))])
+
+
+
+# ----------------------------------------------------------------------------- beyond the delegate's list
+
+def test_square_ceil_reverse_zeros_like(tmp_path):
+    x = floats(2, 3, 4)
+    check(tmp_path, *single("SQUARE", x, x.shape))
+    check(tmp_path, *single("CEIL", x, x.shape))
+    check(tmp_path, *single("REVERSE_V2", x, x.shape, consts=[np.array([1], np.int32)]))
+    g = Graph()
+    xi, z, y = g.tensor(x.shape), g.tensor(x.shape), g.tensor(x.shape)
+    g.op("ZEROS_LIKE", [xi], [z])
+    g.op("SUB", [z, xi], [y], "SubOptions")
+    check(tmp_path, g.finish([xi], [y]), [x])
+
+
+def test_add_n(tmp_path):
+    g = Graph()
+    a, b, c, o = g.tensor((2, 3)), g.tensor((2, 3)), g.tensor((2, 3)), g.tensor((2, 3))
+    g.op("ADD_N", [a, b, c], [o])
+    info = check(tmp_path, g.finish([a, b, c], [o]), [floats(2, 3), floats(2, 3), floats(2, 3)])
+    assert info.nnapi_operations == ["ADD", "ADD"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+def test_broadcast_to(tmp_path, dtype):
+    x = floats(3, 1) if dtype == np.float32 else q8((3, 1))
+    check(tmp_path, *single("BROADCAST_TO", x, (2, 3, 4), consts=[np.array([2, 3, 4], np.int32)],
+                            x_quant=None if dtype == np.float32 else (0.1, 2)))
