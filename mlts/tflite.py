@@ -403,7 +403,8 @@ PADDING = {0: 1, 1: 2}              # TFLite Padding SAME/VALID -> NNAPI Padding
 BINARY_OPS = {"ADD": Op.ADD, "SUB": Op.SUB, "MUL": Op.MUL, "DIV": Op.DIV}
 # Operators that are one NNAPI operation of the same inputs and no options.
 PLAIN_OPS = {"RELU": Op.RELU, "RELU6": Op.RELU6, "RELU_N1_TO_1": Op.RELU1, "LOGISTIC": Op.LOGISTIC, "TANH": Op.TANH,
-             "HARD_SWISH": Op.HARD_SWISH, "EXP": Op.EXP, "LOG": Op.LOG, "SQRT": Op.SQRT, "RSQRT": Op.RSQRT, "ABS": Op.ABS, "NEG": Op.NEG,
+             "HARD_SWISH": Op.HARD_SWISH, "EXP": Op.EXP, "LOG": Op.LOG, "SQRT": Op.SQRT, "RSQRT": Op.RSQRT,
+             "ABS": Op.ABS, "NEG": Op.NEG,
              "SIN": Op.SIN, "FLOOR": Op.FLOOR, "LOGICAL_NOT": Op.LOGICAL_NOT, "LOGICAL_AND": Op.LOGICAL_AND,
              "LOGICAL_OR": Op.LOGICAL_OR, "CAST": Op.CAST, "MAXIMUM": Op.MAXIMUM, "MINIMUM": Op.MINIMUM, "POW": Op.POW,
              "PRELU": Op.PRELU, "LESS": Op.LESS, "LESS_EQUAL": Op.LESS_EQUAL, "GREATER": Op.GREATER,
@@ -1193,8 +1194,8 @@ class _Converter:
 
     def resize(self, op, code: Op):
         h, w = self.const_ints(op.inputs[1], "the size")
-        args = [self.tensor(op.inputs[0]), self.i32(w), self.i32(h), self.boolean(False),
-                self.boolean(bool(self.opt("alignCorners", False))), self.boolean(bool(self.opt("halfPixelCenters", False)))]
+        align, half = (self.boolean(bool(self.opt(name, False))) for name in ("alignCorners", "halfPixelCenters"))
+        args = [self.tensor(op.inputs[0]), self.i32(w), self.i32(h), self.boolean(False), align, half]
         self.emit(code, args, [self.define(op.outputs[0])])
 
     def op_RESIZE_BILINEAR(self, op):
@@ -1240,7 +1241,8 @@ class _Converter:
         c_out = self.type_of(wi).dimensions[0]
         bi = self.bias_operand(b, xt, wi, c_out)
         args = [xi, wi, bi, self.i32_tensor(self.const_ints(out_shape, "the output shape")), self.i32(PADDING[padding]),
-                self.i32(self.opt("strideW")), self.i32(self.opt("strideH")), self.i32(self.fuse()), self.boolean(False)]
+                self.i32(self.opt("strideW")), self.i32(self.opt("strideH")), self.i32(self.fuse()),
+                self.boolean(False)]
         self.emit(Op.TRANSPOSE_CONV_2D, args, [self.define(op.outputs[0])])
 
     def op_LSH_PROJECTION(self, op):
@@ -1339,7 +1341,8 @@ class _Converter:
     def zero_state(self, k: int, shape) -> int:
         if k < 0 or not self.t(k).is_variable:
             self.fail(f"state input {k} is not a variable tensor")
-        return self.const(OperandType(T.TENSOR_FLOAT32, shape), np.zeros(shape, np.float32), key=("zeros",) + tuple(shape))
+        return self.const(OperandType(T.TENSOR_FLOAT32, shape), np.zeros(shape, np.float32),
+                          key=("zeros",) + tuple(shape))
 
     def float_input(self, k: int, what: str) -> int:
         xi = self.tensor(k)
@@ -1351,7 +1354,8 @@ class _Converter:
         x, w, r, b, h = op.inputs[:5]
         xi = self.float_input(x, "RNN")
         batch, units = self.type_of(xi).dimensions[0], self.value_of(w, "the weights").shape[0]
-        args = [xi, self.float_weight(w), self.float_weight(r), self.float_weight(b), self.zero_state(h, (batch, units)),
+        args = [xi, self.float_weight(w), self.float_weight(r), self.float_weight(b),
+                self.zero_state(h, (batch, units)),
                 self.i32(self.fuse())]
         self.emit(Op.RNN, args, [self.temp(OperandType(T.TENSOR_FLOAT32), (batch, units)), self.define(op.outputs[0])])
 
@@ -1360,7 +1364,8 @@ class _Converter:
         xi = self.float_input(x, "RNN")
         time_major = bool(self.opt("timeMajor", False))
         batch, units = self.type_of(xi).dimensions[1 if time_major else 0], self.value_of(w, "the weights").shape[0]
-        args = [xi, self.float_weight(w), self.float_weight(r), self.float_weight(b), self.zero_state(h, (batch, units)),
+        args = [xi, self.float_weight(w), self.float_weight(r), self.float_weight(b),
+                self.zero_state(h, (batch, units)),
                 self.i32(self.fuse()), self.i32(int(time_major))]
         self.emit(Op.UNIDIRECTIONAL_SEQUENCE_RNN, args, [self.define(op.outputs[0])])
 
