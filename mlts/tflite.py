@@ -54,7 +54,8 @@ Mapping (TFLite → NNAPI), besides the one-to-one operations:
   MUL; a shrunk STRIDED_SLICE axis gets ``end = begin + 1`` (NNAPI requires it, TFLite ignores
   ``end``); a quantized RELU/RELU6/RELU_N1_TO_1 that rescales → the RELU, then DEQUANTIZE →
   QUANTIZE; DEQUANTIZE of a float16 activation → CAST. SHAPE and RANK are folded into
-  constants (shapes are static).
+  constants (shapes are static). One custom operator: MediaPipe's Convolution2DTransposeBias
+  (its segmentation models) → TRANSPOSE_CONV_2D with the bias.
 * Weights: float16 constants behind DEQUANTIZE (TFLite's float16 quantization) and sparse
   constants behind DENSIFY are folded into float32 / dense constants at import; packed INT4
   weights are unpacked to int8 values (exact: an int8 tensor that uses 16 levels).
@@ -151,6 +152,7 @@ class TfOperator:
     options: object | None           # the schema's ...OptionsT object, None when absent
     intermediates: list[int] = field(default_factory=list)
     version: int = 1
+    custom_options: bytes = b""      # a CUSTOM operator's raw options
 
 
 @dataclass
@@ -227,7 +229,8 @@ def _subgraph(n: int, sg, opcodes, buffers, buf: bytes) -> TfGraph:
         if o.builtinOptions2 is not None:
             raise TFLiteImportError(f"unsupported .tflite: {where}operator {k} ({name}) has StableHLO options "
                                     f"({type(o.builtinOptions2).__name__[:-1]})")
-        operators.append(TfOperator(k, name, ins, outs, o.builtinOptions, _ints(o.intermediates), version))
+        custom = bytes(np.asarray(o.customOptions, np.uint8)) if o.customOptions is not None else b""
+        operators.append(TfOperator(k, name, ins, outs, o.builtinOptions, _ints(o.intermediates), version, custom))
     ins, outs = _ints(sg.inputs), _ints(sg.outputs)
     for t in ins + outs:
         if not 0 <= t < len(tensors):
@@ -410,6 +413,8 @@ PLAIN_OPS = {"RELU": Op.RELU, "RELU6": Op.RELU6, "RELU_N1_TO_1": Op.RELU1, "LOGI
              "PRELU": Op.PRELU, "LESS": Op.LESS, "LESS_EQUAL": Op.LESS_EQUAL, "GREATER": Op.GREATER,
              "GREATER_EQUAL": Op.GREATER_EQUAL, "EQUAL": Op.EQUAL, "NOT_EQUAL": Op.NOT_EQUAL,
              "HASHTABLE_LOOKUP": Op.HASHTABLE_LOOKUP}
+# Custom operators with a mapping: name -> method.
+CUSTOM_OPS = {"CUSTOM(Convolution2DTransposeBias)": "custom_transpose_conv_bias"}
 # Reductions with ReducerOptions (MEAN has its own method: NNAPI's MEAN keeps the input's quantization).
 REDUCTIONS = {"SUM": Op.REDUCE_SUM, "REDUCE_PROD": Op.REDUCE_PROD, "REDUCE_MAX": Op.REDUCE_MAX,
               "REDUCE_MIN": Op.REDUCE_MIN, "REDUCE_ANY": Op.REDUCE_ANY}
@@ -1258,6 +1263,24 @@ class _Converter:
                 self.tensor(weight) if weight >= 0 else self.omitted(), self.i32(3 if kind == 1 else 2)]
         self.emit(Op.LSH_PROJECTION, args, [self.define(op.outputs[0])])
 
+    def custom_transpose_conv_bias(self, op):
+        """MediaPipe's Convolution2DTransposeBias (segmentation models): TRANSPOSE_CONV with a bias
+        input, inputs (input, filter, bias), options a raw TfLiteTransposeConvParams (int32
+        padding: 1 SAME, 2 VALID, NNAPI's codes too; stride width; stride height)."""
+        if len(op.custom_options) < 12 or len(op.inputs) != 3:
+            self.fail(f"expects 3 inputs and 12 bytes of options, got {len(op.inputs)} and {len(op.custom_options)}")
+        padding, stride_w, stride_h = struct.unpack_from("<3i", op.custom_options)
+        if padding not in (1, 2):
+            self.fail(f"padding {padding} is neither SAME (1) nor VALID (2)")
+        x, w, b = op.inputs
+        xi = self.tensor(x)
+        xt = self.type_of(xi)
+        wi = self.filter_operand(w, xt, 0)
+        bi = self.bias_operand(b, xt, wi, self.type_of(wi).dimensions[0])
+        args = [xi, wi, bi, self.i32_tensor(list(self.t(op.outputs[0]).shape)), self.i32(padding),
+                self.i32(stride_w), self.i32(stride_h), self.i32(0), self.boolean(False)]
+        self.emit(Op.TRANSPOSE_CONV_2D, args, [self.define(op.outputs[0])])
+
     def op_BATCH_MATMUL(self, op):
         a, b = self.tensor(op.inputs[0]), self.tensor(op.inputs[1])
         args = [a, b, self.boolean(bool(self.opt("adjX", False))), self.boolean(bool(self.opt("adjY", False)))]
@@ -1464,6 +1487,8 @@ class _Converter:
         for table, method in ((BINARY_OPS, self.binary), (PLAIN_OPS, self.plain), (REDUCTIONS, self.reduce)):
             if name in table:
                 return functools.partial(method, code=table[name])
+        if name in CUSTOM_OPS:
+            return getattr(self, CUSTOM_OPS[name])
         return getattr(self, "op_" + name, None)
 
     def convert(self, extra_outputs=()) -> tuple[Model, TFLiteInfo]:

@@ -77,6 +77,15 @@ class Graph:
             o.builtinOptionsType, o.builtinOptions = getattr(schema.BuiltinOptions, options), opts
         self.operators.append(o)
 
+    def custom_op(self, code: str, ins, outs, options: bytes) -> None:
+        c = schema.OperatorCodeT()
+        c.builtinCode, c.deprecatedBuiltinCode, c.customCode, c.version = 32, 32, code, 1
+        self.codes.append(c)
+        o = schema.OperatorT()
+        o.opcodeIndex, o.inputs, o.outputs = len(self.codes) - 1, list(ins), list(outs)
+        o.customOptions = np.frombuffer(options, np.uint8)
+        self.operators.append(o)
+
     def subgraph(self, inputs, outputs):
         """The tensors and operators so far as a subgraph; the next ones start a new one."""
         sg = schema.SubGraphT()
@@ -997,3 +1006,29 @@ def test_broadcast_to(tmp_path, dtype):
     x = floats(3, 1) if dtype == np.float32 else q8((3, 1))
     check(tmp_path, *single("BROADCAST_TO", x, (2, 3, 4), consts=[np.array([2, 3, 4], np.int32)],
                             x_quant=None if dtype == np.float32 else (0.1, 2)))
+
+
+
+@pytest.mark.parametrize("padding", [1, 2])
+def test_mediapipe_transpose_conv_bias(tmp_path, padding):
+    """MediaPipe's custom Convolution2DTransposeBias, which TFLite cannot run without MediaPipe's
+    op resolver: the golden is TFLite running the same weights as builtin TRANSPOSE_CONV + ADD."""
+    x, w, b = floats(1, 3, 4, 2), floats(3, 2, 2, 2), floats(3)
+    out = (1, 6, 8, 3)
+    g = Graph()
+    xi, o = g.tensor(x.shape), g.tensor(out)
+    g.custom_op("Convolution2DTransposeBias", [xi, g.const(w), g.const(b)], [o],
+                np.array([padding, 2, 2], "<i4").tobytes())
+    custom = g.finish([xi], [o])
+    g = Graph()
+    xi, t, o = g.tensor(x.shape), g.tensor(out), g.tensor(out)
+    g.op("TRANSPOSE_CONV", [g.const(np.array(out, np.int32)), g.const(w), xi], [t], "TransposeConvOptions",
+         padding=0 if padding == 1 else 1, strideW=2, strideH=2)
+    g.op("ADD", [t, g.const(b)], [o], "AddOptions")
+    builtin = tmp_path / "builtin.tflite"
+    builtin.write_bytes(g.finish([xi], [o]))
+    path = tmp_path / "custom.tflite"
+    path.write_bytes(custom)
+    ours, info = run_nnapi(path, [x])
+    assert info.nnapi_operations == ["TRANSPOSE_CONV_2D"]
+    np.testing.assert_allclose(ours[0], run_tflite(builtin, [x])[0], rtol=1e-5, atol=1e-5)
