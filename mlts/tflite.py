@@ -1523,6 +1523,9 @@ class _Converter:
         self.op = None
         outputs = list(g.outputs) + [k for k in extra_outputs if k not in g.outputs]
         for k in outputs:
+            if k in self.folded:
+                raise TFLiteImportError(f"TFLite model: output tensor {k} is a constant folded at import (no NNAPI "
+                                        "operation computes it; an NNAPI model output cannot be a constant)")
             if k not in self.operand_of:
                 raise TFLiteImportError(f"TFLite model: output tensor {k} is not computed by any operator")
         try:

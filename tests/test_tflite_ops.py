@@ -1020,3 +1020,33 @@ def test_mediapipe_transpose_conv_bias(tmp_path, padding):
                 np.array([padding, 2, 2], "<i4").tobytes())
     info = check(tmp_path, g.finish([xi], [o]), [x], reference=False)
     assert info.nnapi_operations == ["TRANSPOSE_CONV_2D"]
+
+
+
+def test_int8_layout_operators(tmp_path):
+    """The delegate's int8 cases of PACK, SPLIT, SELECT, TOPK_V2, EXPAND_DIMS (same quantization
+    in and out, as TFLite requires)."""
+    quant = (0.1, -3)
+    g = Graph()
+    a, b = g.tensor((2, 3), np.int8, quant=quant), g.tensor((2, 3), np.int8, quant=quant)
+    c = g.tensor((2, 3), np.bool_)
+    packed, sel = g.tensor((2, 2, 3), np.int8, quant=quant), g.tensor((2, 3), np.int8, quant=quant)
+    halves = [g.tensor((1, 3), np.int8, quant=quant) for _ in range(2)]
+    top, idx = g.tensor((2, 2), np.int8, quant=quant), g.tensor((2, 2), np.int32)
+    expanded = g.tensor((2, 1, 3), np.int8, quant=quant)
+    g.op("PACK", [a, b], [packed], "PackOptions", valuesCount=2, axis=1)
+    g.op("SELECT", [c, a, b], [sel])
+    g.op("SPLIT", [g.const(np.array(0, np.int32)), sel], halves, "SplitOptions", numSplits=2)
+    g.op("TOPK_V2", [a, g.const(np.array(2, np.int32))], [top, idx])
+    g.op("EXPAND_DIMS", [b, g.const(np.array([1], np.int32))], [expanded])
+    outs = [packed] + halves + [top, idx, expanded]
+    a_values = np.array([[5, -7, 3], [100, -128, 0]], np.int8)   # distinct per row: TOPK's order is unambiguous
+    check(tmp_path, g.finish([a, b, c], outs), [a_values, q8((2, 3)), RNG.integers(0, 2, (2, 3)).astype(np.bool_)])
+
+
+def test_a_folded_constant_as_model_output_is_named():
+    g = Graph()
+    x, s = g.tensor((2, 3)), g.tensor((2,), np.int32)
+    g.op("SHAPE", [x], [s], "ShapeOptions", outType=schema.TensorType.INT32)
+    with pytest.raises(TFLiteImportError, match="output tensor 1 is a constant folded at import"):
+        load_bytes(g.finish([x], [s]))
