@@ -9,10 +9,14 @@ their requantization multipliers differently, README).
 """
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from mlts.tflite import TFLiteImportError, load_tflite
+from mlts import tflite
+from mlts.tflite import TFLiteImportError, convert, load_tflite, parse_tflite
 from nnapi_ref import Compilation, Execution
 
 schema = pytest.importorskip("ai_edge_litert.schema_py_generated", reason="needs ai-edge-litert")
@@ -102,6 +106,14 @@ class Graph:
         fb = flatbuffers.Builder(1024)
         fb.Finish(m.Pack(fb), file_identifier=b"TFL3")
         return bytes(fb.Output())
+
+
+def load_bytes(data: bytes):
+    """load_tflite of a model given as bytes (through a temporary file)."""
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "m.tflite"
+        path.write_bytes(data)
+        return load_tflite(path)
 
 
 def run_tflite(path, inputs, reference: bool = True) -> list[np.ndarray]:
@@ -295,15 +307,6 @@ def test_squared_difference_refuses_quantized():
     g.op("SQUARED_DIFFERENCE", [a, a], [o])
     with pytest.raises(TFLiteImportError, match=r"SQUARED_DIFFERENCE\): TENSOR_QUANT8_ASYMM_SIGNED output"):
         load_bytes(g.finish([a], [o]))
-
-
-def load_bytes(data: bytes, tmp=None):
-    import tempfile
-    from pathlib import Path
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "m.tflite"
-        path.write_bytes(data)
-        return load_tflite(path)
 
 
 # ----------------------------------------------------------------------------- reductions, normalization
@@ -643,7 +646,6 @@ def test_sparse_weights_are_densified(tmp_path, layout):
     g.op("DENSIFY", [ws], [wd])
     g.op("FULLY_CONNECTED", [x, wd, g.const(floats(4))], [o], "FullyConnectedOptions")
     data = g.finish([x], [o])
-    from mlts.tflite import parse_tflite
     np.testing.assert_array_equal(parse_tflite(data).tensors[ws].data, dense)
     check(tmp_path, data, [floats(2, 8)])
 
@@ -869,7 +871,6 @@ def test_flatc_layout_truncations_and_corruptions_are_clear_errors():
     """Every truncation, and random byte corruptions, of a file in flatc's layout: a
     TFLiteImportError or a model, never another exception (the generated reader does no bounds
     checks of its own)."""
-    from mlts.tflite import convert, parse_tflite
     data = flatc_layout_model()
     assert [op.name for op in parse_tflite(data).operators] == ["CONV_2D", "DEQUANTIZE", "DENSIFY", "RESHAPE",
                                                                  "BATCH_MATMUL"]
@@ -891,10 +892,9 @@ def test_flatc_layout_truncations_and_corruptions_are_clear_errors():
 
 
 def test_missing_ai_edge_litert_is_named(monkeypatch):
-    import mlts.tflite
-    monkeypatch.setattr(mlts.tflite, "schema", None)
+    monkeypatch.setattr(tflite, "schema", None)
     with pytest.raises(TFLiteImportError, match="needs the ai-edge-litert package"):
-        mlts.tflite.parse_tflite(b"\x00" * 64)
+        parse_tflite(b"\x00" * 64)
 
 
 def bidirectional_lstm(merge: bool, time_major: bool, n_in=3, n_cell=4, steps=5) -> bytes:
@@ -965,7 +965,6 @@ def test_int4_weights_behind_dequantize_and_in_an_int8_conv(tmp_path):
     g.op("DEQUANTIZE", [wi], [wf])
     g.op("FULLY_CONNECTED", [x, wf, g.const(floats(4))], [o], "FullyConnectedOptions")
     data = g.finish([x], [o])
-    from mlts.tflite import parse_tflite
     np.testing.assert_array_equal(parse_tflite(data).tensors[wi].data, w)
     check(tmp_path, data, [floats(3, 5)])
     g = Graph()
