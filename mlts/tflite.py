@@ -226,9 +226,6 @@ def _subgraph(n: int, sg, opcodes, buffers, buf: bytes) -> TfGraph:
             if not -1 <= t < len(tensors):
                 raise TFLiteImportError(f"malformed .tflite: {where}operator {k} ({name}) names tensor {t} of "
                                         f"{len(tensors)}")
-        if o.builtinOptions2 is not None:
-            raise TFLiteImportError(f"unsupported .tflite: {where}operator {k} ({name}) has StableHLO options "
-                                    f"({type(o.builtinOptions2).__name__[:-1]})")
         custom = bytes(np.asarray(o.customOptions, np.uint8)) if o.customOptions is not None else b""
         operators.append(TfOperator(k, name, ins, outs, o.builtinOptions, _ints(o.intermediates), version, custom))
     ins, outs = _ints(sg.inputs), _ints(sg.outputs)
@@ -1516,7 +1513,7 @@ class _Converter:
                 self.fail(f"NNAPI rejects the mapping: {e}")
             except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as e:
                 # Inconsistent operands (a wrong input count, shapes that do not fit, ...).
-                self.fail(f"malformed or unsupported operands ({type(e).__name__}: {e})")
+                self.fail(f"operands the mapping cannot take ({type(e).__name__}: {e})")
             for k in op.outputs:
                 if k >= 0 and k not in self.operand_of and k not in self.folded:
                     self.fail(f"output tensor {k} was not produced by the mapping")

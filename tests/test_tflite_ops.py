@@ -1049,3 +1049,14 @@ def test_a_folded_constant_as_model_output_is_named():
     g.op("SHAPE", [x], [s], "ShapeOptions", outType=schema.TensorType.INT32)
     with pytest.raises(TFLiteImportError, match="output tensor 1 is a constant folded at import"):
         load_bytes(g.finish([x], [s]))
+
+
+def test_stablehlo_operator_is_named_and_listed():
+    from mlts.tflite import unmapped_operators
+    g = Graph()
+    x, y = g.tensor((2,)), g.tensor((2,))
+    g.op("STABLEHLO_ADD", [x, x], [y])
+    data = g.finish([x], [y])
+    assert unmapped_operators(parse_tflite(data)) == ["STABLEHLO_ADD"]
+    with pytest.raises(TFLiteImportError, match=r"operator 0 \(STABLEHLO_ADD\): is not supported"):
+        load_bytes(data)
