@@ -51,7 +51,8 @@ Mapping (TFLite → NNAPI), besides the one-to-one operations:
   optional inputs; LEAKY_RELU as PRELU with a one-element alpha (exact when quantized);
   LSH_PROJECTION's SPARSE as NNAPI's type 3. Where NNAPI's operation is narrower than TFLite's:
   SPLIT_V → one SLICE per output; UNPACK → SPLIT → RESHAPE; SQUARED_DIFFERENCE (float) → SUB →
-  MUL; a shrunk STRIDED_SLICE axis gets ``end = begin + 1`` (NNAPI requires it, TFLite ignores
+  MUL; SELECT_V2 and BROADCAST_TO → RESHAPE → TILE of each broadcast input (LOGICAL_OR with
+  false for booleans); a shrunk STRIDED_SLICE axis gets ``end = begin + 1`` (NNAPI requires it, TFLite ignores
   ``end``); a quantized RELU/RELU6/RELU_N1_TO_1 that rescales → the RELU, then DEQUANTIZE →
   QUANTIZE; DEQUANTIZE of a float16 activation → CAST. SHAPE and RANK are folded into
   constants (shapes are static). One custom operator: MediaPipe's Convolution2DTransposeBias
@@ -1028,20 +1029,33 @@ class _Converter:
     def op_ZEROS_LIKE(self, op):
         self.fold(op.outputs[0], np.zeros(self.type_of(self.tensor(op.inputs[0])).dimensions))
 
-    def op_BROADCAST_TO(self, op):
-        """RESHAPE to the target's rank (leading ones), then TILE: exact for every type."""
-        xi = self.tensor(op.inputs[0])
+    def broadcast(self, xi: int, target, out: int | None = None) -> int:
+        """Operand ``xi`` broadcast to shape ``target``: RESHAPE to the target's rank (leading
+        ones), then TILE; exact for every type (booleans, which TILE does not take: LOGICAL_OR
+        with false). Written to ``out`` when given."""
         xt = self.type_of(xi)
-        target = self.const_ints(op.inputs[1], "the shape")
+        target = tuple(target)
         shape = (1,) * (len(target) - len(xt.dimensions)) + tuple(xt.dimensions)
         if len(shape) != len(target) or any(s not in (1, t) for s, t in zip(shape, target)):
-            self.fail(f"shape {list(xt.dimensions)} does not broadcast to {target}")
+            self.fail(f"shape {list(xt.dimensions)} does not broadcast to {list(target)}")
+        if shape == target and out is None:
+            return xi
+        if xt.type == T.TENSOR_BOOL8:
+            out = self.temp(xt, target) if out is None else out
+            false = self.const(OperandType(T.TENSOR_BOOL8, target), np.zeros(target, np.bool_))
+            self.emit(Op.LOGICAL_OR, [xi, false], [out])
+            return out
         if shape != tuple(xt.dimensions):
             reshaped = self.temp(xt, shape)
             self.reshape_to(xi, shape, reshaped)
             xi = reshaped
-        multiples = [t // s for s, t in zip(shape, target)]
-        self.emit(Op.TILE, [xi, self.i32_tensor(multiples)], [self.define(op.outputs[0])])
+        out = self.temp(xt, target) if out is None else out
+        self.emit(Op.TILE, [xi, self.i32_tensor([t // s for s, t in zip(shape, target)])], [out])
+        return out
+
+    def op_BROADCAST_TO(self, op):
+        target = self.const_ints(op.inputs[1], "the shape")
+        self.broadcast(self.tensor(op.inputs[0]), target, self.define(op.outputs[0]))
 
     def op_LOG_SOFTMAX(self, op):
         self.emit(Op.LOG_SOFTMAX, [self.tensor(op.inputs[0]), self.f32(1.0), self.i32(-1)],
@@ -1067,7 +1081,11 @@ class _Converter:
         self.emit(Op.SELECT, [cond, a, b], [self.define(op.outputs[0])])
 
     def op_SELECT_V2(self, op):
-        self.op_SELECT(op)
+        """SELECT_V2 broadcasts its three inputs; NNAPI's SELECT does not: each is broadcast to
+        the output's shape first (RESHAPE, TILE)."""
+        shape = list(self.t(op.outputs[0]).shape)
+        ins = [self.broadcast(self.tensor(k), shape) for k in op.inputs[:3]]
+        self.emit(Op.SELECT, ins, [self.define(op.outputs[0])])
 
     # -- shapes, slicing, layout ---------------------------------------------------------------
 

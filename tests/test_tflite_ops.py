@@ -1060,3 +1060,13 @@ def test_stablehlo_operator_is_named_and_listed():
     assert unmapped_operators(parse_tflite(data)) == ["STABLEHLO_ADD"]
     with pytest.raises(TFLiteImportError, match=r"operator 0 \(STABLEHLO_ADD\): is not supported"):
         load_bytes(data)
+
+
+
+def test_select_v2_broadcasts(tmp_path):
+    g = Graph()
+    c, a = g.tensor((2, 1, 4), np.bool_), g.tensor((3, 1))
+    o = g.tensor((2, 3, 4))
+    g.op("SELECT_V2", [c, a, g.const(floats(4))], [o])
+    info = check(tmp_path, g.finish([c, a], [o]), [RNG.integers(0, 2, (2, 1, 4)).astype(np.bool_), floats(3, 1)])
+    assert info.nnapi_operations == ["LOGICAL_OR", "RESHAPE", "TILE", "RESHAPE", "TILE", "SELECT"]
