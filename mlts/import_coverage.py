@@ -13,7 +13,12 @@ output magnitude, and for quantized outputs the max error in quantization steps.
 
 A model *agrees* when every output is within ``FLOAT_RTOL`` of TFLite's largest magnitude (float
 outputs) or within ``QUANT_STEPS`` steps (quantized outputs): both runtimes sum in different
-orders and round requantizations differently, so a correct import is close, not bit-exact.
+orders and round requantizations differently, so a correct import is close, not bit-exact. In a
+deep quantized network single-step flips (NNAPI forms the requantization multiplier from the
+float32 product of the scales, TFLite from the double one) propagate: on ../shared/models'
+MobileNet quant classifiers the import differs from TFLite's reference kernels by up to 5 (v1)
+and 8 (v2) output steps, and TFLite's own XNNPACK and reference kernels differ from each other by
+8 and 11 (README); hence 8.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from nnapi_ref import Compilation, Execution
 from nnapi_ref.errors import NnapiError
 
 FLOAT_RTOL = 1e-3
-QUANT_STEPS = 2
+QUANT_STEPS = 8
 STATUSES = ("agrees", "differs", "refused", "failed", "no baseline")
 
 
