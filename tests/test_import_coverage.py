@@ -44,7 +44,7 @@ def test_seeded_models_agree_and_a_refusal_names_its_operator(tmp_path, capsys):
             assert row["status"] == "agrees", row
             assert row["operators"] > 0 and row["tflite_kernels"] == "reference"
     int8 = rows["mobilenet_v1_0.25_128_seeded_int8.tflite"]
-    assert int8["max_error_steps"] <= import_coverage.QUANT_STEPS
+    assert int8["max_error_steps"] <= 1   # measured 0: a 31-operator network drifts less than the deep ones
     assert rows["mobilenet_v1_0.25_128_seeded_float.tflite"]["relative_error"] < 1e-4
     assert "5 models: 4 import (3 agrees, 1 differs, 1 refused)" in out
     assert "operators without a mapping: SEGMENT_SUM" in out
