@@ -588,20 +588,22 @@ def test_float16_weights_behind_dequantize(tmp_path):
     assert info.nnapi_operations == ["FULLY_CONNECTED"]
 
 
-def sparse_csr(dense: np.ndarray):
-    """``dense`` (2-D) in TFLite's sparsity format: rows DENSE, columns SPARSE_CSR."""
-    rows = schema.DimensionMetadataT()
-    rows.format, rows.denseSize = schema.DimensionType.DENSE, dense.shape[0]
-    cols = schema.DimensionMetadataT()
-    cols.format = schema.DimensionType.SPARSE_CSR
-    nz = dense != 0
-    cols.arraySegmentsType, cols.arraySegments = schema.SparseIndexVector.Int32Vector, schema.Int32VectorT()
-    cols.arraySegments.values = np.concatenate([[0], np.cumsum(nz.sum(axis=1))]).astype(np.int32)
-    cols.arrayIndicesType, cols.arrayIndices = schema.SparseIndexVector.Uint8Vector, schema.Uint8VectorT()
-    cols.arrayIndices.values = np.nonzero(nz)[1].astype(np.uint8)
+def sparse_csr(dense: np.ndarray, column_major: bool = False):
+    """``dense`` (2-D) in TFLite's sparsity format: the outer traversal dimension DENSE, the inner
+    one SPARSE_CSR; rows outer (traversal order [0, 1]) or columns outer ([1, 0])."""
+    walk = dense.T if column_major else dense
+    outer = schema.DimensionMetadataT()
+    outer.format, outer.denseSize = schema.DimensionType.DENSE, walk.shape[0]
+    inner = schema.DimensionMetadataT()
+    inner.format = schema.DimensionType.SPARSE_CSR
+    nz = walk != 0
+    inner.arraySegmentsType, inner.arraySegments = schema.SparseIndexVector.Int32Vector, schema.Int32VectorT()
+    inner.arraySegments.values = np.concatenate([[0], np.cumsum(nz.sum(axis=1))]).astype(np.int32)
+    inner.arrayIndicesType, inner.arrayIndices = schema.SparseIndexVector.Uint8Vector, schema.Uint8VectorT()
+    inner.arrayIndices.values = np.nonzero(nz)[1].astype(np.uint8)
     s = schema.SparsityParametersT()
-    s.traversalOrder, s.dimMetadata = [0, 1], [rows, cols]
-    return s, dense[nz]
+    s.traversalOrder, s.dimMetadata = ([1, 0] if column_major else [0, 1]), [outer, inner]
+    return s, walk[nz]
 
 
 def block_sparse(dense: np.ndarray, block=(1, 4)):
@@ -629,7 +631,7 @@ def block_sparse(dense: np.ndarray, block=(1, 4)):
     return s, blocks[keep].reshape(-1)
 
 
-@pytest.mark.parametrize("layout", ["csr", "block"])
+@pytest.mark.parametrize("layout", ["csr", "csr column-major", "block"])
 def test_sparse_weights_are_densified(tmp_path, layout):
     """A sparse FULLY_CONNECTED weight behind DENSIFY (as TFLite's converter writes it) imports to
     exactly the dense weights, and the model agrees with TFLite."""
@@ -638,7 +640,7 @@ def test_sparse_weights_are_densified(tmp_path, layout):
     if layout == "block":
         dense[:, 4:] = 0
         dense[1] = 0
-    sparsity, values = sparse_csr(dense) if layout == "csr" else block_sparse(dense)
+    sparsity, values = block_sparse(dense) if layout == "block" else sparse_csr(dense, "column" in layout)
     g = Graph()
     x = g.tensor((2, 8))
     ws = g.tensor((4, 8), sparsity=sparsity, raw=values)
