@@ -133,7 +133,6 @@ class TfTensor:
     zero_point: np.ndarray | None = None
     quantized_dimension: int = 0
     is_variable: bool = False
-    sparse: bool = False            # data was stored in TFLite's sparse format (densified here)
 
     @property
     def type_name(self) -> str:
@@ -152,7 +151,6 @@ class TfOperator:
     outputs: list[int]
     options: object | None           # the schema's ...OptionsT object, None when absent
     intermediates: list[int] = field(default_factory=list)
-    version: int = 1
     custom_options: bytes = b""      # a CUSTOM operator's raw options
 
 
@@ -206,7 +204,7 @@ def _graph(model, buf: bytes) -> TfGraph:
     for oc in model.operatorCodes or []:
         # builtin_code superseded the int8 deprecated_builtin_code at code 127.
         code = max(int(oc.deprecatedBuiltinCode), int(oc.builtinCode))
-        opcodes.append((f"CUSTOM({_text(oc.customCode)})" if code == CUSTOM else builtin_name(code), int(oc.version)))
+        opcodes.append(f"CUSTOM({_text(oc.customCode)})" if code == CUSTOM else builtin_name(code))
     graphs = [_subgraph(n, sg, opcodes, buffers, buf) for n, sg in enumerate(subgraphs)]
     main = graphs[0]
     main.description, main.subgraphs = _text(model.description), graphs
@@ -221,14 +219,14 @@ def _subgraph(n: int, sg, opcodes, buffers, buf: bytes) -> TfGraph:
         i = int(o.opcodeIndex)
         if i >= len(opcodes):
             raise TFLiteImportError(f"malformed .tflite: {where}operator {k} has opcode index {i} of {len(opcodes)}")
-        name, version = opcodes[i]
+        name = opcodes[i]
         ins, outs = _ints(o.inputs), _ints(o.outputs)
         for t in ins + outs:
             if not -1 <= t < len(tensors):
                 raise TFLiteImportError(f"malformed .tflite: {where}operator {k} ({name}) names tensor {t} of "
                                         f"{len(tensors)}")
         custom = bytes(np.asarray(o.customOptions, np.uint8)) if o.customOptions is not None else b""
-        operators.append(TfOperator(k, name, ins, outs, o.builtinOptions, _ints(o.intermediates), version, custom))
+        operators.append(TfOperator(k, name, ins, outs, o.builtinOptions, _ints(o.intermediates), custom))
     ins, outs = _ints(sg.inputs), _ints(sg.outputs)
     for t in ins + outs:
         if not 0 <= t < len(tensors):
@@ -287,7 +285,6 @@ def _tensor(k: int, t, buffers, buf: bytes) -> TfTensor:
         values = raw.view(np.dtype(dtype).newbyteorder("<")).astype(dtype)   # an aligned, native-order copy
     if t.sparsity is not None:
         tensor.data = densify(values, shape, t.sparsity, f"tensor {k} ({tensor.name!r})")
-        tensor.sparse = True
     else:
         n = int(np.prod(shape)) if shape else 1
         if values.size != n:
