@@ -52,7 +52,8 @@ Mapping (TFLite → NNAPI), besides the one-to-one operations:
   LSH_PROJECTION's SPARSE as NNAPI's type 3. Where NNAPI's operation is narrower than TFLite's:
   SPLIT_V → one SLICE per output; UNPACK → SPLIT → RESHAPE; SQUARED_DIFFERENCE (float) → SUB →
   MUL; SELECT_V2 and BROADCAST_TO → RESHAPE → TILE of each broadcast input (LOGICAL_OR with
-  false for booleans); a shrunk STRIDED_SLICE axis gets ``end = begin + 1`` (NNAPI requires it, TFLite ignores
+  false for booleans); GELU (approximate=true only: NNAPI has no erf) → its tanh formula in
+  MULs, ADDs and a TANH; a shrunk STRIDED_SLICE axis gets ``end = begin + 1`` (NNAPI requires it, TFLite ignores
   ``end``); a quantized RELU/RELU6/RELU_N1_TO_1 that rescales → the RELU, then DEQUANTIZE →
   QUANTIZE; DEQUANTIZE of a float16 activation → CAST. SHAPE and RANK are folded into
   constants (shapes are static). One custom operator: MediaPipe's Convolution2DTransposeBias
@@ -987,6 +988,31 @@ class _Converter:
         d = self.temp(ot, ot.dimensions)
         self.emit(Op.SUB, [xi, yi, self.i32(0)], [d])
         self.emit(Op.MUL, [d, d, self.i32(0)], [self.define(op.outputs[0])])
+
+    def op_GELU(self, op):
+        """GELU with approximate=true, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as MULs, ADDs and a
+        TANH in float32; the exact form needs erf, which NNAPI lacks."""
+        xi = self.tensor(op.inputs[0])
+        xt = self.type_of(xi)
+        if xt.type != T.TENSOR_FLOAT32:
+            self.fail(f"{xt.type.name} input: only float32 is lowered")
+        if not self.opt("approximate", False):
+            self.fail("approximate=false (erf-based GELU): NNAPI has no erf")
+        zero = self.i32(0)
+
+        def emit(code, ins):
+            out = self.temp(xt, xt.dimensions)
+            self.emit(code, ins, [out])
+            return out
+
+        def scalar(v):
+            return self.const(OperandType(T.TENSOR_FLOAT32, (1,)), np.array([v], np.float32), key=("gelu", v))
+
+        cube = emit(Op.MUL, [emit(Op.MUL, [xi, xi, zero]), xi, zero])
+        inner = emit(Op.ADD, [xi, emit(Op.MUL, [cube, scalar(0.044715), zero]), zero])
+        t = emit(Op.TANH, [emit(Op.MUL, [inner, scalar(float(np.sqrt(2 / np.pi))), zero])])
+        half = emit(Op.MUL, [xi, scalar(0.5), zero])
+        self.emit(Op.MUL, [half, emit(Op.ADD, [t, scalar(1.0), zero]), zero], [self.define(op.outputs[0])])
 
     def op_SQUARE(self, op):
         xi = self.tensor(op.inputs[0])

@@ -1072,3 +1072,11 @@ def test_select_v2_broadcasts(tmp_path):
     g.op("SELECT_V2", [c, a, g.const(floats(4))], [o])
     info = check(tmp_path, g.finish([c, a], [o]), [RNG.integers(0, 2, (2, 1, 4)).astype(np.bool_), floats(3, 1)])
     assert info.nnapi_operations == ["LOGICAL_OR", "RESHAPE", "TILE", "RESHAPE", "TILE", "SELECT"]
+
+
+
+def test_gelu_approximate_and_exact_refused(tmp_path):
+    check(tmp_path, *single("GELU", floats(3, 50, lo=-6, hi=6), (3, 50), options="GeluOptions", approximate=True))
+    data, _ = single("GELU", floats(2, 3), (2, 3), options="GeluOptions", approximate=False)
+    with pytest.raises(TFLiteImportError, match=r"GELU\): approximate=false \(erf-based GELU\): NNAPI has no erf"):
+        load_bytes(data)
