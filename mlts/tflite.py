@@ -43,7 +43,7 @@ Mapping (TFLite → NNAPI), besides the one-to-one operations:
   dequantized. Integer (int8/int16) LSTMs are refused: NNAPI's QUANTIZED_LSTM is a single time
   step and, without layer normalization, ignores the gate biases that TFLite's kernel adds.
   The other recurrent operators (LSTM, BIDIRECTIONAL_SEQUENCE_LSTM, RNN,
-  UNIDIRECTIONAL_SEQUENCE_RNN, SVDF) likewise start from zero states.
+  UNIDIRECTIONAL_SEQUENCE_RNN, BIDIRECTIONAL_SEQUENCE_RNN, SVDF) likewise start from zero states.
 * The operators TFLite's NNAPI delegate maps (its ``Validate`` in ``nnapi_delegate.cc``), with
   its conditions: e.g. BATCH_TO_SPACE_ND without crops, L2_NORMALIZATION without a fused
   activation, ARG_MAX/ARG_MIN with INT32 output, GATHER without batch_dims, STRIDED_SLICE without
@@ -1429,6 +1429,29 @@ class _Converter:
                 self.zero_state(h, (batch, units)),
                 self.i32(self.fuse()), self.i32(int(time_major))]
         self.emit(Op.UNIDIRECTIONAL_SEQUENCE_RNN, args, [self.define(op.outputs[0])])
+
+    def op_BIDIRECTIONAL_SEQUENCE_RNN(self, op):
+        """TFLite's inputs 0-11 are NNAPI's (input; forward and backward weights, recurrent
+        weights, bias, state (zero); auxiliary input and weights); then activation, time_major,
+        merge_outputs."""
+        ins = list(op.inputs) + [-1] * (12 - len(op.inputs))
+        xi = self.float_input(ins[0], "BIDIRECTIONAL_SEQUENCE_RNN")
+        time_major = bool(self.opt("timeMajor", False))
+        batch = self.type_of(xi).dimensions[1 if time_major else 0]
+        args = [xi]
+        for w, r, b, h in (ins[1:5], ins[5:9]):
+            units = self.value_of(w, "the weights").shape[0]
+            args += [self.float_weight(w), self.float_weight(r), self.float_weight(b),
+                     self.zero_state(h, (batch, units))]
+        aux = ins[9]
+        if aux >= 0 and aux not in self.operand_of:
+            self.fail("the auxiliary input must be computed, not a constant")
+        args += [self.tensor(aux) if aux >= 0 else self.omitted()] + [self.float_weight(k) for k in ins[10:12]]
+        merge = bool(self.opt("mergeOutputs", False))
+        args += [self.i32(self.fuse()), self.boolean(time_major), self.boolean(merge)]
+        if len(op.outputs) != (1 if merge else 2):
+            self.fail(f"{len(op.outputs)} outputs with merge_outputs={merge}")
+        self.emit(Op.BIDIRECTIONAL_SEQUENCE_RNN, args, [self.define(k) for k in op.outputs])
 
     def op_SVDF(self, op):
         x, wf, wt, b, state = (list(op.inputs) + [-1] * 5)[:5]

@@ -1080,3 +1080,21 @@ def test_gelu_approximate_and_exact_refused(tmp_path):
     data, _ = single("GELU", floats(2, 3), (2, 3), options="GeluOptions", approximate=False)
     with pytest.raises(TFLiteImportError, match=r"GELU\): approximate=false \(erf-based GELU\): NNAPI has no erf"):
         load_bytes(data)
+
+
+
+@pytest.mark.parametrize("merge, time_major", [(False, False), (True, True), (True, False)])
+def test_bidirectional_sequence_rnn(tmp_path, merge, time_major):
+    g = Graph()
+    x = g.tensor((5, 2, 3) if time_major else (2, 5, 3))
+    ins = [x]
+    for units in (4, 2):
+        ins += [g.const(floats(units, 3, lo=-0.5, hi=0.5)), g.const(floats(units, units, lo=-0.5, hi=0.5)),
+                g.const(floats(units)), g.tensor((2, units), variable=True)]
+    ins += [-1, -1, -1]
+    lead = (5, 2) if time_major else (2, 5)
+    outs = [g.tensor(lead + (6,))] if merge else [g.tensor(lead + (4,)), g.tensor(lead + (2,))]
+    g.op("BIDIRECTIONAL_SEQUENCE_RNN", ins, outs, "BidirectionalSequenceRNNOptions", timeMajor=time_major,
+         fusedActivationFunction=1, mergeOutputs=merge)
+    info = check(tmp_path, g.finish([x], outs), [floats(*((5, 2, 3) if time_major else (2, 5, 3)))])
+    assert info.nnapi_operations == ["BIDIRECTIONAL_SEQUENCE_RNN"]
