@@ -107,7 +107,10 @@ def diverge(path, driver: str = "reference", inputs: list[np.ndarray] | None = N
     """Compare every operator output of ``path`` on ``driver`` with TFLite's reference kernels;
     one :class:`Difference` per operator output, in operator order. ``convention`` is the
     import's (:func:`mlts.tflite.load_tflite`)."""
-    outputs = operator_outputs(path)
+    # Operator outputs folded into constants at import (float16 or sparse weights, SHAPE) are
+    # no NNAPI operation's: only the computed ones can be exposed and compared.
+    computed = load_tflite(path, convention=convention)[1].operand_of
+    outputs = [o for o in operator_outputs(path) if o[2] in computed]
     model, info = load_tflite(path, extra_outputs=[k for _, _, k, _ in outputs], convention=convention)
     position = {t.tensor: j for j, t in enumerate(info.outputs)}
     inp = info.inputs[0]

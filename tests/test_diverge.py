@@ -502,3 +502,19 @@ def test_transpose_conv_scale_product_by_type(tmp_path, monkeypatch, uint8):
     assert ours.tolist() == theirs.tolist()
     nnapi = under("nnapi", Op.TRANSPOSE_CONV_2D, operands, [output(code, [1, 1, 1, 3], so, zp)]).astype(int) - zp
     assert nnapi.tolist() == [-102, -95, -102]
+
+
+def test_operator_outputs_folded_at_import_are_left_out(tmp_path, monkeypatch):
+    """float16 weights behind DEQUANTIZE (TFLite's float16 quantization) are folded into constants
+    at import: no NNAPI operation computes the DEQUANTIZE's output, so it is not compared; the
+    FULLY_CONNECTED's is (small integers: exact in float16 and in any summation order)."""
+    float16, dequantize = 1, 6  # TFLite's TensorType FLOAT16 and BuiltinOperator DEQUANTIZE
+    monkeypatch.setitem(TYPE_FMT, float16, (np.float16, "e"))
+    rng = np.random.default_rng(5)
+    w = rng.integers(-3, 4, (4, 3)).astype(np.float16)
+    path = tmp_path / "fp16_weights.tflite"
+    path.write_bytes(build_tflite([tensor([2, 3]), tensor([4, 3], float16, w), tensor([4, 3]), tensor([2, 4])],
+                                  [(dequantize, [1], [2], {}), (FULLY_CONNECTED, [0, 2, -1], [3], {})], [0], [3]))
+    x = rng.integers(-3, 4, (2, 3)).astype(np.float32)
+    differences = diverge(path, inputs=[x])
+    assert [(d.op, d.tensor, d.elements, d.total) for d in differences] == [("FULLY_CONNECTED", 3, 0, 8)]
