@@ -336,6 +336,10 @@ class ReferencePreparedModel(hal.PreparedModel):
                            f"model has {len(main.input_indexes)} and {len(main.output_indexes)}")
         pools = [self._pool(p) for p in request.pools]
         inputs = [self._read_input(i, arg, pools) for i, arg in enumerate(request.inputs)]
+        try:
+            self.plans[0].check_omitted_inputs(inputs)
+        except NnapiError as e:
+            raise hal_error(e) from None
         for i, arg in enumerate(request.outputs):
             what = f"output {i}"
             if arg.lifetime == hal.ArgumentLifetime.NO_VALUE:
