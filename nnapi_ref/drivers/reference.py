@@ -304,6 +304,10 @@ class ReferencePreparedModel(hal.PreparedModel):
         start = time.monotonic_ns()
         check_deadline(deadline_ns, "execution")
         pools, inputs = self._check_request(request)
+        try:
+            self.plans[0].check_omitted_inputs(inputs)
+        except NnapiError as e:
+            raise hal_error(e) from None
         executor = Executor(self.plans, self.model.relax_computation_float32_to_float16, deadline_ns,
                             loop_timeout_ns)
         device_start = time.monotonic_ns()
@@ -336,10 +340,6 @@ class ReferencePreparedModel(hal.PreparedModel):
                            f"model has {len(main.input_indexes)} and {len(main.output_indexes)}")
         pools = [self._pool(p) for p in request.pools]
         inputs = [self._read_input(i, arg, pools) for i, arg in enumerate(request.inputs)]
-        try:
-            self.plans[0].check_omitted_inputs(inputs)
-        except NnapiError as e:
-            raise hal_error(e) from None
         for i, arg in enumerate(request.outputs):
             what = f"output {i}"
             if arg.lifetime == hal.ArgumentLifetime.NO_VALUE:
