@@ -51,7 +51,6 @@ NOT_COVERED = {
     Op.ROI_POOLING: "needs boxes inside the image and batch indices",
     Op.RANK: "its output is a scalar: nothing can consume it",
     Op.FILL: "starts from constants only: it cannot join a connected graph",
-    Op.TRANSPOSE_CONV_2D: "not declared yet",
 }
 
 
@@ -305,6 +304,25 @@ def grouped_conv_2d(b: Builder, x: Tensor, code: Op) -> None:
     w, bias = _weights(b, x, ((out_c, fh, fw, x.shape[3] // groups), (out_c,)), fh * fw * x.shape[3] // groups)
     b.add(code, [x, w, bias] + spatial + [b.scalar(INT32, groups), fuse(b, x), b.scalar(BOOL, False)],
           [free(x)])
+
+
+@declare([Op.TRANSPOSE_CONV_2D], ranks=(4,))
+def transpose_conv_2d(b: Builder, x: Tensor, code: Op) -> None:
+    """Explicit paddings (each below the filter size), or an output shape with SAME (input size
+    x stride) or VALID ((input size - 1) x stride + filter size) padding."""
+    n, h, w, c = x.shape
+    out_c, kh, kw = b.dim(), int(b.rng.integers(1, 4)), int(b.rng.integers(1, 4))
+    sh, sw = int(b.rng.integers(1, 3)), int(b.rng.integers(1, 3))
+    filters, bias = _weights(b, x, ((out_c, kh, kw, c), (out_c,)), kh * kw * c)
+    if b.chance(0.5):
+        pads = [int(b.rng.integers(0, k)) for k in (kw, kw, kh, kh)]  # left, right, top, bottom
+        params = [b.scalar(INT32, p) for p in pads]
+    else:
+        same = b.chance(0.5)
+        out_h, out_w = (h * sh, w * sw) if same else ((h - 1) * sh + kh, (w - 1) * sw + kw)
+        params = [b.ints([n, out_h, out_w, out_c]), b.scalar(INT32, 1 if same else 2)]
+    params += [b.scalar(INT32, sw), b.scalar(INT32, sh), fuse(b, x), b.scalar(BOOL, False)]
+    b.add(code, [x, filters, bias] + params, [free(x)])
 
 
 @declare([Op.FULLY_CONNECTED], ranks=(2, 3, 4))
