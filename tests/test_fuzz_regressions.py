@@ -9,6 +9,7 @@ import pytest
 from fuzz.harnesses import Builder, check_masked, provider, valid_request
 from nnapi_ref import Model, NnapiError, OperandCode as T, OperandType, ResultCode, hal, ops, vectors
 from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.ops import pooling
 from nnapi_ref.hal import ErrorStatus, HalError, Lifetime
 from nnapi_ref.types import SCALAR_TYPES, OperationCode, PreferenceCode, PriorityCode
 from nnapi_ref.validation import validate_model
@@ -291,3 +292,32 @@ def test_request_omitting_a_non_optional_input_is_invalid_argument():
         prepared.execute_synchronously(hal.Request([no_value, no_value], [output], [pool]), False, None, 10**9)
     assert e.value.status == ErrorStatus.INVALID_ARGUMENT
     assert "model input 0 is omitted" in e.value.message and "input 0 of SQUEEZE" in e.value.message
+
+
+@pytest.mark.parametrize("operation, expected", [(OperationCode.AVERAGE_POOL_2D, 3.5), (OperationCode.MAX_POOL_2D, 7.0),
+                                                 (OperationCode.L2_POOL_2D, float(np.sqrt(140 / 8)))])
+def test_pooling_filter_far_wider_than_the_input(operation, expected, monkeypatch):
+    """execute harness (10-minute campaign): AVERAGE_POOL_2D with a filter 2**24 - 1 wide over a
+    4-wide input (SAME padding) ran a Python step per filter column (a 15 s timeout) over an input
+    padded to the filter's width. Only the taps that can reach the input are run now, over an
+    input padded no wider than they reach: checked here with a filter of 2**31 - 1 columns (whose
+    padded input would take 16 GiB). Each window covers the whole [1, 2, 4, 1] input (0..7)."""
+    padded = pooling.padded_window_input
+
+    def bounded(x, top, left, need_h, need_w, fill=0):
+        assert need_h * need_w <= 64, f"a padded input of {need_h} x {need_w} for a 2 x 4 input"
+        return padded(x, top, left, need_h, need_w, fill)
+
+    monkeypatch.setattr(pooling, "padded_window_input", bounded)
+    scalar = lambda v: hal.Operand(T.INT32, lifetime=Lifetime.CONSTANT_COPY, value=np.array([v], np.int32))
+    operands = [hal.Operand(T.TENSOR_FLOAT32, (1, 2, 4, 1), lifetime=Lifetime.SUBGRAPH_INPUT),
+                scalar(1), scalar(2), scalar(2), scalar(2**31 - 1), scalar(2), scalar(0),  # SAME, strides, filter
+                hal.Operand(T.TENSOR_FLOAT32, (1, 1, 2, 1), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+    model = hal.Model(hal.Subgraph(operands, [hal.Operation(operation, tuple(range(7)), (7,))], (0,), (7,)))
+    prepared = ReferenceDevice().prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, None,
+                                               [], [], None)
+    pool = hal.SharedMemory(np.concatenate([np.arange(8, dtype=np.float32), np.zeros(2, np.float32)]).view(np.uint8))
+    request = hal.Request([hal.RequestArgument(hal.ArgumentLifetime.POOL, 0, 0, 32)],
+                          [hal.RequestArgument(hal.ArgumentLifetime.POOL, 0, 32, 8)], [pool])
+    prepared.execute_synchronously(request, False, None, 10**9)
+    np.testing.assert_allclose(pool.buffer[32:].view(np.float32), [expected, expected], rtol=1e-6)
