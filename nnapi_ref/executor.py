@@ -117,8 +117,9 @@ class Plan:
             self.steps.append(step)
             signature = step.impl.match([sg.operands[k].type for k in operation.inputs],
                                         [sg.operands[k].type for k in operation.outputs])
+            omittable = signature.omittable if signature is not None else ()  # None: a model nobody validated
             for position, k in enumerate(operation.inputs):
-                if sg.operands[k].lifetime == Lifetime.SUBGRAPH_INPUT and position not in signature.omittable:
+                if sg.operands[k].lifetime == Lifetime.SUBGRAPH_INPUT and position not in omittable:
                     self.needs_value.setdefault(k, omitted_input_message(step.label, step.code, position, k))
         self.shapes = self._infer_static_shapes()
 
