@@ -15,10 +15,11 @@ by max(1, |expected|); expected values that are not finite, float32 beyond 1e3 a
 beyond 1e2 are not compared (details in :mod:`fuzz.differential`).
 
 ``--random-graphs N`` cases from seed ``--random-seed S`` (ids ``seed<S>``; rerun one with
-``-k seed<S>``). A failing case is shrunk, one operation or output removed at a time while it
-still fails, and saved under ``--reproducers`` as a test-vector file with the reference's outputs
-as expected values and the driver's beside them; the message names the remaining operations and
-gives the replay command.
+``-k seed<S>``). A failing case is shrunk one step at a time while it still fails (an operation
+or an output removed, then a dimension of the model inputs cut) and saved under ``--reproducers``
+as a test-vector file with the reference's outputs as expected values and the driver's beside
+them; the message names the remaining operations and their input shapes, and gives the replay
+command.
 """
 from __future__ import annotations
 

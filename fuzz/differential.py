@@ -43,7 +43,8 @@ from nnapi_ref.harness import build_model, execute
 from nnapi_ref.runtime import Compilation, Device
 from nnapi_ref.types import OperandCode as T
 
-from .graphs import BOOL8, F16, F32, I32, QUANT8, Graph, generate, without_operation, without_output
+from .graphs import (BOOL8, F16, F32, I32, QUANT8, Graph, dimension_cuts, generate, with_dimension_cut,
+                     without_operation, without_output)
 
 SMALL_GRAPH_OPERATIONS = 5  # AOSP's GraphSize::SMALL
 MIN_ELEMENTS_FOR_BIAS_MSE = 10
@@ -149,13 +150,16 @@ def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device]) 
 
 
 def shrink(graph: Graph, fails: Callable[[Graph], bool]) -> Graph:
-    """The smallest graph reached from ``graph`` by removing one operation (its results fed as
-    model inputs holding the reference's values) or one output at a time while ``fails`` holds."""
+    """The smallest graph reached from ``graph`` one step at a time while ``fails`` holds: a step
+    removes one operation (its results fed as model inputs holding the reference's values) or
+    one output, or, once none can go, cuts one dimension of the model inputs (to 1, to half, or
+    by one; :func:`fuzz.graphs.with_dimension_cut`)."""
     progress = True
     while progress:
         progress = False
         candidates = [lambda j=j: without_operation(graph, j) for j in reversed(range(len(graph.operations)))]
         candidates += [lambda i=i: without_output(graph, i) for i in range(len(graph.outputs))]
+        candidates += [lambda cut=cut: with_dimension_cut(graph, *cut) for cut in dimension_cuts(graph)]
         for make in candidates:
             smaller = make()
             if smaller is not None and fails(smaller):
@@ -184,7 +188,8 @@ def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: 
 
 def operation_summary(graph: Graph) -> str:
     names = graph.operation_names
-    return f"{len(names)} operation{'s' if len(names) != 1 else ''} ({', '.join(names)})"
+    shapes = ", ".join(str(list(graph.values[k].shape)) for k in graph.inputs)
+    return f"{len(names)} operation{'s' if len(names) != 1 else ''} ({', '.join(names)}) on inputs {shapes or 'none'}"
 
 
 def case_size(seed: int) -> int:

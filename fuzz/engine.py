@@ -7,7 +7,10 @@ coverage (atheris), seeds the corpus with one input per test model, and hands ov
 without atheris it runs a plain seeded random-bytes loop over the same harness (no coverage
 feedback) with the same per-input time limit, memory limit and artifacts. A finding is written
 as ``ARTIFACTS/<harness>-crash-<sha1>`` (or ``-timeout-``, ``-oom-``) with a ``.json`` beside it
-naming the harness, driver, seed files and byte provider, which ``--replay`` reads.
+naming the harness, driver, seed files and byte provider, which ``--replay`` reads. The child
+also keeps the input it is running in a file (:class:`Recorded`), so a child that dies inside an
+input before writing the artifact (a signal libFuzzer does not handle, the kernel's OOM killer)
+still leaves it: the command saves it as a ``crash`` artifact.
 
 Only the standard library is imported at the top: the child must import ``nnapi_ref`` inside
 atheris' instrumentation.
@@ -68,6 +71,34 @@ def seed_corpus_zip(harness: str, path: str, *vector_paths: str) -> None:
     with zipfile.ZipFile(path, "w") as z:
         for i, data in enumerate(load(harness, "reference", list(vector_paths) or None).seed_inputs()):
             z.writestr(f"seed-{i}", data)
+
+
+class Recorded:
+    """A harness that writes each input to ``path`` before running it: b"R" and the input while
+    it runs, the first byte turned to b"D" once it returned (three system calls per input)."""
+
+    def __init__(self, harness, path: str):
+        self.harness = harness
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+
+    def seed_inputs(self) -> list[bytes]:
+        return self.harness.seed_inputs()
+
+    def __call__(self, data: bytes) -> None:
+        os.pwrite(self.fd, b"R" + data, 0)
+        os.ftruncate(self.fd, len(data) + 1)
+        self.harness(data)
+        os.pwrite(self.fd, b"D", 0)
+
+
+def died_in(path: str) -> bytes | None:
+    """The input a child was running when it died (see :class:`Recorded`), or None."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    return raw[1:] if raw[:1] == b"R" else None
 
 
 class _Timeout(BaseException):
@@ -142,13 +173,14 @@ def child(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=int, default=10)
     p.add_argument("--rss-limit", type=int, default=2048)
+    p.add_argument("--pending", required=True, help="file holding the input being run")
     args = p.parse_args(argv)
     limit_memory(args.rss_limit)
     if atheris is None:
-        return plain_loop(load(args.harness, args.driver, args.vectors), args)
+        return plain_loop(Recorded(load(args.harness, args.driver, args.vectors), args.pending), args)
     include = ["nnapi_ref"] + [driver_package(args.driver)] * bool(driver_package(args.driver))
     with atheris.instrument_imports(include=include):
-        harness = load(args.harness, args.driver, args.vectors)
+        harness = Recorded(load(args.harness, args.driver, args.vectors), args.pending)
     seeds = tempfile.mkdtemp(prefix=f"nnts-fuzz-seeds-{args.harness}-")
     for i, data in enumerate(harness.seed_inputs()):
         with open(os.path.join(seeds, f"seed-{i}"), "wb") as f:
@@ -157,7 +189,7 @@ def child(argv: list[str]) -> int:
     libfuzzer = [sys.argv[0], f"-artifact_prefix={args.artifact_prefix}", f"-timeout={args.timeout}",
                  f"-rss_limit_mb={args.rss_limit}", f"-seed={args.seed}", f"-runs={args.runs}",
                  f"-max_total_time={args.max_time}", "-max_len=4096", "-print_final_stats=1", corpus, seeds]
-    atheris.Setup(libfuzzer, harness)
+    atheris.Setup(libfuzzer, harness.__call__)
     atheris.Fuzz()
     return 0
 
@@ -194,8 +226,9 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
     start = time.monotonic()
     stats, progress, found = {}, None, []
     with tempfile.TemporaryDirectory(prefix="nnts-fuzz-") as scratch:  # anything a harness names lands here
-        proc = subprocess.Popen(command, cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace")
+        pending = os.path.join(scratch, "pending-input")
+        proc = subprocess.Popen(command + ["--pending", pending], cwd=scratch, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
         for line in proc.stdout:
             out.write(line)
             out.flush()
@@ -206,6 +239,14 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
             if m := ARTIFACT.search(line):
                 found.append(m.group(1))
         status = proc.wait()
+        data = died_in(pending) if status != 0 and not found else None
+        if data is not None:
+            path = os.path.join(artifacts, f"{harness}-crash-{hashlib.sha1(data).hexdigest()}")
+            with open(path, "wb") as f:
+                f.write(data)
+            print(f"nnts fuzz: the fuzzer died (exit status {status}) inside an input without writing it; "
+                  f"the input is saved as {path}", file=out)
+            found.append(path)
     elapsed = time.monotonic() - start
     for path in found:
         with open(path + ".json", "w", encoding="utf-8") as f:

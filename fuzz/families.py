@@ -29,12 +29,9 @@ INT32, BOOL = T.INT32, T.BOOL
 
 NOT_COVERED = {
     Op.LSTM: "recurrent cell: 20+ weight tensors tied to two sizes; state inputs",
-    Op.RNN: "recurrent cell: weights tied to the state size; state inputs",
-    Op.SVDF: "recurrent, rank-tied weights and state",
     Op.BIDIRECTIONAL_SEQUENCE_LSTM: "recurrent (see LSTM)",
-    Op.BIDIRECTIONAL_SEQUENCE_RNN: "recurrent (see RNN)",
+    Op.BIDIRECTIONAL_SEQUENCE_RNN: "recurrent: two cells and optional auxiliary inputs tied together",
     Op.UNIDIRECTIONAL_SEQUENCE_LSTM: "recurrent (see LSTM)",
-    Op.UNIDIRECTIONAL_SEQUENCE_RNN: "recurrent (see RNN)",
     Op.QUANTIZED_LSTM: "recurrent, with per-gate quantization constraints",
     Op.QUANTIZED_16BIT_LSTM: "recurrent, with fixed quantization of weights and state",
     Op.LSH_PROJECTION: "sign hashes: any rounding difference flips an output bit",
@@ -51,7 +48,6 @@ NOT_COVERED = {
     Op.ROI_POOLING: "needs boxes inside the image and batch indices",
     Op.RANK: "its output is a scalar: nothing can consume it",
     Op.FILL: "starts from constants only: it cannot join a connected graph",
-    Op.TRANSPOSE_CONV_2D: "not declared yet",
 }
 
 
@@ -307,6 +303,25 @@ def grouped_conv_2d(b: Builder, x: Tensor, code: Op) -> None:
           [free(x)])
 
 
+@declare([Op.TRANSPOSE_CONV_2D], ranks=(4,))
+def transpose_conv_2d(b: Builder, x: Tensor, code: Op) -> None:
+    """Explicit paddings (each below the filter size), or an output shape with SAME (input size
+    x stride) or VALID ((input size - 1) x stride + filter size) padding."""
+    n, h, w, c = x.shape
+    out_c, kh, kw = b.dim(), int(b.rng.integers(1, 4)), int(b.rng.integers(1, 4))
+    sh, sw = int(b.rng.integers(1, 3)), int(b.rng.integers(1, 3))
+    filters, bias = _weights(b, x, ((out_c, kh, kw, c), (out_c,)), kh * kw * c)
+    if b.chance(0.5):
+        pads = [int(b.rng.integers(0, k)) for k in (kw, kw, kh, kh)]  # left, right, top, bottom
+        params = [b.scalar(INT32, p) for p in pads]
+    else:
+        same = b.chance(0.5)
+        out_h, out_w = (h * sh, w * sw) if same else ((h - 1) * sh + kh, (w - 1) * sw + kw)
+        params = [b.ints([n, out_h, out_w, out_c]), b.scalar(INT32, 1 if same else 2)]
+    params += [b.scalar(INT32, sw), b.scalar(INT32, sh), fuse(b, x), b.scalar(BOOL, False)]
+    b.add(code, [x, filters, bias] + params, [free(x)])
+
+
 @declare([Op.FULLY_CONNECTED], ranks=(2, 3, 4))
 def fully_connected(b: Builder, x: Tensor, code: Op) -> None:
     units, size = b.dim(), x.shape[-1]
@@ -513,6 +528,43 @@ def channel_shuffle(b: Builder, x: Tensor, code: Op) -> None:
 def resize(b: Builder, x: Tensor, code: Op) -> None:
     size = [b.scalar(INT32, b.dim()) for _ in range(2)]
     b.add(code, [x] + size + [b.scalar(BOOL, False)], [like(x)])
+
+
+# -- recurrent (float) ----------------------------------------------------------------------------
+
+def _rnn_cell(b: Builder, x: Tensor, batch: int, size: int, units: int) -> list:
+    """Weights, recurrent weights, bias and hidden state of an RNN cell (model inputs or
+    constants), weights scaled by the fan-in so the state stays in range; then a fuse code."""
+    w = b.fresh(x.type, (units, size), low=-1 / np.sqrt(size), high=1 / np.sqrt(size))
+    r = b.fresh(x.type, (units, units), low=-1 / np.sqrt(units), high=1 / np.sqrt(units))
+    return [w, r, b.fresh(x.type, (units,), low=-0.5, high=0.5), b.fresh(x.type, (batch, units), low=-1, high=1),
+            fuse(b, x)]
+
+
+@declare([Op.RNN], ranks=(2,))
+def rnn(b: Builder, x: Tensor, code: Op) -> None:
+    batch, size = x.shape
+    b.add(code, [x] + _rnn_cell(b, x, batch, size, b.dim()), [like(x), like(x)])
+
+
+@declare([Op.UNIDIRECTIONAL_SEQUENCE_RNN], ranks=(3,))
+def unidirectional_sequence_rnn(b: Builder, x: Tensor, code: Op) -> None:
+    time_major = b.chance(0.5)
+    batch = x.shape[1] if time_major else x.shape[0]
+    outputs = [like(x)] * (2 if b.level >= 30 and b.chance(0.5) else 1)  # the final state from level 30
+    b.add(code, [x] + _rnn_cell(b, x, batch, x.shape[2], b.dim()) + [b.scalar(INT32, int(time_major))], outputs)
+
+
+@declare([Op.SVDF], ranks=(2,))
+def svdf(b: Builder, x: Tensor, code: Op) -> None:
+    batch, size = x.shape
+    rank, units, memory = int(b.rng.integers(1, 3)), b.dim(), int(b.rng.integers(1, 4))
+    filters = rank * units
+    ins = [x, b.fresh(x.type, (filters, size), low=-1 / np.sqrt(size), high=1 / np.sqrt(size)),
+           b.fresh(x.type, (filters, memory), low=-1 / np.sqrt(memory), high=1 / np.sqrt(memory)),
+           b.fresh(x.type, (units,), low=-0.5, high=0.5), b.fresh(x.type, (batch, memory * filters), low=-1, high=1),
+           b.scalar(INT32, rank), fuse(b, x)]
+    b.add(code, ins, [like(x), like(x)])
 
 
 # -- quantization and casts -----------------------------------------------------------------------

@@ -272,26 +272,7 @@ class Builder:
         return tensors
 
     def _run(self, impl, inputs: list[int], outputs: list[Out]) -> list[np.ndarray]:
-        ins = []
-        for k in inputs:
-            o = self.operands[k]
-            value = o.value if o.lifetime == Lifetime.CONSTANT_COPY else self.values[k]
-            shape = () if o.type in SCALAR_TYPES else value.shape
-            ins.append(Arg(o.type, shape, o.scale, o.zero_point, None, value))
-        outs = [Arg(o.type, None, o.scale or 0.0, o.zero_point) for o in outputs]
-        call = Call(ins, outs)
-        try:
-            shapes = impl.infer(call)
-            with np.errstate(all="ignore"):
-                results = impl.execute(call)
-        except (NnapiError, ValueUnknown) as e:
-            raise Reject(str(e)) from None
-        results = [np.asarray(r).astype(DTYPES[o.type], copy=False) for r, o in zip(results, outputs)]
-        if any(s is not None and tuple(s) != r.shape for s, r in zip(shapes, results)):
-            raise Reject(f"{impl.name}: computed shape differs from the inferred one")
-        if any(r.size == 0 for r in results):
-            raise Reject(f"{impl.name}: empty output")
-        return results
+        return run_operation(impl, self.operands, self.values, inputs, outputs)
 
     def _fit_quantization(self, impl, inputs: list[int], outputs: list[Out], i: int) -> Out:
         """Output ``i``'s quantization fitted to its real range: a coarse run finds the range
@@ -312,6 +293,33 @@ class Builder:
         fitted = float(np.float32((hi - lo) / (qmax - qmin) * self.rng.uniform(1.0, 1.3)))
         zero_point = int(np.clip(round(qmin - lo / fitted), qmin, qmax))
         return Out(out.type, fitted, zero_point)
+
+
+def run_operation(impl, operands: list[hal.Operand], values: dict, inputs: list[int],
+                  outputs: list[Out]) -> list[np.ndarray]:
+    """The results of operation ``impl`` on operands ``inputs`` (a constant's own value, else its
+    entry in ``values``), computed by the reference's registry; Reject when it refuses them or
+    a result is empty."""
+    ins = []
+    for k in inputs:
+        o = operands[k]
+        value = o.value if o.lifetime == Lifetime.CONSTANT_COPY else values[k]
+        shape = () if o.type in SCALAR_TYPES else value.shape
+        ins.append(Arg(o.type, shape, o.scale, o.zero_point, None, value))
+    outs = [Arg(o.type, None, o.scale or 0.0, o.zero_point) for o in outputs]
+    call = Call(ins, outs)
+    try:
+        shapes = impl.infer(call)
+        with np.errstate(all="ignore"):
+            results = impl.execute(call)
+    except (NnapiError, ValueUnknown) as e:
+        raise Reject(str(e)) from None
+    results = [np.asarray(r).astype(DTYPES[o.type], copy=False) for r, o in zip(results, outputs)]
+    if any(s is not None and tuple(s) != r.shape for s, r in zip(shapes, results)):
+        raise Reject(f"{impl.name}: computed shape differs from the inferred one")
+    if any(r.size == 0 for r in results):
+        raise Reject(f"{impl.name}: empty output")
+    return results
 
 
 def saturated(result: np.ndarray, type_: T) -> float:
@@ -445,3 +453,56 @@ def _compact(g: Graph, operations, inputs, outputs) -> Graph:
                             for op in operations],
                  [new[k] for k in inputs], [new[k] for k in outputs],
                  {new[k]: v for k, v in g.values.items() if k in new}, g.relaxed, g.seed, g.level)
+
+
+# Data a dimension cut slices: model inputs, and constants of these types (TENSOR_INT32 constants
+# are the operations' parameters: shapes, axes, paddings; they stay as they are).
+CUT_CONSTANT_TYPES = (F32, F16, Q8, Q8S, BOOL8)
+
+
+def dimension_cuts(g: Graph) -> list[tuple[int, int, int]]:
+    """The cuts :func:`with_dimension_cut` may try on ``g``, as (axis counted from the last,
+    size, new size): every dimension of a model input above 1 to 1, to half and one smaller;
+    the largest dimensions first."""
+    sizes = {(axis, d) for k in g.inputs for axis, d in enumerate(reversed(g.values[k].shape)) if d > 1}
+    return [(axis, d, new) for axis, d in sorted(sizes, key=lambda s: (-s[1], s[0]))
+            for new in sorted({1, d // 2, d - 1})]
+
+
+def with_dimension_cut(g: Graph, axis: int, size: int, new_size: int) -> Graph | None:
+    """``g`` with dimension ``axis`` (counted from the last, the way broadcasting lines shapes
+    up) of its model inputs and data constants, where it is ``size``, cut to its first
+    ``new_size`` entries, and every operation rerun on the reference's registry for the new
+    values and shapes. None when an operation refuses them, or a float result leaves the range
+    random graphs compare."""
+    registry = ops.load_all()
+    operands = [hal.Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value) for o in g.operands]
+    values = dict(g.values)
+    for k, o in enumerate(operands):
+        constant = o.lifetime == Lifetime.CONSTANT_COPY
+        if not (k in g.inputs or (constant and o.type in CUT_CONSTANT_TYPES)):
+            continue
+        value = o.value if constant else values[k]
+        if value.ndim <= axis or value.shape[-1 - axis] != size:
+            continue
+        index = [slice(None)] * value.ndim
+        index[-1 - axis] = slice(0, new_size)
+        value = np.ascontiguousarray(value[tuple(index)])
+        values[k], o.dimensions = value, value.shape
+        if constant:
+            o.value = value
+    for op in g.operations:
+        outs = [Out(operands[k].type, operands[k].scale, operands[k].zero_point) for k in op.outputs]
+        try:
+            results = run_operation(registry[op.type], operands, values, list(op.inputs), outs)
+            for out, result in zip(outs, results):
+                check_result(out, result, free=False)
+        except Reject:
+            return None
+        for k, result in zip(op.outputs, results):
+            declared = operands[k].dimensions
+            if declared and len(declared) != result.ndim:
+                return None
+            values[k] = result
+            operands[k].dimensions = tuple(0 if d == 0 else n for d, n in zip(declared, result.shape))
+    return Graph(operands, list(g.operations), list(g.inputs), list(g.outputs), values, g.relaxed, g.seed, g.level)

@@ -18,7 +18,7 @@ from .errors import NnapiError
 from .hal import Model, Subgraph
 from .ops.base import Arg, Call, ValueUnknown
 from .types import DTYPES, SCALAR_TYPES, Lifetime, OperationCode, ResultCode, LOOP_TIMEOUT_DEFAULT_NS
-from .validation import CONSTANT_LIFETIMES, topological_order
+from .validation import CONSTANT_LIFETIMES, omitted_input_message, topological_order
 
 
 # glibc mallopt parameters (malloc.h).
@@ -98,6 +98,8 @@ class Plan:
             if k in temporaries:
                 release.setdefault(pos, []).append(k)
         self.steps: list[_Step] = []
+        # Input operands some operation needs a value of -> the error for a request omitting one.
+        self.needs_value: dict[int, str] = {}
         for pos, j in enumerate(order):
             operation = sg.operations[j]
             step = _Step()
@@ -113,7 +115,20 @@ class Plan:
                                              if self.constants.get(k) is not None)
             step.cache = {}
             self.steps.append(step)
+            signature = step.impl.match([sg.operands[k].type for k in operation.inputs],
+                                        [sg.operands[k].type for k in operation.outputs])
+            omittable = signature.omittable if signature is not None else ()  # None: a model nobody validated
+            for position, k in enumerate(operation.inputs):
+                if sg.operands[k].lifetime == Lifetime.SUBGRAPH_INPUT and position not in omittable:
+                    self.needs_value.setdefault(k, omitted_input_message(step.label, step.code, position, k))
         self.shapes = self._infer_static_shapes()
+
+    def check_omitted_inputs(self, inputs: list[np.ndarray | None]) -> None:
+        """BAD_DATA when an input left without a value (omitted in a request) feeds an operation
+        input that is not optional."""
+        for i, (k, array) in enumerate(zip(self.subgraph.input_indexes, inputs)):
+            if array is None and k in self.needs_value:
+                raise NnapiError(ResultCode.BAD_DATA, f"model input {i} is omitted: {self.needs_value[k]}")
 
     @staticmethod
     def _meta(operand):

@@ -101,6 +101,11 @@ def _operand_problem(model: Model, operand: Operand) -> str | None:
     return None
 
 
+def omitted_input_message(where: str, code: OperationCode, position: int, operand: int) -> str:
+    return (f"{where}: input {position} of {code.name} (operand {operand}) is omitted (has no value), "
+            f"and {code.name} requires a value there")
+
+
 def validate_subgraph(model: Model, sg: Subgraph, name: str) -> int:
     """Validate one subgraph; return the feature level its operations need."""
     n = len(sg.operands)
@@ -148,6 +153,9 @@ def validate_subgraph(model: Model, sg: Subgraph, name: str) -> int:
             raise bad_data(f"{name} operation {j}: {code.name} does not accept inputs "
                            f"({', '.join(type_name(t) for t in in_types)}) and outputs "
                            f"({', '.join(type_name(t) for t in out_types)})")
+        for position, k in enumerate(operation.inputs):
+            if sg.operands[k].lifetime == Lifetime.NO_VALUE and position not in sig.omittable:
+                raise bad_data(omitted_input_message(f"{name} operation {j}", code, position, k))
         level = max(level, sig.level)
         if code in _CONTROL_FLOW:
             level = max(level, impl.check_references(model, sg, operation))

@@ -5,6 +5,7 @@ import argparse
 import glob
 import os
 import random
+import signal
 
 import pytest
 
@@ -77,6 +78,43 @@ def test_broken_driver_caught_saved_and_replayed(tmp_path, capsys):
     assert "ValueError: invalid model" in replayed.err and "reproduced" in replayed.out
     # The same input on the reference: rejected with an error code, no finding.
     assert cli.main(["fuzz", "--replay", artifacts[0], "--driver", "reference"]) == 0
+
+
+class _DiesByAlarm(ReferenceDevice):
+    """Its process dies of SIGALRM (default action) in prepare, as the execute harness's child
+    once did before libFuzzer wrote the artifact: no handler runs, nothing is written."""
+
+    def prepare_model(self, *args):
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGALRM)
+
+
+def dies_by_alarm():
+    return _DiesByAlarm()
+
+
+def test_child_dying_inside_an_input_leaves_the_input(tmp_path, capsys):
+    """A fuzzer child killed inside an input, where neither libFuzzer nor the plain loop can
+    write an artifact, still leaves that input: saved as a crash artifact by the command."""
+    vectors = os.path.join(CORPUS, "arithmetic.json")
+    code = cli.main(["fuzz", "--harness", "execute", "--driver", "tests.test_fuzz:dies_by_alarm", "--runs", "10",
+                     "--vectors", vectors, "--artifacts", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1, out[-3000:]
+    artifacts = [p for p in glob.glob(str(tmp_path / "execute-crash-*")) if not p.endswith(".json")]
+    assert len(artifacts) == 1 and os.path.exists(artifacts[0] + ".json"), out[-3000:]
+    assert f"exit status {-signal.SIGALRM}" in out and "FINDING: " + artifacts[0] in out
+
+    class Refuses(ReferenceDevice):
+        def prepare_model(self, *args):
+            raise LookupError("prepare reached")
+
+    # The saved input is the one that was running: it reaches prepare (where the driver died).
+    harness = harnesses.make("execute", Refuses(), [vectors])
+    with open(artifacts[0], "rb") as f:
+        data = f.read()
+    with pytest.raises(LookupError, match="prepare reached"):
+        harness(data)
 
 
 def test_nnts_fuzz_on_the_reference_finds_nothing(tmp_path, capsys):

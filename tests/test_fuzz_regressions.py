@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from fuzz.harnesses import Builder, check_masked, provider, valid_request
-from nnapi_ref import Model, NnapiError, OperandCode as T, OperandType, ResultCode, hal, vectors
+from nnapi_ref import Model, NnapiError, OperandCode as T, OperandType, ResultCode, hal, ops, vectors
 from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.ops import pooling
 from nnapi_ref.hal import ErrorStatus, HalError, Lifetime
-from nnapi_ref.types import OperationCode, PreferenceCode, PriorityCode
+from nnapi_ref.types import SCALAR_TYPES, OperationCode, PreferenceCode, PriorityCode
 from nnapi_ref.validation import validate_model
 
 CONTROL_FLOW = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cts", "corpus",
@@ -179,3 +180,144 @@ def test_omitted_paddings_are_invalid_argument(operation):
         ReferenceDevice().prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, None, [], [],
                                         None)
     assert e.value.status == ErrorStatus.INVALID_ARGUMENT and "omitted" in e.value.message
+
+
+# -- omitted inputs: the class of the findings above, closed in the registry -------------------------
+
+DETECTION = os.path.join(os.path.dirname(CONTROL_FLOW), "detection.json")
+QUANTIZED = {T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_ASYMM,
+             T.TENSOR_QUANT16_SYMM}
+
+
+def _operand(code, lifetime) -> hal.Operand:
+    """An operand of ``code`` that passes the per-type checks (a SUBGRAPH one refers to subgraph 0)."""
+    if code == T.SUBGRAPH and lifetime != Lifetime.NO_VALUE:
+        return hal.Operand(code, lifetime=Lifetime.SUBGRAPH, value=0)
+    dims = () if code in SCALAR_TYPES else (1,)
+    if code == T.TENSOR_QUANT8_SYMM_PER_CHANNEL:
+        return hal.Operand(code, dims, lifetime=lifetime, channel_quant=hal.ChannelQuant((0.5,), 0))
+    return hal.Operand(code, dims, 0.5 if code in QUANTIZED else 0.0, lifetime=lifetime)
+
+
+def _one_operation_model(code, signature, omitted: int | None) -> hal.Model:
+    """One ``code`` operation with ``signature``'s operand types, every input a model input
+    except input ``omitted``, which has no value (NO_VALUE)."""
+    operands = [_operand(t, Lifetime.NO_VALUE if i == omitted else Lifetime.SUBGRAPH_INPUT)
+                for i, t in enumerate(signature.inputs)]
+    operands += [_operand(t, Lifetime.SUBGRAPH_OUTPUT) for t in signature.outputs]
+    n = len(signature.inputs)
+    inputs = tuple(k for k in range(n) if operands[k].lifetime == Lifetime.SUBGRAPH_INPUT)
+    outputs = tuple(range(n, len(operands)))
+    main = hal.Subgraph(operands, [hal.Operation(code, tuple(range(n)), outputs)], inputs, outputs)
+    placeholder = hal.Subgraph([hal.Operand(T.TENSOR_FLOAT32, (1,), lifetime=Lifetime.SUBGRAPH_OUTPUT)], [], (), (0,))
+    return hal.Model(main, [placeholder] if T.SUBGRAPH in signature.inputs else [])
+
+
+@pytest.mark.parametrize("code", sorted(ops.load_all()), ids=lambda c: c.name)
+def test_every_non_optional_input_without_a_value_is_bad_data(code):
+    """For every operation and signature of the registry, an input left without a value is
+    BAD_DATA at model validation, naming the operation and the input, unless the signature
+    declares it omittable (NeuralNetworks.h's optional tensors); an omittable one, and the same
+    model with nothing omitted, pass validation (checked where no referenced model is needed)."""
+    for signature in ops.load_all()[code].signatures:
+        plain = T.SUBGRAPH not in signature.inputs
+        if plain:
+            validate_model(_one_operation_model(code, signature, None))
+        for position in range(len(signature.inputs)):
+            model = _one_operation_model(code, signature, position)
+            if position in signature.omittable:
+                validate_model(model)
+                continue
+            with pytest.raises(NnapiError) as e:
+                validate_model(model)
+            assert e.value.code == ResultCode.BAD_DATA
+            if signature.inputs[position] == T.SUBGRAPH:  # refused by the operand rules already
+                assert "must have SUBGRAPH lifetime" in e.value.message
+            else:
+                assert f"input {position} of {code.name}" in e.value.message and "omitted" in e.value.message
+
+
+def test_omittable_inputs_are_the_optional_tensors_of_the_header():
+    """The declarations the test above relies on, spot-checked against NeuralNetworks.h."""
+    def omittable(code):
+        return set().union(*(s.omittable for s in ops.load_all()[code].signatures))
+    assert omittable(OperationCode.LSTM) == {1, 5, 9, 10, 11, 12, 16, 17, 23, 24, 25, 26}
+    assert omittable(OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM) == {1, 5, 9, 10, 11, 12, 16, 17, 24, 25, 26, 27}
+    assert omittable(OperationCode.BIDIRECTIONAL_SEQUENCE_LSTM) == (
+        {1, 5, 9, 10, 11, 12, 16, 17, 18, 22, 26, 27, 28, 29, 33, 34} | set(range(39, 48)) | set(range(53, 61)))
+    assert omittable(OperationCode.QUANTIZED_LSTM) == {1, 5, 9, 10, 11, 12, 16, 17, 20, 21, 22, 23}
+    assert omittable(OperationCode.BIDIRECTIONAL_SEQUENCE_RNN) == {9, 10, 11}
+    assert omittable(OperationCode.SVDF) == {3}
+    assert omittable(OperationCode.LSH_PROJECTION) == {2}
+    assert omittable(OperationCode.SQUEEZE) == omittable(OperationCode.TRANSPOSE) == {1}
+    others = [c.name for c in ops.load_all() if omittable(c) and c not in (
+        OperationCode.LSTM, OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM, OperationCode.BIDIRECTIONAL_SEQUENCE_LSTM,
+        OperationCode.QUANTIZED_LSTM, OperationCode.BIDIRECTIONAL_SEQUENCE_RNN, OperationCode.SVDF,
+        OperationCode.LSH_PROJECTION, OperationCode.SQUEEZE, OperationCode.TRANSPOSE)]
+    assert others == []
+
+
+def test_omitted_box_with_nms_limit_threshold_is_invalid_argument():
+    """execute harness (seed 7, ~22k executions): BOX_WITH_NMS_LIMIT with its score threshold
+    (a scalar) omitted passed prepare and failed in execution with "AttributeError: 'NoneType'
+    object has no attribute 'astype'", reported as GENERAL_FAILURE. Now model validation rejects it."""
+    test = next(t for t in vectors.load_file(DETECTION)
+                if t.model.main.operations[0].type == OperationCode.BOX_WITH_NMS_LIMIT)
+    model = test.model
+    model.main.operands[3].lifetime, model.main.operands[3].value = Lifetime.NO_VALUE, None
+    with pytest.raises(HalError) as e:
+        ReferenceDevice().prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, None, [], [],
+                                        None)
+    check_masked(e.value)
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT
+    assert "input 3 of BOX_WITH_NMS_LIMIT" in e.value.message and "omitted" in e.value.message
+
+
+def test_request_omitting_a_non_optional_input_is_invalid_argument():
+    """A model input left without a value in the request is checked against the same
+    declarations: omitting a SQUEEZE's axes is fine, omitting its data is INVALID_ARGUMENT."""
+    operands = [hal.Operand(T.TENSOR_FLOAT32, (1, 2), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.TENSOR_INT32, (1,), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.TENSOR_FLOAT32, (2,), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+    model = hal.Model(hal.Subgraph(operands, [hal.Operation(OperationCode.SQUEEZE, (0, 1), (2,))], (0, 1), (2,)))
+    prepared = ReferenceDevice().prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, None,
+                                               [], [], None)
+    pool = hal.SharedMemory(np.array([1.5, -2.0, 0.0, 0.0], np.float32).view(np.uint8))
+    data = hal.RequestArgument(hal.ArgumentLifetime.POOL, 0, 0, 8)
+    output = hal.RequestArgument(hal.ArgumentLifetime.POOL, 0, 8, 8)
+    no_value = hal.RequestArgument(hal.ArgumentLifetime.NO_VALUE)
+    prepared.execute_synchronously(hal.Request([data, no_value], [output], [pool]), False, None, 10**9)
+    assert pool.buffer[8:].view(np.float32).tolist() == [1.5, -2.0]
+    with pytest.raises(HalError) as e:
+        prepared.execute_synchronously(hal.Request([no_value, no_value], [output], [pool]), False, None, 10**9)
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT
+    assert "model input 0 is omitted" in e.value.message and "input 0 of SQUEEZE" in e.value.message
+
+
+@pytest.mark.parametrize("operation, expected", [(OperationCode.AVERAGE_POOL_2D, 3.5), (OperationCode.MAX_POOL_2D, 7.0),
+                                                 (OperationCode.L2_POOL_2D, float(np.sqrt(140 / 8)))])
+def test_pooling_filter_far_wider_than_the_input(operation, expected, monkeypatch):
+    """execute harness (10-minute campaign): AVERAGE_POOL_2D with a filter 2**24 - 1 wide over a
+    4-wide input (SAME padding) ran a Python step per filter column (a 15 s timeout) over an input
+    padded to the filter's width. Only the taps that can reach the input are run now, over an
+    input padded no wider than they reach: checked here with a filter of 2**31 - 1 columns (whose
+    padded input would take 16 GiB). Each window covers the whole [1, 2, 4, 1] input (0..7)."""
+    padded = pooling.padded_window_input
+
+    def bounded(x, top, left, need_h, need_w, fill=0):
+        assert need_h * need_w <= 64, f"a padded input of {need_h} x {need_w} for a 2 x 4 input"
+        return padded(x, top, left, need_h, need_w, fill)
+
+    monkeypatch.setattr(pooling, "padded_window_input", bounded)
+    scalar = lambda v: hal.Operand(T.INT32, lifetime=Lifetime.CONSTANT_COPY, value=np.array([v], np.int32))
+    operands = [hal.Operand(T.TENSOR_FLOAT32, (1, 2, 4, 1), lifetime=Lifetime.SUBGRAPH_INPUT),
+                scalar(1), scalar(2), scalar(2), scalar(2**31 - 1), scalar(2), scalar(0),  # SAME, strides, filter
+                hal.Operand(T.TENSOR_FLOAT32, (1, 1, 2, 1), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+    model = hal.Model(hal.Subgraph(operands, [hal.Operation(operation, tuple(range(7)), (7,))], (0,), (7,)))
+    prepared = ReferenceDevice().prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, None,
+                                               [], [], None)
+    pool = hal.SharedMemory(np.concatenate([np.arange(8, dtype=np.float32), np.zeros(2, np.float32)]).view(np.uint8))
+    request = hal.Request([hal.RequestArgument(hal.ArgumentLifetime.POOL, 0, 0, 32)],
+                          [hal.RequestArgument(hal.ArgumentLifetime.POOL, 0, 32, 8)], [pool])
+    prepared.execute_synchronously(request, False, None, 10**9)
+    np.testing.assert_allclose(pool.buffer[32:].view(np.float32), [expected, expected], rtol=1e-6)

@@ -306,6 +306,10 @@ class ReferencePreparedModel(hal.PreparedModel):
         start = time.monotonic_ns()
         check_deadline(deadline_ns, "execution")
         pools, inputs = self._check_request(request)
+        try:
+            self.plans[0].check_omitted_inputs(inputs)
+        except NnapiError as e:
+            raise hal_error(e) from None
         executor = Executor(self.plans, self.model.relax_computation_float32_to_float16, deadline_ns,
                             loop_timeout_ns)
         device_start = time.monotonic_ns()

@@ -70,11 +70,8 @@ class Arg:
         return len(self.shape)
 
     def scalar(self):
-        """The value of a scalar operand as a Python bool, int or float. Operations read their
-        optional scalars only after checking ``omitted``: an omitted one here is a required
-        parameter left without a value (BAD_DATA, not a TypeError further on)."""
-        if self.omitted:
-            raise NnapiError(ResultCode.BAD_DATA, "a required scalar operand is omitted (has no value)")
+        """The value of a scalar operand as a Python bool, int or float (no scalar is omittable:
+        model validation and request checks keep omitted operands out of their positions)."""
         return self.value.item()
 
     def dequantize(self) -> np.ndarray:
@@ -127,6 +124,10 @@ class Signature:
     convolution's dilation factors go together).
     ``repeat`` is the index of an input that may appear one or more times in its place
     (CONCATENATION's tensors); ``repeat_outputs`` lets the single output type repeat (SPLIT).
+    ``omittable`` are the positions of inputs that may be present without a value (lifetime
+    NO_VALUE in the model, or a model input omitted in the request): the tensors NeuralNetworks.h
+    calls optional (LSTM's peephole weights, SQUEEZE's axes...). Model validation rejects an
+    omitted operand anywhere else, so operations read every other input without checking.
     """
 
     level: int
@@ -135,14 +136,16 @@ class Signature:
     optional: int | tuple[int, ...] = 0
     repeat: int | None = None
     repeat_outputs: bool = False
+    omittable: frozenset[int] = frozenset()
 
-    def __init__(self, level, inputs, outputs, optional=0, repeat=None, repeat_outputs=False):
+    def __init__(self, level, inputs, outputs, optional=0, repeat=None, repeat_outputs=False, omittable=()):
         object.__setattr__(self, "level", level)
         object.__setattr__(self, "inputs", tuple(inputs))
         object.__setattr__(self, "outputs", tuple(outputs))
         object.__setattr__(self, "optional", optional)
         object.__setattr__(self, "repeat", repeat)
         object.__setattr__(self, "repeat_outputs", repeat_outputs)
+        object.__setattr__(self, "omittable", frozenset(omittable))
 
     def matches(self, in_types: Sequence[int], out_types: Sequence[int]) -> bool:
         if self.repeat_outputs:

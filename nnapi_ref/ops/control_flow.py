@@ -77,7 +77,6 @@ class If(_ControlFlow):
 
     def execute(self, call: Call):
         condition = call.ins[0].value
-        check(condition is not None, "IF condition is omitted (has no value)")
         check(condition.size == 1, f"IF condition has {condition.size} elements, must have 1")
         branch = call.ins[1].scalar() if bool(condition.reshape(-1)[0]) else call.ins[2].scalar()
         return call.runner.run([a.value for a in call.ins[3:]], branch + 1)

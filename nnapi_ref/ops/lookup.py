@@ -237,12 +237,17 @@ SPARSE_DEPRECATED, DENSE, SPARSE = 1, 2, 3
 
 
 def _lsh_signatures() -> list[Signature]:
+    """The weight tensor (input 2) is optional: without it every input row weighs 1."""
     sigs = []
     for input_type in (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM):
-        sigs.append(Signature(27, [T.TENSOR_FLOAT32, input_type, T.TENSOR_FLOAT32, T.INT32], [T.TENSOR_INT32]))
-        sigs.append(Signature(29, [T.TENSOR_FLOAT16, input_type, T.TENSOR_FLOAT16, T.INT32], [T.TENSOR_INT32]))
-    sigs.append(Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.INT32], [T.TENSOR_INT32]))
-    sigs.append(Signature(29, [T.TENSOR_FLOAT16, T.TENSOR_FLOAT16, T.TENSOR_FLOAT16, T.INT32], [T.TENSOR_INT32]))
+        sigs.append(Signature(27, [T.TENSOR_FLOAT32, input_type, T.TENSOR_FLOAT32, T.INT32], [T.TENSOR_INT32],
+                              omittable=[2]))
+        sigs.append(Signature(29, [T.TENSOR_FLOAT16, input_type, T.TENSOR_FLOAT16, T.INT32], [T.TENSOR_INT32],
+                              omittable=[2]))
+    sigs.append(Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.INT32], [T.TENSOR_INT32],
+                          omittable=[2]))
+    sigs.append(Signature(29, [T.TENSOR_FLOAT16, T.TENSOR_FLOAT16, T.TENSOR_FLOAT16, T.INT32], [T.TENSOR_INT32],
+                          omittable=[2]))
     return sigs
 
 

@@ -31,6 +31,13 @@ CELL = ["i2i", "i2f", "i2c", "i2o", "r2i", "r2f", "r2c", "r2o", "c2i", "c2f", "c
         "bi", "bf", "bc", "bo", "proj", "proj_b"]
 LAYER_NORM = ["ln_i", "ln_f", "ln_c", "ln_o"]
 AUX = ["aux_i", "aux_f", "aux_c", "aux_o"]
+# The cell operands NeuralNetworks.h calls optional: input gate (CIFG), peephole, projection.
+OPTIONAL_CELL = ["i2i", "r2i", "c2i", "c2f", "c2o", "bi", "proj", "proj_b"]
+
+
+def optional_cell_inputs(first: int) -> list[int]:
+    """Input positions of one cell's optional operands, its operands starting at ``first``."""
+    return [first + CELL.index(name) for name in OPTIONAL_CELL]
 
 GATE_ACTIVATIONS = (0, 1, 2, 3, 4, 6)
 
@@ -211,9 +218,11 @@ def cell_values(a: dict) -> dict:
 class Lstm(Operation):
     code = OperationCode.LSTM
     signatures = [
-        Signature(27, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32], [F32] * 4),
-        Signature(29, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32] + [F32] * 4, [F32] * 4, optional=4),
-        Signature(29, [F16] * 20 + [T.INT32, T.FLOAT16, T.FLOAT16] + [F16] * 4, [F16] * 4, optional=4),
+        Signature(27, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32], [F32] * 4, omittable=optional_cell_inputs(1)),
+        Signature(29, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32] + [F32] * 4, [F32] * 4, optional=4,
+                  omittable=optional_cell_inputs(1) + [23, 24, 25, 26]),
+        Signature(29, [F16] * 20 + [T.INT32, T.FLOAT16, T.FLOAT16] + [F16] * 4, [F16] * 4, optional=4,
+                  omittable=optional_cell_inputs(1) + [23, 24, 25, 26]),
     ]
 
     def infer(self, call: Call):
@@ -250,7 +259,8 @@ class UnidirectionalSequenceLstm(Operation):
 
     code = OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM
     signatures = [
-        Signature(level, [t] * 20 + [T.INT32, SCALAR[t], SCALAR[t], T.BOOL] + [t] * 4, outs)
+        Signature(level, [t] * 20 + [T.INT32, SCALAR[t], SCALAR[t], T.BOOL] + [t] * 4, outs,
+                  omittable=optional_cell_inputs(1) + [24, 25, 26, 27])
         for t in (F32, F16)
         for level, outs in ((29, [t]), (30, [t] * 3))
     ]
@@ -290,11 +300,13 @@ class UnidirectionalSequenceLstm(Operation):
 # ----------------------------------------------------------------------------- BIDIRECTIONAL_SEQUENCE_LSTM
 
 def bidirectional_lstm_signatures() -> list[Signature]:
+    # Optional: each cell's (as LSTM's), the aux input and weights (39-47), layer norms (53-60).
+    omittable = optional_cell_inputs(1) + optional_cell_inputs(18) + list(range(39, 48)) + list(range(53, 61))
     sigs = []
     for t in (F32, F16):
         inputs = [t] * 48 + [T.INT32, SCALAR[t], SCALAR[t], T.BOOL, T.BOOL] + [t] * 8
-        sigs += [Signature(29, inputs, [t]), Signature(29, inputs, [t] * 2),
-                 Signature(30, inputs, [t] * 5), Signature(30, inputs, [t] * 6)]
+        sigs += [Signature(level, inputs, outputs, omittable=omittable)
+                 for level, outputs in ((29, [t]), (29, [t] * 2), (30, [t] * 5), (30, [t] * 6))]
     return sigs
 
 

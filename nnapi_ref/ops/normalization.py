@@ -50,7 +50,7 @@ def _check_fixed_output_quant(name: str, out, scale: float, zero_points: dict) -
 
 def _axis(call: Call, index: int, rank: int) -> int:
     """The optional axis input ``index`` (default -1), normalized."""
-    axis = call.ins[index].scalar() if len(call.ins) > index and not call.ins[index].omitted else -1
+    axis = call.ins[index].scalar() if len(call.ins) > index else -1
     return normalize_axis(axis, rank)
 
 

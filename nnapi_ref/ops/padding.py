@@ -20,7 +20,6 @@ MIRROR_REFLECT, MIRROR_SYMMETRIC = 0, 1
 
 def paddings(name: str, arg, rank: int) -> list[tuple[int, int]]:
     """The [rank, 2] paddings tensor as (before, after) pairs, all non-negative."""
-    check(not arg.omitted, f"{name}: paddings is omitted (has no value)")
     check(arg.rank == 2 and tuple(arg.shape) == (rank, 2),
           f"{name}: paddings must have shape [{rank}, 2], got {list(arg.shape)}")
     values = np.asarray(arg.value).reshape(rank, 2)

@@ -69,15 +69,19 @@ class _Pool(Operation):
         p, (n, h, w, c), (fh, fw), (oh, ow) = self.geometry(call)
         left, _, top, _ = p.pads
         sh, sw = p.stride_h, p.stride_w
-        need_h, need_w = (oh - 1) * sh + fh, (ow - 1) * sw + fw
-        xp = padded_window_input(x, top, left, need_h, need_w, fill)
+        # Taps that see only padding at every output position add ``fill`` (neutral) and are
+        # skipped, so a filter far larger than the input costs no more than one that covers it.
+        ky0, ky1 = max(0, top - (oh - 1) * sh), min(fh, top + h)
+        kx0, kx1 = max(0, left - (ow - 1) * sw), min(fw, left + w)
+        need_h, need_w = (oh - 1) * sh + ky1 - ky0, (ow - 1) * sw + kx1 - kx0
+        xp = padded_window_input(x, top - ky0, left - kx0, need_h, need_w, fill)
         # Sums and maxima are separable: combine the filter's rows first (at the output rows, over
         # the full padded width), then its columns: fh + fw passes instead of fh * fw.
         rows = xp[:, 0:(oh - 1) * sh + 1:sh].copy()
-        for ky in range(1, fh):
+        for ky in range(1, ky1 - ky0):
             combine(rows, xp[:, ky:ky + (oh - 1) * sh + 1:sh], out=rows)
         acc = rows[:, :, 0:(ow - 1) * sw + 1:sw].copy()
-        for kx in range(1, fw):
+        for kx in range(1, kx1 - kx0):
             combine(acc, rows[:, :, kx:kx + (ow - 1) * sw + 1:sw], out=acc)
         # Elements covered by each window: separable in rows and columns.
         rows = np.arange(oh) * sh - top

@@ -300,7 +300,9 @@ class QuantizedLstm(Operation):
 
     code = OperationCode.QUANTIZED_LSTM
     signatures = [Signature(30, [Q8AS] + [Q8S] * 8 + [Q16] * 3 + [I32] * 4 + [Q8S, I32, Q8AS, Q16] + [Q16] * 4
-                            + [T.FLOAT32] * 6 + [T.INT32, T.FLOAT32], [Q8AS, Q16, Q8AS])]
+                            + [T.FLOAT32] * 6 + [T.INT32, T.FLOAT32], [Q8AS, Q16, Q8AS],
+                            # Optional: CIFG, peephole, projection and layer norm tensors.
+                            omittable=[1, 5, 9, 10, 11, 12, 16, 17, 20, 21, 22, 23])]
 
     def infer(self, call: Call):
         ins = call.ins

@@ -46,7 +46,6 @@ def reduce_axes(name: str, inp, axes_arg) -> tuple[int, ...]:
     """The (deduplicated, non-negative) axes to reduce, validated against the input rank."""
     rank = inp.rank
     check(rank <= 4, f"{name}: input rank {rank} is above 4")
-    check(not axes_arg.omitted, f"{name}: axes are omitted (have no value)")
     check(axes_arg.rank == 1, f"{name}: axes must be a 1-D tensor, got rank {axes_arg.rank}")
     axes = [int(a) for a in np.asarray(axes_arg.value).reshape(-1)]
     check(all(-rank <= a < rank for a in axes),

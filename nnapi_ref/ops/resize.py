@@ -55,9 +55,7 @@ def _nearest_signatures() -> list[Signature]:
 
 
 def _flag(call: Call, index: int) -> bool:
-    if len(call.ins) > index and not call.ins[index].omitted:
-        return bool(call.ins[index].scalar())
-    return False
+    return len(call.ins) > index and bool(call.ins[index].scalar())
 
 
 def _resize_scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:

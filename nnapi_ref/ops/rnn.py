@@ -150,12 +150,15 @@ class UnidirectionalSequenceRnn(Operation):
 
 # ----------------------------------------------------------------------------- BIDIRECTIONAL_SEQUENCE_RNN
 
+AUX_INPUTS = (9, 10, 11)  # the optional auxiliary input and its forward and backward weights
+
+
 def bidirectional_rnn_signatures() -> list[Signature]:
     sigs = []
     for t in FLOATS:
         inputs = [t] * 12 + [T.INT32, T.BOOL, T.BOOL]
-        sigs += [Signature(29, inputs, [t]), Signature(29, inputs, [t, t]),
-                 Signature(30, inputs, [t] * 3), Signature(30, inputs, [t] * 4)]
+        sigs += [Signature(level, inputs, outputs, omittable=AUX_INPUTS)
+                 for level, outputs in ((29, [t]), (29, [t, t]), (30, [t] * 3), (30, [t] * 4))]
     return sigs
 
 

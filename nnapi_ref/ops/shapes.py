@@ -27,8 +27,7 @@ def check_same_quant(name: str, inp, out, what: str = "output") -> None:
 
 
 def int_vector(name: str, arg, what: str, length: int | None = None) -> list[int]:
-    """The values of a 1-D TENSOR_INT32 parameter (checked to be present, 1-D, of ``length`` entries)."""
-    check(not arg.omitted, f"{name}: {what} is omitted (has no value)")
+    """The values of a 1-D TENSOR_INT32 parameter (checked to be 1-D, of ``length`` entries)."""
     check(arg.rank == 1, f"{name}: {what} must be a 1-D tensor, got rank {arg.rank}")
     if length is not None:
         check(arg.shape[0] == length, f"{name}: {what} must have {length} entries, got {arg.shape[0]}")
@@ -78,9 +77,10 @@ class Reshape(Operation):
 @register
 class Squeeze(Operation):
     code = OperationCode.SQUEEZE
-    signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None])
-                  + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None])
-                  + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None]))
+    signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None],
+                             omittable=[1])
+                  + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None], omittable=[1])
+                  + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None], omittable=[1]))
 
     def infer(self, call: Call):
         x, dims_arg = call.ins

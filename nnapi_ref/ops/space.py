@@ -31,7 +31,7 @@ def layout_signatures(first_level: int, params) -> list[Signature]:
 
 
 def is_nchw(call: Call, k: int) -> bool:
-    return len(call.ins) > k and not call.ins[k].omitted and bool(call.ins[k].scalar())
+    return len(call.ins) > k and bool(call.ins[k].scalar())
 
 
 def nhwc_shape(shape, nchw: bool) -> tuple:
@@ -175,9 +175,9 @@ class SpaceToBatchND(_Layout4D):
 @register
 class Transpose(Operation):
     code = OperationCode.TRANSPOSE
-    signatures = (signatures(28, LEGACY, [None, T.TENSOR_INT32], [None])
-                  + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None])
-                  + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None]))
+    signatures = (signatures(28, LEGACY, [None, T.TENSOR_INT32], [None], omittable=[1])
+                  + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None], omittable=[1])
+                  + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None], omittable=[1]))
 
     def _perm(self, call):
         x, perm_arg = call.ins

@@ -19,14 +19,12 @@ from .rnn import check_rank, check_shape, fused_activation, fvalue, present, to_
 class Svdf(Operation):
     code = OperationCode.SVDF
     signatures = [
-        Signature(27, [T.TENSOR_FLOAT32] * 5 + [T.INT32, T.INT32], [T.TENSOR_FLOAT32] * 2),
-        Signature(29, [T.TENSOR_FLOAT16] * 5 + [T.INT32, T.INT32], [T.TENSOR_FLOAT16] * 2),
+        Signature(27, [T.TENSOR_FLOAT32] * 5 + [T.INT32, T.INT32], [T.TENSOR_FLOAT32] * 2, omittable=[3]),
+        Signature(29, [T.TENSOR_FLOAT16] * 5 + [T.INT32, T.INT32], [T.TENSOR_FLOAT16] * 2, omittable=[3]),
     ]
 
     def infer(self, call: Call):
         x, wf, wt, bias, state, rank_arg, fuse = call.ins
-        check(not x.omitted and not wf.omitted and not wt.omitted and not state.omitted,
-              "SVDF input, weights and state are required")
         check_rank(x, 2, "input")
         check_rank(wf, 2, "weights_feature")
         check_rank(wt, 2, "weights_time")
