@@ -343,8 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "call_timeout", None):
         os.environ["NNTS_CALL_TIMEOUT"] = str(args.call_timeout)  # worker processes inherit it
+    from .runtime.devices import drivers_restored
     try:
-        return args.func(args)
+        with drivers_restored():
+            return args.func(args)
     except NnapiError as e:  # a bad driver string, a driver that does not start: one line, not a traceback
         print(f"nnts: {e}", file=sys.stderr)
         return 2

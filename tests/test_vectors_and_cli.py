@@ -166,6 +166,15 @@ def test_devices_and_ops_commands(capsys):
     assert "ADD" in capsys.readouterr().out
 
 
+def test_an_in_process_command_leaves_the_callers_drivers_in_place():
+    """``nnts devices --driver X`` run in process (as tests do) sets the runtime's drivers to X
+    while it runs, and the caller's afterwards (a crashing driver left behind once broke the
+    next test on the same worker)."""
+    before = [d.name for d in get_devices()]
+    assert cli.main(["devices", "--driver", "nnapi_ref.drivers.variants:TokenCachingDevice"]) == 0
+    assert [d.name for d in get_devices()] == before
+
+
 def test_missing_path_is_an_error(tmp_path):
     assert cli.main(["vectors", "run", str(tmp_path / "nope")]) == 2
 

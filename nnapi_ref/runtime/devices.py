@@ -92,13 +92,21 @@ def set_drivers(drivers: Sequence[hal.Device]) -> None:
 
 
 @contextmanager
-def using_drivers(drivers: Sequence[hal.Device], partitioning: Partitioning | None = None) -> Iterator[list[Device]]:
-    """Temporarily use ``drivers`` (and a partitioning setting); restores the previous ones."""
+def drivers_restored() -> Iterator[None]:
+    """Whatever drivers (and partitioning) the block sets, the previous ones afterwards: an
+    ``nnts`` command run in process must not leave its ``--driver`` behind for its caller."""
     previous, previous_mode = MANAGER._devices, MANAGER.partitioning
-    MANAGER.set_drivers(drivers)
-    if partitioning is not None:
-        MANAGER.partitioning = partitioning
     try:
-        yield MANAGER.devices
+        yield
     finally:
         MANAGER._devices, MANAGER.partitioning = previous, previous_mode
+
+
+@contextmanager
+def using_drivers(drivers: Sequence[hal.Device], partitioning: Partitioning | None = None) -> Iterator[list[Device]]:
+    """Temporarily use ``drivers`` (and a partitioning setting); restores the previous ones."""
+    with drivers_restored():
+        MANAGER.set_drivers(drivers)
+        if partitioning is not None:
+            MANAGER.partitioning = partitioning
+        yield MANAGER.devices
