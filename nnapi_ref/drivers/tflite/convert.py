@@ -241,6 +241,8 @@ def _conv(g, op):
         raise Unsupported("TFLite's uint8 convolutions take uint8 filters only")
     if wo.channel_quant is not None and wo.channel_quant.channel_dim != (3 if depthwise else 0):
         raise Unsupported("per-channel filter scales on another dimension than the output channels")
+    if wo.type == S8 and wo.zero_point != 0:
+        raise Unsupported("TFLite's int8 convolutions take symmetric filters (zero point 0) only")
     padding, pads = _padding(g, x, p, wo.dimensions[1], wo.dimensions[2])
     image = g.nhwc_in(x, p.nchw)
     if pads is not None:
@@ -307,7 +309,6 @@ _ELEMENTWISE = {Op.MAXIMUM: "MAXIMUM", Op.MINIMUM: "MINIMUM", Op.POW: "POW", Op.
                 Op.DEQUANTIZE: "DEQUANTIZE", Op.QUANTIZE: "QUANTIZE"}
 
 
-@maps((Op.EQUAL, Op.NOT_EQUAL, Op.GREATER, Op.GREATER_EQUAL, Op.LESS, Op.LESS_EQUAL), NUMERIC | {I32})
 @maps((Op.LOGICAL_AND, Op.LOGICAL_OR, Op.LOGICAL_NOT), {BOOL8})
 @maps(Op.POW, {F32})
 @maps(Op.PRELU, NUMERIC)
@@ -324,6 +325,16 @@ def _elementwise(g, op):
     if op.type == Op.DEQUANTIZE and g.operand(op.outputs[0]).type != F32:
         raise Unsupported("DEQUANTIZE to float16")
     g.op(_ELEMENTWISE[op.type], [g.tensor(k) for k in op.inputs], [g.tensor(k) for k in op.outputs])
+
+
+@maps((Op.EQUAL, Op.NOT_EQUAL, Op.GREATER, Op.GREATER_EQUAL, Op.LESS, Op.LESS_EQUAL), NUMERIC | {I32})
+def _comparison(g, op):
+    """Comparisons; TFLite 2.x aborts the process (a failed TFLITE_CHECK: the scale taken as a
+    multiplier below one) when the second quantized input's scale is 1 or more."""
+    second = g.operand(op.inputs[1])
+    if second.type in QUANT8 and second.scale >= 1.0:
+        raise Unsupported(f"{op.type.name}: TFLite aborts on a second quantized input of scale >= 1")
+    _elementwise(g, op)
 
 
 @maps((Op.MAXIMUM, Op.MINIMUM), NUMERIC | {I32})
@@ -381,6 +392,8 @@ def _l2_normalization(g, op):
 
 @maps(Op.LOCAL_RESPONSE_NORMALIZATION, {F32})
 def _local_response_normalization(g, op):
+    if g.rank(op.inputs[0]) != 4:
+        raise Unsupported("TFLite's LOCAL_RESPONSE_NORMALIZATION takes 4-D inputs only")
     _last_axis(g, op, 5)
     radius, bias, alpha, beta = (g.scalar(k) for k in op.inputs[1:5])
     g.op("LOCAL_RESPONSE_NORMALIZATION", [g.tensor(op.inputs[0])], [g.tensor(op.outputs[0])],
@@ -469,8 +482,11 @@ def _transpose(g, op):
 
 @maps(Op.CONCATENATION, ANY)
 def _concatenation(g, op):
-    """CONCATENATION; TFLite requantizes quantized inputs to the output's parameters."""
+    """CONCATENATION; TFLite requantizes uint8 inputs to the output's parameters, int8 ones it
+    copies (they must share the output's)."""
     *tensors, axis = op.inputs
+    if g.operand(op.outputs[0]).type == S8:
+        g.same_quant(op)
     g.op("CONCATENATION", [g.tensor(k) for k in tensors], [g.tensor(op.outputs[0])],
          options("ConcatenationOptions", axis=int(g.scalar(axis))))
 
