@@ -16,7 +16,7 @@ from nnapi_ref.types import OperandCode as T, OperationCode as Op
 pytest.importorskip("ai_edge_litert", reason="the tflite driver needs the ai-edge-litert package (nnts[tflite])")
 
 from nnapi_ref.drivers import tflite as tflite_driver  # noqa: E402  (after the skip)
-from nnapi_ref.drivers.tflite import convert  # noqa: E402
+from nnapi_ref.drivers.tflite.convert import to_flatbuffer  # noqa: E402
 
 REPRODUCERS = sorted((Path(__file__).resolve().parents[1] / "docs" / "conformance" / "tflite").glob("*.json"))
 F32, I32, Q8, S8 = T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
@@ -36,17 +36,17 @@ def test_conv_2d_nchw_explicit_padding_relu_matches_numpy(tfl):
     """NCHW and explicit paddings that are not SAME's: transposes around a PAD and a VALID conv."""
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 2, 4, 3)).astype(np.float32)  # NCHW: 2 channels, 4x3 image
-    w = rng.standard_normal((3, 2, 2, 2)).astype(np.float32)  # OHWI
+    w = rng.standard_normal((3, 3, 3, 2)).astype(np.float32)  # OHWI
     b = np.array([0.5, -0.25, 0.0], np.float32)
     pads = [scalar(T.INT32, v) for v in (1, 0, 0, 2)]  # left 1, right 0, top 0, bottom 2
     out, = run_on(tfl, Op.CONV_2D, [tensor(F32, x), tensor(F32, w, as_input=False), tensor(F32, b, as_input=False),
                                     *pads, scalar(T.INT32, 1), scalar(T.INT32, 1), scalar(T.INT32, 1),
-                                    scalar(T.BOOL, True)], [output(F32, (1, 3, 5, 3))])
-    image = np.pad(x[0].transpose(1, 2, 0), ((0, 2), (1, 0), (0, 0)))  # HWC, padded
-    expected = np.zeros((5, 3, 3))
-    for i in range(5):
-        for j in range(3):
-            expected[i, j] = np.tensordot(w, image[i:i + 2, j:j + 2], axes=([1, 2, 3], [0, 1, 2])) + b
+                                    scalar(T.BOOL, True)], [output(F32, (1, 3, 4, 2))])
+    image = np.pad(x[0].transpose(1, 2, 0), ((0, 2), (1, 0), (0, 0)))  # HWC, padded to 6x4
+    expected = np.zeros((4, 2, 3))
+    for i in range(4):
+        for j in range(2):
+            expected[i, j] = np.tensordot(w, image[i:i + 3, j:j + 3], axes=([1, 2, 3], [0, 1, 2])) + b
     np.testing.assert_allclose(out[0], np.maximum(expected, 0).transpose(2, 0, 1), rtol=1e-5, atol=1e-5)
 
 
@@ -55,8 +55,7 @@ def test_quantized_conv_with_per_channel_filter_matches_hand_computed(tfl):
     TFLite checks (input scale x filter scale per channel)."""
     x = np.array([2, 4, -6, 8], np.int8).reshape(1, 2, 2, 1)  # scale 0.5, zero point 0: 1, 2, -3, 4
     w = np.array([1, 1, 1, 1, 2, 0, 0, 2], np.int8).reshape(2, 2, 2, 1)
-    filt = tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, w, as_input=False)
-    filt.channel_quant = hal.ChannelQuant((1.0, 0.5), 0)
+    filt = tensor(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, w, as_input=False, channel_scales=(1.0, 0.5), channel_dim=0)
     out, = run_on(tfl, Op.CONV_2D, [tensor(S8, x, 0.5, 0), filt, tensor(I32, np.array([2, 0], np.int32), as_input=False),
                                     scalar(T.INT32, 2), scalar(T.INT32, 1), scalar(T.INT32, 1), scalar(T.INT32, 0)],
                   [output(S8, (1, 1, 1, 2), 0.25, 0)])
@@ -103,7 +102,7 @@ def test_flatbuffer_uses_tflite_types_and_quantization():
     model.add_operation(Op.ADD, [a, b, fuse], [y])
     model.identify_inputs_and_outputs([a, b], [y])
     model.finish()
-    flatbuffer, inputs, outputs = convert.convert(model.hal_model)
+    flatbuffer, inputs, outputs = to_flatbuffer(model.hal_model)
     m = schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0))
     tensors = m.subgraphs[0].tensors
     assert [tensors[i].type for i in inputs + outputs] == [schema.TensorType.UINT8] * 3

@@ -33,7 +33,7 @@ from ...types import ResultCode
 from ...vectors import FormatError, model_from_json, model_to_json
 from ..reference import (ReferenceDevice, ReferencePreparedModel, check_cache_files, check_deadline,
                          check_prepare_arguments, hal_error)
-from .convert import Unsupported, check_operation, convert
+from .convert import Unsupported, check_operation, to_flatbuffer
 
 _IMPORT_ERROR = ""
 try:
@@ -99,7 +99,7 @@ class TfliteDevice(ReferenceDevice):
         except NnapiError as e:
             raise hal_error(e) from None
         try:
-            flatbuffer, _, _ = convert(model)
+            flatbuffer, _, _ = to_flatbuffer(model)
         except Unsupported as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot convert the model: {e}") from None
         prepared = self._prepared(model, flatbuffer)

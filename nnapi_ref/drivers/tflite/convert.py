@@ -62,6 +62,7 @@ class Graph:
         self.sg = sg
         self.b = GraphBuilder("nnts: NNAPI model converted by nnapi_ref.drivers.tflite")
         self.tensors: dict[int, int] = {}
+        self._after: list[tuple] = []  # operators that consume the next operator's output
 
     def operand(self, k: int) -> hal.Operand:
         return self.sg.operands[k]
@@ -136,7 +137,11 @@ class Graph:
         return self.b.tensor(f"c{len(self.b.tensors)}", array.shape, dtype, array, **quant)
 
     def op(self, name: str, inputs, outputs, opts=None) -> None:
+        """Append an operator, then those waiting for its output (see :meth:`nhwc_out`)."""
         self.b.op(name, inputs, outputs, opts)
+        after, self._after = self._after, []
+        for args in after:
+            self.b.op(*args)
 
     def transpose(self, x: int, perm, out: int | None = None, like: int | None = None) -> int:
         """A TRANSPOSE of tensor ``x`` into ``out`` (or a new tensor like operand ``like``)."""
@@ -149,11 +154,12 @@ class Graph:
         return self.transpose(self.tensor(k), [0, 2, 3, 1], like=k) if nchw else self.tensor(k)
 
     def nhwc_out(self, k: int, nchw: bool) -> int:
-        """Where an NHWC operation writes output operand ``k``; for NCHW a tensor transposed into it."""
+        """Where the next NHWC operator writes output operand ``k``; for NCHW a tensor that is
+        transposed into it once that operator is appended."""
         if not nchw:
             return self.tensor(k)
         t = self.like(k, ())
-        self.transpose(t, [0, 3, 1, 2], out=self.tensor(k))
+        self._after.append(("TRANSPOSE", [t, self.const(np.array([0, 3, 1, 2], np.int32))], [self.tensor(k)], None))
         return t
 
     def same_quant(self, op: hal.Operation) -> None:
@@ -631,7 +637,7 @@ def check_operation(sg: hal.Subgraph, op: hal.Operation) -> None:
         raise Unsupported(f"{op.type.name}: {type(e).__name__}: {e}") from None
 
 
-def convert(model: hal.Model) -> tuple[bytes, list[int], list[int]]:
+def to_flatbuffer(model: hal.Model) -> tuple[bytes, list[int], list[int]]:
     """The .tflite flatbuffer computing ``model.main`` and the tensor indexes of its inputs and
     outputs; Unsupported if any operation is."""
     if model.referenced:
