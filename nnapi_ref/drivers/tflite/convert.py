@@ -411,8 +411,8 @@ _REDUCE = {Op.MEAN: "MEAN", Op.REDUCE_SUM: "SUM", Op.REDUCE_PROD: "REDUCE_PROD",
            Op.REDUCE_MIN: "REDUCE_MIN", Op.REDUCE_ANY: "REDUCE_ANY", Op.REDUCE_ALL: "REDUCE_ALL"}
 
 
-@maps((Op.MEAN, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_SUM), NUMERIC)
-@maps(Op.REDUCE_PROD, {F32})
+@maps((Op.MEAN, Op.REDUCE_MAX, Op.REDUCE_MIN), NUMERIC)
+@maps((Op.REDUCE_SUM, Op.REDUCE_PROD), {F32})
 @maps((Op.REDUCE_ANY, Op.REDUCE_ALL), {BOOL8})
 def _reduce(g, op):
     """A reducer; reducing every axis without keep_dims gives NNAPI's shape [1], not a scalar."""
