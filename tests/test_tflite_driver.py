@@ -112,6 +112,36 @@ def test_flatbuffer_uses_tflite_types_and_quantization():
     assert op.builtinOptions.fusedActivationFunction == schema.ActivationFunctionType.RELU
 
 
+def test_compilation_cache_round_trip_and_wrong_token(tmp_path):
+    """The converted model saved under a token prepares again from the cache files and computes
+    the same; another token or a flipped bit is a clean GENERAL_FAILURE."""
+    model = Model()
+    x, y = model.add_operand(OperandType(F32, (3,))), model.add_operand(OperandType(F32, (3,)))
+    model.add_operation(Op.RELU6, [x], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    device, token = tflite_driver.TfliteDevice(), bytes(range(32))
+    with open(tmp_path / "model", "w+b") as m, open(tmp_path / "data", "w+b") as d:
+        device.prepare_model(model.hal_model, 1, 100, None, [m], [d], token)
+        prepared = device.prepare_model_from_cache(None, [m], [d], token)
+        result = np.zeros(3, np.float32)
+        prepared.execute_synchronously(hal.Request([hal.RequestArgument(hal.ArgumentLifetime.POINTER,
+                                                                        pointer=np.array([-1, 3, 9], np.float32))],
+                                                   [hal.RequestArgument(hal.ArgumentLifetime.POINTER, pointer=result)]),
+                                       False, None, 0)
+        np.testing.assert_array_equal(result, [0, 3, 6])
+        with pytest.raises(hal.HalError) as e:
+            device.prepare_model_from_cache(None, [m], [d], bytes(32))
+        assert e.value.status == hal.ErrorStatus.GENERAL_FAILURE
+        d.seek(-1, 2)
+        last = d.read(1)
+        d.seek(-1, 2)
+        d.write(bytes([last[0] ^ 1]))
+        with pytest.raises(hal.HalError) as e:
+            device.prepare_model_from_cache(None, [m], [d], token)
+        assert e.value.status == hal.ErrorStatus.GENERAL_FAILURE and "corrupted" in e.value.message
+
+
 def test_unmapped_types_and_parameters_are_unsupported(tfl):
     model = Model()
     x = model.add_operand(OperandType(F32, (2,)))

@@ -37,12 +37,12 @@ from .convert import Unsupported, check_operation, to_flatbuffer
 
 _IMPORT_ERROR = ""
 try:
-    import ai_edge_litert
-    from ai_edge_litert import interpreter as litert
     from importlib.metadata import version as _version
+
+    from ai_edge_litert import interpreter as litert
     LITERT_VERSION = _version("ai-edge-litert")
 except ImportError as e:  # the driver reports itself unavailable (see TfliteDevice)
-    ai_edge_litert = litert = None
+    litert = None
     LITERT_VERSION = ""
     _IMPORT_ERROR = str(e)
 

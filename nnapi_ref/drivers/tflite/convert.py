@@ -29,7 +29,7 @@ from ... import hal
 from ...errors import NnapiError
 from ...ops.base import Arg, Call, ValueUnknown
 from ...ops.convolution import parse_spatial, resolve_padding
-from ...types import DTYPES, FuseCode, Lifetime, OperandCode as T, OperationCode as Op, PaddingCode
+from ...types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op, PaddingCode
 from .writer import GraphBuilder, options
 
 F32, F16, I32, BOOL8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_BOOL8
@@ -125,12 +125,11 @@ class Graph:
                                         signature=signature, **(self._quant(o) if quant is None else quant))
         return self.tensors[k]
 
-    def like(self, k: int, dims=None, dtype: str | None = None) -> int:
-        """A new intermediate tensor of operand ``k``'s type and quantization."""
+    def like(self, k: int) -> int:
+        """A new intermediate tensor of operand ``k``'s type and quantization (its shape is what
+        TFLite computes when it allocates the tensors)."""
         o = self.operand(k)
-        dims = o.dimensions if dims is None else dims
-        return self.b.tensor(f"v{len(self.b.tensors)}", [d or 1 for d in dims], dtype or TENSOR_TYPES[o.type],
-                             **self._quant(o))
+        return self.b.tensor(f"v{len(self.b.tensors)}", [], TENSOR_TYPES[o.type], **self._quant(o))
 
     def const(self, array, dtype: str = "int32", **quant) -> int:
         array = np.asarray(array)
@@ -145,7 +144,7 @@ class Graph:
 
     def transpose(self, x: int, perm, out: int | None = None, like: int | None = None) -> int:
         """A TRANSPOSE of tensor ``x`` into ``out`` (or a new tensor like operand ``like``)."""
-        out = self.like(like, ()) if out is None else out
+        out = self.like(like) if out is None else out
         self.op("TRANSPOSE", [x, self.const(np.array(perm, np.int32))], [out])
         return out
 
@@ -158,7 +157,7 @@ class Graph:
         transposed into it once that operator is appended."""
         if not nchw:
             return self.tensor(k)
-        t = self.like(k, ())
+        t = self.like(k)
         self._after.append(("TRANSPOSE", [t, self.const(np.array([0, 3, 1, 2], np.int32))], [self.tensor(k)], None))
         return t
 
@@ -228,7 +227,7 @@ def _padded(g: Graph, x: int, image: int, pads) -> int:
     """``image`` (NHWC) padded by ``pads`` (left, right, top, bottom) with zeros (quantized: the
     zero point, TFLite's PAD fill)."""
     left, right, top, bottom = pads
-    out = g.like(x, ())
+    out = g.like(x)
     g.op("PAD", [image, g.const(np.array([[0, 0], [top, bottom], [left, right], [0, 0]], np.int32))], [out])
     return out
 
@@ -384,7 +383,7 @@ def _log_softmax(g, op):
     _last_axis(g, op, 2)
     x, beta = g.tensor(op.inputs[0]), float(g.scalar(op.inputs[1]))
     if beta != 1.0:
-        scaled = g.like(op.inputs[0], ())
+        scaled = g.like(op.inputs[0])
         g.op("MUL", [x, g.const(np.float32(beta), "float32")], [scaled], options("MulOptions"))
         x = scaled
     g.op("LOG_SOFTMAX", [x], [g.tensor(op.outputs[0])])
@@ -423,7 +422,7 @@ def _reduce(g, op):
     opts = options("ReducerOptions", keepDims=keep)
     axes_t = g.const(np.array(axes, np.int32))
     if len(axes) == rank and not keep:
-        scalar = g.like(op.outputs[0], ())
+        scalar = g.like(op.outputs[0])
         g.op(_REDUCE[op.type], [g.tensor(x), axes_t], [scalar], opts)
         g.op("RESHAPE", [scalar, g.const(np.array([1], np.int32))], [g.tensor(op.outputs[0])])
     else:
