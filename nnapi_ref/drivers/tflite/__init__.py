@@ -62,7 +62,7 @@ class TfliteDevice(ReferenceDevice):
         if litert is None:
             raise NnapiError(ResultCode.UNAVAILABLE_DEVICE,
                              f"driver 'tflite' needs the ai-edge-litert package "
-                             f"(pip install 'nnts[tflite]'): {_IMPORT_ERROR}")
+                             f"(pip install ai-edge-litert): {_IMPORT_ERROR}")
         if kernels not in KERNELS:
             raise NnapiError(ResultCode.BAD_DATA, f"tflite kernels {kernels!r}: expected one of {KERNELS}")
         super().__init__(name="tflite" if kernels == "default" else "tflite-ref")
