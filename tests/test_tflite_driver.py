@@ -82,6 +82,12 @@ def test_pooling_softmax_mean_and_reshape_match_numpy(tfl):
     assert out.shape == (1,) and out[0] == 4.0  # every axis reduced without keep_dims: shape [1], not a scalar
 
 
+def test_argmax_of_a_vector_has_shape_one(tfl):
+    """NNAPI reduces a 1-D input to shape [1] (TFLite to a scalar; a random graph found it)."""
+    out, = run_on(tfl, Op.ARGMIN, [tensor(F32, [3.0, -1.0, 2.0]), scalar(T.INT32, 0)], [output(I32, ())])
+    assert out.shape == (1,) and out[0] == 1
+
+
 def test_add_broadcast_relu6_and_quantize_match_hand_computed(tfl):
     a = np.array([[1.0, 5.0], [-3.0, 7.0]], np.float32)
     out, = run_on(tfl, Op.ADD, [tensor(F32, a), tensor(F32, [0.5, 2.0]), scalar(T.INT32, 3)], [output(F32, (2, 2))])

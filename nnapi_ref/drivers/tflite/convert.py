@@ -431,9 +431,16 @@ def _reduce(g, op):
 
 @maps((Op.ARGMAX, Op.ARGMIN), NUMERIC | {I32})
 def _argmax(g, op):
+    """ARG_MAX / ARG_MIN; of a 1-D input NNAPI's result has shape [1], TFLite's is a scalar."""
     name, kind = ("ARG_MAX", "ArgMaxOptions") if op.type == Op.ARGMAX else ("ARG_MIN", "ArgMinOptions")
     axis = g.const(np.array([g.scalar(op.inputs[1])], np.int32))
-    g.op(name, [g.tensor(op.inputs[0]), axis], [g.tensor(op.outputs[0])], options(kind, outputType=2))
+    opts = options(kind, outputType=2)
+    if g.rank(op.inputs[0]) == 1:
+        index = g.like(op.outputs[0])
+        g.op(name, [g.tensor(op.inputs[0]), axis], [index], opts)
+        g.op("RESHAPE", [index, g.const(np.array([1], np.int32))], [g.tensor(op.outputs[0])])
+    else:
+        g.op(name, [g.tensor(op.inputs[0]), axis], [g.tensor(op.outputs[0])], opts)
 
 
 @maps(Op.BATCH_MATMUL, {F32, S8})
