@@ -88,6 +88,14 @@ def test_argmax_of_a_vector_has_shape_one(tfl):
     assert out.shape == (1,) and out[0] == 1
 
 
+def test_select_of_one_element_into_an_output_of_unknown_rank_has_shape_one(tfl):
+    """TFLite keeps the file's output shape when every tensor has one element: the driver writes
+    the inputs' shape there (a random graph found a scalar result)."""
+    out, = run_on(tfl, Op.SELECT, [tensor(T.TENSOR_BOOL8, [False]), tensor(I32, [5]), tensor(I32, [7])],
+                  [output(I32, ())])
+    assert out.shape == (1,) and out[0] == 7
+
+
 def test_add_broadcast_relu6_and_quantize_match_hand_computed(tfl):
     a = np.array([[1.0, 5.0], [-3.0, 7.0]], np.float32)
     out, = run_on(tfl, Op.ADD, [tensor(F32, a), tensor(F32, [0.5, 2.0]), scalar(T.INT32, 3)], [output(F32, (2, 2))])

@@ -111,14 +111,15 @@ class Graph:
             return dict(scale=o.scale, zero_point=o.zero_point)
         return {}
 
-    def tensor(self, k: int, quant: dict | None = None) -> int:
-        """Operand ``k``'s tensor (``quant`` overrides its quantization, for biases)."""
+    def tensor(self, k: int, quant: dict | None = None, dims: tuple | None = None) -> int:
+        """Operand ``k``'s tensor (``quant`` overrides its quantization, for biases; ``dims`` its
+        dimensions where NNAPI leaves them unknown and the operation fixes them)."""
         if k in self.tensors:
             return self.tensors[k]
         o = self.operand(k)
         if o.type not in TENSOR_TYPES:
             raise Unsupported(f"operand type {o.type.name}")
-        dims = tuple(o.dimensions)
+        dims = tuple(o.dimensions) if o.dimensions or dims is None else tuple(dims)
         data = self.value(k) if o.lifetime in _CONSTANT else None
         signature = [d or -1 for d in dims] if 0 in dims else None
         self.tensors[k] = self.b.tensor(f"t{k}", [d or 1 for d in dims], TENSOR_TYPES[o.type], data,
@@ -351,8 +352,11 @@ def _maximum(g, op):
 
 @maps(Op.SELECT, {BOOL8})
 def _select(g, op):
+    """SELECT; its output has the inputs' shape, written into the file: TFLite keeps an output's
+    file shape when every tensor has one element (a scalar output of unknown rank otherwise)."""
     g.same_quant(op)
-    g.op("SELECT_V2", [g.tensor(k) for k in op.inputs], [g.tensor(op.outputs[0])])
+    g.op("SELECT", [g.tensor(k) for k in op.inputs],
+         [g.tensor(op.outputs[0], dims=g.operand(op.inputs[1]).dimensions)])
 
 
 @maps(Op.ELU, {F32})
