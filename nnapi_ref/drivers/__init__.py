@@ -4,6 +4,8 @@ A driver string is one of
 
 * ``reference``: the built-in ``nnapi-reference`` CPU driver;
 * ``onnxruntime``: NNAPI on ONNX Runtime's CPU provider (the ``onnxruntime`` extra);
+* ``tflite``, ``tflite-ref``: NNAPI on TensorFlow Lite's interpreter, default (XNNPACK) or
+  reference kernels (the ``tflite`` extra: ``ai-edge-litert``);
 * ``module.path:factory``: a Python object implementing :class:`nnapi_ref.hal.Device`: a
   Device instance, a Device subclass, or a callable returning a Device;
 * ``remote:COMMAND``: a driver in its own process: COMMAND is started and spoken to over its
@@ -37,6 +39,9 @@ def load_driver(spec: str, isolate: bool = False) -> Device:
     if spec == "onnxruntime":
         from .onnxruntime import OnnxRuntimeDevice
         return OnnxRuntimeDevice()
+    if spec in ("tflite", "tflite-ref"):
+        from .tflite import TfliteDevice
+        return TfliteDevice("default" if spec == "tflite" else "reference")
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: expected 'reference' or 'module.path:factory'")
