@@ -6,8 +6,8 @@
 
 The flatbuffer is read with TFLite's own schema: the flatc-generated module that ai-edge-litert
 ships (``ai_edge_litert.schema_py_generated``, its object API, over the ``flatbuffers`` package),
-the same module :mod:`mlts.models.builder` writes .tflite files with, so one version-matched
-schema serves both directions. Operator options are the schema's ``...OptionsT`` objects.
+the same module :mod:`nnapi_ref.drivers.tflite.writer` writes .tflite files with (the TFLite
+driver's and :mod:`mlts.models`'), so one version-matched schema serves both directions. Operator options are the schema's ``...OptionsT`` objects.
 Sparse constant tensors (TFLite's sparsity format) are densified as they are read.
 
 Mapping (TFLite → NNAPI), besides the one-to-one operations:
