@@ -26,10 +26,7 @@ driver's, which this driver extends; only compilation and the computation itself
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -37,15 +34,11 @@ import numpy as np
 
 from .. import hal, ops
 from ..errors import NnapiError
-from ..hal import ErrorStatus, HalError
 from ..ops.base import Arg, Call, ValueUnknown
 from ..ops.common import activation_range_quant
 from ..ops.convolution import parse_spatial, resolve_padding
 from ..types import DTYPES, FuseCode, Lifetime, OperandCode as T, OperationCode as Op, PaddingCode, ResultCode
-from ..vectors import FormatError, model_from_json, model_to_json
-from ..executor import prepare_plans
-from .reference import (ReferenceDevice, ReferencePreparedModel, check_cache_files, check_deadline,
-                        check_prepare_arguments, hal_error)
+from .adapter import AdapterDevice, AdapterPreparedModel, Unsupported
 
 _IMPORT_ERROR = ""
 try:
@@ -64,10 +57,6 @@ QUANT8 = frozenset({Q8, S8})
 NUMERIC = FLOATS | QUANT8
 _CONSTANT = (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE)
 _QUANTIZED = QUANT8 | {T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL}
-
-
-class Unsupported(Exception):
-    """What a mapping raises for an operation it cannot convert (a type, a parameter)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -674,16 +663,13 @@ def session(onnx_bytes: bytes, threads: int):
 # The driver
 # ---------------------------------------------------------------------------------------------
 
-MAGIC = b"NNTSORT1"
-
-
-def _digest(data: bytes) -> bytes:
-    return hashlib.sha256(data).digest()
-
-
-class OnnxRuntimeDevice(ReferenceDevice):
+class OnnxRuntimeDevice(AdapterDevice):
     """NNAPI on ONNX Runtime's CPU provider; ``threads`` ONNX Runtime threads per session
     (default 1, or ``NNTS_ORT_THREADS``)."""
+
+    runtime = "onnxruntime"
+    magic = b"NNTSORT1"
+    benchmark_types = (F32, F16, Q8, S8, I32, BOOL8)
 
     def __init__(self, threads: int | None = None):
         if onnxruntime is None:
@@ -697,195 +683,25 @@ class OnnxRuntimeDevice(ReferenceDevice):
     def get_version_string(self) -> str:
         return f"onnxruntime {onnxruntime.__version__} (onnx {onnx.__version__}, opset {OPSET})"
 
-    def get_capabilities(self) -> hal.Capabilities:
-        if self.capabilities is None:
-            self.capabilities = measure_capabilities(self)
-        return self.capabilities
+    def check_operation(self, sg: hal.Subgraph, op: hal.Operation) -> None:
+        check_operation(sg, op)
 
-    def get_supported_operations(self, model: hal.Model) -> list[bool]:
-        self._validated.level(model)
-        flags = []
-        for op in model.main.operations:
-            try:
-                check_operation(model.main, op)
-                flags.append(True)
-            except Unsupported:
-                flags.append(False)
-        return flags
+    def convert(self, model: hal.Model) -> bytes:
+        return convert(model)
 
-    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
-        check_prepare_arguments(preference, priority, deadline_ns)
-        level = self._validated.level(model)
-        if level > self.feature_level:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"model needs feature level {level}")
-        try:  # the operations' own checks (parameters NNAPI forbids), as the reference runs them
-            prepare_plans(model)
-        except NnapiError as e:
-            raise hal_error(e) from None
-        try:
-            onnx_bytes = convert(model)
-        except Unsupported as e:
-            raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot convert the model: {e}") from None
-        prepared = self._prepared(model, onnx_bytes)
-        if token is not None and (model_cache or data_cache):
-            self._save(model, onnx_bytes, model_cache, data_cache, token)
-        return prepared
-
-    def _prepared(self, model: hal.Model, onnx_bytes: bytes) -> "OnnxRuntimePreparedModel":
-        try:
-            return OnnxRuntimePreparedModel(self, model, session(onnx_bytes, self.threads))
-        except Exception as e:  # ONNX Runtime rejecting the graph: a failed compilation
-            raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {type(e).__name__}: {e}") from None
-
-    # -- caching: the NNAPI model (requests are checked against it) and the converted ONNX model --
-    def _save(self, model, onnx_bytes, model_cache, data_cache, token) -> None:
-        """Best effort: wrong cache files or a failing write leave nothing saved."""
-        try:
-            check_cache_files(model_cache, 1, "model")
-            check_cache_files(data_cache, 1, "data")
-            for f, payload in ((model_cache[0], json.dumps(model_to_json(model)).encode()),
-                               (data_cache[0], onnx_bytes)):
-                f.seek(0)
-                f.truncate()
-                f.write(MAGIC + _digest(token) + _digest(payload) + payload)
-                f.flush()
-        except (HalError, OSError):
-            pass
-
-    def prepare_model_from_cache(self, deadline_ns, model_cache, data_cache, token):
-        check_deadline(deadline_ns, "compilation")
-        check_cache_files(model_cache, 1, "model")
-        check_cache_files(data_cache, 1, "data")
-        if token is None or len(token) != 32:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, "cache token must be 32 bytes")
-        model_json, onnx_bytes = (self._load(f, token) for f in (model_cache[0], data_cache[0]))
-        try:
-            model = model_from_json(json.loads(model_json))
-        except (ValueError, KeyError, TypeError, FormatError) as e:
-            raise HalError(ErrorStatus.GENERAL_FAILURE, f"model cache: cannot decode: {e}") from None
-        self._validated.level(model)
-        return self._prepared(model, onnx_bytes)
-
-    @staticmethod
-    def _load(f, token: bytes) -> bytes:
-        try:
-            f.seek(0)
-            blob = f.read()
-        except OSError as e:
-            raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot read the cache: {e}") from None
-        header = len(MAGIC) + 64
-        if len(blob) < header or blob[:len(MAGIC)] != MAGIC:
-            raise HalError(ErrorStatus.GENERAL_FAILURE, "not an onnxruntime driver cache")
-        if blob[len(MAGIC):len(MAGIC) + 32] != _digest(token):
-            raise HalError(ErrorStatus.GENERAL_FAILURE, "cache saved under another token")
-        if blob[len(MAGIC) + 32:header] != _digest(blob[header:]):
-            raise HalError(ErrorStatus.GENERAL_FAILURE, "cache checksum mismatch (corrupted)")
-        return blob[header:]
+    def load(self, model: hal.Model, converted: bytes) -> "OnnxRuntimePreparedModel":
+        return OnnxRuntimePreparedModel(self, model, session(converted, self.threads))
 
 
-class OnnxRuntimePreparedModel(ReferencePreparedModel):
-    """A session; requests are checked and outputs written by the reference's code."""
+class OnnxRuntimePreparedModel(AdapterPreparedModel):
+    """A session (ONNX Runtime's sessions may run concurrently)."""
 
     def __init__(self, device: OnnxRuntimeDevice, model: hal.Model, sess):
-        super().__init__(device, model, [])
+        super().__init__(device, model)
         self.session = sess
         main = model.main
         self.input_names = [Graph.name(k) for k in main.input_indexes]
         self.output_names = [Graph.name(k) for k in main.output_indexes]
 
-    def _run(self, request, measure, deadline_ns, loop_timeout_ns):
-        start = time.monotonic_ns()
-        check_deadline(deadline_ns, "execution")
-        pools, inputs = self._check_request(request)
-        if any(x is None for x in inputs):
-            raise HalError(ErrorStatus.GENERAL_FAILURE, "omitted inputs are not supported")
-        feeds = dict(zip(self.input_names, (np.ascontiguousarray(x) for x in inputs)))
-        device_start = time.monotonic_ns()
-        try:
-            results = self.session.run(self.output_names, feeds)
-        except Exception as e:  # ONNX Runtime refusing the inputs at run time
-            raise HalError(ErrorStatus.GENERAL_FAILURE, f"onnxruntime: {type(e).__name__}: {e}") from None
-        device_ns = time.monotonic_ns() - device_start
-        shapes = [hal.OutputShape(tuple(r.shape), True) for r in results]
-        targets = [self._output_target(i, arg, r, pools, shapes[i])
-                   for i, (arg, r) in enumerate(zip(request.outputs, results))]
-        if not all(s.is_sufficient for s in shapes):
-            raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes)
-        for target, result in zip(targets, results):
-            if target is not None:
-                target(result)
-        timing = hal.Timing(device_ns, time.monotonic_ns() - start) if measure else hal.NO_TIMING
-        return hal.ExecutionResult(shapes, timing)
-
-
-# ---------------------------------------------------------------------------------------------
-# Capabilities: measured against the reference driver on a small model per operand type
-# ---------------------------------------------------------------------------------------------
-
-def _benchmark_model(code: T) -> hal.Model:
-    """A 3x3 convolution over a 16x16x8 image for float and quantized types, an elementwise
-    operation over 4096 elements for INT32 and BOOL8."""
-    def tensor(dims, scale=0.0, zero=0, code=code, value=None):
-        life = Lifetime.CONSTANT_COPY if value is not None else Lifetime.TEMPORARY_VARIABLE
-        quantized = code in QUANT8 or (code == I32 and quant)
-        return hal.Operand(code, dims, scale if quantized else 0.0, zero if code in QUANT8 else 0, life, value)
-
-    def scalar(v):
-        return hal.Operand(T.INT32, (), lifetime=Lifetime.CONSTANT_COPY, value=np.array(v, np.int32))
-    quant = code in QUANT8
-    if code in (I32, BOOL8):
-        operands = [tensor((64, 64)), tensor((64, 64)), scalar(0), tensor((64, 64))]
-        if code == I32:
-            op = hal.Operation(Op.ADD, (0, 1, 2), (3,))
-        else:
-            op = hal.Operation(Op.LOGICAL_AND, (0, 1), (3,))
-    else:
-        dtype = DTYPES[code]
-        rng = np.random.default_rng(0)
-        weights = rng.integers(1, 100, (8, 3, 3, 8)).astype(dtype) if quant else \
-            rng.standard_normal((8, 3, 3, 8)).astype(dtype)
-        bias = np.zeros(8, np.int32 if quant else dtype)
-        operands = [tensor((1, 16, 16, 8), 0.5, 1), tensor((8, 3, 3, 8), 0.5, 0, value=weights),
-                    tensor((8,), 0.25, 0, I32 if quant else code, bias), scalar(1), scalar(1), scalar(1),
-                    scalar(1), tensor((1, 16, 16, 8), 4.0, 1)]
-        op = hal.Operation(Op.CONV_2D, (0, 1, 2, 3, 4, 5, 6), (7,))
-    inputs = tuple(k for k in op.inputs if operands[k].lifetime == Lifetime.TEMPORARY_VARIABLE)
-    for k in inputs:
-        operands[k].lifetime = Lifetime.SUBGRAPH_INPUT
-    operands[op.outputs[0]].lifetime = Lifetime.SUBGRAPH_OUTPUT
-    return hal.Model(hal.Subgraph(operands, [op], inputs, op.outputs))
-
-
-def _seconds_per_run(prepared, model: hal.Model) -> float:
-    """The fastest of a few synchronous executions."""
-    main = model.main
-    args = []
-    for k in main.input_indexes:
-        o = main.operands[k]
-        args.append(hal.RequestArgument(hal.ArgumentLifetime.POINTER, pointer=np.ones(o.dimensions, DTYPES[o.type])))
-    out = main.operands[main.output_indexes[0]]
-    result = hal.RequestArgument(hal.ArgumentLifetime.POINTER, pointer=np.zeros(out.dimensions, DTYPES[out.type]))
-    request = hal.Request(args, [result])
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        prepared.execute_synchronously(request, False, None, 0)
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def measure_capabilities(device: OnnxRuntimeDevice) -> hal.Capabilities:
-    """Execution time relative to the reference driver (the CPU), per operand type this driver
-    maps, measured on :func:`_benchmark_model`; power is reported equal to time (the same
-    CPU does the work). IF and WHILE are not mapped: infinitely slow."""
-    reference = ReferenceDevice()
-    performance = []
-    for code in sorted((F32, F16, Q8, S8, I32, BOOL8)):
-        model = _benchmark_model(code)
-        mine = device.prepare_model(model, 1, 100, None, (), (), None)
-        theirs = reference.prepare_model(model, 1, 100, None, (), (), None)
-        ratio = _seconds_per_run(mine, model) / _seconds_per_run(theirs, model)
-        performance.append((code, hal.PerformanceInfo(ratio, ratio)))
-    relaxed = dict(performance)[F32]
-    never = hal.PerformanceInfo(float("inf"), float("inf"))
-    return hal.Capabilities(relaxed, relaxed, performance, never, never)
+    def compute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(self.output_names, dict(zip(self.input_names, inputs)))

@@ -30,6 +30,7 @@ from ...errors import NnapiError
 from ...ops.base import Arg, Call, ValueUnknown
 from ...ops.convolution import parse_spatial, resolve_padding
 from ...types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op, PaddingCode
+from ..adapter import Unsupported
 from .writer import GraphBuilder, options
 
 F32, F16, I32, BOOL8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_BOOL8
@@ -44,10 +45,6 @@ TENSOR_TYPES = {F32: "float32", F16: "float16", I32: "int32", Q8: "uint8", S8: "
                 T.TENSOR_QUANT16_SYMM: "int16", T.INT32: "int32", T.FLOAT32: "float32", T.BOOL: "bool",
                 T.FLOAT16: "float16"}
 _QUANTIZED = QUANT8 | {T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_QUANT16_SYMM}
-
-
-class Unsupported(Exception):
-    """What a mapping raises for an operation it cannot convert (a type, a parameter)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,265 @@
+"""What the drivers backed by another inference runtime share (``onnxruntime``, ``tflite``).
+
+Such a driver converts the part of an NNAPI model the runtime assigned to it into the runtime's
+own format when the model is prepared, and runs it there. A subclass says how: which operations
+convert (:meth:`AdapterDevice.check_operation`, raising :class:`Unsupported`), the conversion
+(:meth:`AdapterDevice.convert`), the runtime's compiled form (:meth:`AdapterDevice.load`) and one
+inference (:meth:`AdapterPreparedModel.compute`). Everything else is here, once: the
+supported-operations query, prepare with the shared argument checks and the operations' own
+checks, the compilation cache (the NNAPI model and the converted one under the token), capabilities
+measured against the reference, and execution through the reference's request checks and output
+writing.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import numpy as np
+
+from .. import hal
+from ..errors import NnapiError
+from ..executor import prepare_plans
+from ..hal import ErrorStatus, HalError
+from ..types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op
+from ..vectors import FormatError, model_from_json, model_to_json
+from .reference import (ReferenceDevice, ReferencePreparedModel, check_cache_files, check_deadline,
+                        check_prepare_arguments, hal_error)
+
+
+class Unsupported(Exception):
+    """What a mapping raises for an operation it cannot convert (a type, a parameter)."""
+
+
+class AdapterDevice(ReferenceDevice):
+    """A driver running the converted model in another runtime; ``runtime`` names it in messages,
+    ``magic`` marks its cache files, ``benchmark_types`` are the operand types whose speed is
+    measured (the others, and IF/WHILE, are reported infinitely slow)."""
+
+    runtime = ""
+    magic = b""
+    benchmark_types: tuple = ()
+
+    def check_operation(self, sg: hal.Subgraph, op: hal.Operation) -> None:
+        """Raise Unsupported unless the operation's mapping accepts its types and parameters."""
+        raise NotImplementedError
+
+    def convert(self, model: hal.Model) -> bytes:
+        """The runtime's model for ``model``; Unsupported if any operation does not convert."""
+        raise NotImplementedError
+
+    def load(self, model: hal.Model, converted: bytes) -> "AdapterPreparedModel":
+        """The prepared model running ``converted``; any exception is a failed compilation."""
+        raise NotImplementedError
+
+    def get_capabilities(self) -> hal.Capabilities:
+        if self.capabilities is None:
+            self.capabilities = measure_capabilities(self)
+        return self.capabilities
+
+    def get_supported_operations(self, model: hal.Model) -> list[bool]:
+        self._validated.level(model)
+        flags = []
+        for op in model.main.operations:
+            try:
+                self.check_operation(model.main, op)
+                flags.append(True)
+            except Unsupported:
+                flags.append(False)
+        return flags
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        check_prepare_arguments(preference, priority, deadline_ns)
+        level = self._validated.level(model)
+        if level > self.feature_level:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"model needs feature level {level}")
+        try:  # the operations' own checks (parameters NNAPI forbids), as the reference runs them
+            prepare_plans(model)
+        except NnapiError as e:
+            raise hal_error(e) from None
+        try:
+            converted = self.convert(model)
+        except Unsupported as e:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot convert the model: {e}") from None
+        prepared = self._load(model, converted)
+        if token is not None and (model_cache or data_cache):
+            save_compilation(self.magic, model, converted, model_cache, data_cache, token)
+        return prepared
+
+    def prepare_model_from_cache(self, deadline_ns, model_cache, data_cache, token):
+        check_deadline(deadline_ns, "compilation")
+        model, converted = load_compilation(self.magic, model_cache, data_cache, token)
+        self._validated.level(model)
+        return self._load(model, converted)
+
+    def _load(self, model: hal.Model, converted: bytes) -> "AdapterPreparedModel":
+        try:
+            return self.load(model, converted)
+        except Exception as e:  # the runtime rejecting the model: a failed compilation
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.runtime}: {type(e).__name__}: {e}") from None
+
+
+class AdapterPreparedModel(ReferencePreparedModel):
+    """A model compiled by the runtime; requests are checked and outputs written by the
+    reference's code, the computation is :meth:`compute`'s."""
+
+    def __init__(self, device: AdapterDevice, model: hal.Model):
+        super().__init__(device, model, [])
+
+    def compute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """The model's outputs for ``inputs`` (one array per model input), by the runtime."""
+        raise NotImplementedError
+
+    def _run(self, request, measure, deadline_ns, loop_timeout_ns):
+        start = time.monotonic_ns()
+        check_deadline(deadline_ns, "execution")
+        pools, inputs = self._check_request(request)
+        if any(x is None for x in inputs):
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "omitted inputs are not supported")
+        device_start = time.monotonic_ns()
+        try:
+            results = self.compute([np.ascontiguousarray(x) for x in inputs])
+        except Exception as e:  # the runtime refusing the inputs at run time (shapes, a kernel's checks)
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.device.runtime}: {type(e).__name__}: {e}") from None
+        device_ns = time.monotonic_ns() - device_start
+        shapes = [hal.OutputShape(tuple(r.shape), True) for r in results]
+        targets = [self._output_target(i, arg, r, pools, shapes[i])
+                   for i, (arg, r) in enumerate(zip(request.outputs, results))]
+        if not all(s.is_sufficient for s in shapes):
+            raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes)
+        for target, result in zip(targets, results):
+            if target is not None:
+                target(result)
+        timing = hal.Timing(device_ns, time.monotonic_ns() - start) if measure else hal.NO_TIMING
+        return hal.ExecutionResult(shapes, timing)
+
+
+# ---------------------------------------------------------------------------------------------
+# The compilation cache: the NNAPI model (requests are checked against it) and the converted one
+# ---------------------------------------------------------------------------------------------
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def save_compilation(magic: bytes, model: hal.Model, converted: bytes, model_cache, data_cache, token) -> None:
+    """Best effort: wrong cache files or a failing write leave nothing saved. Each file is
+    ``magic``, sha256(token), sha256(payload), payload."""
+    try:
+        check_cache_files(model_cache, 1, "model")
+        check_cache_files(data_cache, 1, "data")
+        for f, payload in ((model_cache[0], json.dumps(model_to_json(model)).encode()), (data_cache[0], converted)):
+            f.seek(0)
+            f.truncate()
+            f.write(magic + _digest(token) + _digest(payload) + payload)
+            f.flush()
+    except (HalError, OSError):
+        pass
+
+
+def load_compilation(magic: bytes, model_cache, data_cache, token) -> tuple[hal.Model, bytes]:
+    """The model and converted model saved by :func:`save_compilation`; GENERAL_FAILURE for a
+    wrong token, a corrupted or foreign file."""
+    check_cache_files(model_cache, 1, "model")
+    check_cache_files(data_cache, 1, "data")
+    if token is None or len(token) != 32:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, "cache token must be 32 bytes")
+    model_json, converted = (_load(magic, f, token) for f in (model_cache[0], data_cache[0]))
+    try:
+        return model_from_json(json.loads(model_json)), converted
+    except (ValueError, KeyError, TypeError, FormatError) as e:
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"model cache: cannot decode: {e}") from None
+
+
+def _load(magic: bytes, f, token: bytes) -> bytes:
+    try:
+        f.seek(0)
+        blob = f.read()
+    except OSError as e:
+        raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot read the cache: {e}") from None
+    header = len(magic) + 64
+    if len(blob) < header or blob[:len(magic)] != magic:
+        raise HalError(ErrorStatus.GENERAL_FAILURE, "not a cache of this driver")
+    if blob[len(magic):len(magic) + 32] != _digest(token):
+        raise HalError(ErrorStatus.GENERAL_FAILURE, "cache saved under another token")
+    if blob[len(magic) + 32:header] != _digest(blob[header:]):
+        raise HalError(ErrorStatus.GENERAL_FAILURE, "cache checksum mismatch (corrupted)")
+    return blob[header:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Capabilities: measured against the reference driver on a small model per operand type
+# ---------------------------------------------------------------------------------------------
+
+QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+def benchmark_model(code: T) -> hal.Model:
+    """A 3x3 convolution over a 16x16x8 image for float and quantized types, an elementwise
+    operation over 4096 elements for INT32 and BOOL8."""
+    quant = code in QUANT8
+
+    def tensor(dims, scale=0.0, zero=0, code=code, value=None):
+        life = Lifetime.CONSTANT_COPY if value is not None else Lifetime.TEMPORARY_VARIABLE
+        quantized = code in QUANT8 or (code == T.TENSOR_INT32 and quant)
+        return hal.Operand(code, dims, scale if quantized else 0.0, zero if code in QUANT8 else 0, life, value)
+
+    def scalar(v):
+        return hal.Operand(T.INT32, (), lifetime=Lifetime.CONSTANT_COPY, value=np.array(v, np.int32))
+    if code in (T.TENSOR_INT32, T.TENSOR_BOOL8):
+        operands = [tensor((64, 64)), tensor((64, 64)), scalar(0), tensor((64, 64))]
+        if code == T.TENSOR_INT32:
+            op = hal.Operation(Op.ADD, (0, 1, 2), (3,))
+        else:
+            op = hal.Operation(Op.LOGICAL_AND, (0, 1), (3,))
+    else:
+        dtype = DTYPES[code]
+        rng = np.random.default_rng(0)
+        weights = rng.integers(1, 100, (8, 3, 3, 8)).astype(dtype) if quant else \
+            rng.standard_normal((8, 3, 3, 8)).astype(dtype)
+        bias = np.zeros(8, np.int32 if quant else dtype)
+        operands = [tensor((1, 16, 16, 8), 0.5, 1), tensor((8, 3, 3, 8), 0.5, 0, value=weights),
+                    tensor((8,), 0.25, 0, T.TENSOR_INT32 if quant else code, bias), scalar(1), scalar(1), scalar(1),
+                    scalar(1), tensor((1, 16, 16, 8), 4.0, 1)]
+        op = hal.Operation(Op.CONV_2D, (0, 1, 2, 3, 4, 5, 6), (7,))
+    inputs = tuple(k for k in op.inputs if operands[k].lifetime == Lifetime.TEMPORARY_VARIABLE)
+    for k in inputs:
+        operands[k].lifetime = Lifetime.SUBGRAPH_INPUT
+    operands[op.outputs[0]].lifetime = Lifetime.SUBGRAPH_OUTPUT
+    return hal.Model(hal.Subgraph(operands, [op], inputs, op.outputs))
+
+
+def seconds_per_run(prepared, model: hal.Model) -> float:
+    """The fastest of a few synchronous executions."""
+    main = model.main
+    args = []
+    for k in main.input_indexes:
+        o = main.operands[k]
+        args.append(hal.RequestArgument(hal.ArgumentLifetime.POINTER, pointer=np.ones(o.dimensions, DTYPES[o.type])))
+    out = main.operands[main.output_indexes[0]]
+    result = hal.RequestArgument(hal.ArgumentLifetime.POINTER, pointer=np.zeros(out.dimensions, DTYPES[out.type]))
+    request = hal.Request(args, [result])
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        prepared.execute_synchronously(request, False, None, 0)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure_capabilities(device: AdapterDevice) -> hal.Capabilities:
+    """Execution time relative to the reference driver (the CPU), per operand type in
+    ``device.benchmark_types``, measured on :func:`benchmark_model`; power is reported equal to
+    time (the same CPU does the work). Other types, IF and WHILE: infinitely slow."""
+    reference = ReferenceDevice()
+    performance = []
+    for code in sorted(device.benchmark_types):
+        model = benchmark_model(code)
+        mine = device.prepare_model(model, 1, 100, None, (), (), None)
+        theirs = reference.prepare_model(model, 1, 100, None, (), (), None)
+        ratio = seconds_per_run(mine, model) / seconds_per_run(theirs, model)
+        performance.append((code, hal.PerformanceInfo(ratio, ratio)))
+    relaxed = dict(performance)[T.TENSOR_FLOAT32]
+    never = hal.PerformanceInfo(float("inf"), float("inf"))
+    return hal.Capabilities(relaxed, relaxed, performance, never, never)
