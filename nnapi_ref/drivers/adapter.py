@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -30,6 +32,43 @@ from .reference import (ReferenceDevice, ReferencePreparedModel, check_cache_fil
 
 class Unsupported(Exception):
     """What a mapping raises for an operation it cannot convert (a type, a parameter)."""
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """How one NNAPI operation becomes the runtime's, for which types of its first input."""
+
+    types: frozenset
+    emit: Callable[[Any, hal.Operation], None]
+
+
+class Mappings(dict):
+    """An adapter's mappings, one per NNAPI operation (``{OperationCode: Mapping}``)."""
+
+    def maps(self, codes, types):
+        """Declare ``emit(graph, operation)`` the mapping of ``codes`` for first inputs of ``types``."""
+        def register(emit):
+            for code in (codes if isinstance(codes, tuple) else (codes,)):
+                assert code not in self, f"{code.name} mapped twice"
+                self[code] = Mapping(frozenset(types), emit)
+            return emit
+        return register
+
+    def check(self, graph, op: hal.Operation) -> None:
+        """Raise Unsupported unless the operation's mapping accepts its first input's type and,
+        emitted into ``graph`` (over the operation's subgraph ``graph.sg``), its parameters."""
+        mapping = self.get(op.type)
+        if mapping is None:
+            raise Unsupported(f"{op.type.name} has no mapping")
+        first = graph.sg.operands[op.inputs[0]].type
+        if first not in mapping.types:
+            raise Unsupported(f"{op.type.name} on {first.name}")
+        try:
+            mapping.emit(graph, op)
+        except Unsupported:
+            raise
+        except Exception as e:  # parameters the mapping cannot read (invalid ones, say)
+            raise Unsupported(f"{op.type.name}: {type(e).__name__}: {e}") from None
 
 
 class AdapterDevice(ReferenceDevice):

@@ -27,8 +27,6 @@ driver's, which this driver extends; only compilation and the computation itself
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -38,7 +36,7 @@ from ..ops.base import Arg, Call, ValueUnknown
 from ..ops.common import activation_range_quant
 from ..ops.convolution import parse_spatial, resolve_padding
 from ..types import DTYPES, FuseCode, Lifetime, OperandCode as T, OperationCode as Op, PaddingCode, ResultCode
-from .adapter import AdapterDevice, AdapterPreparedModel, Unsupported
+from .adapter import AdapterDevice, AdapterPreparedModel, Mappings, Unsupported
 
 _IMPORT_ERROR = ""
 try:
@@ -196,25 +194,8 @@ class Graph:
 # The mappings: one per NNAPI operation
 # ---------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Mapping:
-    """How one NNAPI operation becomes ONNX nodes, for which types of its first input."""
-
-    types: frozenset
-    emit: Callable[[Graph, hal.Operation], None]
-
-
-MAPPINGS: dict[Op, Mapping] = {}
-
-
-def maps(codes, types):
-    """Declare ``emit(graph, operation)`` the mapping of ``codes`` for first inputs of ``types``."""
-    def register(emit):
-        for code in (codes if isinstance(codes, tuple) else (codes,)):
-            assert code not in MAPPINGS, f"{code.name} mapped twice"
-            MAPPINGS[code] = Mapping(frozenset(types), emit)
-        return emit
-    return register
+MAPPINGS = Mappings()
+maps = MAPPINGS.maps
 
 
 def _nchw(g: Graph, name: str, nchw: bool) -> str:
@@ -615,18 +596,7 @@ def _value_info(g: Graph, k: int, with_shape: bool):
 
 def check_operation(sg: hal.Subgraph, op: hal.Operation) -> None:
     """Raise Unsupported unless the operation's mapping accepts its types and parameters."""
-    mapping = MAPPINGS.get(op.type)
-    if mapping is None:
-        raise Unsupported(f"{op.type.name} has no mapping")
-    first = sg.operands[op.inputs[0]].type
-    if first not in mapping.types:
-        raise Unsupported(f"{op.type.name} on {first.name}")
-    try:
-        mapping.emit(Graph(sg), op)
-    except Unsupported:
-        raise
-    except Exception as e:  # parameters the mapping cannot read (invalid ones, say)
-        raise Unsupported(f"{op.type.name}: {type(e).__name__}: {e}") from None
+    MAPPINGS.check(Graph(sg), op)
 
 
 def convert(model: hal.Model) -> bytes:

@@ -20,9 +20,6 @@ float32), so TENSOR_FLOAT16 is mapped only where a kernel takes it (CAST).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import numpy as np
 
 from ... import hal
@@ -30,7 +27,7 @@ from ...errors import NnapiError
 from ...ops.base import Arg, Call, ValueUnknown
 from ...ops.convolution import parse_spatial, resolve_padding
 from ...types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op, PaddingCode
-from ..adapter import Unsupported
+from ..adapter import Mappings, Unsupported
 from .writer import GraphBuilder, options
 
 F32, F16, I32, BOOL8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_BOOL8
@@ -172,25 +169,8 @@ class Graph:
 # The mappings: one per NNAPI operation
 # ---------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Mapping:
-    """How one NNAPI operation becomes TFLite operators, for which types of its first input."""
-
-    types: frozenset
-    emit: Callable[[Graph, hal.Operation], None]
-
-
-MAPPINGS: dict[Op, Mapping] = {}
-
-
-def maps(codes, types):
-    """Declare ``emit(graph, operation)`` the mapping of ``codes`` for first inputs of ``types``."""
-    def register(emit):
-        for code in (codes if isinstance(codes, tuple) else (codes,)):
-            assert code not in MAPPINGS, f"{code.name} mapped twice"
-            MAPPINGS[code] = Mapping(frozenset(types), emit)
-        return emit
-    return register
+MAPPINGS = Mappings()
+maps = MAPPINGS.maps
 
 
 def _spatial(g: Graph, op: hal.Operation, base: int, n_extra: int, dilation: bool):
@@ -626,22 +606,11 @@ def _resize(g, op):
 
 def check_operation(sg: hal.Subgraph, op: hal.Operation) -> None:
     """Raise Unsupported unless the operation's mapping accepts its types and parameters."""
-    mapping = MAPPINGS.get(op.type)
-    if mapping is None:
-        raise Unsupported(f"{op.type.name} has no mapping")
-    first = sg.operands[op.inputs[0]].type
-    if first not in mapping.types:
-        raise Unsupported(f"{op.type.name} on {first.name}")
     for k in op.inputs + op.outputs:
         o = sg.operands[k]
         if o.type not in TENSOR_TYPES:
             raise Unsupported(f"{op.type.name}: operand of type {o.type.name}")
-    try:
-        mapping.emit(Graph(sg), op)
-    except Unsupported:
-        raise
-    except Exception as e:  # parameters the mapping cannot read (invalid ones, say)
-        raise Unsupported(f"{op.type.name}: {type(e).__name__}: {e}") from None
+    MAPPINGS.check(Graph(sg), op)
 
 
 def to_flatbuffer(model: hal.Model) -> tuple[bytes, list[int], list[int]]:
