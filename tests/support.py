@@ -1,4 +1,5 @@
-"""What the project's tests share: the suite run against a driver in a subprocess."""
+"""What the project's tests share: the suite run against a driver in a subprocess, and the
+partitioning check of the drivers backed by other runtimes."""
 from __future__ import annotations
 
 import os
@@ -6,6 +7,12 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
+
+from nnapi_ref import Compilation, Execution, Model, OperandType, hal, using_drivers
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,3 +28,37 @@ def run_suite(driver: str, paths, selection: str, *options: str) -> tuple[int, s
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     output = done.stdout + done.stderr
     return done.returncode, output, re.findall(r"^FAILED (\S+)", output, re.M)
+
+
+def check_partitioning_with_the_reference(adapter: hal.Device) -> None:
+    """ADD -> CHANNEL_SHUFFLE (mapped by no adapter) -> MUL: the adds and the multiplication on
+    ``adapter``, the shuffle on the reference, the result as numpy computes it."""
+    adapter.capabilities = hal.Capabilities(  # faster than the CPU whatever this machine measures now
+        operand_performance=[(T.TENSOR_FLOAT32, hal.PerformanceInfo(0.5, 0.5))])
+    model = Model()
+    f32 = OperandType(T.TENSOR_FLOAT32, (1, 2, 4))
+    a, b, t, u, out = (model.add_operand(f32) for _ in range(5))
+    none, groups, axis = (model.add_operand(OperandType(T.INT32, ())) for _ in range(3))
+    model.set_operand_value(none, np.int32(0))
+    model.set_operand_value(groups, np.int32(2))
+    model.set_operand_value(axis, np.int32(-1))
+    model.add_operation(Op.ADD, [a, b, none], [t])
+    model.add_operation(Op.CHANNEL_SHUFFLE, [t, groups, axis], [u])
+    model.add_operation(Op.MUL, [u, b, none], [out])
+    model.identify_inputs_and_outputs([a, b], [out])
+    model.finish()
+    av = np.arange(8, dtype=np.float32).reshape(1, 2, 4)
+    bv = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 2, 4)
+    with using_drivers([ReferenceDevice(), adapter]):
+        compilation = Compilation(model, None)
+        compilation.finish()
+        name = adapter.get_name()
+        assert [s.device.name for s in compilation.plan.steps] == [name, "nnapi-reference", name]
+        execution = Execution(compilation)
+        execution.set_input(0, av)
+        execution.set_input(1, bv)
+        result = np.zeros((1, 2, 4), np.float32)
+        execution.set_output(0, result)
+        execution.compute()
+    shuffled = (av + bv).reshape(1, 2, 2, 2).transpose(0, 1, 3, 2).reshape(1, 2, 4)  # 2 groups of 2 channels
+    np.testing.assert_allclose(result, shuffled * bv, rtol=1e-6)

@@ -6,11 +6,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnapi_ref import Compilation, Execution, Model, NnapiError, OperandType, ResultCode, hal, using_drivers, vectors
+from nnapi_ref import Model, NnapiError, OperandType, ResultCode, using_drivers, vectors
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.harness import run_test
 from nnapi_ref.testing import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
+
+from . import support
 
 pytest.importorskip("onnxruntime", reason="the onnxruntime driver needs the onnxruntime package (nnts[onnxruntime])")
 pytest.importorskip("onnx", reason="the onnxruntime driver needs the onnx package (nnts[onnxruntime])")
@@ -129,37 +131,7 @@ def test_unmapped_types_and_parameters_are_unsupported(ort):
 
 
 def test_partitioning_with_the_reference_runs_the_rest_on_the_reference():
-    """ADD -> CHANNEL_SHUFFLE (not mapped) -> MUL: the adds and the multiplication on ONNX Runtime,
-    the shuffle on the reference, the result as numpy computes it."""
-    ort = ort_driver.OnnxRuntimeDevice()
-    ort.capabilities = hal.Capabilities(  # faster than the CPU whatever this machine measures now
-        operand_performance=[(T.TENSOR_FLOAT32, hal.PerformanceInfo(0.5, 0.5))])
-    model = Model()
-    f32 = OperandType(T.TENSOR_FLOAT32, (1, 2, 4))
-    a, b, t, u, out = (model.add_operand(f32) for _ in range(5))
-    none, groups, axis = (model.add_operand(OperandType(T.INT32, ())) for _ in range(3))
-    model.set_operand_value(none, np.int32(0))
-    model.set_operand_value(groups, np.int32(2))
-    model.set_operand_value(axis, np.int32(-1))
-    model.add_operation(Op.ADD, [a, b, none], [t])
-    model.add_operation(Op.CHANNEL_SHUFFLE, [t, groups, axis], [u])
-    model.add_operation(Op.MUL, [u, b, none], [out])
-    model.identify_inputs_and_outputs([a, b], [out])
-    model.finish()
-    av = np.arange(8, dtype=np.float32).reshape(1, 2, 4)
-    bv = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 2, 4)
-    with using_drivers([ReferenceDevice(), ort]):
-        compilation = Compilation(model, None)
-        compilation.finish()
-        assert [s.device.name for s in compilation.plan.steps] == ["onnxruntime", "nnapi-reference", "onnxruntime"]
-        execution = Execution(compilation)
-        execution.set_input(0, av)
-        execution.set_input(1, bv)
-        result = np.zeros((1, 2, 4), np.float32)
-        execution.set_output(0, result)
-        execution.compute()
-    shuffled = (av + bv).reshape(1, 2, 2, 2).transpose(0, 1, 3, 2).reshape(1, 2, 4)  # 2 groups of 2 channels
-    np.testing.assert_allclose(result, shuffled * bv, rtol=1e-6)
+    support.check_partitioning_with_the_reference(ort_driver.OnnxRuntimeDevice())
 
 
 @pytest.mark.parametrize("path", REPRODUCERS, ids=[p.stem for p in REPRODUCERS])
