@@ -88,8 +88,9 @@ class AdapterDevice(ReferenceDevice):
         """The runtime's model for ``model``; Unsupported if any operation does not convert."""
         raise NotImplementedError
 
-    def load(self, model: hal.Model, converted: bytes) -> "AdapterPreparedModel":
-        """The prepared model running ``converted``; any exception is a failed compilation."""
+    def load(self, model: hal.Model, converted: bytes, plans: list) -> "AdapterPreparedModel":
+        """The prepared model running ``converted`` (``plans``: the reference's, for checking
+        requests); any exception is a failed compilation."""
         raise NotImplementedError
 
     def get_capabilities(self) -> hal.Capabilities:
@@ -113,15 +114,12 @@ class AdapterDevice(ReferenceDevice):
         level = self._validated.level(model)
         if level > self.feature_level:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"model needs feature level {level}")
-        try:  # the operations' own checks (parameters NNAPI forbids), as the reference runs them
-            prepare_plans(model)
-        except NnapiError as e:
-            raise hal_error(e) from None
+        plans = _plans(model)
         try:
             converted = self.convert(model)
         except Unsupported as e:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"cannot convert the model: {e}") from None
-        prepared = self._load(model, converted)
+        prepared = self._load(model, converted, plans)
         if token is not None and (model_cache or data_cache):
             save_compilation(self.magic, model, converted, model_cache, data_cache, token)
         return prepared
@@ -130,21 +128,30 @@ class AdapterDevice(ReferenceDevice):
         check_deadline(deadline_ns, "compilation")
         model, converted = load_compilation(self.magic, model_cache, data_cache, token)
         self._validated.level(model)
-        return self._load(model, converted)
+        return self._load(model, converted, _plans(model))
 
-    def _load(self, model: hal.Model, converted: bytes) -> "AdapterPreparedModel":
+    def _load(self, model: hal.Model, converted: bytes, plans: list) -> "AdapterPreparedModel":
         try:
-            return self.load(model, converted)
+            return self.load(model, converted, plans)
         except Exception as e:  # the runtime rejecting the model: a failed compilation
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.runtime}: {type(e).__name__}: {e}") from None
+
+
+def _plans(model: hal.Model) -> list:
+    """The reference's execution plans: the operations' own checks (parameters NNAPI forbids),
+    run as the reference runs them, and what requests are checked against."""
+    try:
+        return prepare_plans(model)
+    except NnapiError as e:
+        raise hal_error(e) from None
 
 
 class AdapterPreparedModel(ReferencePreparedModel):
     """A model compiled by the runtime; requests are checked and outputs written by the
     reference's code, the computation is :meth:`compute`'s."""
 
-    def __init__(self, device: AdapterDevice, model: hal.Model):
-        super().__init__(device, model, [])
+    def __init__(self, device: AdapterDevice, model: hal.Model, plans: list):
+        super().__init__(device, model, plans)
 
     def compute(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """The model's outputs for ``inputs`` (one array per model input), by the runtime."""
@@ -154,8 +161,12 @@ class AdapterPreparedModel(ReferencePreparedModel):
         start = time.monotonic_ns()
         check_deadline(deadline_ns, "execution")
         pools, inputs = self._check_request(request)
+        try:  # an input omitted where an operation needs a value: the request is invalid
+            self.plans[0].check_omitted_inputs(inputs)
+        except NnapiError as e:
+            raise hal_error(e) from None
         if any(x is None for x in inputs):
-            raise HalError(ErrorStatus.GENERAL_FAILURE, "omitted inputs are not supported")
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "omitted (optional) inputs are not supported")
         device_start = time.monotonic_ns()
         try:
             results = self.compute([np.ascontiguousarray(x) for x in inputs])

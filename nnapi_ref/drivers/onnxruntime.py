@@ -659,15 +659,15 @@ class OnnxRuntimeDevice(AdapterDevice):
     def convert(self, model: hal.Model) -> bytes:
         return convert(model)
 
-    def load(self, model: hal.Model, converted: bytes) -> "OnnxRuntimePreparedModel":
-        return OnnxRuntimePreparedModel(self, model, session(converted, self.threads))
+    def load(self, model: hal.Model, converted: bytes, plans: list) -> "OnnxRuntimePreparedModel":
+        return OnnxRuntimePreparedModel(self, model, plans, session(converted, self.threads))
 
 
 class OnnxRuntimePreparedModel(AdapterPreparedModel):
     """A session (ONNX Runtime's sessions may run concurrently)."""
 
-    def __init__(self, device: OnnxRuntimeDevice, model: hal.Model, sess):
-        super().__init__(device, model)
+    def __init__(self, device: OnnxRuntimeDevice, model: hal.Model, plans: list, sess):
+        super().__init__(device, model, plans)
         self.session = sess
         main = model.main
         self.input_names = [Graph.name(k) for k in main.input_indexes]

@@ -71,18 +71,18 @@ class TfliteDevice(AdapterDevice):
     def convert(self, model: hal.Model) -> bytes:
         return to_flatbuffer(model)[0]
 
-    def load(self, model: hal.Model, converted: bytes) -> "TflitePreparedModel":
+    def load(self, model: hal.Model, converted: bytes, plans: list) -> "TflitePreparedModel":
         interpreter = litert.Interpreter(model_content=converted, num_threads=1,
                                          experimental_op_resolver_type=self.resolver)
         interpreter.allocate_tensors()
-        return TflitePreparedModel(self, model, interpreter)
+        return TflitePreparedModel(self, model, plans, interpreter)
 
 
 class TflitePreparedModel(AdapterPreparedModel):
     """An interpreter, which is not thread-safe: one execution at a time."""
 
-    def __init__(self, device: TfliteDevice, model: hal.Model, interpreter):
-        super().__init__(device, model)
+    def __init__(self, device: TfliteDevice, model: hal.Model, plans: list, interpreter):
+        super().__init__(device, model, plans)
         self.interpreter = interpreter
         self.inputs = [d["index"] for d in interpreter.get_input_details()]
         self.outputs = [d["index"] for d in interpreter.get_output_details()]
