@@ -253,6 +253,8 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
             json.dump({"harness": harness, "driver": driver, "vectors": vector_paths, "provider": PROVIDER}, f)
     executions = stats.get("number_of_executed_units", int(progress.group(1)) if progress else 0)
     rate = stats.get("average_exec_per_sec", int(progress.group(5)) if progress else 0)
+    if not rate and executions:  # libFuzzer's rate counts whole seconds: 0 for a run under one
+        rate = round(executions / elapsed)
     coverage = f"cov {progress.group(2)}, ft {progress.group(3)}, corpus {progress.group(4)}" if progress \
         else "not measured"
     print(f"nnts fuzz: {harness}: {executions} executions in {elapsed:.0f} s ({rate} exec/s), coverage: {coverage}",
