@@ -24,6 +24,8 @@ from .. import hal
 from ..errors import NnapiError
 from ..executor import prepare_plans
 from ..hal import ErrorStatus, HalError
+from ..ops.base import Arg, Call, ValueUnknown
+from ..ops.convolution import Spatial, parse_spatial
 from ..types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op
 from ..vectors import FormatError, model_from_json, model_to_json
 from .reference import (ReferenceDevice, ReferencePreparedModel, check_cache_files, check_deadline,
@@ -32,6 +34,58 @@ from .reference import (ReferenceDevice, ReferencePreparedModel, check_cache_fil
 
 class Unsupported(Exception):
     """What a mapping raises for an operation it cannot convert (a type, a parameter)."""
+
+
+CONSTANT_LIFETIMES = (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE)
+
+
+class SubgraphView:
+    """Reading an NNAPI subgraph's operands as a converter does: parameters must be constants
+    (anything else is Unsupported), and the reference's parsers read the operation."""
+
+    def __init__(self, sg: hal.Subgraph):
+        self.sg = sg
+
+    def operand(self, k: int) -> hal.Operand:
+        return self.sg.operands[k]
+
+    def is_constant(self, k: int) -> bool:
+        return self.operand(k).lifetime in CONSTANT_LIFETIMES
+
+    def omitted(self, k: int) -> bool:
+        return self.operand(k).lifetime == Lifetime.NO_VALUE
+
+    def value(self, k: int) -> np.ndarray:
+        """A constant operand's data (parameters must be constants for the conversion)."""
+        o = self.operand(k)
+        if o.lifetime not in CONSTANT_LIFETIMES:
+            raise Unsupported(f"operand {k} is not a constant")
+        return np.asarray(o.value, DTYPES[o.type]).reshape(o.dimensions)
+
+    def scalar(self, k: int):
+        return self.value(k).item()
+
+    def rank(self, k: int) -> int:
+        dims = self.operand(k).dimensions
+        if not dims:
+            raise Unsupported(f"operand {k} has an unknown rank")
+        return len(dims)
+
+    def call(self, op: hal.Operation) -> Call:
+        """The operation as the reference's parameter parsers read it (constants have values)."""
+        def arg(k):
+            o = self.operand(k)
+            value = self.value(k) if o.lifetime in CONSTANT_LIFETIMES else None
+            return Arg(o.type, o.dimensions, o.scale, o.zero_point, o.channel_quant, value,
+                       omitted=o.lifetime == Lifetime.NO_VALUE)
+        return Call([arg(k) for k in op.inputs], [arg(k) for k in op.outputs])
+
+    def spatial(self, op: hal.Operation, base: int, n_extra: int, dilation: bool) -> Spatial:
+        """The reference's parsing of NNAPI's padding, stride, layout and dilation parameters."""
+        try:
+            return parse_spatial(self.call(op), op.type.name, base, n_extra, dilation)
+        except (ValueUnknown, NnapiError) as e:
+            raise Unsupported(f"{op.type.name} parameters: {e}") from None
 
 
 @dataclass(frozen=True)

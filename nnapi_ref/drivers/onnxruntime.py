@@ -32,11 +32,11 @@ import numpy as np
 
 from .. import hal, ops
 from ..errors import NnapiError
-from ..ops.base import Arg, Call, ValueUnknown
+from ..ops.base import Arg, ValueUnknown
 from ..ops.common import activation_range_quant
-from ..ops.convolution import parse_spatial, resolve_padding
-from ..types import DTYPES, FuseCode, Lifetime, OperandCode as T, OperationCode as Op, PaddingCode, ResultCode
-from .adapter import AdapterDevice, AdapterPreparedModel, Mappings, Unsupported
+from ..ops.convolution import resolve_padding
+from ..types import DTYPES, FuseCode, OperandCode as T, OperationCode as Op, PaddingCode, ResultCode
+from .adapter import AdapterDevice, AdapterPreparedModel, Mappings, SubgraphView, Unsupported
 
 _IMPORT_ERROR = ""
 try:
@@ -53,7 +53,6 @@ Q8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
 FLOATS = frozenset({F32, F16})
 QUANT8 = frozenset({Q8, S8})
 NUMERIC = FLOATS | QUANT8
-_CONSTANT = (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE)
 _QUANTIZED = QUANT8 | {T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL}
 
 
@@ -61,11 +60,11 @@ _QUANTIZED = QUANT8 | {T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL}
 # The ONNX graph under construction
 # ---------------------------------------------------------------------------------------------
 
-class Graph:
+class Graph(SubgraphView):
     """ONNX nodes and initializers for one NNAPI subgraph; operand ``k`` is the value ``t{k}``."""
 
     def __init__(self, sg: hal.Subgraph):
-        self.sg = sg
+        super().__init__(sg)
         self.nodes: list = []
         self.initializers: dict[str, object] = {}
         self._fresh = 0
@@ -73,34 +72,6 @@ class Graph:
     @staticmethod
     def name(k: int) -> str:
         return f"t{k}"
-
-    def operand(self, k: int) -> hal.Operand:
-        return self.sg.operands[k]
-
-    def is_constant(self, k: int) -> bool:
-        return self.operand(k).lifetime in _CONSTANT
-
-    def omitted(self, k: int) -> bool:
-        return self.operand(k).lifetime == Lifetime.NO_VALUE
-
-    def value(self, k: int) -> np.ndarray:
-        """A constant operand's data (parameters must be constants for the conversion)."""
-        o = self.operand(k)
-        if o.lifetime not in _CONSTANT:
-            raise Unsupported(f"operand {k} is not a constant")
-        return np.asarray(o.value, DTYPES[o.type]).reshape(o.dimensions)
-
-    def scalar(self, k: int):
-        return self.value(k).item()
-
-    def call(self, op: hal.Operation) -> Call:
-        """The operation as the reference's parameter parsers read it (constants have values)."""
-        def arg(k):
-            o = self.operand(k)
-            value = self.value(k) if o.lifetime in _CONSTANT else None
-            return Arg(o.type, o.dimensions, o.scale, o.zero_point, o.channel_quant, value,
-                       omitted=o.lifetime == Lifetime.NO_VALUE)
-        return Call([arg(k) for k in op.inputs], [arg(k) for k in op.outputs])
 
     def fresh(self) -> str:
         self._fresh += 1
@@ -120,8 +91,7 @@ class Graph:
     def tensor(self, k: int) -> str:
         """Operand ``k`` as stored (quantized values for quantized types)."""
         name = self.name(k)
-        o = self.operand(k)
-        if o.lifetime in _CONSTANT and name not in self.initializers:
+        if self.is_constant(k) and name not in self.initializers:
             self.initializers[name] = numpy_helper.from_array(self.value(k), name)
         return name
 
@@ -183,12 +153,6 @@ class Graph:
             return self.const(self.value(k).astype(np.int64).reshape(-1))
         return self.node("Cast", [self.tensor(k)], to=onnx.TensorProto.INT64)
 
-    def rank(self, k: int) -> int:
-        dims = self.operand(k).dimensions
-        if not dims:
-            raise Unsupported(f"operand {k} has an unknown rank")
-        return len(dims)
-
 
 # ---------------------------------------------------------------------------------------------
 # The mappings: one per NNAPI operation
@@ -221,21 +185,13 @@ def _window(g: Graph, x: int, p, filter_h: int, filter_w: int) -> dict:
     return {"pads": [top, left, bottom, right]}
 
 
-def _spatial(g: Graph, op: hal.Operation, base: int, n_extra: int, dilation: bool):
-    """The reference's parsing of NNAPI's padding, stride, layout and dilation parameters."""
-    try:
-        return parse_spatial(g.call(op), op.type.name, base, n_extra, dilation)
-    except (ValueUnknown, NnapiError) as e:
-        raise Unsupported(f"{op.type.name} parameters: {e}") from None
-
-
 @maps((Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D), NUMERIC)
 def _conv(g, op):
     """Conv / QLinearConv; the filter is transposed to OIHW (depthwise: one group per input
     channel, [1, H, W, C_out] becoming [C_out, 1, H, W]; grouped: ONNX's ``group``, the filter
     already [C_out, H, W, C_in / groups])."""
     depthwise, grouped = op.type == Op.DEPTHWISE_CONV_2D, op.type == Op.GROUPED_CONV_2D
-    p = _spatial(g, op, 3, 0 if op.type == Op.CONV_2D else 1, dilation=not grouped)
+    p = g.spatial(op, 3, 0 if op.type == Op.CONV_2D else 1, dilation=not grouped)
     x, w, b, out = op.inputs[0], op.inputs[1], op.inputs[2], op.outputs[0]
     wdims = g.operand(w).dimensions
     if len(wdims) != 4 or 0 in wdims:
@@ -293,7 +249,7 @@ def _transpose_conv(g, op):
 @maps(Op.L2_POOL_2D, FLOATS)
 def _pool(g, op):
     """AveragePool (padding never averaged in, as NNAPI), MaxPool, and L2 as sqrt(avg(x^2))."""
-    p = _spatial(g, op, 1, 2, dilation=False)
+    p = g.spatial(op, 1, 2, dilation=False)
     filter_h, filter_w = int(p.extra[1]), int(p.extra[0])
     attrs = dict(_window(g, op.inputs[0], p, filter_h, filter_w), strides=[p.stride_h, p.stride_w],
                  kernel_shape=[filter_h, filter_w])

@@ -23,11 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from ... import hal
-from ...errors import NnapiError
-from ...ops.base import Arg, Call, ValueUnknown
-from ...ops.convolution import parse_spatial, resolve_padding
-from ...types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op, PaddingCode
-from ..adapter import Mappings, Unsupported
+from ...ops.convolution import resolve_padding
+from ...types import DTYPES, OperandCode as T, OperationCode as Op, PaddingCode
+from ..adapter import Mappings, SubgraphView, Unsupported
 from .writer import GraphBuilder, options
 
 F32, F16, I32, BOOL8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_BOOL8
@@ -35,7 +33,6 @@ Q8, S8 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED
 QUANT8 = frozenset({Q8, S8})
 NUMERIC = QUANT8 | {F32}
 ANY = NUMERIC | {I32, BOOL8}
-_CONSTANT = (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE)
 # NNAPI operand type -> the writer's (numpy) type name
 TENSOR_TYPES = {F32: "float32", F16: "float16", I32: "int32", Q8: "uint8", S8: "int8", BOOL8: "bool",
                 T.TENSOR_QUANT8_SYMM: "int8", T.TENSOR_QUANT8_SYMM_PER_CHANNEL: "int8",
@@ -48,53 +45,19 @@ _QUANTIZED = QUANT8 | {T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T
 # The TFLite subgraph under construction
 # ---------------------------------------------------------------------------------------------
 
-class Graph:
+class Graph(SubgraphView):
     """TFLite tensors and operators for one NNAPI subgraph; operand ``k`` becomes one tensor,
     made when first used."""
 
     def __init__(self, sg: hal.Subgraph):
-        self.sg = sg
+        super().__init__(sg)
         self.b = GraphBuilder("nnts: NNAPI model converted by nnapi_ref.drivers.tflite")
         self.tensors: dict[int, int] = {}
         self._after: list[tuple] = []  # operators that consume the next operator's output
 
-    def operand(self, k: int) -> hal.Operand:
-        return self.sg.operands[k]
-
-    def is_constant(self, k: int) -> bool:
-        return self.operand(k).lifetime in _CONSTANT
-
-    def omitted(self, k: int) -> bool:
-        return self.operand(k).lifetime == Lifetime.NO_VALUE
-
-    def value(self, k: int) -> np.ndarray:
-        """A constant operand's data (parameters must be constants for the conversion)."""
-        o = self.operand(k)
-        if o.lifetime not in _CONSTANT:
-            raise Unsupported(f"operand {k} is not a constant")
-        return np.asarray(o.value, DTYPES[o.type]).reshape(o.dimensions)
-
-    def scalar(self, k: int):
-        return self.value(k).item()
-
     def flag(self, op: hal.Operation, i: int) -> bool:
         """Optional BOOL input ``i`` (layout, align corners, ...): False when absent or omitted."""
         return len(op.inputs) > i and not self.omitted(op.inputs[i]) and bool(self.scalar(op.inputs[i]))
-
-    def call(self, op: hal.Operation) -> Call:
-        """The operation as the reference's parameter parsers read it (constants have values)."""
-        def arg(k):
-            o = self.operand(k)
-            value = self.value(k) if o.lifetime in _CONSTANT else None
-            return Arg(o.type, o.dimensions, o.scale, o.zero_point, o.channel_quant, value,
-                       omitted=o.lifetime == Lifetime.NO_VALUE)
-        return Call([arg(k) for k in op.inputs], [arg(k) for k in op.outputs])
-
-    def rank(self, k: int) -> int:
-        dims = self.operand(k).dimensions
-        if not dims:
-            raise Unsupported(f"operand {k} has an unknown rank")
-        return len(dims)
 
     @staticmethod
     def _quant(o: hal.Operand) -> dict:
@@ -114,7 +77,7 @@ class Graph:
         if o.type not in TENSOR_TYPES:
             raise Unsupported(f"operand type {o.type.name}")
         dims = tuple(o.dimensions) if o.dimensions or dims is None else tuple(dims)
-        data = self.value(k) if o.lifetime in _CONSTANT else None
+        data = self.value(k) if self.is_constant(k) else None
         signature = [d or -1 for d in dims] if 0 in dims else None
         self.tensors[k] = self.b.tensor(f"t{k}", [d or 1 for d in dims], TENSOR_TYPES[o.type], data,
                                         signature=signature, **(self._quant(o) if quant is None else quant))
@@ -173,14 +136,6 @@ MAPPINGS = Mappings()
 maps = MAPPINGS.maps
 
 
-def _spatial(g: Graph, op: hal.Operation, base: int, n_extra: int, dilation: bool):
-    """The reference's parsing of NNAPI's padding, stride, layout and dilation parameters."""
-    try:
-        return parse_spatial(g.call(op), op.type.name, base, n_extra, dilation)
-    except (ValueUnknown, NnapiError) as e:
-        raise Unsupported(f"{op.type.name} parameters: {e}") from None
-
-
 def _padding(g: Graph, x: int, p, filter_h: int, filter_w: int) -> tuple[int, tuple | None]:
     """TFLite's padding (SAME 0, VALID 1) and the explicit paddings (left, right, top, bottom)
     still to apply with a PAD, if NNAPI's paddings are neither."""
@@ -214,7 +169,7 @@ def _padded(g: Graph, x: int, image: int, pads) -> int:
 def _conv(g, op):
     """CONV_2D (filter OHWI, as NNAPI's) and DEPTHWISE_CONV_2D ([1, H, W, C_out])."""
     depthwise = op.type == Op.DEPTHWISE_CONV_2D
-    p = _spatial(g, op, 3, 1 if depthwise else 0, dilation=True)
+    p = g.spatial(op, 3, 1 if depthwise else 0, dilation=True)
     x, w, b, out = op.inputs[0], op.inputs[1], op.inputs[2], op.outputs[0]
     wo = g.operand(w)
     if len(wo.dimensions) != 4 or 0 in wo.dimensions or not g.is_constant(w):
@@ -248,7 +203,7 @@ def _conv(g, op):
 def _pool(g, op):
     """Pool2D; explicit paddings only where they are SAME's or VALID's (padding is never part of
     NNAPI's windows, a PAD would put it in)."""
-    p = _spatial(g, op, 1, 2, dilation=False)
+    p = g.spatial(op, 1, 2, dilation=False)
     filter_w, filter_h = int(p.extra[0]), int(p.extra[1])
     padding, pads = _padding(g, op.inputs[0], p, filter_h, filter_w)
     if pads is not None:
