@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from mlts.bench_models import MODELS_DIR, model_inputs, tflite_interpreter_class
-from mlts.tflite import load_tflite, parse_tflite
-from nnapi_ref import Compilation, Execution
+from mlts.tflite import infer, load_tflite, parse_tflite
+from nnapi_ref import Compilation
 from nnapi_ref.drivers import load_driver
 from nnapi_ref.runtime.devices import Device
 
@@ -129,12 +129,7 @@ def diverge(path, driver: str = "reference", inputs: list[np.ndarray] | None = N
     names = {d["index"]: d["name"] for d in interpreter.get_tensor_details()}
     diffs = [Difference(i, op, k, names.get(k, ""), ins) for i, op, k, ins in outputs]
     for x in inputs:
-        execution = Execution(compilation)
-        execution.set_input(0, x)
-        ours = [np.zeros(o.shape, o.dtype) for o in info.outputs]
-        for j, array in enumerate(ours):
-            execution.set_output(j, array)
-        execution.compute()
+        ours = infer(compilation, info, [x])
         interpreter.set_tensor(input_index, x)
         interpreter.invoke()
         for d in diffs:

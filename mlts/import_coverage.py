@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from mlts.bench import TfliteRunner, accuracy, tflite_interpreter_class
-from mlts.tflite import TFLiteImportError, load_tflite, parse_tflite, unmapped_operators
-from nnapi_ref import Compilation, Execution
+from mlts.tflite import TFLiteImportError, infer, load_tflite, parse_tflite, unmapped_operators
+from nnapi_ref import Compilation
 from nnapi_ref.errors import NnapiError
 
 FLOAT_RTOL = 1e-3
@@ -64,17 +64,7 @@ def tflite_baseline(path: Path):
 def run_nnapi(model, info, samples) -> list[list[np.ndarray]]:
     compilation = Compilation(model)
     compilation.finish()
-    results = []
-    for inputs in samples:
-        execution = Execution(compilation)
-        for k, x in enumerate(inputs):
-            execution.set_input(k, x)
-        outs = [np.zeros(o.shape, o.dtype) for o in info.outputs]
-        for k, o in enumerate(outs):
-            execution.set_output(k, o)
-        execution.compute()
-        results.append(outs)
-    return results
+    return [infer(compilation, info, inputs) for inputs in samples]
 
 
 def cover(path: Path, samples: int = 2) -> dict:

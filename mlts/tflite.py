@@ -84,7 +84,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnapi_ref import Model, OperandType
+from nnapi_ref import Compilation, Execution, Model, OperandType
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.types import DTYPES, OperandCode as T, OperationCode as Op
 
@@ -1613,6 +1613,19 @@ class _Converter:
         idx = self.operand_of[k]
         o = self.type_of(idx)
         return TensorInfo(t.name, k, idx, o.dimensions, DTYPES[o.type], t.type_name, o.scale, o.zero_point)
+
+
+def infer(compilation: Compilation, info: TFLiteInfo, inputs) -> list[np.ndarray]:
+    """One inference of an imported model, compiled: ``inputs`` in the model's input order; the
+    outputs shaped and typed as ``info`` describes them."""
+    execution = Execution(compilation)
+    for k, x in enumerate(inputs):
+        execution.set_input(k, x)
+    outputs = [np.zeros(o.shape, o.dtype) for o in info.outputs]
+    for k, out in enumerate(outputs):
+        execution.set_output(k, out)
+    execution.compute()
+    return outputs
 
 
 def load_tflite(path, extra_outputs=(), convention: str = "nnapi") -> tuple[Model, TFLiteInfo]:

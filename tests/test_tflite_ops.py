@@ -17,7 +17,7 @@ import pytest
 
 from mlts import tflite
 from mlts.tflite import TFLiteImportError, convert, load_tflite, parse_tflite
-from nnapi_ref import Compilation, Execution
+from nnapi_ref import Compilation
 
 schema = pytest.importorskip("ai_edge_litert.schema_py_generated", reason="needs ai-edge-litert")
 flatbuffers = pytest.importorskip("flatbuffers")
@@ -139,14 +139,7 @@ def run_nnapi(path, inputs):
     model, info = load_tflite(path)
     compilation = Compilation(model)
     compilation.finish()
-    execution = Execution(compilation)
-    for k, x in enumerate(inputs):
-        execution.set_input(k, x)
-    outs = [np.zeros(o.shape, o.dtype) for o in info.outputs]
-    for k, o in enumerate(outs):
-        execution.set_output(k, o)
-    execution.compute()
-    return outs, info
+    return tflite.infer(compilation, info, inputs), info
 
 
 def check(tmp_path, data: bytes, inputs, steps: int = 1, atol: float = 1e-5, reference: bool = True):
