@@ -201,8 +201,8 @@ def _plans(model: hal.Model) -> list:
 
 
 class AdapterPreparedModel(ReferencePreparedModel):
-    """A model compiled by the runtime; requests are checked and outputs written by the
-    reference's code, the computation is :meth:`compute`'s."""
+    """A model compiled by the runtime; requests are checked (against the reference's plans) and
+    outputs written by the reference's execution path, the computation is :meth:`compute`'s."""
 
     def __init__(self, device: AdapterDevice, model: hal.Model, plans: list):
         super().__init__(device, model, plans)
@@ -211,32 +211,16 @@ class AdapterPreparedModel(ReferencePreparedModel):
         """The model's outputs for ``inputs`` (one array per model input), by the runtime."""
         raise NotImplementedError
 
-    def _run(self, request, measure, deadline_ns, loop_timeout_ns):
-        start = time.monotonic_ns()
-        check_deadline(deadline_ns, "execution")
-        pools, inputs = self._check_request(request)
-        try:  # an input omitted where an operation needs a value: the request is invalid
-            self.plans[0].check_omitted_inputs(inputs)
-        except NnapiError as e:
-            raise hal_error(e) from None
+    def _executor(self, deadline_ns, loop_timeout_ns):
+        return None  # the runtime computes: no reference executor
+
+    def _compute(self, executor, inputs: list) -> list[np.ndarray]:
         if any(x is None for x in inputs):
             raise HalError(ErrorStatus.GENERAL_FAILURE, "omitted (optional) inputs are not supported")
-        device_start = time.monotonic_ns()
         try:
-            results = self.compute([np.ascontiguousarray(x) for x in inputs])
+            return self.compute([np.ascontiguousarray(x) for x in inputs])
         except Exception as e:  # the runtime refusing the inputs at run time (shapes, a kernel's checks)
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"{self.device.runtime}: {type(e).__name__}: {e}") from None
-        device_ns = time.monotonic_ns() - device_start
-        shapes = [hal.OutputShape(tuple(r.shape), True) for r in results]
-        targets = [self._output_target(i, arg, r, pools, shapes[i])
-                   for i, (arg, r) in enumerate(zip(request.outputs, results))]
-        if not all(s.is_sufficient for s in shapes):
-            raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes)
-        for target, result in zip(targets, results):
-            if target is not None:
-                target(result)
-        timing = hal.Timing(device_ns, time.monotonic_ns() - start) if measure else hal.NO_TIMING
-        return hal.ExecutionResult(shapes, timing)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -310,16 +310,9 @@ class ReferencePreparedModel(hal.PreparedModel):
             self.plans[0].check_omitted_inputs(inputs)
         except NnapiError as e:
             raise hal_error(e) from None
-        executor = Executor(self.plans, self.model.relax_computation_float32_to_float16, deadline_ns,
-                            loop_timeout_ns)
+        executor = self._executor(deadline_ns, loop_timeout_ns)
         device_start = time.monotonic_ns()
-        try:
-            with requantization.using(self.device.convention):
-                results = executor.run(inputs)
-        except NnapiError as e:
-            raise hal_error(e) from None
-        except Exception as e:  # an operation choking on its inputs: a failure, never a crash
-            raise HalError(ErrorStatus.GENERAL_FAILURE, f"execution failed: {type(e).__name__}: {e}") from None
+        results = self._compute(executor, inputs)
         device_ns = time.monotonic_ns() - device_start
         shapes = [hal.OutputShape(tuple(r.shape), True) for r in results]
         targets = []
@@ -332,6 +325,20 @@ class ReferencePreparedModel(hal.PreparedModel):
                 target(result)
         timing = hal.Timing(device_ns, time.monotonic_ns() - start) if measure else hal.NO_TIMING
         return hal.ExecutionResult(shapes, timing)
+
+    def _executor(self, deadline_ns, loop_timeout_ns) -> Executor | None:
+        """What :meth:`_compute` runs the inputs with (made before the device time starts)."""
+        return Executor(self.plans, self.model.relax_computation_float32_to_float16, deadline_ns, loop_timeout_ns)
+
+    def _compute(self, executor: Executor | None, inputs: list) -> list[np.ndarray]:
+        """The outputs for ``inputs``, or a HalError: what a driver extending this one changes."""
+        try:
+            with requantization.using(self.device.convention):
+                return executor.run(inputs)
+        except NnapiError as e:
+            raise hal_error(e) from None
+        except Exception as e:  # an operation choking on its inputs: a failure, never a crash
+            raise HalError(ErrorStatus.GENERAL_FAILURE, f"execution failed: {type(e).__name__}: {e}") from None
 
     def _check_request(self, request: hal.Request):
         """Validate the whole request before anything runs; return its pools and input arrays."""
