@@ -65,6 +65,21 @@ class SubgraphView:
     def scalar(self, k: int):
         return self.value(k).item()
 
+    def flag(self, op: hal.Operation, i: int) -> bool:
+        """Optional BOOL input ``i`` (layout, align corners, ...): False when absent or omitted."""
+        return len(op.inputs) > i and not self.omitted(op.inputs[i]) and bool(self.scalar(op.inputs[i]))
+
+    def resize_output_size(self, op: hal.Operation, h: int, w: int) -> tuple[int, int]:
+        """RESIZE_*'s output height and width: given (INT32), or the ``h`` x ``w`` image scaled
+        (floor of the float32 product, as NNAPI computes it; ``h``, ``w`` 0 when unknown)."""
+        wk, hk = op.inputs[1], op.inputs[2]
+        if self.operand(wk).type == T.INT32:
+            return int(self.scalar(hk)), int(self.scalar(wk))
+        if not (h and w):
+            raise Unsupported("scale factors on an image of unknown size")
+        return (int(np.floor(np.float32(h) * np.float32(self.scalar(hk)))),
+                int(np.floor(np.float32(w) * np.float32(self.scalar(wk)))))
+
     def rank(self, k: int) -> int:
         dims = self.operand(k).dimensions
         if not dims:

@@ -481,22 +481,12 @@ def _resize(g, op):
     """Resize to explicit sizes (a scale factor gives floor(size * scale), as NNAPI); NNAPI's
     coordinate conventions as ONNX's coordinate_transformation_mode and nearest_mode."""
     x = op.inputs[0]
-
-    def flag(i):
-        return len(op.inputs) > i and not g.omitted(op.inputs[i]) and bool(g.scalar(op.inputs[i]))
-    nchw, align, half = flag(3), flag(4), flag(5)
+    nchw, align, half = g.flag(op, 3), g.flag(op, 4), g.flag(op, 5)
     dims = g.operand(x).dimensions
     if len(dims) != 4:
         raise Unsupported("input rank unknown")
     n, c, h, w = dims if nchw else (dims[0], dims[3], dims[1], dims[2])
-    wk, hk = op.inputs[1], op.inputs[2]
-    if g.operand(wk).type == T.INT32:
-        out_w, out_h = int(g.scalar(wk)), int(g.scalar(hk))
-    elif h and w:
-        out_w, out_h = int(np.floor(np.float32(w) * np.float32(g.scalar(wk)))), \
-            int(np.floor(np.float32(h) * np.float32(g.scalar(hk))))
-    else:
-        raise Unsupported("scale factors on an image of unknown size")
+    out_h, out_w = g.resize_output_size(op, h, w)
     if op.type == Op.RESIZE_BILINEAR:
         mode = dict(mode="linear", coordinate_transformation_mode="align_corners" if align else
                     "half_pixel" if half else "asymmetric")

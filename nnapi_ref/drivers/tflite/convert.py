@@ -55,10 +55,6 @@ class Graph(SubgraphView):
         self.tensors: dict[int, int] = {}
         self._after: list[tuple] = []  # operators that consume the next operator's output
 
-    def flag(self, op: hal.Operation, i: int) -> bool:
-        """Optional BOOL input ``i`` (layout, align corners, ...): False when absent or omitted."""
-        return len(op.inputs) > i and not self.omitted(op.inputs[i]) and bool(self.scalar(op.inputs[i]))
-
     @staticmethod
     def _quant(o: hal.Operand) -> dict:
         if o.channel_quant is not None:
@@ -542,14 +538,7 @@ def _resize(g, op):
     if len(dims) != 4:
         raise Unsupported("input rank unknown")
     h, w = (dims[2], dims[3]) if nchw else (dims[1], dims[2])
-    wk, hk = op.inputs[1], op.inputs[2]
-    if g.operand(wk).type == T.INT32:
-        out_w, out_h = int(g.scalar(wk)), int(g.scalar(hk))
-    elif h and w:
-        out_w, out_h = int(np.floor(np.float32(w) * np.float32(g.scalar(wk)))), \
-            int(np.floor(np.float32(h) * np.float32(g.scalar(hk))))
-    else:
-        raise Unsupported("scale factors on an image of unknown size")
+    out_h, out_w = g.resize_output_size(op, h, w)
     kind = "ResizeBilinearOptions" if op.type == Op.RESIZE_BILINEAR else "ResizeNearestNeighborOptions"
     g.op(op.type.name, [g.nhwc_in(x, nchw), g.const(np.array([out_h, out_w], np.int32))],
          [g.nhwc_out(op.outputs[0], nchw)], options(kind, alignCorners=align, halfPixelCenters=half))
