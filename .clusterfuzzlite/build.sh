@@ -7,7 +7,7 @@ cd "$SRC/nnts"
 pip3 install .
 for fuzzer in fuzz/*_fuzzer.py; do
   name=$(basename "$fuzzer" .py)
-  compile_python_fuzzer "$fuzzer" --add-data cts/corpus:cts/corpus
-  python3 -c "import sys; from fuzz.engine import seed_corpus_zip; seed_corpus_zip(*sys.argv[1:])" \
+  compile_python_fuzzer "$fuzzer" --add-data cts/corpus:nnts/cts/corpus
+  python3 -c "import sys; from nnts.fuzz.engine import seed_corpus_zip; seed_corpus_zip(*sys.argv[1:])" \
     "${name%_fuzzer}" "$OUT/${name}_seed_corpus.zip" cts/corpus
 done

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import pytest
 
-from fuzz.differential import run_case
+from nnts.fuzz.differential import run_case
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
 

@@ -1,6 +1,6 @@
 """Running a harness (``fuzz.harnesses``): ``nnts fuzz`` and ``nnts fuzz --replay``.
 
-``nnts fuzz`` runs the harness in a child process (``python -m fuzz.engine``), because
+``nnts fuzz`` runs the harness in a child process (``python -m nnts.fuzz.engine``), because
 libFuzzer owns the process it fuzzes in: a finding, a crash, a hang or running out of memory ends
 the child, never the command. The child instruments ``nnapi_ref`` and the driver's package for
 coverage (atheris), seeds the corpus with one input per test model, and hands over to libFuzzer;
@@ -60,7 +60,7 @@ def limit_memory(megabytes: int) -> None:
 
 def load(harness: str, driver: str, vector_paths):
     """The harness, set up (imports ``nnapi_ref``: call it inside the instrumentation)."""
-    from fuzz import harnesses
+    from nnts.fuzz import harnesses
     from nnapi_ref.drivers import load_driver
     return harnesses.make(harness, load_driver(driver) if harness != "model" else None, vector_paths)
 
@@ -161,8 +161,8 @@ def plain_loop(harness, args) -> int:
 
 
 def child(argv: list[str]) -> int:
-    """The fuzzing process: ``python -m fuzz.engine`` with the options ``nnts fuzz`` passes."""
-    p = argparse.ArgumentParser(prog="fuzz.engine")
+    """The fuzzing process: ``python -m nnts.fuzz.engine`` with the options ``nnts fuzz`` passes."""
+    p = argparse.ArgumentParser(prog="nnts.fuzz.engine")
     p.add_argument("--harness", required=True)
     p.add_argument("--driver", default="reference")
     p.add_argument("--vectors", action="append")
@@ -201,7 +201,7 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
     """``nnts fuzz``: the harness in a child process; progress passed through, then a summary.
     0 when nothing was found, 1 for a finding (or a child that died without one)."""
     out = sys.stdout
-    from fuzz.harnesses import HARNESSES, default_vector_paths
+    from nnts.fuzz.harnesses import HARNESSES, default_vector_paths
     if harness not in HARNESSES:
         print(f"nnts fuzz: unknown harness {harness!r} (one of {', '.join(HARNESSES)})", file=sys.stderr)
         return 2
@@ -213,7 +213,7 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
         os.makedirs(corpus, exist_ok=True)
     if runs is None and max_time is None:
         max_time = 60
-    command = [sys.executable, "-m", "fuzz.engine", "--harness", harness, "--driver", driver,
+    command = [sys.executable, "-m", "nnts.fuzz.engine", "--harness", harness, "--driver", driver,
                "--artifact-prefix", os.path.join(artifacts, f"{harness}-"), "--seed", str(seed),
                "--timeout", str(timeout), "--rss-limit", str(rss_limit),
                "--runs", str(runs if runs is not None else -1), "--max-time", str(int(max_time or 0))]

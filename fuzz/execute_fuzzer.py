@@ -8,7 +8,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports(include=["nnapi_ref"]):  # nnapi_ref is imported by the harness's setup
-    from fuzz.engine import load
+    from nnts.fuzz.engine import load
     TestOneInput = load("execute", os.environ.get("NNTS_DRIVER", "reference"), None)
 
 

@@ -118,10 +118,9 @@ def check_masked(error: Exception) -> None:
 # -- seeds: the test-vector corpus ------------------------------------------------------------------
 
 def default_vector_paths() -> list[str]:
-    """cts/corpus and ../shared/vectors, where they are (relative to the repository)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = [os.path.join(root, "cts", "corpus"), os.path.join(os.path.dirname(root), "shared", "vectors")]
-    return [p for p in paths if os.path.isdir(p)]
+    """The project corpus (installed with nnts) and ../shared/vectors beside a clone."""
+    from nnapi_ref.cases import CORPUS, SHARED_VECTORS
+    return [str(p) for p in (CORPUS, SHARED_VECTORS) if p and p.is_dir()]
 
 
 def _elements(model: hal.Model) -> int:

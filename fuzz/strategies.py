@@ -2,7 +2,7 @@
 array-api-tests exposes its strategies)::
 
     from hypothesis import given
-    from fuzz.strategies import models
+    from nnts.fuzz.strategies import models
 
     @given(models(types=["TENSOR_QUANT8_ASYMM"], max_operations=8))
     def test_my_driver_agrees(graph):

@@ -55,12 +55,13 @@ from pathlib import Path
 
 import numpy as np
 
-from mlts.tflite import TFLiteImportError, load_tflite, parse_tflite
+from nnts.mlts.tflite import TFLiteImportError, load_tflite, parse_tflite
+from nnapi_ref.cases import SHARED
 from nnapi_ref import Burst, Compilation, Execution, NnapiError, get_devices
 from nnapi_ref.types import OperationCode
 
 SCHEMA = "nnts-bench/1"
-MODELS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "models"
+MODELS_DIR = SHARED / "models" if SHARED else None  # ../shared/models beside a clone
 INFLIGHT = 4          # executions in flight for the throughput figure
 HISTOGRAM_BINS = 20
 MIN_RUNS = 5          # timed runs even past --max-time
@@ -111,7 +112,7 @@ def inputs_for(models_dir: Path | None, specs: list[tuple], samples: int):
     """Inputs per sample (a tuple per sample, one array per model input), their kind (real or
     synthetic) and a label. ``specs``: (shape, dtype, scale, zero point) per input. Real data
     from the models folder for single-input models where it has some, else seeded synthetic."""
-    from mlts.models import synthetic_inputs
+    from nnts.mlts.models import synthetic_inputs
     if len(specs) == 1:
         real, label = model_inputs(models_dir, *specs[0])
         if real is not None:
@@ -335,7 +336,7 @@ class Settings:
 
 def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_dir: str) -> dict:
     """One row of the results (see the module docstring); never raises for a model that cannot run."""
-    from mlts import bench_gate
+    from nnts.mlts import bench_gate
     digest = sha256(path)
     row: dict = {"model": path.name, "path": str(path), "sha256": digest, "family": family(path.name),
                  "origin": "seeded" if any(fnmatch.fnmatch(path.name, p) for p in SEEDED_WEIGHTS) else "real",
@@ -442,9 +443,9 @@ def resolve_models(specs: list[str] | None) -> list[tuple[Path, Path | None]]:
     """(model file, folder of its real inputs or None) for each ``--models`` entry: a .tflite file,
     a folder (its *.tflite), or a glob (matched as a path, then in the default folder). Default:
     ../shared/models when it has models, else the seeded set (written on first use)."""
-    from mlts import models
+    from nnts.mlts import models
     if not specs:
-        if sorted(MODELS_DIR.glob("*.tflite")):
+        if MODELS_DIR and sorted(MODELS_DIR.glob("*.tflite")):
             return [(p, MODELS_DIR) for p in sorted(MODELS_DIR.glob("*.tflite"))]
         return [(p, None) for p in models.seeded_models()]
     found: list[tuple[Path, Path | None]] = []
@@ -645,7 +646,7 @@ def main(driver: str, model_specs, baseline: str, warmup: int, runs: int, max_ti
     if json_path:
         write_json(json_path, results)
     if html_path:
-        from reports.bench import write_report
+        from nnts.reports.bench import write_report
         write_report(html_path, results, includes or [])
     bad = [r for r in results["models"] if r["status"] == "driver_error" or (r.get("accuracy") or {}).get("failures")]
     return 1 if bad else 0

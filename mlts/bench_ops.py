@@ -1,13 +1,13 @@
 """Benchmark of the reference's heavy operations and of a whole MobileNet v2 (224x224).
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python -m mlts.bench_ops [--quick]
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python -m nnts.mlts.bench_ops [--quick]
 
 Prints, for CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED at MobileNet v2 layer shapes (float32
 and quant8), the time per call through the operation's ``execute`` and the achieved GFLOP/s
 (2 flops per multiply-add), next to numpy's float32 matmul GFLOP/s on this machine; then the time
 per inference of a MobileNet v2 built with the NDK-style :class:`nnapi_ref.Model` builder, run
 through Compilation/Execution, with random weights. Not a test: figures vary with the machine.
-Real models against TensorFlow Lite, side by side: ``python -m mlts.bench_models``.
+Real models against TensorFlow Lite, side by side: ``python -m nnts.mlts.bench_models``.
 """
 from __future__ import annotations
 

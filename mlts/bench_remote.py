@@ -1,7 +1,7 @@
 """What a driver in its own process costs: the same executions on the reference in process and
 served remotely (``remote:nnts serve reference``), interleaved so that drift affects both alike.
 
-    python -m mlts.bench_remote [--repeat N] [--megabytes M]
+    python -m nnts.mlts.bench_remote [--repeat N] [--megabytes M]
 
 * small: one execution of a 4-element ADD, input and output from the caller's arrays (POINTER
   arguments: the remote client copies them through a staging region, as NNAPI's runtime does);

@@ -1,7 +1,7 @@
 """Runtime overhead: what building, compiling and executing a tiny model costs, apart from the
 arithmetic (a 4-element ADD computes in about a microsecond).
 
-    python -m mlts.bench_runtime [--repeat N]
+    python -m nnts.mlts.bench_runtime [--repeat N]
 
 Prints microseconds per phase (median of N) for a one-ADD model and a three-operation chain.
 """

@@ -1,6 +1,6 @@
 """Where a driver's arithmetic first departs from TensorFlow Lite's, operator by operator.
 
-    python -m mlts.diverge MODEL.tflite [--driver D] [--convention nnapi|tflite] [--inputs FILE]
+    python -m nnts.mlts.diverge MODEL.tflite [--driver D] [--convention nnapi|tflite] [--inputs FILE]
 
 Imports the model with every TFLite operator's output exposed as an extra model output
 (:func:`mlts.tflite.load_tflite` ``extra_outputs``), runs it on the driver alone (no CPU
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mlts.bench_models import MODELS_DIR, model_inputs, tflite_interpreter_class
-from mlts.tflite import infer, load_tflite, parse_tflite
+from nnts.mlts.bench_models import MODELS_DIR, model_inputs, tflite_interpreter_class
+from nnts.mlts.tflite import infer, load_tflite, parse_tflite
 from nnapi_ref import Compilation
 from nnapi_ref.drivers import load_driver
 from nnapi_ref.runtime.devices import Device

@@ -1,6 +1,6 @@
 """How many .tflite models the importer takes, and whether they then compute what TFLite computes.
 
-    python -m mlts.import_coverage FILE_OR_DIR... [--samples N] [--json OUT]
+    python -m nnts.mlts.import_coverage FILE_OR_DIR... [--samples N] [--json OUT]
 
 For every model (a folder: its ``*.tflite`` files, recursively): import it with
 :func:`mlts.tflite.load_tflite`; if that fails, the reason and every operator the importer has no
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mlts.bench import TfliteRunner, accuracy, tflite_interpreter_class
-from mlts.tflite import TFLiteImportError, infer, load_tflite, parse_tflite, unmapped_operators
+from nnts.mlts.bench import TfliteRunner, accuracy, tflite_interpreter_class
+from nnts.mlts.tflite import TFLiteImportError, infer, load_tflite, parse_tflite, unmapped_operators
 from nnapi_ref import Compilation
 from nnapi_ref.errors import NnapiError
 
@@ -69,7 +69,7 @@ def run_nnapi(model, info, samples) -> list[list[np.ndarray]]:
 
 def cover(path: Path, samples: int = 2) -> dict:
     """One model's row (see the module doc)."""
-    from mlts.models import synthetic_inputs
+    from nnts.mlts.models import synthetic_inputs
     row = {"model": str(path), "operators": None, "status": None, "detail": "", "refused": []}
     try:
         graph = parse_tflite(path.read_bytes())
@@ -139,7 +139,7 @@ def print_table(rows: list[dict], out=None) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mlts.import_coverage", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m nnts.mlts.import_coverage", description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", help=".tflite files or folders of them")
     parser.add_argument("--samples", type=int, default=2, help="seeded inputs per model (default 2)")
     parser.add_argument("--json", help="also write the rows as JSON to this file")

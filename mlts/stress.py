@@ -35,7 +35,7 @@ whatever the test made of the error; anything else that goes wrong is a FAILURE.
 ``--duration`` is the time of each of the five timed tests (load/unload, multi-process, random
 graphs, degradation, soak): the whole set takes about five times it plus 5-10 s.
 
-The client side of the multi-client tests runs in processes of its own: ``python -m mlts.stress
+The client side of the multi-client tests runs in processes of its own: ``python -m nnts.mlts.stress
 client ROLE DRIVER SEED`` prints one JSON line per event (``driver`` with the driver's pid,
 ``start``/``end`` of a call, ``ok`` per verified execution, ``error`` with its kind) until it is
 killed.
@@ -65,9 +65,9 @@ from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
-from fuzz.differential import case_size, check, operation_summary
-from fuzz.families import FAMILIES
-from fuzz.graphs import DATA_TYPES, generate
+from nnts.fuzz.differential import case_size, check, operation_summary
+from nnts.fuzz.families import FAMILIES
+from nnts.fuzz.graphs import DATA_TYPES, generate
 from nnapi_ref.drivers import load_driver
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
@@ -263,12 +263,12 @@ def parallel(count: int, work: Callable[[int], None]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 class Client:
-    """A client process (``python -m mlts.stress client``) and the events it printed."""
+    """A client process (``python -m nnts.mlts.stress client``) and the events it printed."""
 
     def __init__(self, run: "Run", role: str, driver: str, seed: int):
         self.run = run
         self.stderr = open(os.path.join(run.folder(), f"client-{role}-{seed}.stderr"), "w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "mlts.stress", "client", role, driver, str(seed)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "nnts.mlts.stress", "client", role, driver, str(seed)],
                                      stdout=subprocess.PIPE, stderr=self.stderr, env=run.env(), text=True)
         self.events: queue.Queue = queue.Queue()
         self.oks = 0
@@ -946,5 +946,5 @@ def client_main(role: str, driver: str, seed: int) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["client"] or len(sys.argv) != 5:
-        sys.exit("usage: python -m mlts.stress client ROLE DRIVER SEED (nnts stress runs the tests)")
+        sys.exit("usage: python -m nnts.mlts.stress client ROLE DRIVER SEED (nnts stress runs the tests)")
     sys.exit(client_main(sys.argv[2], sys.argv[3], int(sys.argv[4])))

@@ -1,6 +1,6 @@
 """Import a TensorFlow Lite flatbuffer (.tflite) as an :class:`nnapi_ref.Model` of NNAPI operations.
 
-    from mlts.tflite import load_tflite
+    from nnts.mlts.tflite import load_tflite
     model, info = load_tflite("mobilenet_v1_1.0_224_quant.tflite")   # a finished nnapi_ref.Model
     info.inputs[0].shape, info.inputs[0].dtype, info.outputs[0].scale, ...
 

@@ -1,20 +1,23 @@
 """The test models the generated suites run (CTS, VTS): the project's corpus (``cts/corpus``),
 ``--vectors`` and ``../shared/vectors``, each as a case per execution variant, described by the
 operation and data type it is about, and the plugin options that choose them. Shared by
-``cts/test_generated.py``, the VTS modules and the pytest plugin (``conftest.py``).
+``cts/test_generated.py``, the VTS modules and the pytest plugin (``nnts.plugin``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from . import ops, vectors
 from .harness import MODES, outputs_fully_specified, supports_dynamic_outputs
 from .types import OperandCode, OperationCode, type_name
 
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT / "cts" / "corpus"
-SHARED_VECTORS = ROOT.parent / "shared" / "vectors"
+CORPUS = Path(str(resources.files("nnts.cts"))) / "corpus"
+# A clone of the repository finds the shared corpus beside it; an installed nnts has none.
+REPOSITORY = Path(__file__).resolve().parents[1]
+SHARED = REPOSITORY.parent / "shared" if (REPOSITORY / "pyproject.toml").is_file() else None
+SHARED_VECTORS = SHARED / "vectors" if SHARED else None
 
 VARIANTS = MODES + ("dynamic", "device_memory", "cached", "signed")
 
@@ -104,7 +107,7 @@ def sync_cases(config) -> list[Case]:
 def vector_paths(config) -> list[Path]:
     """``--vectors`` and, unless ``--no-shared-vectors``, ``../shared/vectors`` when present."""
     paths = [Path(p) for p in config.getoption("vectors")]
-    if not config.getoption("no_shared_vectors") and SHARED_VECTORS.is_dir():
+    if not config.getoption("no_shared_vectors") and SHARED_VECTORS and SHARED_VECTORS.is_dir():
         paths.append(SHARED_VECTORS)
     return paths
 

@@ -64,13 +64,13 @@ def cmd_serve(args) -> int:
 
 def cmd_stress(args) -> int:
     """The MLTS crash and stress tests (mlts/stress.py), each against the driver in its own process."""
-    from mlts import stress
+    from nnts.mlts import stress
     return stress.main(args.driver, args.tests, args.duration, args.call_timeout, args.json, args.junit)
 
 
 def cmd_bench(args) -> int:
     """A driver's latency and accuracy on real models against TFLite (mlts/bench.py)."""
-    from mlts import bench
+    from nnts.mlts import bench
     _devices(args.driver, args.isolate)
     return bench.main(args.driver, args.models, args.baseline, args.warmup, args.runs, args.max_time, args.json,
                       args.html, args.include)
@@ -78,13 +78,13 @@ def cmd_bench(args) -> int:
 
 def cmd_gate(args) -> int:
     """The CI gate on bench results (mlts/bench_gate.py)."""
-    from mlts import bench_gate
+    from nnts.mlts import bench_gate
     return bench_gate.main(args.results, args.baseline, args.thresholds)
 
 
 def cmd_fuzz(args) -> int:
     """Coverage-guided fuzzing of a harness (fuzz/harnesses.py) in a child process, or a replay."""
-    from fuzz import engine
+    from nnts.fuzz import engine
     if args.replay:
         if not os.path.isfile(args.replay):
             print(f"nnts: no such file: {args.replay}", file=sys.stderr)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jinja2
 
-from reports.conformance import FAILED
+from nnts.reports.conformance import FAILED
 
 DRIVER_COLOUR, BASELINE_COLOUR = "#3465a4", "#f57900"
 

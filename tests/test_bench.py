@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlts import bench, bench_gate
-from mlts.models import builder, seeded_models
+from nnts.mlts import bench, bench_gate
+from nnts.mlts.models import builder, seeded_models
 from nnapi_ref import using_drivers
 from nnapi_ref.drivers.broken import BrokenDevice, _WrappedOperation
 from nnapi_ref.drivers.variants import SubsetDevice

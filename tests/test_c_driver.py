@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlts import stress
+from nnts.mlts import stress
 from nnapi_ref import hal
 from nnapi_ref.remote import wire
 from nnapi_ref.remote.wire import Msg, Reader, Writer

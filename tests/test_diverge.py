@@ -12,7 +12,7 @@ import io
 import numpy as np
 import pytest
 
-from mlts.diverge import diverge, main, report
+from nnts.mlts.diverge import diverge, main, report
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops import requantization

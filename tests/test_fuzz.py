@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from fuzz import engine, harnesses
+from nnts.fuzz import engine, harnesses
 from nnapi_ref import cli
 from nnapi_ref.drivers.reference import ReferenceDevice
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from fuzz.harnesses import Builder, check_masked, provider, valid_request
+from nnts.fuzz.harnesses import Builder, check_masked, provider, valid_request
 from nnapi_ref import Model, NnapiError, OperandCode as T, OperandType, ResultCode, hal, ops, vectors
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.ops import pooling

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from mlts import import_coverage
-from mlts.models import builder, seeded_models
+from nnts.mlts import import_coverage
+from nnts.mlts.models import builder, seeded_models
 
 pytestmark = pytest.mark.skipif(builder.available() is not None, reason="needs ai-edge-litert")
 

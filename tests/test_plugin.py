@@ -1,4 +1,4 @@
-"""The pytest plugin (conftest.py) as a driver author uses it: unsupported operations counted per
+"""The pytest plugin (nnts/plugin.py) as a driver author uses it: unsupported operations counted per
 operation, expected failures reported as xfail and flagged when they pass, the HTML report
 written under pytest-xdist, and markers per operation."""
 import os

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from fuzz.differential import SMALL_GRAPH, case_size, check, compare_output, run_case
-from fuzz.families import FAMILIES, NOT_COVERED
-from fuzz.graphs import (BOOL8, DATA_TYPES, F16, F32, MAX_LEVEL, Q8, Graph, dimension_cuts, generate,
+from nnts.fuzz.differential import SMALL_GRAPH, case_size, check, compare_output, run_case
+from nnts.fuzz.families import FAMILIES, NOT_COVERED
+from nnts.fuzz.graphs import (BOOL8, DATA_TYPES, F16, F32, MAX_LEVEL, Q8, Graph, dimension_cuts, generate,
                          with_dimension_cut, without_operation, without_output)
-from fuzz.strategies import models
+from nnts.fuzz.strategies import models
 from nnapi_ref import ops, vectors
 from nnapi_ref.drivers.broken import WrongAddQuant8Sparse
 from nnapi_ref.drivers.reference import ReferenceDevice

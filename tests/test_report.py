@@ -1,5 +1,5 @@
 """The conformance report: counts per operation and data type, failures listed."""
-from reports.conformance import summarize, write_report
+from nnts.reports.conformance import summarize, write_report
 
 
 def test_report_counts_per_operation_and_type(tmp_path):

@@ -11,7 +11,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from mlts import stress
+from nnts.mlts import stress
 from nnapi_ref import cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlts import tflite
-from mlts.tflite import TFLiteImportError, convert, load_tflite, parse_tflite
+from nnts.mlts import tflite
+from nnts.mlts.tflite import TFLiteImportError, convert, load_tflite, parse_tflite
 from nnapi_ref import Compilation
 
 schema = pytest.importorskip("ai_edge_litert.schema_py_generated", reason="needs ai-edge-litert")
@@ -1047,7 +1047,7 @@ def test_a_folded_constant_as_model_output_is_named():
 
 
 def test_stablehlo_operator_is_named_and_listed():
-    from mlts.tflite import unmapped_operators
+    from nnts.mlts.tflite import unmapped_operators
     g = Graph()
     x, y = g.tensor((2,)), g.tensor((2,))
     g.op("STABLEHLO_ADD", [x, x], [y])

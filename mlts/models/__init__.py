@@ -155,7 +155,7 @@ def synthetic_inputs(shape, dtype, scale: float, zero_point: int, n: int, seed: 
 def _calibrate(float_model: bytes, activations: dict[str, int], input_shape, keep: str):
     """(min, max) of every named activation of the float model, on nnapi_ref's reference driver
     over the calibration inputs, and the values of activation ``keep`` stacked over them."""
-    from mlts.tflite import load_tflite
+    from nnts.mlts.tflite import load_tflite
     from nnapi_ref import Compilation, Execution, using_drivers
     from nnapi_ref.drivers.reference import ReferenceDevice
 

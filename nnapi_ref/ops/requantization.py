@@ -33,7 +33,7 @@ rounded to float32, then widen it and divide by the output scale in double; per-
 go through the same function with each channel's scale.
 
 ``"tflite"`` is TensorFlow Lite's reference kernels (``OpResolverType.BUILTIN_REF`` of
-ai-edge-litert 2.3.0, the kernels ``python -m mlts.diverge`` compares with), which differ from
+ai-edge-litert 2.3.0, the kernels ``python -m nnts.mlts.diverge`` compares with), which differ from
 AOSP's kernel by kernel; each difference was measured against those kernels at inputs where the
 candidate derivations part ways (tests/test_diverge.py):
 

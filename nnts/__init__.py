@@ -1,0 +1,15 @@
+"""nnts: a conformance and benchmarking suite for the Android Neural Networks API.
+
+Installed, the suite lives under this one name, so that it never claims a generic top-level
+module a driver team's own repository may have: ``nnts.cts`` and ``nnts.vts`` (the conformance
+suites), ``nnts.fuzz``, ``nnts.mlts`` (benchmark, stress, .tflite import) and ``nnts.reports``
+come from the repository's folders ``cts/``, ``vts/``, ``fuzz/``, ``mlts/`` and ``reports/``
+(the mapping is ``[tool.setuptools.package-dir]`` in ``pyproject.toml``); ``nnts.plugin`` is the
+pytest plugin. The NNAPI reference keeps its own distinct name, ``nnapi_ref``.
+"""
+from importlib import metadata
+
+try:
+    __version__ = metadata.version("nnts")
+except metadata.PackageNotFoundError:  # a clone run without installing
+    __version__ = "0+unknown"
