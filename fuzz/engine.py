@@ -218,8 +218,10 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
                "--timeout", str(timeout), "--rss-limit", str(rss_limit),
                "--runs", str(runs if runs is not None else -1), "--max-time", str(int(max_time or 0))]
     command += [a for p in vector_paths for a in ("--vectors", p)] + (["--corpus", corpus] if corpus else [])
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    # The child runs in a scratch folder: a driver module of the caller's folder (or of a relative
+    # PYTHONPATH entry) must still resolve there.
+    paths = [os.getcwd()] + [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     print(f"nnts fuzz: harness {harness}, driver {driver}, {PROVIDER} "
           f"({'coverage-guided' if atheris else 'no atheris: plain seeded random bytes, no coverage'}), "
           f"seed {seed}, artifacts in {artifacts}", file=out, flush=True)

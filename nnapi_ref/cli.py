@@ -267,8 +267,14 @@ def add_driver_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "test":  # pytest's options pass through untouched
+        from nnts.suite import main as run_suites
+        return run_suites(argv[1:])
     parser = argparse.ArgumentParser(prog="nnts", description="NNAPI conformance and benchmarking suite")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("test", help="run the conformance suites (CTS and VTS) against a driver through pytest "
+                                "(nnts test --help)")
     p = sub.add_parser("devices", help="list the devices and their capabilities")
     add_driver_options(p)
     p.set_defaults(func=cmd_devices)

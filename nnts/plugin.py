@@ -61,6 +61,28 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"dtype_{name}: tests with {name} operands")
     config.addinivalue_line("markers", "vts: driver-level tests (straight against the driver interface)")
     config.pluginmanager.register(ConformanceResults(), "nnts-results")
+    if not hasattr(config, "workerinput"):
+        config.nnts_drivers = _checked_drivers(config)
+
+
+def _checked_drivers(config):
+    """The drivers of ``--driver``, loaded once before collection: a bad one stops the session here
+    with one line (not a traceback in every test after minutes of collection). A driver process
+    is stopped again at once (xdist workers start their own; a later call restarts it)."""
+    spec = config.getoption("driver")
+    if spec.strip() == "reference":
+        return None  # always loads; loaded when a test first asks for it
+    from nnapi_ref.drivers import FORMS, load_drivers
+    from nnapi_ref.errors import NnapiError
+    try:
+        drivers = load_drivers(spec, isolate=config.getoption("isolate"))
+    except NnapiError as e:
+        hint = "" if FORMS in e.message else f" (--driver takes {FORMS})"
+        raise pytest.UsageError(f"nnts: {e.message}{hint}") from None
+    for d in drivers:
+        if hasattr(d, "close"):
+            d.close()
+    return drivers
 
 
 def pytest_collection_modifyitems(config, items):
@@ -79,7 +101,8 @@ def driver_spec(pytestconfig) -> str:
 def drivers(driver_spec, pytestconfig):
     """The HAL drivers under test, loaded once per (worker) process."""
     from nnapi_ref.drivers import load_drivers
-    return load_drivers(driver_spec, isolate=pytestconfig.getoption("isolate"))
+    return getattr(pytestconfig, "nnts_drivers", None) or load_drivers(driver_spec,
+                                                                      isolate=pytestconfig.getoption("isolate"))
 
 
 @pytest.fixture(scope="session")

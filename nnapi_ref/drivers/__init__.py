@@ -15,20 +15,28 @@ A driver string is one of
   (``nnts serve DRIVER --socket PATH``).
 
 Several drivers at once (for partitioning) are separated by commas. ``isolate=True`` runs every
-in-process driver string through ``nnts serve`` in a process of its own.
+in-process driver string through ``nnts serve`` in a process of its own. ``module.path`` resolves
+against the current folder first, as ``python -m`` does, wherever a driver is named.
 """
 from __future__ import annotations
 
 import importlib
+import os
 import shlex
+import sys
 
 from ..errors import NnapiError
 from ..hal import Device
 from ..types import ResultCode
 
 
+FORMS = "reference, onnxruntime, tflite, tflite-ref, module.path:factory, remote:COMMAND or socket:PATH"
+
+
 def load_driver(spec: str, isolate: bool = False) -> Device:
     spec = spec.strip()
+    if not spec:
+        raise NnapiError(ResultCode.BAD_DATA, f"no driver given (one of {FORMS})")
     if isolate and not spec.startswith(("remote:", "socket:")):
         spec = f"remote:nnts serve {shlex.quote(spec)}"
     if spec.startswith(("remote:", "socket:")):
@@ -44,21 +52,35 @@ def load_driver(spec: str, isolate: bool = False) -> Device:
         return TfliteDevice("default" if spec == "tflite" else "reference")
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: expected 'reference' or 'module.path:factory'")
+        raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: unknown driver (one of {FORMS})")
+    _current_folder_importable()
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise NnapiError(ResultCode.UNAVAILABLE_DEVICE, f"driver {spec!r}: cannot import {module_name}: {e}") from None
+    except Exception as e:  # ImportError, or whatever the module's own code raises while importing
+        raise NnapiError(ResultCode.UNAVAILABLE_DEVICE,
+                         f"driver {spec!r}: cannot import {module_name}: {type(e).__name__}: {e}") from None
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise NnapiError(ResultCode.UNAVAILABLE_DEVICE, f"driver {spec!r}: {module_name} has no {attr}")
         obj = getattr(obj, part)
-    driver = obj if isinstance(obj, Device) else obj() if callable(obj) else obj
+    try:
+        driver = obj if isinstance(obj, Device) else obj() if callable(obj) else obj
+    except Exception as e:
+        raise NnapiError(ResultCode.UNAVAILABLE_DEVICE,
+                         f"driver {spec!r}: {attr}() raised {type(e).__name__}: {e}") from None
     if not isinstance(driver, Device):
         raise NnapiError(ResultCode.UNAVAILABLE_DEVICE,
                          f"driver {spec!r}: {attr} gave a {type(driver).__name__}, not an nnapi_ref.hal.Device")
     return driver
+
+
+def _current_folder_importable() -> None:
+    """``module.path`` names a module of the current folder first, as ``python -m`` does (a console
+    script such as ``nnts`` has its own folder, not the current one, on ``sys.path``)."""
+    here = os.getcwd()
+    if not any(os.path.abspath(p or ".") == here for p in sys.path):
+        sys.path.insert(0, here)
 
 
 def _load_remote(spec: str) -> Device:
@@ -67,6 +89,11 @@ def _load_remote(spec: str) -> Device:
     kind, _, target = spec.partition(":")
     if not target.strip():
         raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: expected {kind}:{'COMMAND' if kind == 'remote' else 'PATH'}")
+    if kind == "remote":
+        try:
+            shlex.split(target)
+        except ValueError as e:
+            raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: cannot split the command line: {e}") from None
     try:
         return start_process(target) if kind == "remote" else attach_socket(target)
     except HalError as e:
@@ -77,4 +104,6 @@ def load_drivers(specs: str | list[str], isolate: bool = False) -> list[Device]:
     """Drivers from a comma-separated string or a list of driver strings."""
     if isinstance(specs, str):
         specs = [s for s in specs.split(",") if s.strip()]
+    if not specs:
+        raise NnapiError(ResultCode.BAD_DATA, f"no driver given (one of {FORMS})")
     return [load_driver(s, isolate) for s in specs]

@@ -1,0 +1,47 @@
+"""``nnts test``: the conformance suites (CTS and VTS, installed as ``nnts.cts`` and ``nnts.vts``)
+run through pytest from any folder, the same run as ``pytest cts vts`` in a clone.
+
+Every option after the suite names is pytest's or the nnts plugin's (``--driver``, ``-n``, ``-k``,
+``-m``, ``--report``, ``--expected-failures``, ``--junitxml``, ``--random-graphs``, ...). The
+user's own pytest configuration and cache are left out (``-c`` of an empty file, no cache or
+benchmark folder): the run is the suite's, and it writes nothing the user did not ask for.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+SUITES = {"cts": "nnts.cts", "vts": "nnts.vts"}
+USAGE = """usage: nnts test [cts] [vts] [--driver DRIVER] [pytest options...]
+
+Runs the conformance suites against a driver through pytest (both when none is named).
+Common options: --driver (reference, onnxruntime, tflite, tflite-ref, module.path:factory,
+remote:COMMAND, socket:PATH), -n N (parallel workers), -k EXPR, -m MARKER, -x,
+--report out/conformance.html --report out/conformance.json, --expected-failures FILE,
+--junitxml FILE, --random-graphs N, --vectors PATH, --feature-level N, --isolate.
+`pytest --help` lists them all (the nnts group)."""
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    suites = []
+    while argv and argv[0] in SUITES:
+        suites.append(SUITES[argv.pop(0)])
+    import pytest
+    args = ["--pyargs", *(suites or SUITES.values()), "-c", os.devnull, "--rootdir", _package_root(),
+            "-p", "no:cacheprovider", "-p", "no:benchmark"]
+    if not any(a == "--timeout" or a.startswith("--timeout=") for a in argv):
+        args += ["-o", "timeout=300"]  # a test stuck in a hung in-process driver fails, the run goes on
+    return int(pytest.main(args + argv))
+
+
+def _package_root() -> str:
+    """The folder test ids are relative to: where the ``nnts`` package is (site-packages, or a clone)."""
+    from importlib import resources
+    return os.path.dirname(os.path.dirname(str(resources.files("nnts.cts"))))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
