@@ -160,6 +160,28 @@ def plain_loop(harness, args) -> int:
     return 0
 
 
+def _has_seeds(harness: Recorded, vector_paths) -> bool:
+    """Says how many seed inputs the test vectors gave; none is an error, not a campaign of noise."""
+    count = len(harness.seed_inputs())
+    if count:
+        print(f"nnts fuzz: {count} seed inputs from the test vectors", flush=True)
+    else:
+        print(f"nnts fuzz: no seed inputs: no usable test model in {', '.join(vector_paths or ['the corpus'])}",
+              flush=True)
+    return count > 0
+
+
+def _created_folders(path: str) -> list[str]:
+    """Makes ``path`` and returns the folders that did not exist before, outermost first."""
+    missing = []
+    while path and not os.path.isdir(path):
+        missing.insert(0, path)
+        path = os.path.dirname(path)
+    for folder in missing:
+        os.makedirs(folder, exist_ok=True)
+    return missing
+
+
 def child(argv: list[str]) -> int:
     """The fuzzing process: ``python -m nnts.fuzz.engine`` with the options ``nnts fuzz`` passes."""
     p = argparse.ArgumentParser(prog="nnts.fuzz.engine")
@@ -177,10 +199,13 @@ def child(argv: list[str]) -> int:
     args = p.parse_args(argv)
     limit_memory(args.rss_limit)
     if atheris is None:
-        return plain_loop(Recorded(load(args.harness, args.driver, args.vectors), args.pending), args)
+        harness = Recorded(load(args.harness, args.driver, args.vectors), args.pending)
+        return plain_loop(harness, args) if _has_seeds(harness, args.vectors) else 2
     include = ["nnapi_ref"] + [driver_package(args.driver)] * bool(driver_package(args.driver))
     with atheris.instrument_imports(include=include):
         harness = Recorded(load(args.harness, args.driver, args.vectors), args.pending)
+    if not _has_seeds(harness, args.vectors):
+        return 2
     seeds = tempfile.mkdtemp(prefix=f"nnts-fuzz-seeds-{args.harness}-")
     for i, data in enumerate(harness.seed_inputs()):
         with open(os.path.join(seeds, f"seed-{i}"), "wb") as f:
@@ -207,7 +232,7 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
         return 2
     vector_paths = [os.path.abspath(p) for p in (vector_paths or default_vector_paths())]
     artifacts = os.path.abspath(artifacts)
-    os.makedirs(artifacts, exist_ok=True)
+    created = _created_folders(artifacts)
     if corpus:
         corpus = os.path.abspath(corpus)
         os.makedirs(corpus, exist_ok=True)
@@ -250,6 +275,9 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
                   f"the input is saved as {path}", file=out)
             found.append(path)
     elapsed = time.monotonic() - start
+    for folder in reversed(created):  # made for findings there were none of
+        if not os.listdir(folder):
+            os.rmdir(folder)
     for path in found:
         with open(path + ".json", "w", encoding="utf-8") as f:
             json.dump({"harness": harness, "driver": driver, "vectors": vector_paths, "provider": PROVIDER}, f)

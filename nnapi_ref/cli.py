@@ -174,6 +174,9 @@ def write_junit(path: str, results: list[dict], elapsed: float) -> None:
 
 def cmd_vectors_run(args) -> int:
     from .vectors import find_files
+    if not args.paths:
+        from .cases import CORPUS
+        args.paths = [str(CORPUS)]
     start = time.monotonic()
     files = [str(p) for p in find_files(args.paths)]
     missing = [p for p in args.paths if not os.path.exists(p)]
@@ -289,13 +292,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds of each timed test: load/unload, soak, multi-process, random graphs, "
                         "degradation (default 3)")
     p.add_argument("--json", help="write the results as JSON to this file")
-    p.add_argument("--junit", help="write the results as JUnit XML to this file")
+    p.add_argument("--junitxml", dest="junit", help="write the results as JUnit XML to this file")
     p.set_defaults(func=cmd_stress)
     p = sub.add_parser("bench", help="latency and accuracy of a driver on real models against TFLite")
     add_driver_options(p)
     p.add_argument("--models", nargs="+", metavar="GLOB|FILE",
                    help=".tflite files, folders or globs (default: ../shared/models, else the seeded set)")
-    p.add_argument("--baseline", choices=("tflite", "none"), default="tflite")
+    p.add_argument("--baseline", choices=("tflite", "none"), default="tflite",
+                   help="run each model on TensorFlow Lite too and compare accuracy and latency (default), or not")
     p.add_argument("--warmup", type=int, default=3, help="untimed inferences before the timed runs (default 3)")
     p.add_argument("--runs", type=int, default=50, help="timed inferences per model (default 50)")
     p.add_argument("--max-time", type=float, default=20.0,
@@ -313,7 +317,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("fuzz", help="coverage-guided fuzzing (atheris) of a harness against a driver, or a replay")
     add_driver_options(p)
     p.set_defaults(driver=None)  # --replay takes the driver from the artifact unless one is given
-    p.add_argument("--harness", choices=("model", "execute", "request", "vectors", "remote"))
+    p.add_argument("--harness", choices=("model", "execute", "request", "vectors", "remote"),
+                   help="what the fuzzer mutates: model (models built through the NDK calls), execute (models run "
+                        "on the driver), request (requests to a prepared model), vectors (test-vector files), "
+                        "remote (remote-driver protocol messages)")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--max-time", type=float, help="seconds to fuzz (default 60 unless --runs is given)")
     budget.add_argument("--runs", type=int, help="number of inputs to run")
@@ -331,18 +338,21 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("vectors", help="test vectors")
     vsub = p.add_subparsers(dest="vectors_command", required=True)
     r = vsub.add_parser("run", help="run test-vector files or folders against a driver")
-    r.add_argument("paths", nargs="+")
+    r.add_argument("paths", nargs="*", metavar="PATH",
+                   help="test-vector files or folders (default: the project corpus installed with nnts)")
     add_driver_options(r)
     r.add_argument("--filter", help="only tests whose name matches this regular expression")
-    r.add_argument("--mode", choices=("sync", "async", "burst", "fenced"), default="sync")
+    r.add_argument("--mode", choices=("sync", "async", "burst", "fenced"), default="sync",
+                   help="the execution path each test runs through (default sync)")
     r.add_argument("--dynamic", action="store_true", help="leave output dimensions unspecified")
     r.add_argument("--device-memory", action="store_true",
                    help="put inputs and outputs in memory from descriptors (memory domains)")
     r.add_argument("--cache-dir", help="compile through the compilation cache in this folder (save, then reload)")
     r.add_argument("--json", help="write results as JSON to this file")
-    r.add_argument("--junit", help="write results as JUnit XML to this file")
+    r.add_argument("--junitxml", dest="junit", help="write results as JUnit XML to this file")
     r.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: one per core)")
-    r.add_argument("--known-failures", help="file of test names expected to fail (reported as skips)")
+    r.add_argument("--expected-failures", dest="known_failures",
+                   help="file of test names expected to fail (reported as skips)")
     r.add_argument("-v", "--verbose", action="store_true", help="also print skipped tests")
     r.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
     r.set_defaults(func=cmd_vectors_run)

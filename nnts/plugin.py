@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import os
+import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -41,7 +42,9 @@ def pytest_addoption(parser):
     group.addoption("--expected-failures", default=None, help="file of test ids expected to fail (xfail)")
     group.addoption("--report", action="append", default=[],
                     help="write the conformance report to this path: HTML, or JSON for a .json path (repeatable)")
-    group.addoption("--reproducers", default="out/reproducers", help="folder for failing models")
+    group.addoption("--reproducers", default=None,
+                    help="folder for failing models (default: reproducers/ beside the first --report, "
+                         "else nnts-reproducers in the temporary folder)")
     group.addoption("--random-graphs", type=int, default=200,
                     help="number of random-graph cases (cts/test_random_graph.py)")
     group.addoption("--random-seed", type=int, default=0, help="seed of the first random-graph case")
@@ -61,6 +64,10 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"dtype_{name}: tests with {name} operands")
     config.addinivalue_line("markers", "vts: driver-level tests (straight against the driver interface)")
     config.pluginmanager.register(ConformanceResults(), "nnts-results")
+    if not config.getoption("reproducers"):
+        reports = config.getoption("report")
+        config.option.reproducers = str(Path(reports[0]).parent / "reproducers") if reports else \
+            os.path.join(tempfile.gettempdir(), "nnts-reproducers")
     if not hasattr(config, "workerinput"):
         config.nnts_drivers = _checked_drivers(config)
 

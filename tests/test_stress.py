@@ -26,7 +26,7 @@ def verdicts(results):
 def test_the_stress_set_ends_success_on_the_reference(tmp_path, capsys):
     out, junit = tmp_path / "stress.json", tmp_path / "stress.xml"
     code = cli.main(["stress", "--driver", "reference", "--duration", str(SHORT_S), "--json", str(out),
-                     "--junit", str(junit)])
+                     "--junitxml", str(junit)])
     printed = capsys.readouterr().out
     results = json.loads(out.read_text())
     assert {r["name"]: r["verdict"] for r in results} == {name: "SUCCESS" for name in stress.TESTS}, printed

@@ -130,7 +130,7 @@ def test_vectors_run_reports_json_junit_and_exit_code(tmp_path, capsys):
     folder.mkdir()
     write(folder / "a.json", [add_test("good", [1, 2], [3, 4], [4, 6]), add_test("wrong", [1, 2], [3, 4], [0, 0])])
     out_json, out_xml = tmp_path / "r.json", tmp_path / "r.xml"
-    status = cli.main(["vectors", "run", str(folder), "-j", "1", "--json", str(out_json), "--junit", str(out_xml)])
+    status = cli.main(["vectors", "run", str(folder), "-j", "1", "--json", str(out_json), "--junitxml", str(out_xml)])
     assert status == 1
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("1 passed, 1 failed, 0 skipped")
     report = json.loads(out_json.read_text())
@@ -145,7 +145,7 @@ def test_known_failures_are_reported_as_skips(tmp_path, capsys):
     path = write(tmp_path / "a.json", [add_test("wrong", [1, 2], [3, 4], [0, 0])])
     known = tmp_path / "known.txt"
     known.write_text("wrong  # a deliberate bug\n")
-    assert cli.main(["vectors", "run", str(path), "-j", "1", "--known-failures", str(known)]) == 0
+    assert cli.main(["vectors", "run", str(path), "-j", "1", "--expected-failures", str(known)]) == 0
     assert "0 passed, 0 failed, 1 skipped" in capsys.readouterr().out
 
 

@@ -1,0 +1,179 @@
+"""nnts as a driver team adopts it: the wheel built from this checkout, installed into a fresh
+virtual environment, and run from an empty folder that holds only the team's own driver module
+and packages of their own named like nnts's folders (``cts``, ``fuzz``, ``reports``), which must
+neither shadow nor be shadowed by nnts's.
+
+The fresh environment gets the wheel through pip (``--no-deps``); its dependencies (numpy, pytest,
+...) are those of the running environment, reached through a ``.pth`` path entry, so the test
+needs no network beyond building the wheel.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A vendor's driver: the reference under the vendor's own name.
+DRIVER_MODULE = '''
+from nnapi_ref.drivers.reference import ReferenceDevice
+
+
+def make():
+    return ReferenceDevice(name="acme-npu")
+'''
+# The vendor's own packages, named like nnts's repository folders.
+VENDOR_PACKAGES = ("cts", "fuzz", "reports")
+# Generated models in every execution mode and VTS's validation of them, for two operations.
+SELECTION = "(ABS or RELU6 or MUL) and TENSOR_FLOAT32"
+
+
+def _run(command, cwd, timeout=600, env=None):
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=env or _env())
+    return done.returncode, done.stdout + done.stderr
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NNTS_", "PYTEST_", "PYTHONPATH"))}
+    return dict(env, PYTHONDONTWRITEBYTECODE="1")
+
+
+def _counts(output: str) -> dict[str, int]:
+    """pytest's final summary line as {outcome: count}."""
+    line = [ln for ln in output.splitlines() if re.search(r"\d+ (passed|failed|skipped|deselected)", ln)][-1]
+    return {outcome: int(n) for n, outcome in re.findall(r"(\d+) (\w+)", line)
+            if outcome in ("passed", "failed", "skipped", "xfailed", "xpassed", "error", "errors")}
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(the fresh environment's bin folder, the vendor's folder)."""
+    base = tmp_path_factory.mktemp("installed")
+    status, out = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(base / "dist"),
+                        str(ROOT)], cwd=base)
+    assert status == 0, f"pip wheel failed:\n{out[-3000:]}"
+    wheel = next((base / "dist").glob("nnts-*.whl"))
+    venv = base / "venv"
+    status, out = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=base)
+    assert status == 0, out
+    python = venv / "bin" / "python"
+    status, out = _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                        "--no-index", str(wheel)], cwd=base)
+    assert status == 0, f"pip install of the wheel failed:\n{out[-3000:]}"
+    site = Path(subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                        text=True).strip())
+    paths = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    (site / "nnts_test_dependencies.pth").write_text("\n".join(paths) + "\n")
+    vendor = base / "acme"
+    vendor.mkdir()
+    (vendor / "acme_drv.py").write_text(DRIVER_MODULE)
+    for name in VENDOR_PACKAGES:
+        (vendor / name).mkdir()
+        (vendor / name / "__init__.py").write_text(f"OWNER = 'acme'\n")
+    return venv / "bin", vendor
+
+
+def _vendor_files(vendor: Path) -> set[str]:
+    return {str(p.relative_to(vendor)) for p in vendor.rglob("*") if "__pycache__" not in p.parts}
+
+
+# The repository's folders and where they land installed (pyproject.toml's package-dir).
+INSTALLED_AS = {"nnapi_ref": "nnapi_ref", "nnts": "nnts", "cts": "nnts/cts", "vts": "nnts/vts", "fuzz": "nnts/fuzz",
+                "mlts": "nnts/mlts", "reports": "nnts/reports"}
+
+
+def test_the_wheel_holds_every_module_of_the_checkout(installed):
+    bin_, _ = installed
+    site = Path(subprocess.check_output([str(bin_ / "python"), "-c",
+                                         "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
+    missing = [str(path.relative_to(ROOT)) for folder, target in INSTALLED_AS.items()
+               for path in (ROOT / folder).rglob("*.py") if "__pycache__" not in path.parts
+               and not (site / target / path.relative_to(ROOT / folder)).is_file()]
+    assert not missing, f"not in the wheel (add their packages to pyproject.toml): {missing}"
+
+
+def test_the_wheel_holds_the_whole_suite(installed):
+    bin_, vendor = installed
+    status, out = _run([str(bin_ / "python"), "-c", """
+import importlib.metadata as m, importlib.resources as r, nnts, nnts.cts, nnts.vts, nnts.fuzz.engine
+import nnts.mlts.bench, nnts.reports.conformance, nnts.plugin
+corpus = [p.name for p in (r.files('nnts.cts') / 'corpus').iterdir() if p.name.endswith('.json')]
+templates = [p.name for p in (r.files('nnts.reports') / 'templates').iterdir()]
+eps = [e.value for e in m.entry_points(group='pytest11') if e.name == 'nnts']
+print(len(corpus), sorted(templates), eps, 'nnts' in m.metadata('nnts')['Description'])
+print(nnts.__file__)
+"""], cwd=vendor)
+    assert status == 0, out
+    counts, location = out.splitlines()[:2]
+    n, rest = counts.split(" ", 1)
+    assert int(n) >= 15, out
+    assert "'bench.html.j2', 'conformance.html.j2'" in rest and "['nnts.plugin']" in rest and rest.endswith("True")
+    assert str(ROOT) not in location, "the installed nnts must not be this checkout"
+
+
+def test_vendor_packages_are_neither_shadowed_nor_shadowing(installed):
+    bin_, vendor = installed
+    status, out = _run([str(bin_ / "python"), "-c",
+                        "import cts, fuzz, reports, nnts.fuzz.harnesses, nnts.reports.bench, nnts.cts; "
+                        "print(cts.OWNER, fuzz.OWNER, reports.OWNER)"], cwd=vendor)
+    assert status == 0 and out.split() == ["acme"] * 3, out
+
+
+def test_conformance_run_from_the_vendor_folder_matches_the_clone(installed):
+    bin_, vendor = installed
+    before = _vendor_files(vendor)
+    common = ["-k", SELECTION, "-q", "-n", "2", "-p", "no:randomly", "--driver", "acme_drv:make", "--no-shared-vectors"]
+    status, out = _run([str(bin_ / "nnts"), "test", *common], cwd=vendor)
+    assert status == 0, out[-3000:]
+    installed_counts = _counts(out)
+    env = dict(_env(), PYTHONPATH=str(vendor))
+    status, out = _run([sys.executable, "-m", "pytest", "cts", "vts", *common], cwd=ROOT, env=env)
+    assert status == 0, out[-3000:]
+    assert installed_counts == _counts(out) and installed_counts["passed"] > 50
+    assert _vendor_files(vendor) == before, "nnts test left files in the vendor's folder"
+
+
+def test_bad_driver_stops_the_installed_run_at_once(installed):
+    bin_, vendor = installed
+    status, out = _run([str(bin_ / "nnts"), "test", "--driver", "acme_drv:missing"], cwd=vendor, timeout=120)
+    assert status != 0 and "Traceback" not in out
+    assert "acme_drv has no missing" in out and "remote:COMMAND" in out
+
+
+def test_vectors_run_on_the_installed_corpus(installed):
+    bin_, vendor = installed
+    status, out = _run([str(bin_ / "nnts"), "vectors", "run", "--driver", "acme_drv:make", "-j", "2", "-q"],
+                       cwd=vendor)
+    assert status == 0, out[-3000:]
+    passed = int(re.search(r"(\d+) passed", out).group(1))
+    assert passed > 500, out[-2000:]
+
+
+def test_fuzz_loads_seeds_and_leaves_nothing_behind(installed):
+    bin_, vendor = installed
+    before = _vendor_files(vendor)
+    status, out = _run([str(bin_ / "nnts"), "fuzz", "--driver", "acme_drv:make", "--harness", "execute",
+                        "--runs", "500"], cwd=vendor)
+    assert status == 0, out[-3000:]
+    seeds = int(re.search(r"(\d+) seed inputs", out).group(1))
+    assert seeds > 0 and "no findings" in out
+    assert _vendor_files(vendor) == before, "a fuzz run that found nothing left its artifacts folder behind"
+
+
+def test_bench_on_a_seeded_model(installed, tmp_path):
+    pytest.importorskip("ai_edge_litert", reason="the seeded models are written with ai-edge-litert")
+    from nnts.mlts import models
+    model = models.seeded_models(tmp_path, stems=["mobilenet_v1_0.25_128_seeded"])[0]
+    bin_, vendor = installed
+    result = tmp_path / "bench.json"
+    status, out = _run([str(bin_ / "nnts"), "bench", "--driver", "acme_drv:make", "--models", str(model),
+                        "--runs", "3", "--warmup", "1", "--json", str(result)], cwd=vendor)
+    assert status == 0, out[-3000:]
+    assert result.is_file() and '"status": "ok"' in result.read_text().replace('"status":"ok"', '"status": "ok"')
