@@ -127,8 +127,9 @@ def _run_files(job) -> list[dict]:
     """Worker: run every test of some files; returns plain result dicts."""
     from . import vectors
     from .harness import ERROR, run_test
+    from . import shard
     from .remote.client import incidents
-    files, driver, isolate, pattern, mode, dynamic, device_memory, cache_dir = job
+    files, driver, isolate, pattern, mode, dynamic, device_memory, cache_dir, part = job
     devices = _devices(driver, isolate)
     regex = re.compile(pattern) if pattern else None
     results = []
@@ -139,7 +140,7 @@ def _run_files(job) -> list[dict]:
             results.append({"name": os.path.basename(path), "source": str(path), "status": ERROR, "message": str(e)})
             continue
         for test in tests:
-            if regex and not regex.search(test.name):
+            if regex and not regex.search(test.name) or not shard.selects(part, test.name):
                 continue
             seen = len(incidents())
             r = run_test(test, devices, mode, dynamic_outputs=dynamic, device_memory=device_memory,
@@ -185,8 +186,8 @@ def cmd_vectors_run(args) -> int:
         return 2
     _devices(args.driver, args.isolate)
     jobs = args.jobs or os.cpu_count() or 1
-    tasks = [([f], args.driver, args.isolate, args.filter, args.mode, args.dynamic, args.device_memory, args.cache_dir)
-             for f in files]
+    tasks = [([f], args.driver, args.isolate, args.filter, args.mode, args.dynamic, args.device_memory, args.cache_dir,
+              args.shard) for f in files]
     results: list[dict] = []
     if jobs > 1 and len(tasks) > 1:
         with ProcessPoolExecutor(jobs) as pool:
@@ -257,6 +258,14 @@ def _report(part: list[dict], verbose: bool, quiet: bool = False) -> None:
     for r in part:
         if r["status"] in ("fail", "error", "crash", "hang") or (verbose and r["status"] == "skip"):
             print(f"  {r['status'].upper()} {r['name']}: {r['message']}", flush=True)
+
+
+def _shard(text: str) -> tuple[int, int]:
+    from .shard import parse
+    try:
+        return parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_driver_options(parser: argparse.ArgumentParser) -> None:
@@ -353,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: one per core)")
     r.add_argument("--expected-failures", dest="known_failures",
                    help="file of test names expected to fail (reported as skips)")
+    r.add_argument("--shard", type=_shard, metavar="K/N",
+                   help="run only the K-th of N deterministic parts of the tests (the N parts are the whole run)")
     r.add_argument("-v", "--verbose", action="store_true", help="also print skipped tests")
     r.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
     r.set_defaults(func=cmd_vectors_run)

@@ -50,6 +50,9 @@ def pytest_addoption(parser):
     group.addoption("--random-seed", type=int, default=0, help="seed of the first random-graph case")
     group.addoption("--isolate", action="store_true",
                     help="run in-process drivers in a process of their own (nnts serve), to contain crashes")
+    group.addoption("--shard", default=None, metavar="K/N",
+                    help="run only the K-th of N deterministic parts of the selected tests (the N parts are the "
+                         "whole run; merge their --report JSON with nnts report merge)")
     group.addoption("--call-timeout", type=float, default=None,
                     help="seconds a remote driver may take to answer one call before it is declared hung "
                          "(default 60; prepare: 120)")
@@ -97,6 +100,27 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if vts in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.vts)
+    _select_shard(config, items)
+
+
+def _select_shard(config, items) -> None:
+    """``--shard K/N``: keep this shard's tests, named the same in a clone and installed
+    (``cts/test_generated.py::...``), so shards of either kind of run line up."""
+    from nnapi_ref import shard
+    try:
+        part = shard.parse(config.getoption("shard"))
+    except ValueError as e:
+        raise pytest.UsageError(f"nnts: {e}") from None
+    if part is None:
+        return
+    keep, drop = [], []
+    for item in items:
+        path = Path(str(item.fspath))
+        name = f"{path.parent.name}/{path.name}::{item.nodeid.split('::', 1)[-1]}"
+        (keep if shard.selects(part, name) else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")
