@@ -306,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="latency and accuracy of a driver on real models against TFLite")
     add_driver_options(p)
     p.add_argument("--models", nargs="+", metavar="GLOB|FILE",
-                   help=".tflite files, folders or globs (default: ../shared/models, else the seeded set)")
+                   help=".tflite files, folders or globs, or 'seeded' for the seeded set (default: ../shared/models "
+                        "beside a clone, else the seeded set)")
     p.add_argument("--baseline", choices=("tflite", "none"), default="tflite",
                    help="run each model on TensorFlow Lite too and compare accuracy and latency (default), or not")
     p.add_argument("--warmup", type=int, default=3, help="untimed inferences before the timed runs (default 3)")
