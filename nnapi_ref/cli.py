@@ -260,6 +260,33 @@ def _report(part: list[dict], verbose: bool, quiet: bool = False) -> None:
             print(f"  {r['status'].upper()} {r['name']}: {r['message']}", flush=True)
 
 
+def cmd_vectors_import_aosp(args) -> int:
+    from .aosp_import import differences, import_checkout
+    if not os.path.isdir(args.checkout):
+        print(f"nnts vectors import-aosp: {args.checkout}: no such folder", file=sys.stderr)
+        return 2
+    if args.check and not os.path.isdir(args.check):
+        print(f"nnts vectors import-aosp: --check {args.check}: no such folder", file=sys.stderr)
+        return 2
+    try:
+        files, models, problems = import_checkout(args.checkout, args.out, args.versions)
+    except FileNotFoundError as e:
+        print(f"nnts vectors import-aosp: {e}", file=sys.stderr)
+        return 2
+    for problem in problems:
+        print(f"PROBLEM {problem}")
+    print(f"nnts vectors import-aosp: {models} test models in {files} files written to {args.out}"
+          + (f", {len(problems)} problem(s)" if problems else ""))
+    status = 1 if problems else 0
+    if args.check:
+        compared, found = differences(args.out, args.check, args.versions)
+        for line in found:
+            print(f"DIFFERS {line}")
+        print(f"nnts vectors import-aosp: {compared} test models of {args.check} compared, {len(found)} differ")
+        status = status or (1 if found else 0)
+    return status
+
+
 def _shard(text: str) -> tuple[int, int]:
     from .shard import parse
     try:
@@ -368,6 +395,15 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("-v", "--verbose", action="store_true", help="also print skipped tests")
     r.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
     r.set_defaults(func=cmd_vectors_run)
+    r = vsub.add_parser("import-aosp", help="the NNAPI test specs of an AOSP checkout as test-vector files "
+                                            "(runs the checkout's own test generator)")
+    r.add_argument("checkout", help="frameworks/ml (up to Android 11), packages/modules/NeuralNetworks, or an "
+                                    "AOSP tree holding them")
+    r.add_argument("--out", required=True, help="folder for the vector files (one folder per spec version)")
+    r.add_argument("--versions", nargs="+", metavar="V", help="only these spec folders (e.g. V1_3 AIDL_V3)")
+    r.add_argument("--check", metavar="DIR", help="then compare every test model of the vector files under DIR "
+                                                  "with the imported one of the same name (exit 1 on a difference)")
+    r.set_defaults(func=cmd_vectors_import_aosp)
     args = parser.parse_args(argv)
     if getattr(args, "call_timeout", None):
         os.environ["NNTS_CALL_TIMEOUT"] = str(args.call_timeout)  # worker processes inherit it
