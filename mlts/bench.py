@@ -696,8 +696,10 @@ def main(driver: str, model_specs, baseline: str, warmup: int, runs: int, max_ti
     print_table(results)
     if json_path:
         write_json(json_path, results)
+        print(f"nnts bench: results written to {json_path}", file=sys.stderr)
     if html_path:
         from nnts.reports.bench import write_report
         write_report(html_path, results, includes or [])
+        print(f"nnts bench: report written to {html_path}", file=sys.stderr)
     bad = [r for r in results["models"] if r["status"] == "driver_error" or (r.get("accuracy") or {}).get("failures")]
     return 1 if bad else 0

@@ -7,7 +7,15 @@ come from the repository's folders ``cts/``, ``vts/``, ``fuzz/``, ``mlts/`` and 
 (the mapping is ``[tool.setuptools.package-dir]`` in ``pyproject.toml``); ``nnts.plugin`` is the
 pytest plugin. The NNAPI reference keeps its own distinct name, ``nnapi_ref``.
 """
+import os
 from importlib import metadata
+
+# In a clone the suite's folders are beside this package, not in it (the repository's layout), and
+# the clone's root may come first on sys.path (python -m from there): nnts.cts is then ../cts, as
+# the editable install maps it.
+_CLONE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.isfile(os.path.join(_CLONE, "pyproject.toml")) and os.path.isfile(os.path.join(_CLONE, "cts", "__init__.py")):
+    __path__.append(_CLONE)
 
 try:
     __version__ = metadata.version("nnts")

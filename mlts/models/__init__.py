@@ -25,6 +25,7 @@ N(0, 1) frames (:func:`synthetic_inputs`), labelled synthetic in the report.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -225,6 +226,8 @@ def seeded_models(folder: Path | None = None, stems=None) -> list[Path]:
     for stem in stems or ARCHITECTURES:
         files = [f"{stem}_{p}.tflite" for p in ARCHITECTURES[stem][2]]
         if not all((folder / f).exists() for f in files):
+            print(f"nnts: building the seeded model {stem} into {folder} (first use only, a few seconds each)",
+                  file=sys.stderr, flush=True)
             for name, data in build(stem).items():
                 tmp = folder / f".{name}.{os.getpid()}"
                 tmp.write_bytes(data)
