@@ -186,3 +186,23 @@ def test_two_adds_with_relu6():
         prepared.execute_synchronously(short, False, None, 0)
     assert e.value.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
     assert e.value.output_shapes == [hal.OutputShape((2,), False)]
+
+
+def test_shapes_known_only_at_execution_are_checked_then():
+    """An input of unknown shape in the model gets its shape from the request: one that does not
+    broadcast fails the execution with INVALID_ARGUMENT, one that does is computed."""
+    model = _model(fuse_code=0)
+    model.main.operands[0] = _tensor(Lifetime.SUBGRAPH_INPUT, dims=(0,))
+    for k in (3, 4):
+        model.main.operands[k] = _tensor(model.main.operands[k].lifetime, dims=(0,))
+    prepared = _prepare(toy_driver.make_device(), model)
+    a, b = np.array([1.0, 2.0, 3.0], np.float32), np.array([0.5, 0.25], np.float32)
+    request, _ = _request([a, b], 12)
+    request.inputs[0].dimensions = (3,)
+    with pytest.raises(HalError) as e:
+        prepared.execute_synchronously(request, False, None, 0)
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT and "do not broadcast" in e.value.message
+    request, out = _request([a[:1], b], 8)
+    request.inputs[0].dimensions = (1,)
+    result = prepared.execute_synchronously(request, False, None, 0)
+    assert out.view(np.float32).tolist() == [2.0, 1.5] and result.output_shapes == [hal.OutputShape((2,), True)]

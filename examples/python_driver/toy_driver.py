@@ -171,8 +171,9 @@ class ToyPreparedModel(hal.PreparedModel):
         device_start = time.monotonic_ns()
         for a, b, code, out in self.steps:  # ... and starts the compiled program here
             x, y = values[a], values[b]
-            if broadcast(x.shape, y.shape) is None:  # shapes known only now (given with the request)
-                raise invalid(f"ADD of shapes {list(x.shape)} and {list(y.shape)}: they do not broadcast")
+            if max(x.ndim, y.ndim) > MAX_RANK or broadcast(x.shape, y.shape) is None:  # shapes known only now
+                raise invalid(f"ADD of shapes {list(x.shape)} and {list(y.shape)}: ranks above {MAX_RANK} "
+                              f"or shapes that do not broadcast")
             low, high = FUSED_ACTIVATIONS[code]
             values[out] = np.clip(x + y, low, high).astype(np.float32)
         device_ns = time.monotonic_ns() - device_start
