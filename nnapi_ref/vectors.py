@@ -1,4 +1,4 @@
-"""Test vectors: the JSON "nnapi-test-vector/1" format (``../shared/vectors/README.md``).
+"""Test vectors: the JSON "nnapi-test-vector/1" format, specified in ``docs/test-vectors.md``.
 
 It is also the suite's model interchange format: a model a driver failed on is saved as one file
 and replayed with ``nnts vectors run FILE``. Reading never executes anything from the file.
@@ -19,6 +19,8 @@ from .hal import ChannelQuant, Model, Operand, Operation, Subgraph
 from .types import DTYPES, FLOAT_TYPES, Lifetime, OperandCode, OperationCode, ResultCode, type_name
 
 FORMAT = "nnapi-test-vector/1"
+FORMAT_NAME = "nnapi-test-vector"  # a file's ``format`` is this name, "/", and the schema version
+READABLE_FORMATS = (FORMAT,)       # the versions this reader understands (docs/test-vectors.md)
 LICENSE = "Apache-2.0"
 
 
@@ -176,6 +178,20 @@ def test_from_json(d: dict, source: str = "") -> TestModel:
         raise FormatError(f"{name}: malformed test ({type(e).__name__}: {e})") from None
 
 
+def check_format(value, path) -> None:
+    """A FormatError naming what is wrong unless ``value`` is a version this reader understands:
+    missing, a later (or unknown) version of the format, or not a test-vector format at all."""
+    if value in READABLE_FORMATS:
+        return
+    readable = ", ".join(READABLE_FORMATS)
+    if value is None:
+        raise FormatError(f"{path}: not a test-vector file (no \"format\" field; expected \"{FORMAT}\")")
+    if isinstance(value, str) and value.startswith(FORMAT_NAME + "/"):
+        raise FormatError(f"{path}: test-vector format version {value!r} is not one this nnts reads ({readable}); "
+                          f"a newer nnts may read it")
+    raise FormatError(f"{path}: format {value!r} is not a test-vector format (expected \"{FORMAT}\")")
+
+
 def load_file(path: str | os.PathLike) -> list[TestModel]:
     """Every test model of one test-vector file."""
     path = Path(path)
@@ -184,8 +200,10 @@ def load_file(path: str | os.PathLike) -> list[TestModel]:
             doc = json.load(f)
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise FormatError(f"{path}: cannot read test vectors: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise FormatError(f"{path}: not an {FORMAT} file")
+    if not isinstance(doc, dict):
+        raise FormatError(f"{path}: not a test-vector file (the top level is a JSON {type(doc).__name__}, "
+                          f"not an object with \"format\": \"{FORMAT}\")")
+    check_format(doc.get("format"), path)
     source = str(doc.get("source", path.name))
     tests = doc.get("tests", [])
     if not isinstance(tests, list):
