@@ -34,6 +34,13 @@ class Device:
         self.type = DeviceTypeCode(driver.get_type())
         self.feature_level = int(driver.get_feature_level())
         self.capabilities = driver.get_capabilities()
+        self.extensions = list(driver.get_supported_extensions())
+
+    def get_extension_support(self, extension_name: str) -> bool:
+        """ANeuralNetworksDevice_getExtensionSupport: whether the device supports the named extension."""
+        if extension_name is None:
+            raise NnapiError(ResultCode.UNEXPECTED_NULL, "get_extension_support: extension name is None")
+        return any(e.name == extension_name for e in self.extensions)
 
     def wait(self) -> None:
         """ANeuralNetworksDevice_wait: the device is always live in-process."""
@@ -79,6 +86,25 @@ class DeviceManager:
 
 
 MANAGER = DeviceManager()
+
+
+def declared_extensions() -> list[hal.Extension]:
+    """The extensions the runtime's devices declare, one per name: where devices disagree about
+    an extension's operand types, the first device's declaration holds (the model builder
+    sizes operands by it; each driver validates against its own)."""
+    seen: dict[str, hal.Extension] = {}
+    for device in MANAGER.devices:
+        for extension in device.extensions:
+            seen.setdefault(extension.name, extension)
+    return list(seen.values())
+
+
+def extension_operand_info(name: str, type_within: int) -> hal.ExtensionOperandTypeInformation | None:
+    """A device's declaration of operand type ``type_within`` of extension ``name`` (None if none has it)."""
+    for extension in declared_extensions():
+        if extension.name == name:
+            return next((info for info in extension.operand_types if info.type == type_within), None)
+    return None
 
 
 def get_devices() -> list[Device]:
