@@ -60,6 +60,7 @@ def pytest_configure(config):
     for name in dict.fromkeys(c.name for c in OperandCode):
         config.addinivalue_line("markers", f"dtype_{name}: tests with {name} operands")
     config.addinivalue_line("markers", "vts: driver-level tests (straight against the driver interface)")
+    config.addinivalue_line("markers", "extension: tests of vendor extensions (counted in a section of their own)")
     config.pluginmanager.register(ConformanceResults(), "nnts-results")
 
 

@@ -220,13 +220,19 @@ class Model:
         if operand.type == OperandCode.SUBGRAPH:
             raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: operand {index} is a SUBGRAPH; "
                                                   "use set_operand_value_from_model")
-        dtype = DTYPES[operand.type]
+        dtype = self.dtype_of(operand.type)
         dims = operand.dimensions
         if not (self.is_scalar(operand.type) or (dims and 0 not in dims)):
             raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: operand {index} has unspecified dimensions "
                                                   f"{list(dims)}")
         needed = dtype.itemsize * math.prod(dims)
-        if isinstance(value, (bool, int, float, np.generic)) or (isinstance(value, (list, tuple))):
+        if ext.is_extension_type(operand.type) and not isinstance(value, np.ndarray):
+            try:
+                raw = _as_bytes_view(value)  # an extension's value: bytes only its driver can read
+            except TypeError:
+                raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: value of type {type(value).__name__} "
+                                                      "is not a buffer") from None
+        elif isinstance(value, (bool, int, float, np.generic)) or (isinstance(value, (list, tuple))):
             raw = np.asarray(value, dtype).reshape(-1).view(np.uint8)
         else:
             try:
