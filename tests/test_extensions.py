@@ -1,0 +1,143 @@
+"""Vendor extensions in nnapi_ref: the type encoding, the checks the runtime and drivers share, the
+example extension's driver (hand-computed results, partitioned beside the reference), and the
+three broken extension drivers, each caught by the VTS test that names its fault."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nnapi_ref import Compilation, Execution, Model, NnapiError, OperandCode as T, OperationCode, ResultCode, \
+    using_drivers
+from nnapi_ref import extensions as ext, hal
+from nnapi_ref.drivers.example_extension import (DEQUANTIZE64, EXTENSION_NAME, TENSOR_QUANT64_ASYMM,
+                                                 ExampleExtensionDevice, dequantize64, quant64_params)
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.hal import ExtensionNameAndPrefix, ExtensionOperandTypeInformation as Info
+
+from . import support
+
+pytestmark = pytest.mark.extension
+
+Q = np.array([2**40 + 3, 2**40 - 1, 2**40, 2**40 + 2**20], np.int64)
+# (Q - 2**40) * 0.25 + 1, by hand
+EXPECTED = np.array([1.75, 0.75, 1.0, 262145.0], np.float32)
+
+
+def test_type_encoding():
+    code = ext.encode(3, 7)
+    assert code == 3 * 65536 + 7 and ext.is_extension_type(code) and not ext.is_extension_type(7)
+    assert (ext.prefix_of(code), ext.within_extension(code)) == (3, 7)
+
+
+def test_extension_problems():
+    good = hal.Extension("com.example.good", (Info(0, True, 8), Info(1, False, 4)))
+    assert ext.extension_problems([good]) == []
+    bad = [hal.Extension("nodot", ()), hal.Extension("com.example.x", (Info(0, True, 0), Info(0, True, 4))), good,
+           good]
+    problems = " | ".join(ext.extension_problems(bad))
+    for expected in ("not a reverse domain name", "byte size 0 is not positive", "declared twice", "listed twice"):
+        assert expected in problems
+
+
+@pytest.mark.parametrize("entries, message", [
+    ([("a.b", 0)], "outside 1-65535"), ([("a.b", 1), ("c.d", 1)], "given twice"),
+    ([("a.b", 1), ("a.b", 2)], "two prefixes"), ([("", 1)], "empty extension name")])
+def test_prefix_map_is_a_bijection(entries, message):
+    model = hal.Model(hal.Subgraph([], [], (), ()), extension_name_to_prefix=[ExtensionNameAndPrefix(n, p)
+                                                                              for n, p in entries])
+    with pytest.raises(NnapiError, match=message):
+        ext.prefix_map(model)
+
+
+def test_dequantize64_is_exact_beyond_float_precision():
+    # 2**60 + 1 and 2**60 differ by 1, which float64 alone would lose (53-bit mantissa).
+    out = dequantize64(np.array([2**60 + 1], np.int64), 0.5, 2**60)
+    assert out.tolist() == [0.5]
+
+
+def mixed_model(constant_input: bool = False) -> Model:
+    """DEQUANTIZE64 (zero point 2**40, scale 0.25) then ADD 1: one extension, one built-in operation."""
+    model = Model()
+    q64 = model.get_extension_operand_type(EXTENSION_NAME, TENSOR_QUANT64_ASYMM)
+    source = model.add_operand(q64, [4])
+    model.set_operand_extension_data(source, quant64_params(0.25, 2**40))
+    if constant_input:
+        model.set_operand_value(source, Q)
+    f = model.add_operand(T.TENSOR_FLOAT32, [4])
+    one = model.add_operand(T.TENSOR_FLOAT32, [4])
+    model.set_operand_value(one, np.ones(4, np.float32))
+    act = model.add_operand(T.INT32)
+    model.set_operand_value(act, 0)
+    out = model.add_operand(T.TENSOR_FLOAT32, [4])
+    model.add_operation(model.get_extension_operation_type(EXTENSION_NAME, DEQUANTIZE64), [source], [f])
+    model.add_operation(OperationCode.ADD, [f, one, act], [out])
+    model.identify_inputs_and_outputs([] if constant_input else [source], [out])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("constant_input", [False, True])
+def test_mixed_model_partitions_over_the_example_driver_and_the_reference(constant_input):
+    with using_drivers([ReferenceDevice(), ExampleExtensionDevice()]):
+        model = mixed_model(constant_input)
+        compilation = Compilation(model)
+        compilation.finish()
+        assert [(s.device.name, s.operations) for s in compilation.plan.steps] == \
+            [("nnts-example-extension", [0]), ("nnapi-reference", [1])]
+        execution = Execution(compilation)
+        if not constant_input:
+            execution.set_input(0, Q)
+        out = np.zeros(4, np.float32)
+        execution.set_output(0, out)
+        execution.compute()
+        np.testing.assert_array_equal(out, EXPECTED)
+
+
+def test_no_cpu_fallback_for_an_extension_operation():
+    with using_drivers([ReferenceDevice(), ExampleExtensionDevice()]):
+        model = mixed_model()
+    with using_drivers([ReferenceDevice()]):
+        with pytest.raises(NnapiError, match="no device supports operation 0") as e:
+            Compilation(model).finish()
+        assert e.value.code == ResultCode.BAD_DATA
+
+
+def test_reference_reports_extension_operations_unsupported():
+    with using_drivers([ReferenceDevice(), ExampleExtensionDevice()]):
+        model = mixed_model()
+    assert ReferenceDevice().get_supported_operations(model.hal_model) == [False, True]
+    assert ExampleExtensionDevice().get_supported_operations(model.hal_model) == [True, False]
+
+
+def test_step_models_carry_the_prefixes_and_data():
+    from nnapi_ref.runtime.compilation import step_model
+    with using_drivers([ReferenceDevice(), ExampleExtensionDevice()]):
+        hal_model = mixed_model().hal_model
+    step, _, _ = step_model(hal_model, [0])
+    assert step.extension_name_to_prefix == hal_model.extension_name_to_prefix
+    assert step.main.operands[0].extension_data == quant64_params(0.25, 2**40)
+
+
+# -- the broken extension drivers ---------------------------------------------------------------
+
+FAULTS = {
+    "ignores_extension_prefix": "test_unsupported_extension_operation_is_not_a_builtin",
+    "crashes_on_extension_data": "test_execution_paths",
+    "accepts_unsupported_extension": "test_unsupported_extension_rejected",
+}
+SELECTION = " or ".join(dict.fromkeys(FAULTS.values()))
+
+
+def test_example_driver_passes_the_extension_tests():
+    """The control: the selection the broken drivers fail passes on the example driver."""
+    code, output, failed = support.run_suite("nnapi_ref.drivers.example_extension:make_device",
+                                             ("vts/test_extensions.py",), SELECTION)
+    assert code == 0 and not failed, output[-3000:]
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_broken_extension_driver_is_caught(fault):
+    code, output, failed = support.run_suite(f"nnapi_ref.drivers.broken:{fault}", ("vts/test_extensions.py",),
+                                             SELECTION)
+    assert code == 1, output[-3000:]
+    assert any(FAULTS[fault] in name for name in failed), f"{FAULTS[fault]} did not fail: {failed}\n{output[-3000:]}"
