@@ -233,7 +233,7 @@ class WrongOutputShape(BrokenDevice):
 # -- accepts_invalid_model ----------------------------------------------------------------------
 
 class _NoValidation:
-    def level(self, model) -> int:
+    def level(self, model, extensions=()) -> int:
         return 0
 
 
@@ -426,6 +426,7 @@ def _without_prefixes(model: hal.Model) -> hal.Model:
         operands = [dataclasses.replace(o, type=_low_bits(o.type, T), extension_data=None) for o in sg.operands]
         operations = [hal.Operation(_low_bits(op.type, OperationCode), op.inputs, op.outputs) for op in sg.operations]
         return hal.Subgraph(operands, operations, sg.input_indexes, sg.output_indexes)
+
     return hal.Model(subgraph(model.main), [subgraph(sg) for sg in model.referenced],
                      model.relax_computation_float32_to_float16)
 
@@ -466,6 +467,7 @@ class AcceptsUnsupportedExtension(_BrokenExample):
 
     def check_extensions(self, model) -> None:
         pass
+
 
 ignores_extension_prefix = IgnoresExtensionPrefix
 crashes_on_extension_data = CrashesOnExtensionData
