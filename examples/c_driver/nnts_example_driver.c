@@ -39,7 +39,7 @@ enum {
     REPLY_ERROR = 100, REPLY_DEVICE_INFO = 101, REPLY_SUPPORTED = 102, REPLY_PREPARED = 103, REPLY_EXECUTED = 104,
     REPLY_LAUNCHED = 105, REPLY_EXECUTION_DONE = 106, REPLY_FENCED_DONE = 107, REPLY_BURST = 108, REPLY_OK = 110,
 };
-#define PROTOCOL_VERSION 1u
+#define PROTOCOL_VERSION 2u
 #define MAX_REQUEST (12u + (1u << 28))
 
 enum { S_NONE = 0, S_GENERAL_FAILURE = 2, S_OUTPUT_INSUFFICIENT_SIZE = 3, S_INVALID_ARGUMENT = 4,
@@ -447,6 +447,7 @@ typedef struct {
     bool has_channel_quant;
     uint32_t n_scales, channel_dim;
     float *scales;
+    bool has_extension_data;  /* an extension operand's extra parameters (this driver reads none) */
 } Operand;
 
 typedef struct {
@@ -466,7 +467,27 @@ typedef struct {
     uint32_t n_referenced;
     Subgraph *referenced;
     bool relaxed;
+    uint32_t n_prefixes;  /* extension_name_to_prefix: the prefixes this model gave extensions */
+    uint32_t *prefixes;
+    const uint8_t **prefix_names;
+    uint32_t *prefix_name_lengths;
 } Model;
+
+/* Vendor extensions: a type's high 16 bits are the extension's prefix (0: a built-in type). This
+ * driver supports no extension: it checks what any driver must (the prefix is the model's) and
+ * reports extension operations unsupported. */
+static bool is_extension_type(int32_t t)
+{
+    return ((uint32_t)t >> 16) != 0;
+}
+
+static bool prefix_known(const Model *m, int32_t t)
+{
+    for (uint32_t i = 0; i < m->n_prefixes; i++)
+        if (m->prefixes[i] == (uint32_t)t >> 16)
+            return true;
+    return false;
+}
 
 static bool is_scalar_type(int32_t t)
 {
@@ -488,7 +509,7 @@ static uint32_t element_size(int32_t t)
 }
 
 /* The smallest encodings, for checking list lengths against what is left of a message. */
-#define MIN_OPERAND 22   /* type, dims, scale, zero point, lifetime, value kind, channel flag */
+#define MIN_OPERAND 23   /* type, dims, scale, zero point, lifetime, value kind, channel flag, data flag */
 #define MIN_OPERATION 12
 #define MIN_SUBGRAPH 16
 #define MIN_ARGUMENT 21
@@ -541,6 +562,11 @@ static void read_subgraph(Rd *r, Arena *a, Subgraph *sg, Err *e)
             for (uint32_t i = 0; i < o->n_scales; i++)
                 o->scales[i] = rd_f32(r);
             o->channel_dim = rd_u32(r);
+        }
+        o->has_extension_data = rd_bool(r);
+        if (o->has_extension_data) {
+            uint32_t len;
+            rd_bytes(r, &len);
         }
     }
     sg->n_operations = rd_count(r, MIN_OPERATION);
@@ -599,6 +625,19 @@ static void read_model(Rd *r, Arena *a, Model *m, Err *e)
     resolve_inline(&m->main, copy, blob_len, r);
     for (uint32_t k = 0; k < m->n_referenced; k++)
         resolve_inline(&m->referenced[k], copy, blob_len, r);
+    m->n_prefixes = rd_count(r, 8);
+    m->prefixes = arena_alloc(a, (uint64_t)m->n_prefixes * 4 + 4);
+    m->prefix_names = arena_alloc(a, (uint64_t)m->n_prefixes * sizeof(uint8_t *) + sizeof(uint8_t *));
+    m->prefix_name_lengths = arena_alloc(a, (uint64_t)m->n_prefixes * 4 + 4);
+    if (!m->prefixes || !m->prefix_names || !m->prefix_name_lengths) {
+        m->n_prefixes = 0;
+        malformed(r, "out of memory");
+        return;
+    }
+    for (uint32_t i = 0; i < m->n_prefixes && !r->bad; i++) {
+        m->prefix_names[i] = rd_bytes(r, &m->prefix_name_lengths[i]);
+        m->prefixes[i] = rd_u32(r);
+    }
 }
 
 /* ---- model validation (what NNAPI's validation requires of a driver) ----------------------- */
@@ -614,9 +653,18 @@ static bool is_written(int32_t lifetime)
 }
 
 /* The per-type rules of ANeuralNetworksModel_addOperand: NULL if the operand is well formed. */
-static const char *operand_type_problem(const Operand *o)
+static const char *operand_type_problem(const Model *m, const Operand *o)
 {
     int32_t t = o->type;
+    if (is_extension_type(t)) {
+        if (!prefix_known(m, t))
+            return "an extension type whose prefix the model does not map";
+        if (o->scale != 0 || o->zero_point != 0 || o->has_channel_quant)
+            return "an extension operand takes scale 0, zero point 0 and no per-channel quantization";
+        return NULL;
+    }
+    if (o->has_extension_data)
+        return "extension data on an operand of a built-in type";
     if (t < T_FLOAT32 || t > T_SUBGRAPH)
         return "invalid operand type";
     if (is_scalar_type(t) && o->rank)
@@ -670,7 +718,7 @@ static const char *operand_type_problem(const Operand *o)
 
 static const char *operand_problem(const Model *m, const Operand *o)
 {
-    const char *p = operand_type_problem(o);
+    const char *p = operand_type_problem(m, o);
     if (p)
         return p;
     if (o->lifetime < L_TEMPORARY || o->lifetime > L_SUBGRAPH)
@@ -689,7 +737,7 @@ static const char *operand_problem(const Model *m, const Operand *o)
             if (count > UINT64_MAX / 8)
                 return "constant too large";
         }
-        if (o->length != count * element_size(o->type))
+        if (!is_extension_type(o->type) && o->length != count * element_size(o->type))
             return "constant's byte length does not match its type and dimensions";
     } else if (o->lifetime == L_SUBGRAPH) {
         if (o->type != T_SUBGRAPH)
@@ -768,8 +816,13 @@ static bool validate_subgraph(const Model *m, const Subgraph *sg, uint32_t name,
         mark[k] = !is_written(sg->operands[k].lifetime);
     for (uint32_t j = 0; j < sg->n_operations; j++) {
         const Operation *op = &sg->operations[j];
-        if (op->type < 0 || op->type > OP_LAST)
+        if (is_extension_type(op->type)) {
+            if (!prefix_known(m, op->type))
+                return fail(e, S_INVALID_ARGUMENT, "operation %u: an extension type whose prefix the model "
+                            "does not map", j);
+        } else if (op->type < 0 || op->type > OP_LAST) {
             return fail(e, S_INVALID_ARGUMENT, "operation %u: invalid operation type %d", j, op->type);
+        }
         for (uint32_t i = 0; i < op->n_in; i++)
             if (op->in[i] >= sg->n_operands)
                 return fail(e, S_INVALID_ARGUMENT, "operation %u: input index %u out of range", j, op->in[i]);
@@ -849,8 +902,40 @@ static bool check_no_recursion(const Model *m, Arena *a, Err *e)
     return true;
 }
 
+/* extension_name_to_prefix: a bijection between non-empty names and prefixes 1-65535. */
+static bool prefixes_ok(const Model *m, Err *e)
+{
+    for (uint32_t i = 0; i < m->n_prefixes; i++) {
+        if (m->prefixes[i] == 0 || m->prefixes[i] > 0xFFFF)
+            return fail(e, S_INVALID_ARGUMENT, "extension prefix %u outside 1-65535", m->prefixes[i]);
+        if (!m->prefix_name_lengths[i])
+            return fail(e, S_INVALID_ARGUMENT, "an empty extension name for prefix %u", m->prefixes[i]);
+        for (uint32_t j = 0; j < i; j++) {
+            if (m->prefixes[j] == m->prefixes[i])
+                return fail(e, S_INVALID_ARGUMENT, "extension prefix %u given twice", m->prefixes[i]);
+            if (m->prefix_name_lengths[j] == m->prefix_name_lengths[i] &&
+                memcmp(m->prefix_names[j], m->prefix_names[i], m->prefix_name_lengths[i]) == 0)
+                return fail(e, S_INVALID_ARGUMENT, "an extension given two prefixes");
+        }
+    }
+    return true;
+}
+
+static bool uses_extension(const Subgraph *sg)
+{
+    for (uint32_t k = 0; k < sg->n_operands; k++)
+        if (is_extension_type(sg->operands[k].type))
+            return true;
+    for (uint32_t j = 0; j < sg->n_operations; j++)
+        if (is_extension_type(sg->operations[j].type))
+            return true;
+    return false;
+}
+
 static bool validate_model(const Model *m, Arena *a, Err *e)
 {
+    if (!prefixes_ok(m, e))
+        return false;
     if (!m->main.n_operations)
         return fail(e, S_INVALID_ARGUMENT, "the model has no operations");
     if (!m->main.n_outputs)
@@ -1405,7 +1490,7 @@ static void on_hello(Call *c)
     if (!decoded(c))
         return;
     if (version != PROTOCOL_VERSION)
-        { reply_error(c, 1 /* DEVICE_UNAVAILABLE */, "this server speaks protocol version 1 only"); return; }
+        { reply_error(c, 1 /* DEVICE_UNAVAILABLE */, "this server speaks protocol version 2 only (version 2 added vendor extensions)"); return; }
     Wr w = {0};
     w_u32(&w, PROTOCOL_VERSION);
     w_str(&w, "nnts-example-c");
@@ -1482,6 +1567,8 @@ static void on_prepare(Call *c)
             ok = fail(e, S_MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed");
         else if (!validate_model(m, &c->arena, e))
             ok = false;
+        if (ok && uses_extension(&m->main))
+            ok = fail(e, S_INVALID_ARGUMENT, "the model uses an extension, and this driver supports none");
         for (uint32_t j = 0; ok && j < m->main.n_operations; j++)
             if (!operation_supported(&m->main, &m->main.operations[j]))
                 ok = fail(e, S_GENERAL_FAILURE, "operation %u (type %d) is not supported", j,
