@@ -141,3 +141,44 @@ def test_broken_extension_driver_is_caught(fault):
                                              SELECTION)
     assert code == 1, output[-3000:]
     assert any(FAULTS[fault] in name for name in failed), f"{FAULTS[fault]} did not fail: {failed}\n{output[-3000:]}"
+
+
+# -- remote protocol version 2 ------------------------------------------------------------------
+
+OLD_SERVER = """
+import os, sys
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.remote import wire
+header = os.read(0, 16)
+length, msg, call_id = wire.HEADER.unpack(header)
+os.read(0, length - 12)
+w = wire.Writer(); w.u32(1); wire.write_device_info(w, ReferenceDevice())
+os.write(1, w.finish(wire.Msg.DEVICE_INFO, call_id))
+os.read(0, 1)
+"""
+
+
+def test_a_version_1_server_is_refused(tmp_path):
+    import sys
+    from nnapi_ref.drivers import load_driver
+    script = tmp_path / "old_server.py"
+    script.write_text(OLD_SERVER)
+    with pytest.raises(Exception) as e:
+        load_driver(f"remote:{sys.executable} {script}")
+    assert "protocol version 1" in str(e.value) and "client 2" in str(e.value), str(e.value)
+
+
+def test_a_version_1_client_is_refused():
+    import subprocess
+    import sys
+    from nnapi_ref.remote import wire
+    w = wire.Writer()
+    w.parts.append(wire.MAGIC)
+    w.u32(1)
+    done = subprocess.run([sys.executable, "-m", "nnapi_ref.cli", "serve", "reference"],
+                          input=w.finish(wire.Msg.HELLO, 7), capture_output=True, timeout=60, cwd=support.ROOT)
+    length, msg, call_id = wire.HEADER.unpack(done.stdout[:16])
+    assert (msg, call_id) == (wire.Msg.ERROR, 7), done.stderr[-2000:]
+    error = wire.read_error(wire.Reader(done.stdout[16:4 + length]))
+    assert error.status == hal.ErrorStatus.DEVICE_UNAVAILABLE
+    assert "protocol version 1 not supported (this server speaks 2" in error.message
