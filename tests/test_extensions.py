@@ -182,3 +182,44 @@ def test_a_version_1_client_is_refused():
     error = wire.read_error(wire.Reader(done.stdout[16:4 + length]))
     assert error.status == hal.ErrorStatus.DEVICE_UNAVAILABLE
     assert "protocol version 1 not supported (this server speaks 2" in error.message
+
+
+# -- test vectors ---------------------------------------------------------------------------------
+
+def test_vectors_carry_extensions_and_run(tmp_path):
+    from nnapi_ref import vectors
+    from nnapi_ref.harness import run_test
+    with using_drivers([ReferenceDevice(), ExampleExtensionDevice()]) as devices:
+        model = mixed_model().hal_model
+        test = vectors.TestModel("example_dequantize64_add", model, [Q], [EXPECTED], [False],
+                                 source="tests/test_extensions.py", output_dims=[(4,)])
+        path = tmp_path / "extension.json"
+        vectors.write_file(path, [test])
+        doc = __import__("json").loads(path.read_text())
+        assert doc["format"] == vectors.FORMAT_EXTENSIONS
+        assert doc["tests"][0]["extensions"] == [{"name": EXTENSION_NAME, "prefix": 1}]
+        source = doc["tests"][0]["main"]["operands"][0]
+        assert source["type"] == {"extension": EXTENSION_NAME, "type": TENSOR_QUANT64_ASYMM, "byte_size": 8}
+        assert source["extension_data"] == quant64_params(0.25, 2**40).hex()
+        loaded, = vectors.load_file(path)
+        assert loaded.model.extension_name_to_prefix == model.extension_name_to_prefix
+        assert loaded.model.main.operands[0].extension_data == quant64_params(0.25, 2**40)
+        assert loaded.inputs[0].tobytes() == Q.tobytes()
+        result = run_test(loaded, devices)
+        assert result.status == "pass", result.message
+        reference_only = [d for d in devices if d.name == "nnapi-reference"]
+        result = run_test(loaded, reference_only)
+        assert result.status == "skip" and f"{EXTENSION_NAME} operation 0" in result.message, result.message
+
+
+def test_files_without_extensions_stay_version_1(tmp_path):
+    from nnapi_ref import vectors
+    from nnapi_ref.testing import chain_model
+    model = chain_model().hal_model
+    a = np.ones((2, 2), np.float32)
+    test = vectors.TestModel("plain", model, [a, a], [np.full(4, 3, np.float32)], [False], output_dims=[(2, 2)])
+    path = tmp_path / "plain.json"
+    vectors.write_file(path, [test])
+    doc = __import__("json").loads(path.read_text())
+    assert doc["format"] == vectors.FORMAT and "extensions" not in doc["tests"][0]
+    assert len(vectors.load_file(path)) == 1
