@@ -197,7 +197,8 @@ def test_vectors_carry_extensions_and_run(tmp_path):
         vectors.write_file(path, [test])
         doc = __import__("json").loads(path.read_text())
         assert doc["format"] == vectors.FORMAT_EXTENSIONS
-        assert doc["tests"][0]["extensions"] == [{"name": EXTENSION_NAME, "prefix": 1}]
+        prefix = model.extension_name_to_prefix[0].prefix
+        assert doc["tests"][0]["extensions"] == [{"name": EXTENSION_NAME, "prefix": prefix}]
         source = doc["tests"][0]["main"]["operands"][0]
         assert source["type"] == {"extension": EXTENSION_NAME, "type": TENSOR_QUANT64_ASYMM, "byte_size": 8}
         assert source["extension_data"] == quant64_params(0.25, 2**40).hex()
@@ -223,3 +224,44 @@ def test_files_without_extensions_stay_version_1(tmp_path):
     doc = __import__("json").loads(path.read_text())
     assert doc["format"] == vectors.FORMAT and "extensions" not in doc["tests"][0]
     assert len(vectors.load_file(path)) == 1
+
+
+def test_if_bodies_and_their_model_number_an_extension_alike():
+    """IF branches using the extension (a constant dequantized, plus the input): one prefix
+    mapping for the model and its bodies, whatever extension the model took first."""
+    with using_drivers([ReferenceDevice(), ExampleExtensionDevice()]):
+        def branch(scale):
+            body = Model()
+            q64 = body.get_extension_operand_type(EXTENSION_NAME, TENSOR_QUANT64_ASYMM)
+            x = body.add_operand(T.TENSOR_FLOAT32, [4])
+            source = body.add_operand(q64, [4])
+            body.set_operand_value(source, Q)
+            body.set_operand_extension_data(source, quant64_params(scale, 2**40))
+            t = body.add_operand(T.TENSOR_FLOAT32, [4])
+            act = body.add_operand(T.INT32)
+            body.set_operand_value(act, 0)
+            out = body.add_operand(T.TENSOR_FLOAT32, [4])
+            body.add_operation(body.get_extension_operation_type(EXTENSION_NAME, DEQUANTIZE64), [source], [t])
+            body.add_operation(OperationCode.ADD, [t, x, act], [out])
+            body.identify_inputs_and_outputs([x], [out])
+            body.finish()
+            return body
+        model = Model()
+        other = model.get_extension_operand_type("com.example.other", 1)  # this model's first extension
+        cond = model.add_operand(T.TENSOR_BOOL8, [1])
+        then_, else_ = model.add_operand(T.SUBGRAPH), model.add_operand(T.SUBGRAPH)
+        model.set_operand_value_from_model(then_, branch(0.25))
+        model.set_operand_value_from_model(else_, branch(0.5))
+        x = model.add_operand(T.TENSOR_FLOAT32, [4])
+        out = model.add_operand(T.TENSOR_FLOAT32, [4])
+        model.add_operation(OperationCode.IF, [cond, then_, else_, x], [out])
+        model.identify_inputs_and_outputs([cond, x], [out])
+        model.finish()
+        hal_model = model.hal_model
+        names = {e.prefix: e.name for e in hal_model.extension_name_to_prefix}
+        assert set(names.values()) == {"com.example.other", EXTENSION_NAME} and other >> 16 in names
+        for sg in hal_model.referenced:
+            dequantize = next(op for op in sg.operations if ext.is_extension_type(op.type))
+            assert names[ext.prefix_of(dequantize.type)] == EXTENSION_NAME
+            assert names[ext.prefix_of(sg.operands[dequantize.inputs[0]].type)] == EXTENSION_NAME
+        assert ReferenceDevice().get_supported_operations(hal_model) == [False]

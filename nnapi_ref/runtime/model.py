@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import math
+import threading
+
 import numpy as np
 
 from .. import extensions as ext, ops
@@ -61,6 +63,22 @@ def _operand_type_problem(code, dims: tuple[int, ...], scale: float, zero_point:
     return problem
 
 
+# Extension prefixes, assigned once per extension name for the whole process, as NNAPI's runtime
+# (its TypeManager) does: every model, and the IF/WHILE bodies it references, then number an
+# extension alike. Each HAL model lists only the extensions it uses; drivers assume no prefix.
+_PREFIXES: dict[str, int] = {}
+_PREFIXES_LOCK = threading.Lock()
+
+
+def _prefix_for(name: str, call: str) -> int:
+    with _PREFIXES_LOCK:
+        prefix = _PREFIXES.get(name)
+        if prefix is None:
+            check(len(_PREFIXES) < ext.MAX_PREFIX, f"{call}: too many extensions")
+            prefix = _PREFIXES[name] = len(_PREFIXES) + 1
+        return prefix
+
+
 def _as_bytes_view(value) -> np.ndarray:
     """A flat uint8 view of a buffer-like value (no copy)."""
     if isinstance(value, np.ndarray):
@@ -81,7 +99,7 @@ class Model:
         self._finished = False
         self._hal: HalModel | None = None
         self.feature_level = 0
-        self._extension_prefixes: dict[str, int] = {}  # extension name -> this model's prefix
+        self._extension_prefixes: dict[str, int] = {}  # the extensions this model uses -> their prefixes
         self._extension_info: dict[int, object] = {}  # extension operand type -> its declaration
 
     # -- building ------------------------------------------------------------------------------
@@ -131,10 +149,7 @@ class Model:
         check(problem is None, f"{call}: {problem}")
         check(isinstance(type_within, (int, np.integer)) and 0 <= type_within <= ext.EXTENSION_TYPE_MASK,
               f"{call}: type {type_within} within the extension is outside 0-{ext.EXTENSION_TYPE_MASK}")
-        prefix = self._extension_prefixes.get(name)
-        if prefix is None:
-            check(len(self._extension_prefixes) < ext.MAX_PREFIX, f"{call}: too many extensions in one model")
-            prefix = self._extension_prefixes[name] = len(self._extension_prefixes) + 1
+        prefix = self._extension_prefixes[name] = _prefix_for(name, call)
         return ext.encode(prefix, int(type_within))
 
     def get_extension_operand_type(self, extension_name: str, operand_code_within_extension: int) -> int:
@@ -432,5 +447,13 @@ class Model:
     def _to_hal(self) -> HalModel:
         referenced: list[Subgraph] = []
         main = self._subgraph(referenced, {id(self): -1})
-        prefixes = [ExtensionNameAndPrefix(n, p) for n, p in self._extension_prefixes.items()]
+        used = dict(self._extension_prefixes)
+        stack, seen = list(self._referenced.values()), set()
+        while stack:  # the extensions of the IF/WHILE bodies, numbered alike
+            model = stack.pop()
+            if id(model) not in seen:
+                seen.add(id(model))
+                used.update(model._extension_prefixes)
+                stack.extend(model._referenced.values())
+        prefixes = [ExtensionNameAndPrefix(n, p) for n, p in sorted(used.items(), key=lambda item: item[1])]
         return HalModel(main, referenced, self._relaxed, prefixes)
