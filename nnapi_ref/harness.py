@@ -14,7 +14,7 @@ from .errors import NnapiError
 from .hal import Model as HalModel, Subgraph
 from .runtime import Burst, Compilation, Device, Execution, Memory, MemoryDesc, Model, OperandType
 from .tolerance import compare, compare_multinomial
-from .types import DTYPES, SCALAR_TYPES, Lifetime, OperandCode, OperationCode, ResultCode
+from .types import SCALAR_TYPES, Lifetime, OperandCode, OperationCode, ResultCode
 from .vectors import TestModel
 
 MODES = ("sync", "async", "burst", "fenced")

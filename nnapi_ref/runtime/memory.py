@@ -16,7 +16,7 @@ import numpy as np
 from .. import hal
 from ..errors import NnapiError, check
 from ..remote import shm
-from ..types import DTYPES, ResultCode, combine_dimensions
+from ..types import ResultCode, combine_dimensions
 
 PROT_READ, PROT_WRITE = mmap.PROT_READ, mmap.PROT_WRITE
 BAD_STATE = ResultCode.BAD_STATE
