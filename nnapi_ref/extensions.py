@@ -28,8 +28,9 @@ MAX_PREFIX = (1 << 16) - 1
 _NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 
 
-def is_extension_type(code: int) -> bool:
-    return int(code) >> EXTENSION_TYPE_BITS != 0
+def is_extension_type(code) -> bool:
+    """A type code with a prefix (a malformed code that is not an integer is no extension's)."""
+    return isinstance(code, (int, np.integer)) and int(code) >> EXTENSION_TYPE_BITS != 0
 
 
 def prefix_of(code: int) -> int:
