@@ -265,3 +265,25 @@ def test_if_bodies_and_their_model_number_an_extension_alike():
             assert names[ext.prefix_of(dequantize.type)] == EXTENSION_NAME
             assert names[ext.prefix_of(sg.operands[dequantize.inputs[0]].type)] == EXTENSION_NAME
         assert ReferenceDevice().get_supported_operations(hal_model) == [False]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.pop("extensions"), "is not in the test's extensions"),
+    (lambda t: t["main"]["operands"][0].__setitem__("data", "zz"), "not a hex string"),
+    (lambda t: t["main"]["operands"][0].__setitem__("data", "00" * 7), "not whole elements of 8 bytes"),
+    (lambda t: t["main"]["operands"][0]["type"].pop("byte_size"), "without the type's byte_size"),
+    (lambda t: t["main"]["operations"][0]["type"].__setitem__("type", 70000), "outside 0-65535"),
+    (lambda t: t["main"]["operands"][0].__setitem__("extension_data", 5), "not a hex string"),
+])
+def test_malformed_extension_vectors_are_format_errors(tmp_path, change, message):
+    import json
+    from nnapi_ref import vectors
+    with using_drivers([ReferenceDevice(), ExampleExtensionDevice()]):
+        model = mixed_model().hal_model
+    test = vectors.TestModel("t", model, [Q], [EXPECTED], [False], output_dims=[(4,)])
+    doc = {"format": vectors.FORMAT_EXTENSIONS, "tests": [vectors.test_to_json(test)]}
+    change(doc["tests"][0])
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(vectors.FormatError, match=message):
+        vectors.load_file(path)
