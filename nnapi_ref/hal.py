@@ -397,6 +397,8 @@ class Device:
         raise NotImplementedError
 
     def get_supported_extensions(self) -> list[Extension]:
+        """The vendor extensions this driver supports (docs/extensions.md). A model using any
+        other extension is valid, its operations unsupported; prepare rejects it."""
         return []
 
     def get_number_of_cache_files_needed(self) -> tuple[int, int]:

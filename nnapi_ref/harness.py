@@ -225,6 +225,11 @@ def run_test(test: TestModel, devices: list[Device], mode: str = "sync", dynamic
         result.status, result.message = SKIP, "fenced execution needs fully specified output dimensions"
         return result
     stage = "build"
+    declared = {e.name for d in devices for e in d.extensions}
+    missing = sorted({e.name for e in test.model.extension_name_to_prefix} - declared)
+    if missing:  # its extension operands cannot even be built: unsupported
+        result.status, result.message = SKIP, f"unsupported: no device supports extension {', '.join(missing)}"
+        return result
     try:
         model = build_model(test.model, dynamic_outputs)
         stage = "support"
