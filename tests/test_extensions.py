@@ -288,3 +288,15 @@ def test_malformed_extension_vectors_are_format_errors(tmp_path, change, message
     path.write_text(json.dumps(doc))
     with pytest.raises(vectors.FormatError, match=message):
         vectors.load_file(path)
+
+
+def test_devices_disagreeing_about_an_extension_disable_it():
+    class Disagreeing(ExampleExtensionDevice):
+        def get_supported_extensions(self):
+            return [hal.Extension(EXTENSION_NAME, (Info(TENSOR_QUANT64_ASYMM, True, 4),))]
+    with using_drivers([ExampleExtensionDevice(), Disagreeing("disagreeing")]):
+        model = Model()
+        q64 = model.get_extension_operand_type(EXTENSION_NAME, TENSOR_QUANT64_ASYMM)
+        with pytest.raises(NnapiError, match="no device declares") as e:
+            model.add_operand(q64, [4])
+        assert e.value.code == ResultCode.BAD_DATA

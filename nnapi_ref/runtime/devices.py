@@ -89,14 +89,18 @@ MANAGER = DeviceManager()
 
 
 def declared_extensions() -> list[hal.Extension]:
-    """The extensions the runtime's devices declare, one per name: where devices disagree about
-    an extension's operand types, the first device's declaration holds (the model builder
-    sizes operands by it; each driver validates against its own)."""
+    """The extensions the runtime's devices declare, one per name. Devices that declare one
+    extension's operand types differently disable it, as NNAPI's runtime does: the model
+    builder could not size its operands."""
     seen: dict[str, hal.Extension] = {}
+    disabled: set[str] = set()
     for device in MANAGER.devices:
         for extension in device.extensions:
-            seen.setdefault(extension.name, extension)
-    return list(seen.values())
+            known = seen.setdefault(extension.name, extension)
+            if sorted(known.operand_types, key=lambda i: i.type) != sorted(extension.operand_types,
+                                                                             key=lambda i: i.type):
+                disabled.add(extension.name)
+    return [e for name, e in seen.items() if name not in disabled]
 
 
 def extension_operand_info(name: str, type_within: int) -> hal.ExtensionOperandTypeInformation | None:
