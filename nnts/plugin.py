@@ -122,6 +122,8 @@ def pytest_runtest_makereport(item, call):
         dtype = getattr(item, "nnts_dtype", getattr(case, "dtype", None))
         if op is not None:
             report.user_properties += [("nnts_op", op), ("nnts_dtype", dtype or "-")]
+        if item.get_closest_marker("extension") is not None:  # the report counts these apart
+            report.user_properties.append(("nnts_section", "extension"))
 
 
 class ConformanceResults:

@@ -300,3 +300,31 @@ def test_devices_disagreeing_about_an_extension_disable_it():
         with pytest.raises(NnapiError, match="no device declares") as e:
             model.add_operand(q64, [4])
         assert e.value.code == ResultCode.BAD_DATA
+
+
+PROBE = """
+SECTIONS = []
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        SECTIONS.append(dict(report.user_properties).get("nnts_section"))
+def pytest_sessionfinish(session):
+    print("SECTIONS", SECTIONS)
+"""
+
+
+def test_extension_tests_are_marked_for_their_own_report_section(tmp_path):
+    """``-m extension`` selects them, and their reports carry nnts_section=extension."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "nnts_probe.py").write_text(PROBE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+               PYTHONDONTWRITEBYTECODE="1")
+    env.pop("NNTS_DRIVER", None)
+    done = subprocess.run([sys.executable, "-m", "pytest", "cts/test_extensions.py", "cts/test_api.py", "-q", "-s",
+                           "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "nnts_probe", "--no-shared-vectors",
+                           "-m", "extension", "-k", "type_code", "--driver", "reference"],
+                          cwd=support.ROOT, capture_output=True, text=True, timeout=120, env=env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-2000:]
+    assert "SECTIONS ['extension', 'extension']" in output, output[-2000:]
