@@ -106,7 +106,7 @@ def test_reference_reports_extension_operations_unsupported():
     with using_drivers([ReferenceDevice(), ExampleExtensionDevice()]):
         model = mixed_model()
     assert ReferenceDevice().get_supported_operations(model.hal_model) == [False, True]
-    assert ExampleExtensionDevice().get_supported_operations(model.hal_model) == [True, False]
+    assert ExampleExtensionDevice().get_supported_operations(model.hal_model) == [True, True]  # wraps the reference
 
 
 def test_step_models_carry_the_prefixes_and_data():
@@ -328,3 +328,19 @@ def test_extension_tests_are_marked_for_their_own_report_section(tmp_path):
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-2000:]
     assert "SECTIONS ['extension', 'extension']" in output, output[-2000:]
+
+
+def test_example_driver_alone_runs_a_mixed_model():
+    """The example driver wraps the reference: DEQUANTIZE64 then ADD in one step on it."""
+    with using_drivers([ExampleExtensionDevice()]) as devices:
+        model = mixed_model()
+        assert devices[0].driver.get_supported_operations(model.hal_model) == [True, True]
+        compilation = Compilation(model, devices)
+        compilation.finish()
+        assert len(compilation.plan.steps) == 1 and compilation.plan.steps[0].device is devices[0]
+        execution = Execution(compilation)
+        execution.set_input(0, Q)
+        out = np.zeros(4, np.float32)
+        execution.set_output(0, out)
+        execution.compute()
+        np.testing.assert_array_equal(out, EXPECTED)
