@@ -38,6 +38,10 @@ def cmd_devices(args) -> int:
         print(f"{device.name}: type {device.type.name}, feature level {device.feature_level}, "
               f"version {device.version!r}")
         print(f"  cache files: {device.driver.get_number_of_cache_files_needed()}")
+        for extension in device.extensions:
+            types = ", ".join(f"{i.type} ({'tensor' if i.is_tensor else 'scalar'}, {i.byte_size} bytes)"
+                              for i in extension.operand_types)
+            print(f"  extension {extension.name}: operand types {types or 'none'}")
         relaxed = caps.relaxed_float32_to_float16_performance_tensor
         print(f"  relaxed float32->float16 tensor: exec {relaxed.exec_time:g}, power {relaxed.power_usage:g}")
         print(f"  IF: exec {caps.if_performance.exec_time:g}; WHILE: exec {caps.while_performance.exec_time:g}")

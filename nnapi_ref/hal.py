@@ -79,6 +79,7 @@ class Operand:
     lifetime: Lifetime = Lifetime.TEMPORARY_VARIABLE
     value: Any = None
     channel_quant: ChannelQuant | None = None
+    extension_data: bytes | None = None  # an extension operand's extra parameters (opaque to the runtime)
 
 
 @dataclass
@@ -96,13 +97,26 @@ class Subgraph:
     output_indexes: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class ExtensionNameAndPrefix:
+    """Which extension an operand or operation type's high 16 bits (its prefix) stand for."""
+
+    name: str
+    prefix: int
+
+
 @dataclass
 class Model:
-    """A model as a driver receives it: the main subgraph and those IF/WHILE refer to."""
+    """A model as a driver receives it: the main subgraph and those IF/WHILE refer to.
+
+    An operand or operation type of ``(prefix << 16) | type`` with a non-zero prefix is type
+    ``type`` of the extension ``extension_name_to_prefix`` names for ``prefix`` (see
+    :mod:`nnapi_ref.extensions`); the prefixes are the model's own, not fixed per extension."""
 
     main: Subgraph
     referenced: list[Subgraph] = field(default_factory=list)
     relax_computation_float32_to_float16: bool = False
+    extension_name_to_prefix: list[ExtensionNameAndPrefix] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,9 +218,23 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class ExtensionOperandTypeInformation:
+    """One operand type of an extension: its code within the extension (0-65535), whether it is a
+    tensor, and the byte size of the scalar or of one tensor element."""
+
+    type: int
+    is_tensor: bool
+    byte_size: int
+
+
+@dataclass(frozen=True)
 class Extension:
+    """A vendor extension a driver supports (getSupportedExtensions): its name, in reverse domain
+    form (``com.example.my_extension``), and the operand types it defines. Its operations are
+    not listed: the driver's supported-operations query says which it runs."""
+
     name: str
-    operand_types: tuple = ()
+    operand_types: tuple[ExtensionOperandTypeInformation, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,6 +397,8 @@ class Device:
         raise NotImplementedError
 
     def get_supported_extensions(self) -> list[Extension]:
+        """The vendor extensions this driver supports (docs/extensions.md). A model using any
+        other extension is valid, its operations unsupported; prepare rejects it."""
         return []
 
     def get_number_of_cache_files_needed(self) -> tuple[int, int]:

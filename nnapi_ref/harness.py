@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import extensions
 from .errors import NnapiError
 from .hal import Model as HalModel, Subgraph
 from .runtime import Burst, Compilation, Device, Execution, Memory, MemoryDesc, Model, OperandType
 from .tolerance import compare, compare_multinomial
-from .types import DTYPES, SCALAR_TYPES, Lifetime, OperandCode, OperationCode
+from .types import SCALAR_TYPES, Lifetime, OperandCode, OperationCode, ResultCode
 from .vectors import TestModel
 
 MODES = ("sync", "async", "burst", "fenced")
@@ -33,12 +34,34 @@ class TestResult:
     outputs: list = field(default_factory=list)
 
 
-def _add_subgraph(model: Model, sg: Subgraph, referenced: list[Model], dynamic_outputs: bool) -> None:
+def _code_in(model: Model, code, names: dict[int, str], operation: bool):
+    """A HAL model's type code as ``model`` numbers it (extensions: through its own prefixes)."""
+    if not extensions.is_extension_type(code):
+        return code
+    name = names.get(extensions.prefix_of(code))
+    if name is None:
+        raise NnapiError(ResultCode.BAD_DATA, f"type {code}: prefix {extensions.prefix_of(code)} names no extension")
+    get = model.get_extension_operation_type if operation else model.get_extension_operand_type
+    return get(name, extensions.within_extension(code))
+
+
+def _operation_name(model: HalModel, code) -> str:
+    if extensions.is_extension_type(code):
+        name = {e.prefix: e.name for e in model.extension_name_to_prefix}.get(extensions.prefix_of(code), "?")
+        return f"{name} operation {extensions.within_extension(code)}"
+    return OperationCode(code).name
+
+
+def _add_subgraph(model: Model, sg: Subgraph, referenced: list[Model], dynamic_outputs: bool,
+                  names: dict[int, str] | None = None) -> None:
+    names = names or {}
     for k, o in enumerate(sg.operands):
         dims = o.dimensions
         if dynamic_outputs and o.lifetime == Lifetime.SUBGRAPH_OUTPUT:
             dims = (0,) * len(dims)
-        model.add_operand(OperandType(o.type, dims, o.scale, o.zero_point))
+        model.add_operand(OperandType(_code_in(model, o.type, names, False), dims, o.scale, o.zero_point))
+        if o.extension_data is not None:
+            model.set_operand_extension_data(k, o.extension_data)
         if o.channel_quant is not None:
             model.set_operand_symm_per_channel_quant_params(k, o.channel_quant.scales, o.channel_quant.channel_dim)
         if o.lifetime in (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE):
@@ -48,13 +71,14 @@ def _add_subgraph(model: Model, sg: Subgraph, referenced: list[Model], dynamic_o
         elif o.lifetime == Lifetime.SUBGRAPH:
             model.set_operand_value_from_model(k, referenced[o.value])
     for op in sg.operations:
-        model.add_operation(op.type, op.inputs, op.outputs)
+        model.add_operation(_code_in(model, op.type, names, True), op.inputs, op.outputs)
     model.identify_inputs_and_outputs(sg.input_indexes, sg.output_indexes)
 
 
 def build_model(hal_model: HalModel, dynamic_outputs: bool = False) -> Model:
     """The model rebuilt through the NDK-style builder (referenced subgraphs first)."""
     referenced: list[Model | None] = [None] * len(hal_model.referenced)
+    names = extensions.prefix_map(hal_model)
 
     def build(k: int) -> Model:
         if referenced[k] is None:
@@ -63,7 +87,7 @@ def build_model(hal_model: HalModel, dynamic_outputs: bool = False) -> Model:
                 if o.lifetime == Lifetime.SUBGRAPH:
                     build(o.value)
             m = Model()
-            _add_subgraph(m, sg, referenced, False)
+            _add_subgraph(m, sg, referenced, False, names)
             m.relax_computation_float32_to_float16(hal_model.relax_computation_float32_to_float16)
             m.finish()
             referenced[k] = m
@@ -73,7 +97,7 @@ def build_model(hal_model: HalModel, dynamic_outputs: bool = False) -> Model:
         if o.lifetime == Lifetime.SUBGRAPH:
             build(o.value)
     model = Model()
-    _add_subgraph(model, hal_model.main, referenced, dynamic_outputs)
+    _add_subgraph(model, hal_model.main, referenced, dynamic_outputs, names)
     model.relax_computation_float32_to_float16(hal_model.relax_computation_float32_to_float16)
     model.finish()
     return model
@@ -138,8 +162,9 @@ def execute(compilation: Compilation, test: TestModel, mode: str = "sync",
             Memory.copy(Memory.from_buffer(np.ascontiguousarray(value).copy()), memory)
             execution.set_input_from_memory(i, memory, 0, 0)
     outputs, output_memories = [], []
+    built = compilation.model.hal_model.main  # the same operands, extension types in its own numbering
     for i, k in enumerate(main.output_indexes):
-        outputs.append(np.zeros(test.expected[i].size, DTYPES[main.operands[k].type]))
+        outputs.append(np.zeros(test.expected[i].size, compilation.model.dtype_of(built.operands[k].type)))
         if device_memory:
             output_memories.append(_device_memory(compilation, i, False))
             execution.set_output_from_memory(i, output_memories[-1], 0, 0)
@@ -200,6 +225,11 @@ def run_test(test: TestModel, devices: list[Device], mode: str = "sync", dynamic
         result.status, result.message = SKIP, "fenced execution needs fully specified output dimensions"
         return result
     stage = "build"
+    declared = {e.name for d in devices for e in d.extensions}
+    missing = sorted({e.name for e in test.model.extension_name_to_prefix} - declared)
+    if missing:  # its extension operands cannot even be built: unsupported
+        result.status, result.message = SKIP, f"unsupported: no device supports extension {', '.join(missing)}"
+        return result
     try:
         model = build_model(test.model, dynamic_outputs)
         stage = "support"
@@ -211,7 +241,7 @@ def run_test(test: TestModel, devices: list[Device], mode: str = "sync", dynamic
                 return result
             supported = model.get_supported_operations_for_devices(devices)
             if not all(supported):
-                names = sorted({OperationCode(test.model.main.operations[j].type).name
+                names = sorted({_operation_name(test.model, test.model.main.operations[j].type)
                                 for j, ok in enumerate(supported) if not ok})
                 result.status, result.message = SKIP, f"unsupported: {', '.join(names)}"
                 return result

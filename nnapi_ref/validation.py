@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from . import ops
+from . import extensions as ext, ops
 from .errors import NnapiError, bad_data, check
 from .hal import Model, Operand, Subgraph
 from .types import (DTYPES, SCALAR_TYPES, ZERO_POINT_RANGE, FeatureLevel, Lifetime, OperandCode as T,
@@ -72,9 +72,15 @@ def validate_operand_type(type_code, dimensions, scale: float, zero_point: int, 
         raise NnapiError(ResultCode.BAD_DATA, f"{what}: {problem}")
 
 
-def _operand_problem(model: Model, operand: Operand) -> str | None:
-    problem = operand_type_problem(operand.type, operand.dimensions, operand.scale, operand.zero_point,
-                                   operand.channel_quant)
+def _operand_problem(model: Model, operand: Operand, types: ext.ExtensionTypes, what: str) -> str | None:
+    extension = ext.is_extension_type(operand.type)
+    if extension:
+        problem = ext.operand_problem(types, operand, what)
+    else:
+        problem = operand_type_problem(operand.type, operand.dimensions, operand.scale, operand.zero_point,
+                                       operand.channel_quant)
+        if problem is None and operand.extension_data is not None:
+            problem = f"extension data on a {type_name(operand.type)} operand"
     if problem:
         return problem
     life = operand.lifetime
@@ -83,7 +89,7 @@ def _operand_problem(model: Model, operand: Operand) -> str | None:
     if life in CONSTANT_LIFETIMES:
         if operand.value is None:
             return "constant without a value"
-        if operand.type != T.SUBGRAPH:
+        if operand.type != T.SUBGRAPH and not extension:
             if 0 in operand.dimensions and operand.type not in SCALAR_TYPES:
                 return f"constant with unspecified dimensions {list(operand.dimensions)}"
             count = math.prod(operand.dimensions)
@@ -106,11 +112,12 @@ def omitted_input_message(where: str, code: OperationCode, position: int, operan
             f"and {code.name} requires a value there")
 
 
-def validate_subgraph(model: Model, sg: Subgraph, name: str) -> int:
+def validate_subgraph(model: Model, sg: Subgraph, name: str, types: ext.ExtensionTypes | None = None) -> int:
     """Validate one subgraph; return the feature level its operations need."""
+    types = types if types is not None else ext.ExtensionTypes(model, (), strict=False)
     n = len(sg.operands)
     for i, operand in enumerate(sg.operands):
-        problem = _operand_problem(model, operand)
+        problem = _operand_problem(model, operand, types, f"{name} operand {i}")
         if problem:
             raise bad_data(f"{name} operand {i}: {problem}")
     for role, indexes, life in (("input", sg.input_indexes, Lifetime.SUBGRAPH_INPUT),
@@ -131,6 +138,9 @@ def validate_subgraph(model: Model, sg: Subgraph, name: str) -> int:
     level = FeatureLevel.LEVEL_1
     registry = ops.load_all()
     for j, operation in enumerate(sg.operations):
+        if isinstance(operation.type, (int, np.integer)) and ext.is_extension_type(operation.type):
+            _check_extension_operation(sg, operation, types, writers, f"{name} operation {j}")
+            continue
         try:
             code = OperationCode(operation.type)
         except ValueError:
@@ -166,6 +176,22 @@ def validate_subgraph(model: Model, sg: Subgraph, name: str) -> int:
     return level
 
 
+def _check_extension_operation(sg: Subgraph, operation, types: ext.ExtensionTypes, writers: list[int],
+                               where: str) -> None:
+    """What the runtime can check of an extension operation: its prefix is the model's and its
+    operands exist; its signature is the driver's to check."""
+    types.name(operation.type, where)
+    n = len(sg.operands)
+    for k in tuple(operation.inputs) + tuple(operation.outputs):
+        if not (isinstance(k, (int, np.integer)) and 0 <= k < n):
+            raise bad_data(f"{where} (extension operation {operation.type}): operand index {k} out of range "
+                           f"({n} operands)")
+    for k in operation.outputs:
+        if sg.operands[k].lifetime not in (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT):
+            raise bad_data(f"{where}: output operand {k} is a {Lifetime(sg.operands[k].lifetime).name}")
+        writers[k] += 1
+
+
 def topological_order(sg: Subgraph, name: str = "model") -> list[int]:
     """Operation indexes in an order where each runs after the writers of its inputs: always the
     lowest-indexed ready operation next, so a subgraph already in order keeps its order."""
@@ -197,13 +223,19 @@ def topological_order(sg: Subgraph, name: str = "model") -> list[int]:
     return order
 
 
-def validate_model(model: Model) -> int:
-    """Validate the main subgraph and every referenced one; return the model's feature level."""
+def validate_model(model: Model, extensions=(), strict: bool = False) -> int:
+    """Validate the main subgraph and every referenced one; return the model's feature level.
+
+    ``extensions`` are the extensions whose operand types can be checked (a driver's own, or
+    every device's for the runtime); ``strict``: an operand type of any other extension is
+    invalid (a driver preparing the model), else it passes unchecked (the supported-operations
+    query, which says false for it)."""
     check(len(model.main.operations) > 0, "model has no operations")
     check(len(model.main.output_indexes) > 0, "model has no outputs")
-    level = validate_subgraph(model, model.main, "main")
+    types = ext.ExtensionTypes(model, extensions, strict)
+    level = validate_subgraph(model, model.main, "main", types)
     for k, sg in enumerate(model.referenced):
-        level = max(level, validate_subgraph(model, sg, f"subgraph {k}"))
+        level = max(level, validate_subgraph(model, sg, f"subgraph {k}", types))
     _check_no_recursion(model)
     return int(level)
 

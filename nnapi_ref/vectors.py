@@ -1,4 +1,5 @@
-"""Test vectors: the JSON "nnapi-test-vector/1" format, specified in ``docs/test-vectors.md``.
+"""Test vectors: the JSON "nnapi-test-vector/1" format, specified in ``docs/test-vectors.md``, and
+its version 2, which adds vendor extensions (see :data:`FORMAT_EXTENSIONS`).
 
 It is also the suite's model interchange format: a model a driver failed on is saved as one file
 and replayed with ``nnts vectors run FILE``. Reading never executes anything from the file.
@@ -15,12 +16,20 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from .errors import NnapiError
-from .hal import ChannelQuant, Model, Operand, Operation, Subgraph
+from . import extensions as ext
+from .hal import ChannelQuant, ExtensionNameAndPrefix, Model, Operand, Operation, Subgraph
 from .types import DTYPES, FLOAT_TYPES, Lifetime, OperandCode, OperationCode, ResultCode, type_name
 
 FORMAT = "nnapi-test-vector/1"
 FORMAT_NAME = "nnapi-test-vector"  # a file's ``format`` is this name, "/", and the schema version
-READABLE_FORMATS = (FORMAT,)       # the versions this reader understands (docs/test-vectors.md)
+# Version 2 = version 1 plus vendor extensions; written only for files that use them, so readers
+# of version 1 keep reading every other file. A test (or bare model) gets ``"extensions"``: its
+# ``[{"name", "prefix"}]`` mapping; an extension operand's ``"type"`` is an object
+# ``{"extension": name, "type": code within it, "byte_size": bytes per element}``, its
+# ``"extension_data"`` and its ``"data"`` (constants, inputs, expected outputs) hex strings of
+# raw bytes; an extension operation's ``"type"`` is ``{"extension": name, "type": code}``.
+FORMAT_EXTENSIONS = "nnapi-test-vector/2"
+READABLE_FORMATS = (FORMAT, FORMAT_EXTENSIONS)  # the versions this reader understands (docs/test-vectors.md)
 LICENSE = "Apache-2.0"
 
 
@@ -100,15 +109,56 @@ def _enum(enum, name, what):
 MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError)
 
 
-def _subgraph_from_json(d: dict, what: str, is_main: bool):
+def _prefixes_from_json(d: dict, what: str) -> list[ExtensionNameAndPrefix]:
+    return [ExtensionNameAndPrefix(str(e["name"]), int(e["prefix"])) for e in d.get("extensions") or []]
+
+
+def _extension_code(t: dict, prefixes: list[ExtensionNameAndPrefix], what: str) -> int:
+    name = str(t["extension"])
+    prefix = next((e.prefix for e in prefixes if e.name == name), None)
+    if prefix is None:
+        raise FormatError(f"{what}: extension {name!r} is not in the test's extensions")
+    within = int(t["type"])
+    if not 0 <= within <= ext.EXTENSION_TYPE_MASK:
+        raise FormatError(f"{what}: type {within} within {name} outside 0-{ext.EXTENSION_TYPE_MASK}")
+    return ext.encode(prefix, within)
+
+
+def _extension_bytes(value, byte_size: int, what: str) -> np.ndarray:
+    """Raw hex data as elements of ``byte_size`` opaque bytes."""
+    try:
+        raw = bytes.fromhex(value)
+    except (TypeError, ValueError):
+        raise FormatError(f"{what}: extension data is not a hex string") from None
+    if byte_size <= 0 or len(raw) % byte_size:
+        raise FormatError(f"{what}: {len(raw)} bytes are not whole elements of {byte_size} bytes")
+    return np.frombuffer(raw, np.uint8).copy().view(np.dtype((np.void, byte_size)))
+
+
+def _decode(values, code, sizes: dict, what: str) -> np.ndarray:
+    if ext.is_extension_type(code):
+        if code not in sizes:
+            raise FormatError(f"{what}: extension data without the type's byte_size")
+        return _extension_bytes(values or "", sizes[code], what)
+    return decode_data(values, code, what)
+
+
+def _subgraph_from_json(d: dict, what: str, is_main: bool, prefixes=()):
     """A Subgraph plus, for main, the input values and expected outputs."""
+    sizes: dict[int, int] = {}  # extension operand type -> bytes per element
     operands = []
     inputs, expected, ignored, output_dims = [], [], [], []
     try:
         raw_operands = d["operands"]
         for i, o in enumerate(raw_operands):
             where = f"{what} operand {i}"
-            code = OperandCode.SUBGRAPH if o["type"] in ("SUBGRAPH", "MODEL") else _enum(OperandCode, o["type"], where)
+            if isinstance(o["type"], dict):
+                code = _extension_code(o["type"], prefixes, where)
+                if o["type"].get("byte_size"):
+                    sizes[code] = int(o["type"]["byte_size"])
+            else:
+                code = OperandCode.SUBGRAPH if o["type"] in ("SUBGRAPH", "MODEL") else \
+                    _enum(OperandCode, o["type"], where)
             life = _enum(Lifetime, o["lifetime"], where)
             dims = tuple(int(x) for x in o["dimensions"])
             cq = o.get("channel_quant")
@@ -116,13 +166,16 @@ def _subgraph_from_json(d: dict, what: str, is_main: bool):
                 if cq else None
             operand = Operand(code, dims, float(np.float32(o.get("scale", 0.0))), int(o.get("zero_point", 0)),
                               life, None, channel_quant)
+            if o.get("extension_data") is not None:
+                operand.extension_data = _extension_bytes(o["extension_data"], 1, where).tobytes()
             data = o.get("data")
             if life in (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE):
-                operand.value = decode_data(data or [], code, where)
+                operand.value = _decode(data or [], code, sizes, where)
             elif life == Lifetime.SUBGRAPH:
                 operand.value = int(data[0])
             operands.append(operand)
-        operations = [Operation(_enum(OperationCode, op["type"], f"{what} operation {j}"),
+        operations = [Operation(_extension_code(op["type"], prefixes, f"{what} operation {j}")
+                                if isinstance(op["type"], dict) else _enum(OperationCode, op["type"], f"{what} operation {j}"),
                                 tuple(int(x) for x in op["inputs"]), tuple(int(x) for x in op["outputs"]))
                       for j, op in enumerate(d["operations"])]
         sg = Subgraph(operands, operations, tuple(int(x) for x in d["input_indexes"]),
@@ -133,10 +186,10 @@ def _subgraph_from_json(d: dict, what: str, is_main: bool):
                 if not data:  # [] marks an omitted optional input
                     inputs.append(None)
                 else:
-                    inputs.append(decode_data(data, operands[k].type, f"{what} input operand {k}"))
+                    inputs.append(_decode(data, operands[k].type, sizes, f"{what} input operand {k}"))
             for k in sg.output_indexes:
                 o = raw_operands[k]
-                expected.append(decode_data(o.get("data") or [], operands[k].type, f"{what} output operand {k}"))
+                expected.append(_decode(o.get("data") or [], operands[k].type, sizes, f"{what} output operand {k}"))
                 ignored.append(bool(o.get("is_ignored", False)))
                 output_dims.append(operands[k].dimensions)
     except MALFORMED as e:
@@ -162,13 +215,14 @@ def test_from_json(d: dict, source: str = "") -> TestModel:
         raise FormatError(f"a test is a JSON {type(d).__name__}, not an object")
     name = str(d.get("name", "?"))
     try:
-        main, inputs, expected, ignored, output_dims = _subgraph_from_json(d["main"], f"{name} main", True)
-        referenced = [_subgraph_from_json(r, f"{name} subgraph {k}", False)[0]
+        prefixes = _prefixes_from_json(d, name)
+        main, inputs, expected, ignored, output_dims = _subgraph_from_json(d["main"], f"{name} main", True, prefixes)
+        referenced = [_subgraph_from_json(r, f"{name} subgraph {k}", False, prefixes)[0]
                       for k, r in enumerate(d.get("referenced") or [])]
         level = d.get("min_feature_level")
         if level is not None and not isinstance(level, int):
             raise TypeError(f"min_feature_level {level!r} is not an integer")
-        model = Model(main, referenced, bool(d.get("is_relaxed", False)))
+        model = Model(main, referenced, bool(d.get("is_relaxed", False)), prefixes)
         return TestModel(name=name, model=model, inputs=_fix_input_shapes(main, inputs, f"{name} main"),
                          expected=expected, ignored=ignored, min_feature_level=level,
                          expect_failure=bool(d.get("expect_failure", False)),
@@ -223,7 +277,20 @@ def find_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
 
 # -- writing ---------------------------------------------------------------------------------------
 
-def _operand_to_json(o: Operand, data, ignored=False) -> dict:
+def _type_to_json(code, names: dict[int, str], byte_size: int | None = None):
+    if not ext.is_extension_type(code):
+        return type_name(code) if byte_size is not None else OperationCode(code).name
+    t = {"extension": names.get(ext.prefix_of(code), "?"), "type": ext.within_extension(code)}
+    if byte_size:
+        t["byte_size"] = byte_size
+    return t
+
+
+def _operand_to_json(o: Operand, data, ignored=False, names=None, sizes=None) -> dict:
+    if ext.is_extension_type(o.type):
+        return {"type": _type_to_json(o.type, names or {}, (sizes or {}).get(o.type, 0)), "dimensions": list(o.dimensions), "scale": 0.0,
+                "zero_point": 0, "lifetime": Lifetime(o.lifetime).name, "is_ignored": ignored, "channel_quant": None,
+                "extension_data": None if o.extension_data is None else bytes(o.extension_data).hex(), "data": data}
     return {"type": type_name(o.type), "dimensions": list(o.dimensions), "scale": float(np.float32(o.scale)),
             "zero_point": int(o.zero_point), "lifetime": Lifetime(o.lifetime).name, "is_ignored": ignored,
             "channel_quant": None if o.channel_quant is None else
@@ -232,50 +299,77 @@ def _operand_to_json(o: Operand, data, ignored=False) -> dict:
             "data": data}
 
 
-def subgraph_to_json(sg: Subgraph, inputs=None, expected=None, ignored=None) -> dict:
+def _data_to_json(o: Operand, value):
+    if ext.is_extension_type(o.type):
+        return np.ascontiguousarray(value).reshape(-1).view(np.uint8).tobytes().hex()
+    return encode_data(value)
+
+
+def subgraph_to_json(sg: Subgraph, inputs=None, expected=None, ignored=None, names=None) -> dict:
+    """``names``: the model's prefix -> extension name mapping (for extension types)."""
+    names = names or {}
+    sizes = {}  # extension operand type -> bytes per element, from whatever values there are
+    valued = [(o.type, o.value) for o in sg.operands if o.lifetime in (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE)]
+    valued += [(sg.operands[k].type, v) for k, v in zip(sg.input_indexes, inputs or []) if v is not None]
+    valued += [(sg.operands[k].type, v) for k, v in zip(sg.output_indexes, expected or [])]
+    for code, value in valued:
+        if ext.is_extension_type(code):
+            sizes.setdefault(code, np.asarray(value).dtype.itemsize)
     operands = []
     for k, o in enumerate(sg.operands):
         data = None
         if o.lifetime in (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE):
-            data = encode_data(o.value)
+            data = _data_to_json(o, o.value)
         elif o.lifetime == Lifetime.SUBGRAPH:
             data = [int(o.value)]
-        operands.append(_operand_to_json(o, data))
+        operands.append(_operand_to_json(o, data, names=names, sizes=sizes))
     if inputs is not None:
         for k, value in zip(sg.input_indexes, inputs):
-            operands[k]["data"] = [] if value is None else encode_data(value)
+            operands[k]["data"] = [] if value is None else _data_to_json(sg.operands[k], value)
     if expected is not None:
         for n, (k, value) in enumerate(zip(sg.output_indexes, expected)):
-            operands[k]["data"] = encode_data(value)
+            operands[k]["data"] = _data_to_json(sg.operands[k], value)
             operands[k]["is_ignored"] = bool(ignored[n]) if ignored else False
     return {"operands": operands,
-            "operations": [{"type": OperationCode(op.type).name, "inputs": list(op.inputs),
+            "operations": [{"type": _type_to_json(op.type, names), "inputs": list(op.inputs),
                             "outputs": list(op.outputs)} for op in sg.operations],
             "input_indexes": list(sg.input_indexes), "output_indexes": list(sg.output_indexes)}
 
 
+def _extensions_to_json(model: Model) -> dict:
+    if not model.extension_name_to_prefix:
+        return {}
+    return {"extensions": [{"name": e.name, "prefix": e.prefix} for e in model.extension_name_to_prefix]}
+
+
 def test_to_json(t: TestModel) -> dict:
+    names = {e.prefix: e.name for e in t.model.extension_name_to_prefix}
     return {"name": t.name, "min_feature_level": t.min_feature_level, "expect_failure": t.expect_failure,
             "is_relaxed": t.is_relaxed, "expected_multinomial_distribution_tolerance": t.multinomial_tolerance,
-            "main": subgraph_to_json(t.model.main, t.inputs, t.expected, t.ignored),
-            "referenced": [subgraph_to_json(sg) for sg in t.model.referenced]}
+            **_extensions_to_json(t.model),
+            "main": subgraph_to_json(t.model.main, t.inputs, t.expected, t.ignored, names),
+            "referenced": [subgraph_to_json(sg, names=names) for sg in t.model.referenced]}
 
 
 def model_to_json(model: Model) -> dict:
     """A bare model (no inputs or expectations) in the test-vector subgraph encoding."""
-    return {"is_relaxed": model.relax_computation_float32_to_float16,
-            "main": subgraph_to_json(model.main),
-            "referenced": [subgraph_to_json(sg) for sg in model.referenced]}
+    names = {e.prefix: e.name for e in model.extension_name_to_prefix}
+    return {"is_relaxed": model.relax_computation_float32_to_float16, **_extensions_to_json(model),
+            "main": subgraph_to_json(model.main, names=names),
+            "referenced": [subgraph_to_json(sg, names=names) for sg in model.referenced]}
 
 
 def model_from_json(d: dict) -> Model:
-    main = _subgraph_from_json(d["main"], "main", False)[0]
-    referenced = [_subgraph_from_json(r, f"subgraph {k}", False)[0] for k, r in enumerate(d.get("referenced") or [])]
-    return Model(main, referenced, bool(d.get("is_relaxed", False)))
+    prefixes = _prefixes_from_json(d, "model")
+    main = _subgraph_from_json(d["main"], "main", False, prefixes)[0]
+    referenced = [_subgraph_from_json(r, f"subgraph {k}", False, prefixes)[0]
+                  for k, r in enumerate(d.get("referenced") or [])]
+    return Model(main, referenced, bool(d.get("is_relaxed", False)), prefixes)
 
 
 def write_file(path: str | os.PathLike, tests: list[TestModel], source: str = "nnts") -> None:
-    doc = {"format": FORMAT, "source": source, "license": LICENSE, "tests": [test_to_json(t) for t in tests]}
+    uses_extensions = any(t.model.extension_name_to_prefix for t in tests)
+    doc = {"format": FORMAT_EXTENSIONS if uses_extensions else FORMAT, "source": source, "license": LICENSE, "tests": [test_to_json(t) for t in tests]}
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f)
 

@@ -66,6 +66,7 @@ def pytest_configure(config):
     for name in dict.fromkeys(c.name for c in OperandCode):
         config.addinivalue_line("markers", f"dtype_{name}: tests with {name} operands")
     config.addinivalue_line("markers", "vts: driver-level tests (straight against the driver interface)")
+    config.addinivalue_line("markers", "extension: tests of vendor extensions (counted in a section of their own)")
     config.pluginmanager.register(ConformanceResults(), "nnts-results")
     if not config.getoption("reproducers"):
         reports = config.getoption("report")
@@ -175,6 +176,8 @@ def pytest_runtest_makereport(item, call):
         dtype = getattr(item, "nnts_dtype", getattr(case, "dtype", None))
         if op is not None:
             report.user_properties += [("nnts_op", op), ("nnts_dtype", dtype or "-")]
+        if item.get_closest_marker("extension") is not None:  # the report counts these apart
+            report.user_properties.append(("nnts_section", "extension"))
 
 
 class ConformanceResults:

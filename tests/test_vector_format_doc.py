@@ -103,8 +103,8 @@ def test_what_nnts_writes_reads_back_the_same(tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [
-    ({"format": "nnapi-test-vector/2", "tests": []},
-     "test-vector format version 'nnapi-test-vector/2' is not one this nnts reads (nnapi-test-vector/1)"),
+    ({"format": "nnapi-test-vector/3", "tests": []},
+     "test-vector format version 'nnapi-test-vector/3' is not one this nnts reads (nnapi-test-vector/1, nnapi-test-vector/2)"),
     ({"format": "nnapi-test-vector/one", "tests": []}, "version 'nnapi-test-vector/one' is not one this nnts reads"),
     ({"tests": []}, 'not a test-vector file (no "format" field; expected "nnapi-test-vector/1")'),
     ({"format": "onnx", "tests": []}, "format 'onnx' is not a test-vector format"),
@@ -121,8 +121,8 @@ def test_unknown_formats_are_refused_by_name(tmp_path, content, message):
 
 def test_nnts_vectors_run_reports_an_unknown_version_in_one_line(tmp_path):
     path = tmp_path / "future.json"
-    path.write_text(json.dumps({"format": "nnapi-test-vector/2", "tests": []}))
+    path.write_text(json.dumps({"format": "nnapi-test-vector/3", "tests": []}))
     done = subprocess.run([sys.executable, "-m", "nnapi_ref.cli", "vectors", "run", str(path), "-j", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
-    assert "nnapi-test-vector/2" in done.stdout and "Traceback" not in done.stdout + done.stderr
+    assert "nnapi-test-vector/3" in done.stdout and "Traceback" not in done.stdout + done.stderr

@@ -39,7 +39,7 @@ enum {
     REPLY_ERROR = 100, REPLY_DEVICE_INFO = 101, REPLY_SUPPORTED = 102, REPLY_PREPARED = 103, REPLY_EXECUTED = 104,
     REPLY_LAUNCHED = 105, REPLY_EXECUTION_DONE = 106, REPLY_FENCED_DONE = 107, REPLY_BURST = 108, REPLY_OK = 110,
 };
-#define PROTOCOL_VERSION 1u
+#define PROTOCOL_VERSION 2u
 #define MAX_REQUEST (12u + (1u << 28))
 
 enum { S_NONE = 0, S_GENERAL_FAILURE = 2, S_OUTPUT_INSUFFICIENT_SIZE = 3, S_INVALID_ARGUMENT = 4,
@@ -447,6 +447,9 @@ typedef struct {
     bool has_channel_quant;
     uint32_t n_scales, channel_dim;
     float *scales;
+    bool has_extension_data;  /* an extension operand's extra parameters */
+    const uint8_t *extension_data;  /* copied: the model outlives the message */
+    uint32_t extension_data_length;
 } Operand;
 
 typedef struct {
@@ -466,7 +469,53 @@ typedef struct {
     uint32_t n_referenced;
     Subgraph *referenced;
     bool relaxed;
+    uint32_t n_prefixes;  /* extension_name_to_prefix: the prefixes this model gave extensions */
+    uint32_t *prefixes;
+    const uint8_t **prefix_names;  /* copied: the model outlives the message */
+    uint32_t *prefix_name_lengths;
+    uint32_t example_prefix;  /* the prefix of org.nnts.example in this model, 0 if none */
 } Model;
+
+/* Vendor extensions: a type's high 16 bits are the extension's prefix (0: a built-in type), given
+ * by the model's own mapping. This driver supports the example extension org.nnts.example
+ * (docs/extensions.md): operand type 0, TENSOR_QUANT64_ASYMM (int64 elements; extension data:
+ * float64 scale and int64 zero point, little-endian), and operation 0, DEQUANTIZE64. */
+#define EXAMPLE_EXTENSION "org.nnts.example"
+enum { EX_TENSOR_QUANT64_ASYMM = 0, EX_DEQUANTIZE64 = 0 };
+static bool is_extension_type(int32_t t)
+{
+    return ((uint32_t)t >> 16) != 0;
+}
+
+static bool prefix_known(const Model *m, int32_t t)
+{
+    for (uint32_t i = 0; i < m->n_prefixes; i++)
+        if (m->prefixes[i] == (uint32_t)t >> 16)
+            return true;
+    return false;
+}
+
+/* Type ``within`` of the example extension, as this model numbers it. */
+static bool is_example_type(const Model *m, int32_t t, uint32_t within)
+{
+    return m->example_prefix != 0 && (uint32_t)t == (m->example_prefix << 16 | within);
+}
+
+static bool of_example_extension(const Model *m, int32_t t)
+{
+    return m->example_prefix != 0 && (uint32_t)t >> 16 == m->example_prefix;
+}
+
+/* A TENSOR_QUANT64_ASYMM's extension data: 16 bytes, a positive finite scale then the zero point. */
+static bool quant64_params(const Operand *o, double *scale, int64_t *zero_point)
+{
+    if (!o->has_extension_data || o->extension_data_length != 16)
+        return false;
+    uint64_t bits = le(o->extension_data, 8);
+    memcpy(scale, &bits, 8);
+    *zero_point = (int64_t)le(o->extension_data + 8, 8);
+    return isfinite(*scale) && *scale > 0;
+}
 
 static bool is_scalar_type(int32_t t)
 {
@@ -488,7 +537,7 @@ static uint32_t element_size(int32_t t)
 }
 
 /* The smallest encodings, for checking list lengths against what is left of a message. */
-#define MIN_OPERAND 22   /* type, dims, scale, zero point, lifetime, value kind, channel flag */
+#define MIN_OPERAND 23   /* type, dims, scale, zero point, lifetime, value kind, channel flag, data flag */
 #define MIN_OPERATION 12
 #define MIN_SUBGRAPH 16
 #define MIN_ARGUMENT 21
@@ -541,6 +590,16 @@ static void read_subgraph(Rd *r, Arena *a, Subgraph *sg, Err *e)
             for (uint32_t i = 0; i < o->n_scales; i++)
                 o->scales[i] = rd_f32(r);
             o->channel_dim = rd_u32(r);
+        }
+        o->has_extension_data = rd_bool(r);
+        if (o->has_extension_data) {
+            const uint8_t *data = rd_bytes(r, &o->extension_data_length);
+            uint8_t *copy = arena_alloc(a, (uint64_t)o->extension_data_length + 1);
+            if (!copy)
+                { malformed(r, "out of memory"); return; }
+            if (data && o->extension_data_length)
+                memcpy(copy, data, o->extension_data_length);
+            o->extension_data = copy;
         }
     }
     sg->n_operations = rd_count(r, MIN_OPERATION);
@@ -599,6 +658,29 @@ static void read_model(Rd *r, Arena *a, Model *m, Err *e)
     resolve_inline(&m->main, copy, blob_len, r);
     for (uint32_t k = 0; k < m->n_referenced; k++)
         resolve_inline(&m->referenced[k], copy, blob_len, r);
+    m->n_prefixes = rd_count(r, 8);
+    m->prefixes = arena_alloc(a, (uint64_t)m->n_prefixes * 4 + 4);
+    m->prefix_names = arena_alloc(a, (uint64_t)m->n_prefixes * sizeof(uint8_t *) + sizeof(uint8_t *));
+    m->prefix_name_lengths = arena_alloc(a, (uint64_t)m->n_prefixes * 4 + 4);
+    if (!m->prefixes || !m->prefix_names || !m->prefix_name_lengths) {
+        m->n_prefixes = 0;
+        malformed(r, "out of memory");
+        return;
+    }
+    m->example_prefix = 0;
+    for (uint32_t i = 0; i < m->n_prefixes && !r->bad; i++) {
+        const uint8_t *name = rd_bytes(r, &m->prefix_name_lengths[i]);
+        uint8_t *copy = arena_alloc(a, (uint64_t)m->prefix_name_lengths[i] + 1);
+        if (!copy)
+            { malformed(r, "out of memory"); return; }
+        if (name && m->prefix_name_lengths[i])
+            memcpy(copy, name, m->prefix_name_lengths[i]);
+        m->prefix_names[i] = copy;
+        m->prefixes[i] = rd_u32(r);
+        if (m->prefix_name_lengths[i] == strlen(EXAMPLE_EXTENSION) &&
+            memcmp(copy, EXAMPLE_EXTENSION, strlen(EXAMPLE_EXTENSION)) == 0)
+            m->example_prefix = m->prefixes[i];
+    }
 }
 
 /* ---- model validation (what NNAPI's validation requires of a driver) ----------------------- */
@@ -614,9 +696,20 @@ static bool is_written(int32_t lifetime)
 }
 
 /* The per-type rules of ANeuralNetworksModel_addOperand: NULL if the operand is well formed. */
-static const char *operand_type_problem(const Operand *o)
+static const char *operand_type_problem(const Model *m, const Operand *o)
 {
     int32_t t = o->type;
+    if (is_extension_type(t)) {
+        if (!prefix_known(m, t))
+            return "an extension type whose prefix the model does not map";
+        if (of_example_extension(m, t) && !is_example_type(m, t, EX_TENSOR_QUANT64_ASYMM))
+            return "org.nnts.example has no such operand type";
+        if (o->scale != 0 || o->zero_point != 0 || o->has_channel_quant)
+            return "an extension operand takes scale 0, zero point 0 and no per-channel quantization";
+        return NULL;
+    }
+    if (o->has_extension_data)
+        return "extension data on an operand of a built-in type";
     if (t < T_FLOAT32 || t > T_SUBGRAPH)
         return "invalid operand type";
     if (is_scalar_type(t) && o->rank)
@@ -670,7 +763,7 @@ static const char *operand_type_problem(const Operand *o)
 
 static const char *operand_problem(const Model *m, const Operand *o)
 {
-    const char *p = operand_type_problem(o);
+    const char *p = operand_type_problem(m, o);
     if (p)
         return p;
     if (o->lifetime < L_TEMPORARY || o->lifetime > L_SUBGRAPH)
@@ -689,7 +782,8 @@ static const char *operand_problem(const Model *m, const Operand *o)
             if (count > UINT64_MAX / 8)
                 return "constant too large";
         }
-        if (o->length != count * element_size(o->type))
+        if (is_example_type(m, o->type, EX_TENSOR_QUANT64_ASYMM) ? o->length != count * 8 :
+            !is_extension_type(o->type) && o->length != count * element_size(o->type))
             return "constant's byte length does not match its type and dimensions";
     } else if (o->lifetime == L_SUBGRAPH) {
         if (o->type != T_SUBGRAPH)
@@ -724,9 +818,32 @@ static int binary_signature(const Subgraph *sg, const Operation *op, int32_t *ty
     return 1;
 }
 
-static bool operation_supported(const Subgraph *sg, const Operation *op)
+/* DEQUANTIZE64: a TENSOR_QUANT64_ASYMM with valid parameters -> a TENSOR_FLOAT32 of its shape. */
+static bool dequantize64_signature(const Model *m, const Subgraph *sg, const Operation *op)
+{
+    if (!is_example_type(m, op->type, EX_DEQUANTIZE64) || op->n_in != 1 || op->n_out != 1)
+        return false;
+    const Operand *in = &sg->operands[op->in[0]], *out = &sg->operands[op->out[0]];
+    double scale;
+    int64_t zero_point;
+    if (!is_example_type(m, in->type, EX_TENSOR_QUANT64_ASYMM) || out->type != T_TENSOR_FLOAT32 ||
+        in->lifetime == L_NO_VALUE || !quant64_params(in, &scale, &zero_point))
+        return false;
+    if (in->rank && out->rank) {
+        if (in->rank != out->rank)
+            return false;
+        for (uint32_t d = 0; d < in->rank; d++)
+            if (in->dims[d] && out->dims[d] && in->dims[d] != out->dims[d])
+                return false;
+    }
+    return true;
+}
+
+static bool operation_supported(const Model *m, const Subgraph *sg, const Operation *op)
 {
     int32_t t;
+    if (is_extension_type(op->type))
+        return dequantize64_signature(m, sg, op);
     return binary_signature(sg, op, &t) == 1 && t == T_TENSOR_FLOAT32;
 }
 
@@ -768,8 +885,13 @@ static bool validate_subgraph(const Model *m, const Subgraph *sg, uint32_t name,
         mark[k] = !is_written(sg->operands[k].lifetime);
     for (uint32_t j = 0; j < sg->n_operations; j++) {
         const Operation *op = &sg->operations[j];
-        if (op->type < 0 || op->type > OP_LAST)
+        if (is_extension_type(op->type)) {
+            if (!prefix_known(m, op->type))
+                return fail(e, S_INVALID_ARGUMENT, "operation %u: an extension type whose prefix the model "
+                            "does not map", j);
+        } else if (op->type < 0 || op->type > OP_LAST) {
             return fail(e, S_INVALID_ARGUMENT, "operation %u: invalid operation type %d", j, op->type);
+        }
         for (uint32_t i = 0; i < op->n_in; i++)
             if (op->in[i] >= sg->n_operands)
                 return fail(e, S_INVALID_ARGUMENT, "operation %u: input index %u out of range", j, op->in[i]);
@@ -849,8 +971,41 @@ static bool check_no_recursion(const Model *m, Arena *a, Err *e)
     return true;
 }
 
+/* extension_name_to_prefix: a bijection between non-empty names and prefixes 1-65535. */
+static bool prefixes_ok(const Model *m, Err *e)
+{
+    for (uint32_t i = 0; i < m->n_prefixes; i++) {
+        if (m->prefixes[i] == 0 || m->prefixes[i] > 0xFFFF)
+            return fail(e, S_INVALID_ARGUMENT, "extension prefix %u outside 1-65535", m->prefixes[i]);
+        if (!m->prefix_name_lengths[i])
+            return fail(e, S_INVALID_ARGUMENT, "an empty extension name for prefix %u", m->prefixes[i]);
+        for (uint32_t j = 0; j < i; j++) {
+            if (m->prefixes[j] == m->prefixes[i])
+                return fail(e, S_INVALID_ARGUMENT, "extension prefix %u given twice", m->prefixes[i]);
+            if (m->prefix_name_lengths[j] == m->prefix_name_lengths[i] &&
+                memcmp(m->prefix_names[j], m->prefix_names[i], m->prefix_name_lengths[i]) == 0)
+                return fail(e, S_INVALID_ARGUMENT, "an extension given two prefixes");
+        }
+    }
+    return true;
+}
+
+static bool uses_other_extension(const Model *m)
+{
+    const Subgraph *sg = &m->main;
+    for (uint32_t k = 0; k < sg->n_operands; k++)
+        if (is_extension_type(sg->operands[k].type) && !of_example_extension(m, sg->operands[k].type))
+            return true;
+    for (uint32_t j = 0; j < sg->n_operations; j++)
+        if (is_extension_type(sg->operations[j].type) && !of_example_extension(m, sg->operations[j].type))
+            return true;
+    return false;
+}
+
 static bool validate_model(const Model *m, Arena *a, Err *e)
 {
+    if (!prefixes_ok(m, e))
+        return false;
     if (!m->main.n_operations)
         return fail(e, S_INVALID_ARGUMENT, "the model has no operations");
     if (!m->main.n_outputs)
@@ -946,6 +1101,15 @@ static bool check_static_shapes(const Model *m, Arena *a, Err *e)
     }
     for (uint32_t j = 0; j < sg->n_operations; j++) {
         const Operation *op = &sg->operations[j];
+        if (is_extension_type(op->type)) {  /* DEQUANTIZE64: the output has the input's shape */
+            if (known[op->in[0]]) {
+                if (!shape_fits_declared(&sg->operands[op->out[0]], &shape[op->in[0]]))
+                    return fail(e, S_INVALID_ARGUMENT, "operation %u: its output shape differs from its input's", j);
+                shape[op->out[0]] = shape[op->in[0]];
+                known[op->out[0]] = 1;
+            }
+            continue;
+        }
         const Operand *a0 = &sg->operands[op->in[0]], *a1 = &sg->operands[op->in[1]];
         const Operand *fuse = &sg->operands[op->in[2]];
         if (a0->rank > MAX_RANK || a1->rank > MAX_RANK)
@@ -1223,6 +1387,33 @@ static bool run_binary(int32_t type, const Value *a, const Value *b, int32_t fus
     return true;
 }
 
+/* DEQUANTIZE64: (q - zero point) exactly (128-bit), rounded to double, times the scale, to float. */
+static bool run_dequantize64(const Operand *in_operand, const Value *q, Value *out, Arena *arena, uint32_t j, Err *e)
+{
+    double scale;
+    int64_t zero_point;
+    if (!q->present)
+        return fail(e, S_GENERAL_FAILURE, "operation %u: the input has no value", j);
+    if (!quant64_params(in_operand, &scale, &zero_point))
+        return fail(e, S_GENERAL_FAILURE, "operation %u: malformed TENSOR_QUANT64_ASYMM parameters", j);
+    uint64_t n = q->bytes / 8;
+    out->rank = q->rank;
+    out->dims = arena_alloc(arena, (uint64_t)q->rank * 4 + 4);
+    out->bytes = n * 4;
+    out->data = arena_alloc(arena, out->bytes + 4);
+    if (!out->dims || !out->data)
+        return fail(e, S_RESOURCE_EXHAUSTED_TRANSIENT, "operation %u: out of memory", j);
+    memcpy(out->dims, q->dims, q->rank * 4);
+    out->present = true;
+    const uint8_t *src = q->data;
+    float *z = out->data;
+    for (uint64_t i = 0; i < n; i++) {
+        __int128 diff = (__int128)(int64_t)le(src + 8 * i, 8) - zero_point;
+        z[i] = (float)((double)diff * scale);
+    }
+    return true;
+}
+
 static bool deadline_passed(bool has_deadline, int64_t deadline)
 {
     return has_deadline && now_ns() > deadline;
@@ -1279,7 +1470,8 @@ static bool execute(const Model *m, const Request *q, bool measure, bool has_dea
             if (!fully_known(v->rank, v->dims))
                 return fail(e, S_INVALID_ARGUMENT, "input %u: dimensions not fully specified", i);
         }
-        uint64_t needed = element_count(v->rank, v->dims) * element_size(o->type);
+        uint64_t needed = element_count(v->rank, v->dims) *
+                          (is_example_type(m, o->type, EX_TENSOR_QUANT64_ASYMM) ? 8 : element_size(o->type));
         if (len != needed)
             return fail(e, S_INVALID_ARGUMENT, "input %u: %llu bytes given, %llu needed", i,
                         (unsigned long long)len, (unsigned long long)needed);
@@ -1314,6 +1506,11 @@ static bool execute(const Model *m, const Request *q, bool measure, bool has_dea
         const Operation *op = &sg->operations[j];
         if (deadline_passed(has_deadline, deadline))
             return fail(e, S_MISSED_DEADLINE_TRANSIENT, "the execution deadline passed");
+        if (is_extension_type(op->type)) {
+            if (!run_dequantize64(&sg->operands[op->in[0]], &val[op->in[0]], &val[op->out[0]], a, j, e))
+                return false;
+            continue;
+        }
         const Value *x = &val[op->in[0]], *y = &val[op->in[1]], *f = &val[op->in[2]];
         if (!x->present || !y->present || !f->present)
             return fail(e, S_GENERAL_FAILURE, "operation %u: a required input has no value", j);
@@ -1405,7 +1602,7 @@ static void on_hello(Call *c)
     if (!decoded(c))
         return;
     if (version != PROTOCOL_VERSION)
-        { reply_error(c, 1 /* DEVICE_UNAVAILABLE */, "this server speaks protocol version 1 only"); return; }
+        { reply_error(c, 1 /* DEVICE_UNAVAILABLE */, "this server speaks protocol version 2 only (version 2 added vendor extensions)"); return; }
     Wr w = {0};
     w_u32(&w, PROTOCOL_VERSION);
     w_str(&w, "nnts-example-c");
@@ -1421,7 +1618,12 @@ static void on_hello(Call *c)
     w_perf(&w, 1.0f, 1.0f);
     w_perf(&w, FLT_MAX, FLT_MAX);  /* IF: not supported */
     w_perf(&w, FLT_MAX, FLT_MAX);  /* WHILE: not supported */
-    w_u32(&w, 0);  /* no extensions */
+    w_u32(&w, 1);  /* one extension: org.nnts.example, with its one operand type */
+    w_str(&w, EXAMPLE_EXTENSION);
+    w_u32(&w, 1);
+    w_u32(&w, EX_TENSOR_QUANT64_ASYMM);
+    w_u8(&w, 1);   /* a tensor */
+    w_u32(&w, 8);  /* of 8-byte elements */
     w_u32(&w, 0);  /* no cache files: compilations are not cached */
     w_u32(&w, 0);
     send_frame(REPLY_DEVICE_INFO, c->call_id, &w);
@@ -1439,7 +1641,7 @@ static void on_supported(Call *c)
     Wr w = {0};
     w_u32(&w, m.main.n_operations);
     for (uint32_t j = 0; j < m.main.n_operations; j++)
-        w_u8(&w, operation_supported(&m.main, &m.main.operations[j]));
+        w_u8(&w, operation_supported(&m, &m.main, &m.main.operations[j]));
     send_frame(REPLY_SUPPORTED, c->call_id, &w);
     free(w.p);
 }
@@ -1482,8 +1684,14 @@ static void on_prepare(Call *c)
             ok = fail(e, S_MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed");
         else if (!validate_model(m, &c->arena, e))
             ok = false;
+        if (ok && uses_other_extension(m))
+            ok = fail(e, S_INVALID_ARGUMENT, "the model uses an extension this driver does not support");
         for (uint32_t j = 0; ok && j < m->main.n_operations; j++)
-            if (!operation_supported(&m->main, &m->main.operations[j]))
+            if (is_extension_type(m->main.operations[j].type) &&
+                !dequantize64_signature(m, &m->main, &m->main.operations[j]))
+                ok = fail(e, S_INVALID_ARGUMENT, "operation %u: not DEQUANTIZE64 of org.nnts.example with its "
+                          "operands", j);
+            else if (!operation_supported(m, &m->main, &m->main.operations[j]))
                 ok = fail(e, S_GENERAL_FAILURE, "operation %u (type %d) is not supported", j,
                           m->main.operations[j].type);
         if (ok)

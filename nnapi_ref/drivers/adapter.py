@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import hal
+from .. import extensions, hal
 from ..errors import NnapiError
 from ..executor import prepare_plans
 from ..hal import ErrorStatus, HalError
@@ -171,6 +171,9 @@ class AdapterDevice(ReferenceDevice):
         self._validated.level(model)
         flags = []
         for op in model.main.operations:
+            if extensions.operation_uses_extension(model.main, op):  # an adapter runs no extension
+                flags.append(False)
+                continue
             try:
                 self.check_operation(model.main, op)
                 flags.append(True)
@@ -181,6 +184,7 @@ class AdapterDevice(ReferenceDevice):
     def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
         check_prepare_arguments(preference, priority, deadline_ns)
         level = self._validated.level(model)
+        self.check_extensions(model)
         if level > self.feature_level:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"model needs feature level {level}")
         plans = _plans(model)

@@ -31,6 +31,13 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
                           concurrent executions overwrite each other's intermediates
 ``keeps_first_shape``     a prepared model reports the output shapes of its first successful
                           execution for every later one (the data is right)
+``ignores_extension_prefix`` reads operand and operation types by their low 16 bits only: an
+                          extension's operation 0 is ADD to it (vendor extensions)
+``crashes_on_extension_data`` the example extension's driver (org.nnts.example), reading a
+                          TENSOR_QUANT64_ASYMM operand's extension data with the wrong layout:
+                          prepare raises struct.error instead of working
+``accepts_unsupported_extension`` the example extension's driver, taking any extension's
+                          operation and operand type 0 for org.nnts.example's
 ========================  ==================================================================
 
 Each fault is a wrapper around the reference implementation: a prepared model whose execution
@@ -40,6 +47,7 @@ an override of one reference driver method.
 from __future__ import annotations
 
 import dataclasses
+import struct
 import time
 
 import numpy as np
@@ -47,6 +55,7 @@ import numpy as np
 from .. import hal
 from ..ops.base import Arg, Call
 from ..types import Lifetime, OperandCode as T, OperationCode
+from .example_extension import ExampleExtensionDevice
 from .reference import ReferenceDevice, ReferencePreparedModel
 
 ADD_QUANT8_ERROR = 2
@@ -224,7 +233,7 @@ class WrongOutputShape(BrokenDevice):
 # -- accepts_invalid_model ----------------------------------------------------------------------
 
 class _NoValidation:
-    def level(self, model) -> int:
+    def level(self, model, extensions=()) -> int:
         return 0
 
 
@@ -404,6 +413,67 @@ burst_caches_pool = BurstCachesPool
 shared_scratch = SharedScratch
 keeps_first_shape = KeepsFirstShape
 
+# -- vendor extensions ------------------------------------------------------------------------------
+
+def _low_bits(code, codes):
+    """The built-in type of ``code``'s low 16 bits, when there is one (the prefix ignored)."""
+    low = int(code) & 0xFFFF
+    return codes(low) if low in codes._value2member_map_ else code
+
+
+def _without_prefixes(model: hal.Model) -> hal.Model:
+    def subgraph(sg: hal.Subgraph) -> hal.Subgraph:
+        operands = [dataclasses.replace(o, type=_low_bits(o.type, T), extension_data=None) for o in sg.operands]
+        operations = [hal.Operation(_low_bits(op.type, OperationCode), op.inputs, op.outputs) for op in sg.operations]
+        return hal.Subgraph(operands, operations, sg.input_indexes, sg.output_indexes)
+
+    return hal.Model(subgraph(model.main), [subgraph(sg) for sg in model.referenced],
+                     model.relax_computation_float32_to_float16)
+
+
+class IgnoresExtensionPrefix(BrokenDevice):
+    FAULT = "ignores_extension_prefix"
+
+    def get_supported_operations(self, model):
+        return super().get_supported_operations(_without_prefixes(model))
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        return super().prepare_model(_without_prefixes(model), preference, priority, deadline_ns, model_cache,
+                                     data_cache, token)
+
+
+class _BrokenExample(ExampleExtensionDevice):
+    FAULT = "none"
+
+    def __init__(self):
+        super().__init__(name=f"nnts-broken-{self.FAULT}")
+
+
+class CrashesOnExtensionData(_BrokenExample):
+    FAULT = "crashes_on_extension_data"
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        for operand in model.main.operands:
+            if operand.extension_data is not None:
+                struct.unpack("<d", operand.extension_data)  # the layout is "<dq": 16 bytes, not 8
+        return super().prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
+
+
+class AcceptsUnsupportedExtension(_BrokenExample):
+    FAULT = "accepts_unsupported_extension"
+
+    def _is_ours(self, model, code, type_within: int) -> bool:
+        return code >> 16 != 0 and code & 0xFFFF == type_within  # whatever extension the prefix names
+
+    def check_extensions(self, model) -> None:
+        pass
+
+
+ignores_extension_prefix = IgnoresExtensionPrefix
+crashes_on_extension_data = CrashesOnExtensionData
+accepts_unsupported_extension = AcceptsUnsupportedExtension
+
 ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQuant8Sparse, OffByOneRounding,
                                   Float16Arithmetic, WrongOutputShape, AcceptsInvalidModel, RaisesOnInvalidModel,
-                                  BadTiming, BurstCachesPool, SharedScratch, KeepsFirstShape)}
+                                  BadTiming, BurstCachesPool, SharedScratch, KeepsFirstShape, IgnoresExtensionPrefix,
+                                  CrashesOnExtensionData, AcceptsUnsupportedExtension)}

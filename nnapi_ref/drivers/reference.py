@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import hal, ops
+from .. import extensions, hal, ops
 from ..ops import requantization
 from ..errors import NnapiError
 from ..executor import Executor, Plan, prepare_plans
@@ -38,10 +38,11 @@ def hal_error(e: NnapiError) -> HalError:
     return HalError(STATUS_OF_RESULT.get(e.code, ErrorStatus.GENERAL_FAILURE), e.message)
 
 
-def validate_for_driver(model: hal.Model) -> int:
-    """Validate a model handed to a driver; INVALID_ARGUMENT if it is not valid."""
+def validate_for_driver(model: hal.Model, extensions: Sequence[hal.Extension] = ()) -> int:
+    """Validate a model handed to a driver (whose ``extensions`` it checks the operands of);
+    INVALID_ARGUMENT if it is not valid."""
     try:
-        level = validate_model(model)
+        level = validate_model(model, extensions)
     except NnapiError as e:
         raise hal_error(e) from None
     except Exception as e:  # the validator choking on a malformed model: the model is invalid
@@ -78,12 +79,12 @@ class _ValidatedModels:
         self._entries: list[tuple[hal.Model, int]] = []
         self._lock = threading.Lock()
 
-    def level(self, model: hal.Model) -> int:
+    def level(self, model: hal.Model, extensions: Sequence[hal.Extension] = ()) -> int:
         with self._lock:
             for known, level in self._entries:
                 if known is model:
                     return level
-        level = validate_for_driver(model)
+        level = validate_for_driver(model, extensions)
         with self._lock:
             self._entries = [(model, level)] + self._entries[:self.SIZE - 1]
         return level
@@ -155,11 +156,13 @@ class ReferenceDevice(hal.Device):
         return (1, 1)
 
     def get_supported_operations(self, model: hal.Model) -> list[bool]:
-        self._validated.level(model)
+        self._validated.level(model, self.get_supported_extensions())
         return [self._supports(model, model.main, operation) for operation in model.main.operations]
 
     def _supports(self, model: hal.Model, sg: hal.Subgraph, operation: hal.Operation) -> bool:
         """Implemented at this driver's feature level, and so is everything IF/WHILE would run."""
+        if extensions.is_extension_type(operation.type):
+            return self.supports_extension_operation(model, sg, operation)
         impl = ops.get(operation.type)
         sig = impl.match([sg.operands[k].type for k in operation.inputs],
                          [sg.operands[k].type for k in operation.outputs]) if impl else None
@@ -173,9 +176,36 @@ class ReferenceDevice(hal.Device):
         return True
 
     # -- compilation ------------------------------------------------------------------------------
+    def check_extensions(self, model: hal.Model) -> None:
+        """INVALID_ARGUMENT for a model using an extension this driver does not declare (or an
+        operand of its types that breaks the declaration): it cannot be prepared here."""
+        if not model.extension_name_to_prefix and not any(
+                extensions.is_extension_type(o.type) for sg in [model.main] + model.referenced for o in sg.operands):
+            return
+        try:
+            validate_model(model, self.get_supported_extensions(), strict=True)
+        except NnapiError as e:
+            raise hal_error(e) from None
+        for sg in [model.main] + model.referenced:
+            for op in sg.operations:
+                if extensions.is_extension_type(op.type) and not self.supports_extension_operation(model, sg, op):
+                    name = extensions.prefix_map(model)[extensions.prefix_of(op.type)]
+                    raise HalError(ErrorStatus.INVALID_ARGUMENT,
+                                   f"{self.name} has no operation {extensions.within_extension(op.type)} of {name} "
+                                   "with these operands")
+
+    def supports_extension_operation(self, model: hal.Model, sg: hal.Subgraph, operation: hal.Operation) -> bool:
+        """Whether this driver runs the extension operation with these operands (none here)."""
+        return False
+
+    def dtype_of(self, model: hal.Model, code) -> np.dtype:
+        """The element type of an operand type of ``model`` (a driver's extension types: its own)."""
+        return DTYPES[code]
+
     def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
         check_prepare_arguments(preference, priority, deadline_ns)
-        level = self._validated.level(model)
+        level = self._validated.level(model, self.get_supported_extensions())
+        self.check_extensions(model)
         unsupported = sorted({op.type.name for sg in [model.main] + model.referenced for op in sg.operations
                               if ops.get(op.type) is None})
         if unsupported:
@@ -240,7 +270,7 @@ class ReferenceDevice(hal.Device):
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "allocate: dimensions incompatible with the roles")
         roles = {(id(prepared_models[r.model_index]), r.io_index, True) for r in input_roles}
         roles |= {(id(prepared_models[r.model_index]), r.io_index, False) for r in output_roles}
-        buffer = ReferenceBuffer(operand.type, dims, roles)
+        buffer = ReferenceBuffer(operand.type, dims, roles, self.dtype_of(prepared.model, operand.type))
         with self._lock:
             token = next(self._tokens)
             self._buffers[token] = buffer
@@ -263,10 +293,11 @@ def tflite_convention() -> ReferenceDevice:
 class ReferenceBuffer(hal.Buffer):
     """Device memory of the reference driver: a typed array and whether it holds data yet."""
 
-    def __init__(self, type_: OperandCode, dimensions: tuple[int, ...], roles):
+    def __init__(self, type_: OperandCode, dimensions: tuple[int, ...], roles, dtype: np.dtype | None = None):
         self.type = type_
         self.dimensions = dimensions
         self.roles = roles
+        self.dtype = dtype if dtype is not None else DTYPES[type_]
         self.data: np.ndarray | None = None
 
     def copy_to(self, destination: hal.SharedMemory) -> None:
@@ -283,10 +314,10 @@ class ReferenceBuffer(hal.Buffer):
         if dims is None or not dims or 0 in dims or 0 in tuple(dimensions):  # given dimensions: all specified
             raise HalError(ErrorStatus.INVALID_ARGUMENT,
                            f"copy with dimensions {list(dimensions)} into a memory of {list(self.dimensions)}")
-        needed = math.prod(dims) * DTYPES[self.type].itemsize
+        needed = math.prod(dims) * self.dtype.itemsize
         if source.size != needed:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"copy of {source.size} bytes, expected {needed}")
-        self.data = source.buffer.copy().view(DTYPES[self.type]).reshape(dims)
+        self.data = source.buffer.copy().view(self.dtype).reshape(dims)
 
     def write(self, array: np.ndarray) -> None:
         if combine_dimensions(self.dimensions, array.shape) is None:
@@ -306,10 +337,7 @@ class ReferencePreparedModel(hal.PreparedModel):
         start = time.monotonic_ns()
         check_deadline(deadline_ns, "execution")
         pools, inputs = self._check_request(request)
-        try:
-            self.plans[0].check_omitted_inputs(inputs)
-        except NnapiError as e:
-            raise hal_error(e) from None
+        self._check_inputs(inputs)
         executor = self._executor(deadline_ns, loop_timeout_ns)
         device_start = time.monotonic_ns()
         results = self._compute(executor, inputs)
@@ -325,6 +353,13 @@ class ReferencePreparedModel(hal.PreparedModel):
                 target(result)
         timing = hal.Timing(device_ns, time.monotonic_ns() - start) if measure else hal.NO_TIMING
         return hal.ExecutionResult(shapes, timing)
+
+    def _check_inputs(self, inputs: list) -> None:
+        """Inputs the model's operations need are not omitted."""
+        try:
+            self.plans[0].check_omitted_inputs(inputs)
+        except NnapiError as e:
+            raise hal_error(e) from None
 
     def _executor(self, deadline_ns, loop_timeout_ns) -> Executor | None:
         """What :meth:`_compute` runs the inputs with (made before the device time starts)."""
@@ -412,7 +447,7 @@ class ReferencePreparedModel(hal.PreparedModel):
                 raise HalError(ErrorStatus.GENERAL_FAILURE, f"{what}: device memory is uninitialized")
             return region.data
         dims = self._shape(operand, arg, what, need_known=True)
-        dtype = DTYPES[operand.type]
+        dtype = self.device.dtype_of(self.model, operand.type)
         needed = dtype.itemsize * math.prod(dims)
         if region.nbytes != needed:
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: {region.nbytes} bytes given, {needed} needed")

@@ -210,7 +210,8 @@ class Session:
         def work(_):
             if version != wire.VERSION:
                 raise HalError(ErrorStatus.DEVICE_UNAVAILABLE,
-                               f"protocol version {version} not supported (this server speaks {wire.VERSION})")
+                               f"protocol version {version} not supported (this server speaks {wire.VERSION}; "
+                               "version 2 added vendor extensions)")
             w = Writer()
             w.u32(wire.VERSION)
             wire.write_device_info(w, self.device)

@@ -15,7 +15,7 @@ import numpy as np
 from .. import hal
 from ..types import DTYPES, OperandCode
 
-VERSION = 1
+VERSION = 2  # 2: vendor extensions (declarations, extension data, the prefix mapping)
 MAGIC = b"NNTS"
 HEADER = struct.Struct("<IIQ")  # length of what follows the length field, message type, call id
 MAX_FRAME = 1 << 28             # what a server accepts from a client (models with inline constants)
@@ -117,6 +117,14 @@ class Writer:
             raise EncodeError(f"{values} has an entry outside the unsigned 32-bit range")
         self.parts.append(_U32.pack(len(values)) + struct.pack(f"<{len(values)}I", *values))
 
+    def type_code(self, v) -> None:
+        """An operand or operation type: 32 bits, an extension's prefix in the high 16 (a
+        prefix from 0x8000 reads as a negative i32, which is how it travels)."""
+        v = int(v)
+        if not -(1 << 31) <= v < 1 << 32:
+            raise EncodeError(f"type {v} does not fit 32 bits")
+        self.i32(v - (1 << 32) if v >= 1 << 31 else v)
+
     def optional_i64(self, v: int | None) -> None:
         if v is None:
             self.u8(0)
@@ -202,6 +210,11 @@ class Reader:
     def u32_list(self) -> tuple[int, ...]:
         n = self.count(4)
         return struct.unpack_from(f"<{n}I", self.raw(4 * n)) if n else ()
+
+    def type_code(self) -> int:
+        """An operand or operation type (see :meth:`Writer.type_code`): a negative built-in
+        type reads as a large extension type, as invalid either way."""
+        return self.u32()
 
     def optional_i64(self) -> int | None:
         return self.i64() if self.bool() else None
@@ -299,6 +312,11 @@ def write_device_info(w: Writer, device: hal.Device) -> None:
     w.u32(len(extensions))
     for ext in extensions:
         w.str(ext.name)
+        w.u32(len(ext.operand_types))
+        for info in ext.operand_types:
+            w.u32(info.type)
+            w.u8(bool(info.is_tensor))
+            w.u32(info.byte_size)
     model_files, data_files = device.get_number_of_cache_files_needed()
     w.u32(model_files)
     w.u32(data_files)
@@ -321,9 +339,15 @@ def read_device_info(r: Reader) -> dict:
                                     read_performance(r)))
     info["capabilities"] = hal.Capabilities(scalar, tensor, operand_performance, read_performance(r),
                                             read_performance(r))
-    info["extensions"] = [hal.Extension(r.str()) for _ in range(r.count(4))]
+    info["extensions"] = [read_extension(r) for _ in range(r.count(8))]
     info["cache_files"] = (r.u32(), r.u32())
     return info
+
+
+def read_extension(r: Reader) -> hal.Extension:
+    name = r.str()
+    types = tuple(hal.ExtensionOperandTypeInformation(r.u32(), r.bool(), r.u32()) for _ in range(r.count(9)))
+    return hal.Extension(name, types)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,7 +383,7 @@ def write_model(w: Writer, model: hal.Model, place_constant) -> None:
         nonlocal blob_size
         w.u32(len(sg.operands))
         for o in sg.operands:
-            w.i32(int(o.type))
+            w.type_code(o.type)
             w.u32_list(o.dimensions)
             w.f32(o.scale)
             w.i32(o.zero_point)
@@ -390,9 +414,10 @@ def write_model(w: Writer, model: hal.Model, place_constant) -> None:
                 for s in o.channel_quant.scales:
                     w.f32(s)
                 w.u32(o.channel_quant.channel_dim)
+            w.optional_bytes(o.extension_data)
         w.u32(len(sg.operations))
         for op in sg.operations:
-            w.i32(int(op.type))
+            w.type_code(op.type)
             w.u32_list(op.inputs)
             w.u32_list(op.outputs)
         w.u32_list(sg.input_indexes)
@@ -404,6 +429,10 @@ def write_model(w: Writer, model: hal.Model, place_constant) -> None:
         write_subgraph(sg)
     w.u8(bool(model.relax_computation_float32_to_float16))
     w.bytes(b"".join(blob))
+    w.u32(len(model.extension_name_to_prefix))
+    for entry in model.extension_name_to_prefix:
+        w.str(entry.name)
+        w.u32(entry.prefix)
 
 
 def _enum_or_int(enum, value: int):
@@ -417,8 +446,8 @@ def read_model(r: Reader, region_bytes) -> hal.Model:
 
     def read_subgraph() -> hal.Subgraph:
         operands = []
-        for _ in range(r.count(22)):  # the smallest operand: no dimensions, value or quantization
-            code = _enum_or_int(OperandCode, r.i32())
+        for _ in range(r.count(23)):  # the smallest operand: no dimensions, value, quantization or data
+            code = _enum_or_int(OperandCode, r.type_code())
             o = hal.Operand(code, r.u32_list(), r.f32(), r.i32(), _enum_or_int(Lifetime, r.i32()))
             kind = r.u8()
             if kind == VALUE_INLINE:
@@ -432,8 +461,9 @@ def read_model(r: Reader, region_bytes) -> hal.Model:
             if r.bool():
                 scales = tuple(r.f32() for _ in range(r.count(4)))
                 o.channel_quant = hal.ChannelQuant(scales, r.u32())
+            o.extension_data = r.optional_bytes()
             operands.append(o)
-        operations = [hal.Operation(_enum_or_int(OperationCode, r.i32()), r.u32_list(), r.u32_list())
+        operations = [hal.Operation(_enum_or_int(OperationCode, r.type_code()), r.u32_list(), r.u32_list())
                       for _ in range(r.count(12))]
         return hal.Subgraph(operands, operations, r.u32_list(), r.u32_list())
 
@@ -445,7 +475,8 @@ def read_model(r: Reader, region_bytes) -> hal.Model:
         if offset + length > len(blob):
             raise ProtocolError(f"inline constant [{offset}, {offset + length}) outside {len(blob)} bytes of values")
         o.value = _typed(np.frombuffer(blob[offset:offset + length], np.uint8), o.type)
-    return hal.Model(main, referenced, relax)
+    prefixes = [hal.ExtensionNameAndPrefix(r.str(), r.u32()) for _ in range(r.count(8))]
+    return hal.Model(main, referenced, relax, prefixes)
 
 
 def _typed(raw: np.ndarray, code) -> np.ndarray:

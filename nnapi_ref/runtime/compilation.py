@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .. import hal
+from .. import extensions as ext, hal
 from ..errors import NnapiError, check
 from ..hal import Model as HalModel, Operand, Operation, Subgraph
 from ..types import (BYTE_SIZE_OF_CACHE_TOKEN, Lifetime, OperandCode, OperationCode, PreferenceCode, PriorityCode,
@@ -116,7 +116,8 @@ def step_model(model: HalModel, operations: list[int]) -> tuple[HalModel, list[i
             if k in remap:
                 continue
             o = main.operands[k]
-            copy = Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant)
+            copy = Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant,
+                           o.extension_data)
             if o.lifetime in (Lifetime.SUBGRAPH_INPUT, Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT):
                 if k in produced:
                     copy.lifetime = Lifetime.SUBGRAPH_OUTPUT if k in consumed_outside else Lifetime.TEMPORARY_VARIABLE
@@ -131,7 +132,14 @@ def step_model(model: HalModel, operations: list[int]) -> tuple[HalModel, list[i
     ops = [Operation(main.operations[j].type, tuple(remap[k] for k in main.operations[j].inputs),
                      tuple(remap[k] for k in main.operations[j].outputs)) for j in operations]
     sg = Subgraph(operands, ops, tuple(remap[k] for k in inputs), tuple(remap[k] for k in outputs))
-    return HalModel(sg, model.referenced, model.relax_computation_float32_to_float16), inputs, outputs
+    return (HalModel(sg, model.referenced, model.relax_computation_float32_to_float16, model.extension_name_to_prefix),
+            inputs, outputs)
+
+
+def _operation_name(code: int, names: dict[int, str]) -> str:
+    if ext.is_extension_type(code):
+        return f"operation {ext.within_extension(code)} of extension {names.get(ext.prefix_of(code), '?')}"
+    return OperationCode(code).name
 
 
 def partition(model: HalModel, devices: list[Device], preference: PreferenceCode,
@@ -149,6 +157,11 @@ def partition(model: HalModel, devices: list[Device], preference: PreferenceCode
     assignment = []
     for j, operation in enumerate(main.operations):
         candidates = [d for d in devices if supported[id(d)][j]]
+        if not candidates and ext.operation_uses_extension(main, operation):
+            # No CPU fallback for an extension: the CPU knows none (NNAPI's runtime: BAD_DATA).
+            names = ext.prefix_map(model)
+            raise NnapiError(ResultCode.BAD_DATA, f"no device supports operation {j} "
+                                                  f"({_operation_name(operation.type, names)})")
         if not candidates:
             if not allow_cpu:
                 raise NnapiError(ResultCode.BAD_DATA, f"no device supports operation {j} "
@@ -257,7 +270,7 @@ class Compilation:
                 self.plan = self._partitioned_plan(model, deadline)
             except NnapiError as e:
                 if not self.fallback or e.code in (ResultCode.MISSED_DEADLINE_PERSISTENT,
-                                                   ResultCode.MISSED_DEADLINE_TRANSIENT):
+                                                   ResultCode.MISSED_DEADLINE_TRANSIENT) or ext.uses_extensions(model):
                     raise
                 self.plan = ExecutionPlan([self._single_step(MANAGER.cpu, model, deadline)])
         self.finished = True
@@ -285,7 +298,7 @@ class Compilation:
         try:
             step.prepared = self._prepare(step.device, step.model, deadline, cache)
         except NnapiError:
-            if not self.fallback or step.device is MANAGER.cpu:
+            if not self.fallback or step.device is MANAGER.cpu or ext.uses_extensions(step.model):
                 raise
             step.device = MANAGER.cpu
             step.prepared = self._prepare(MANAGER.cpu, step.model, deadline, cache=False)

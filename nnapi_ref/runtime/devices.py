@@ -34,6 +34,13 @@ class Device:
         self.type = DeviceTypeCode(driver.get_type())
         self.feature_level = int(driver.get_feature_level())
         self.capabilities = driver.get_capabilities()
+        self.extensions = list(driver.get_supported_extensions())
+
+    def get_extension_support(self, extension_name: str) -> bool:
+        """ANeuralNetworksDevice_getExtensionSupport: whether the device supports the named extension."""
+        if extension_name is None:
+            raise NnapiError(ResultCode.UNEXPECTED_NULL, "get_extension_support: extension name is None")
+        return any(e.name == extension_name for e in self.extensions)
 
     def wait(self) -> None:
         """ANeuralNetworksDevice_wait: the device is always live in-process."""
@@ -79,6 +86,29 @@ class DeviceManager:
 
 
 MANAGER = DeviceManager()
+
+
+def declared_extensions() -> list[hal.Extension]:
+    """The extensions the runtime's devices declare, one per name. Devices that declare one
+    extension's operand types differently disable it, as NNAPI's runtime does: the model
+    builder could not size its operands."""
+    seen: dict[str, hal.Extension] = {}
+    disabled: set[str] = set()
+    for device in MANAGER.devices:
+        for extension in device.extensions:
+            known = seen.setdefault(extension.name, extension)
+            if sorted(known.operand_types, key=lambda i: i.type) != sorted(extension.operand_types,
+                                                                             key=lambda i: i.type):
+                disabled.add(extension.name)
+    return [e for name, e in seen.items() if name not in disabled]
+
+
+def extension_operand_info(name: str, type_within: int) -> hal.ExtensionOperandTypeInformation | None:
+    """A device's declaration of operand type ``type_within`` of extension ``name`` (None if none has it)."""
+    for extension in declared_extensions():
+        if extension.name == name:
+            return next((info for info in extension.operand_types if info.type == type_within), None)
+    return None
 
 
 def get_devices() -> list[Device]:

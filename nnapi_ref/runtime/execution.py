@@ -17,7 +17,8 @@ import numpy as np
 
 from .. import hal
 from ..errors import NnapiError, check
-from ..types import (DTYPES, LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, SCALAR_TYPES, DurationCode,
+from ..extensions import uses_extensions
+from ..types import (LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, DurationCode,
                      ResultCode, type_name)
 from .compilation import RESULT_OF_STATUS, Burst, Compilation, Step, call_driver, nnapi_error
 from .devices import MANAGER
@@ -109,6 +110,7 @@ class Execution:
         check(compilation.finished, "Execution: the compilation is not finished", BAD_STATE)
         self.compilation = compilation
         model = compilation.model.hal_model
+        self._types = compilation.model  # element types and scalar-ness, extension types too
         self._main = model.main
         self._inputs: list[_Binding | None] = [None] * len(self._main.input_indexes)
         self._outputs: list[_Binding | None] = [None] * len(self._main.output_indexes)
@@ -149,7 +151,7 @@ class Execution:
               f"Execution.{call}: type {type_name(type_.type)} (scale {type_.scale}, zero point {type_.zero_point}) "
               f"differs from the model's {type_name(operand.type)} (scale {operand.scale}, "
               f"zero point {operand.zero_point})")
-        if operand.type in SCALAR_TYPES:
+        if self._types.is_scalar(operand.type):
             check(not type_.dimensions, f"Execution.{call}: dimensions given for a scalar")
             return ()
         dims = _merge_dims(tuple(operand.dimensions), type_.dimensions)
@@ -157,13 +159,12 @@ class Execution:
                                 f"{list(operand.dimensions)}")
         return dims
 
-    @staticmethod
-    def _size(operand, dims) -> int | None:
-        if operand.type in SCALAR_TYPES:
-            return DTYPES[operand.type].itemsize
+    def _size(self, operand, dims) -> int | None:
+        if self._types.is_scalar(operand.type):
+            return self._types.dtype_of(operand.type).itemsize
         if not dims or 0 in dims:
             return None
-        return math.prod(dims) * DTYPES[operand.type].itemsize
+        return math.prod(dims) * self._types.dtype_of(operand.type).itemsize
 
     def _bind(self, index, buffer, type_, is_input: bool) -> None:
         call = "set_input" if is_input else "set_output"
@@ -473,7 +474,8 @@ class Execution:
         if error.code == ResultCode.OUTPUT_INSUFFICIENT_SIZE and error.output_shapes:
             self._output_shapes = list(error.output_shapes)
             return error
-        if not self.compilation.fallback or error.code in _NO_FALLBACK or step.device is MANAGER.cpu:
+        if not self.compilation.fallback or error.code in _NO_FALLBACK or step.device is MANAGER.cpu or \
+                uses_extensions(step.model):  # the CPU runs no extension
             return error
         if any(b.kind == "memory" and b.memory.buffer is not None for b in self._inputs + self._outputs):
             return error  # device memories live in the failed driver
@@ -554,10 +556,11 @@ class Execution:
         """An input's value as an array (multi-step plans)."""
         if binding.kind == "omitted":
             return None
-        dims = binding.dims if operand.type not in SCALAR_TYPES else ()
-        check(operand.type in SCALAR_TYPES or (dims and 0 not in dims),
+        scalar = self._types.is_scalar(operand.type)
+        dims = binding.dims if not scalar else ()
+        check(scalar or (dims and 0 not in dims),
               f"input {i}: dimensions {list(dims)} are not fully specified")
-        dtype = DTYPES[operand.type]
+        dtype = self._types.dtype_of(operand.type)
         if binding.kind == "pointer":
             raw = binding.view
         elif binding.memory.buffer is not None:
@@ -616,7 +619,8 @@ class Execution:
             self._run_step_on(step, values, deadline)
             return
         except NnapiError as e:
-            if not self.compilation.fallback or e.code in _NO_FALLBACK or step.device is MANAGER.cpu:
+            if not self.compilation.fallback or e.code in _NO_FALLBACK or step.device is MANAGER.cpu or \
+                    uses_extensions(step.model):
                 raise
         self._run_step_on(self._cpu_step(step), values, deadline)
 
@@ -648,7 +652,7 @@ class Execution:
                          for n, s in enumerate(e.output_shapes)]
                 continue
             for n, (k, shape) in enumerate(zip(step.outputs, result.output_shapes)):
-                dtype = DTYPES[sg.operands[sg.output_indexes[n]].type]
+                dtype = self._types.dtype_of(sg.operands[sg.output_indexes[n]].type)
                 values[k] = buffers[n][:sizes[n]].view(dtype).reshape(shape.dimensions)
             return
         raise NnapiError(ResultCode.OP_FAILED, f"step on {step.device.name}: output sizes never settled")

@@ -16,7 +16,7 @@ import numpy as np
 from .. import hal
 from ..errors import NnapiError, check
 from ..remote import shm
-from ..types import DTYPES, ResultCode, combine_dimensions
+from ..types import ResultCode, combine_dimensions
 
 PROT_READ, PROT_WRITE = mmap.PROT_READ, mmap.PROT_WRITE
 BAD_STATE = ResultCode.BAD_STATE
@@ -105,7 +105,7 @@ class Memory:
         dims = desc.dimensions
         check(dims and 0 not in dims, "Memory.from_desc: the dimensions are not fully specified and no "
                                       "driver could allocate the memory", ResultCode.OP_FAILED)
-        size = math.prod(dims) * DTYPES[desc.operand.type].itemsize
+        size = math.prod(dims) * desc.dtype.itemsize
         memory.shared = hal.SharedMemory(np.zeros(size, np.uint8))
         return memory
 
@@ -150,7 +150,7 @@ class Memory:
         dst.initialized = True
 
     def _byte_size(self) -> int:
-        return math.prod(self.dimensions) * DTYPES[self.desc.operand.type].itemsize
+        return math.prod(self.dimensions) * self.desc.dtype.itemsize
 
     def seen_by(self, burst) -> None:
         """``burst`` executes on this memory: it is told when the memory is freed."""
@@ -174,6 +174,7 @@ class MemoryDesc:
         self.output_roles: list[tuple[object, int, float]] = []
         self.dimensions: tuple[int, ...] = ()
         self.operand = None
+        self.dtype = None  # the roles' element type (an extension type's as its model declares it)
         self.finished = False
 
     def _add_role(self, compilation, index: int, frequency: float, is_input: bool) -> None:
@@ -196,6 +197,7 @@ class MemoryDesc:
                   (self.operand.type, self.operand.scale, self.operand.zero_point),
                   f"MemoryDesc.{call}: the operand differs from the other roles' in type or quantization")
         self.operand = operand
+        self.dtype = model.dtype_of(operand.type)
         dims = combine_dimensions(self.dimensions, operand.dimensions)
         check(dims is not None, f"MemoryDesc.{call}: dimensions {list(operand.dimensions)} conflict with "
                                 f"{list(self.dimensions)}")

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import math
+import threading
+
 import numpy as np
 
-from .. import ops
+from .. import extensions as ext, ops
 from ..errors import NnapiError, check
-from ..hal import ChannelQuant, Model as HalModel, Operand, Operation, Subgraph
+from ..hal import ChannelQuant, ExtensionNameAndPrefix, Model as HalModel, Operand, Operation, Subgraph
 from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
                      OperationCode, ResultCode, type_name)
 from ..validation import operand_type_problem, topological_order, validate_model, validate_operand_type
@@ -61,6 +63,22 @@ def _operand_type_problem(code, dims: tuple[int, ...], scale: float, zero_point:
     return problem
 
 
+# Extension prefixes, assigned once per extension name for the whole process, as NNAPI's runtime
+# (its TypeManager) does: every model, and the IF/WHILE bodies it references, then number an
+# extension alike. Each HAL model lists only the extensions it uses; drivers assume no prefix.
+_PREFIXES: dict[str, int] = {}
+_PREFIXES_LOCK = threading.Lock()
+
+
+def _prefix_for(name: str, call: str) -> int:
+    with _PREFIXES_LOCK:
+        prefix = _PREFIXES.get(name)
+        if prefix is None:
+            check(len(_PREFIXES) < ext.MAX_PREFIX, f"{call}: too many extensions")
+            prefix = _PREFIXES[name] = len(_PREFIXES) + 1
+        return prefix
+
+
 def _as_bytes_view(value) -> np.ndarray:
     """A flat uint8 view of a buffer-like value (no copy)."""
     if isinstance(value, np.ndarray):
@@ -81,6 +99,8 @@ class Model:
         self._finished = False
         self._hal: HalModel | None = None
         self.feature_level = 0
+        self._extension_prefixes: dict[str, int] = {}  # the extensions this model uses -> their prefixes
+        self._extension_info: dict[int, object] = {}  # extension operand type -> its declaration
 
     # -- building ------------------------------------------------------------------------------
 
@@ -111,11 +131,85 @@ class Model:
         else:  # OperandType's conversions, without building one
             code, dims = operand_type, tuple(int(d) for d in dimensions) if dimensions else ()
             scale, zero_point = float(scale), int(zero_point)
+        if isinstance(code, (int, np.integer)) and ext.is_extension_type(code):
+            return self._add_extension_operand(int(code), dims, scale, zero_point)
         problem = _operand_type_problem(code, dims, scale, zero_point)
         if problem:
             raise NnapiError(ResultCode.BAD_DATA, f"add_operand (operand {len(self._operands)}): {problem}")
         self._operands.append(Operand(OperandCode(code), dims, scale, zero_point))
         return len(self._operands) - 1
+
+    # -- vendor extensions (NeuralNetworksExtensions.h) ------------------------------------------
+
+    def _extension_type(self, call: str, name, type_within) -> int:
+        self._check_building(call)
+        if name is None:
+            raise NnapiError(UNEXPECTED_NULL, f"{call}: extension name is None")
+        problem = ext.name_problem(name)
+        check(problem is None, f"{call}: {problem}")
+        check(isinstance(type_within, (int, np.integer)) and 0 <= type_within <= ext.EXTENSION_TYPE_MASK,
+              f"{call}: type {type_within} within the extension is outside 0-{ext.EXTENSION_TYPE_MASK}")
+        prefix = self._extension_prefixes[name] = _prefix_for(name, call)
+        return ext.encode(prefix, int(type_within))
+
+    def get_extension_operand_type(self, extension_name: str, operand_code_within_extension: int) -> int:
+        """ANeuralNetworksModel_getExtensionOperandType: the operand type code, in this model, of
+        type ``operand_code_within_extension`` of the named extension."""
+        return self._extension_type("get_extension_operand_type", extension_name, operand_code_within_extension)
+
+    def get_extension_operation_type(self, extension_name: str, operation_code_within_extension: int) -> int:
+        """ANeuralNetworksModel_getExtensionOperationType: the operation type code, in this
+        model, of operation ``operation_code_within_extension`` of the named extension."""
+        return self._extension_type("get_extension_operation_type", extension_name, operation_code_within_extension)
+
+    def set_operand_extension_data(self, index: int, data) -> None:
+        """ANeuralNetworksModel_setOperandExtensionData: an extension operand's extra parameters,
+        opaque bytes for its driver (copied); None clears them."""
+        self._check_building("set_operand_extension_data")
+        operand = self._operand(index, "set_operand_extension_data")
+        check(ext.is_extension_type(operand.type),
+              f"set_operand_extension_data: operand {index} is a {type_name(operand.type)}, not an extension type")
+        if data is None:
+            operand.extension_data = None
+            return
+        try:
+            operand.extension_data = bytes(memoryview(data).cast("B"))
+        except TypeError:
+            raise NnapiError(ResultCode.BAD_DATA, f"set_operand_extension_data: data of type {type(data).__name__} "
+                                                  "is not a buffer") from None
+
+    def _prefix_name(self, code: int) -> str | None:
+        prefix = ext.prefix_of(code)
+        return next((n for n, p in self._extension_prefixes.items() if p == prefix), None)
+
+    def _add_extension_operand(self, code: int, dims: tuple[int, ...], scale: float, zero_point: int) -> int:
+        """An operand of an extension type: its extension must be this model's and declared by a
+        device, which says whether the type is a tensor."""
+        what = f"add_operand (operand {len(self._operands)})"
+        name = self._prefix_name(code)
+        check(name is not None, f"{what}: type {code} has prefix {ext.prefix_of(code)}, which this model has not "
+                                "assigned (get_extension_operand_type gives the codes)")
+        from .devices import extension_operand_info
+        info = extension_operand_info(name, ext.within_extension(code))
+        check(info is not None, f"{what}: no device declares operand type {ext.within_extension(code)} of "
+                                f"extension {name}")
+        for d in dims:
+            check(isinstance(d, int) and d >= 0, f"{what}: dimensions {list(dims)} must be non-negative integers")
+        check(info.is_tensor or not dims, f"{what}: scalar extension type with dimensions {list(dims)}")
+        check(scale == 0 and zero_point == 0, f"{what}: an extension operand must have scale 0 and zero point 0 "
+                                              "(its parameters go in its extension data)")
+        self._extension_info[code] = info
+        self._operands.append(Operand(code, dims, scale, zero_point))
+        return len(self._operands) - 1
+
+    def is_scalar(self, code) -> bool:
+        info = self._extension_info.get(code)
+        return code in SCALAR_TYPES if info is None else not info.is_tensor
+
+    def dtype_of(self, code) -> np.dtype:
+        """The element type of an operand type of this model (an extension's: opaque bytes)."""
+        info = self._extension_info.get(code)
+        return ext.dtype_of(info) if info is not None else DTYPES[code]
 
     def set_operand_symm_per_channel_quant_params(self, index: int, scales: Sequence[float], channel_dim: int) -> None:
         """ANeuralNetworksModel_setOperandSymmPerChannelQuantParams."""
@@ -141,13 +235,19 @@ class Model:
         if operand.type == OperandCode.SUBGRAPH:
             raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: operand {index} is a SUBGRAPH; "
                                                   "use set_operand_value_from_model")
-        dtype = DTYPES[operand.type]
+        dtype = self.dtype_of(operand.type)
         dims = operand.dimensions
-        if not (operand.type in SCALAR_TYPES or (dims and 0 not in dims)):
+        if not (self.is_scalar(operand.type) or (dims and 0 not in dims)):
             raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: operand {index} has unspecified dimensions "
                                                   f"{list(dims)}")
         needed = dtype.itemsize * math.prod(dims)
-        if isinstance(value, (bool, int, float, np.generic)) or (isinstance(value, (list, tuple))):
+        if ext.is_extension_type(operand.type) and not isinstance(value, np.ndarray):
+            try:
+                raw = _as_bytes_view(value)  # an extension's value: bytes only its driver can read
+            except TypeError:
+                raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: value of type {type(value).__name__} "
+                                                      "is not a buffer") from None
+        elif isinstance(value, (bool, int, float, np.generic)) or (isinstance(value, (list, tuple))):
             raw = np.asarray(value, dtype).reshape(-1).view(np.uint8)
         else:
             try:
@@ -170,9 +270,9 @@ class Model:
             raise NnapiError(UNEXPECTED_NULL, "set_operand_value_from_memory: memory is None")
         operand = self._operand(index, "set_operand_value_from_memory")
         shared = memory.shared_region("set_operand_value_from_memory")
-        dtype = DTYPES[operand.type]
+        dtype = self.dtype_of(operand.type)
         dims = operand.dimensions
-        check(operand.type in SCALAR_TYPES or (dims and 0 not in dims),
+        check(self.is_scalar(operand.type) or (dims and 0 not in dims),
               f"set_operand_value_from_memory: operand {index} has unspecified dimensions {list(dims)}")
         needed = dtype.itemsize * math.prod(dims)
         check(length == needed, f"set_operand_value_from_memory: operand {index} needs {needed} bytes, got {length}")
@@ -199,6 +299,8 @@ class Model:
         self._check_building("add_operation")
         if inputs is None or outputs is None:
             raise NnapiError(UNEXPECTED_NULL, "add_operation: inputs or outputs is None")
+        if isinstance(type, (int, np.integer)) and ext.is_extension_type(type):
+            return self._add_extension_operation(int(type), tuple(inputs), tuple(outputs))
         try:
             code = _OPERATION_CODES[type]
         except (KeyError, TypeError):
@@ -219,6 +321,20 @@ class Model:
         for k in outputs:
             if operands[k].lifetime in _VALUE_LIFETIMES:
                 raise NnapiError(ResultCode.BAD_DATA, f"add_operation ({code.name}): output operand {k} has a value set")
+        self._operations.append(Operation(code, inputs, outputs))
+
+    def _add_extension_operation(self, code: int, inputs: tuple[int, ...], outputs: tuple[int, ...]) -> None:
+        """An extension operation: of an extension this model assigned; only its driver knows its
+        signature, so the runtime checks no more than the operand indexes (as NNAPI's does)."""
+        name = self._prefix_name(code)
+        check(name is not None, f"add_operation: type {code} has prefix {ext.prefix_of(code)}, which this model "
+                                "has not assigned (get_extension_operation_type gives the codes)")
+        for k in inputs + outputs:
+            self._operand(k, f"add_operation ({name} operation {ext.within_extension(code)})")
+        for k in outputs:
+            if self._operands[k].lifetime in _VALUE_LIFETIMES:
+                raise NnapiError(ResultCode.BAD_DATA, f"add_operation ({name} operation "
+                                                      f"{ext.within_extension(code)}): output operand {k} has a value set")
         self._operations.append(Operation(code, inputs, outputs))
 
     def identify_inputs_and_outputs(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
@@ -254,7 +370,8 @@ class Model:
         self._check_building("finish")
         check(self._inputs is not None, "finish: identify_inputs_and_outputs was not called")
         hal = self._to_hal()
-        self.feature_level = validate_model(hal)
+        from .devices import declared_extensions
+        self.feature_level = validate_model(hal, declared_extensions(), strict=True)
         # Drivers receive operations in execution order, as NNAPI's runtime hands them over;
         # ``_run_order[i]`` is the index the application gave the i-th operation of the HAL model.
         self._run_order = topological_order(hal.main)
@@ -311,7 +428,8 @@ class Model:
         """This model as a Subgraph, adding the models it references to ``referenced``."""
         operands = []
         for k, o in enumerate(self._operands):
-            copy = Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant)
+            copy = Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant,
+                           o.extension_data)
             if k in self._referenced:
                 copy.value = self._referenced[k]._add_to(referenced, index_of)
             operands.append(copy)
@@ -329,4 +447,13 @@ class Model:
     def _to_hal(self) -> HalModel:
         referenced: list[Subgraph] = []
         main = self._subgraph(referenced, {id(self): -1})
-        return HalModel(main, referenced, self._relaxed)
+        used = dict(self._extension_prefixes)
+        stack, seen = list(self._referenced.values()), set()
+        while stack:  # the extensions of the IF/WHILE bodies, numbered alike
+            model = stack.pop()
+            if id(model) not in seen:
+                seen.add(id(model))
+                used.update(model._extension_prefixes)
+                stack.extend(model._referenced.values())
+        prefixes = [ExtensionNameAndPrefix(n, p) for n, p in sorted(used.items(), key=lambda item: item[1])]
+        return HalModel(main, referenced, self._relaxed, prefixes)
