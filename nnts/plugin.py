@@ -7,8 +7,9 @@ comma-separated for several; ``--isolate`` serves in-process drivers from a proc
 ``--feature-level N`` (test only what that level requires), ``--expected-failures FILE`` (known
 driver issues: xfail, warned about when they pass), ``--report PATH`` (conformance report: HTML, or
 JSON for a .json path; repeatable),
-``--reproducers DIR`` (where failing models are saved), ``--call-timeout S`` (a remote driver's
-budget per call).
+``--reproducers DIR`` (where failing models are saved), ``--shard K/N`` (a deterministic part of
+the run, see ``nnapi_ref.shard``), ``--call-timeout S`` (a remote driver's budget per call). A bad
+``--driver`` or ``--shard`` stops the session before collection, in one line.
 
 A test during which an out-of-process driver crashed or hung fails with CRASH or HANG and the
 driver's exit status or the call that did not return, whatever the test itself concluded (the
@@ -34,7 +35,8 @@ from nnapi_ref.types import OperandCode, OperationCode
 def pytest_addoption(parser):
     group = parser.getgroup("nnts", "NNAPI driver conformance")
     group.addoption("--driver", default=os.environ.get("NNTS_DRIVER", "reference"),
-                    help="driver(s) under test: reference, or module.path:factory (comma-separated)")
+                    help="driver(s) under test, comma-separated: reference, onnxruntime, tflite, tflite-ref, "
+                         "module.path:factory, remote:COMMAND or socket:PATH")
     group.addoption("--vectors", action="append", default=[],
                     help="extra test-vector files or folders (default: ../shared/vectors when present)")
     group.addoption("--no-shared-vectors", action="store_true", help="do not add ../shared/vectors")
@@ -72,6 +74,11 @@ def pytest_configure(config):
         reports = config.getoption("report")
         config.option.reproducers = str(Path(reports[0]).parent / "reproducers") if reports else \
             os.path.join(tempfile.gettempdir(), "nnts-reproducers")
+    from nnapi_ref import shard
+    try:
+        config.nnts_shard = shard.parse(config.getoption("shard"))
+    except ValueError as e:
+        raise pytest.UsageError(f"nnts: {e}") from None
     if not hasattr(config, "workerinput"):
         config.nnts_drivers = _checked_drivers(config)
 
@@ -108,10 +115,7 @@ def _select_shard(config, items) -> None:
     """``--shard K/N``: keep this shard's tests, named the same in a clone and installed
     (``cts/test_generated.py::...``), so shards of either kind of run line up."""
     from nnapi_ref import shard
-    try:
-        part = shard.parse(config.getoption("shard"))
-    except ValueError as e:
-        raise pytest.UsageError(f"nnts: {e}") from None
+    part = config.nnts_shard
     if part is None:
         return
     keep, drop = [], []
