@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .. import hal
+from .. import hal, trace
 from ..errors import NnapiError, check
 from ..hal import Model as HalModel, Operand, Operation, Subgraph
 from ..types import (BYTE_SIZE_OF_CACHE_TOKEN, Lifetime, OperandCode, OperationCode, PreferenceCode, PriorityCode,
@@ -248,6 +248,10 @@ class Compilation:
 
     def finish(self) -> None:
         self._check_building("finish")
+        with trace.span("compilation", "runtime", "CompilationBuilder::finish"):
+            self._finish()
+
+    def _finish(self) -> None:
         deadline = None if self.timeout_ns is None else time.monotonic_ns() + self.timeout_ns
         model = self.model.hal_model
         if self.explicit_devices is None and MANAGER.partitioning == Partitioning.NONE:
@@ -263,7 +267,8 @@ class Compilation:
         self.finished = True
 
     def _partitioned_plan(self, model: HalModel, deadline) -> ExecutionPlan:
-        groups = partition(model, self.devices, self.preference, allow_cpu=self.fallback)
+        with trace.span("compilation", "runtime", "partition"):
+            groups = partition(model, self.devices, self.preference, allow_cpu=self.fallback)
         if len(groups) == 1:
             return ExecutionPlan([self._single_step(groups[0][0], model, deadline)])
         steps = []
@@ -291,6 +296,10 @@ class Compilation:
             step.prepared = self._prepare(MANAGER.cpu, step.model, deadline, cache=False)
 
     def _prepare(self, device: Device, model: HalModel, deadline, cache: bool) -> hal.PreparedModel:
+        with trace.span("compilation", "runtime", f"prepare on {device.name}"):
+            return self._prepare_on(device, model, deadline, cache)
+
+    def _prepare_on(self, device: Device, model: HalModel, deadline, cache: bool) -> hal.PreparedModel:
         driver = device.driver
         if cache and self.token is not None:
             counts = call_driver(device, "get_number_of_cache_files_needed", driver.get_number_of_cache_files_needed)

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import hal
+from .. import hal, trace
 from ..errors import NnapiError, check
 from ..types import (DTYPES, LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, SCALAR_TYPES, DurationCode,
                      ResultCode, type_name)
@@ -427,11 +427,15 @@ class Execution:
     # -- the step executor ------------------------------------------------------------------------
 
     def _finish_run(self, deadline, burst: Burst | None) -> None:
+        t0 = trace.now() if trace.on else 0
         try:
             self._run_plan(deadline, burst)
         except NnapiError as e:
             self._end(e)
             raise
+        finally:
+            if t0:
+                trace.end(t0, "execution", "runtime", "ExecutionBuilder::compute")
         self._end(None)
 
     def _run_plan(self, deadline, burst: Burst | None) -> None:
@@ -450,7 +454,11 @@ class Execution:
             self._run_steps(plan.steps, deadline)
 
     def _execute_single(self, step: Step, deadline, burst: Burst | None) -> hal.ExecutionResult:
+        t0 = trace.now() if trace.on else 0
         request, finalize = self._single_request(step)
+        if t0:
+            trace.end(t0, "io", "runtime", "request")
+            t0 = trace.now()
         if burst is not None:
             hal_burst = burst.for_step(step)
             for binding in self._inputs + self._outputs:
@@ -461,7 +469,12 @@ class Execution:
         else:
             result = call_driver(step.device, "execute", step.prepared.execute_synchronously, request,
                                  self._measure, deadline, self._loop_timeout_ns)
+        if t0:
+            trace.end(t0, "compute", "runtime", f"execute on {step.device.name}")
+            t0 = trace.now()
         finalize(result.output_shapes)
+        if t0:
+            trace.end(t0, "results", "runtime", "output shapes")
         return result
 
     def _recover(self, failure: Exception, step: Step, deadline) -> NnapiError | None:
@@ -596,10 +609,17 @@ class Execution:
     def _run_steps(self, steps: list[Step], deadline) -> None:
         main = self._main
         values: dict[int, np.ndarray | None] = {}
-        for i, (k, binding) in enumerate(zip(main.input_indexes, self._inputs)):
-            values[k] = self._read_binding(binding, main.operands[k], i)
-        for step in steps:
-            self._run_step(step, values, deadline)
+        with trace.span("io", "runtime", "read inputs"):
+            for i, (k, binding) in enumerate(zip(main.input_indexes, self._inputs)):
+                values[k] = self._read_binding(binding, main.operands[k], i)
+        for n, step in enumerate(steps):
+            with trace.span("compute", "runtime", f"step {n} on {step.device.name}"):
+                self._run_step(step, values, deadline)
+        with trace.span("results", "runtime", "write outputs"):
+            self._write_outputs(values)
+
+    def _write_outputs(self, values: dict) -> None:
+        main = self._main
         shapes, ok = [], True
         for i, (k, binding) in enumerate(zip(main.output_indexes, self._outputs)):
             sufficient = self._write_binding(binding, values[k], i)

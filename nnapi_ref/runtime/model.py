@@ -12,7 +12,7 @@ from typing import Sequence
 import math
 import numpy as np
 
-from .. import ops
+from .. import ops, trace
 from ..errors import NnapiError, check
 from ..hal import ChannelQuant, Model as HalModel, Operand, Operation, Subgraph
 from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
@@ -253,6 +253,10 @@ class Model:
         """ANeuralNetworksModel_finish: validate the whole graph and freeze the model."""
         self._check_building("finish")
         check(self._inputs is not None, "finish: identify_inputs_and_outputs was not called")
+        with trace.span("preparation", "runtime", "ModelBuilder::finish"):
+            self._finish()
+
+    def _finish(self) -> None:
         hal = self._to_hal()
         self.feature_level = validate_model(hal)
         # Drivers receive operations in execution order, as NNAPI's runtime hands them over;
