@@ -340,7 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("-v", "--verbose", action="store_true", help="also print skipped tests")
     r.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
     r.set_defaults(func=cmd_vectors_run)
+    from . import trace_cli  # tracing and graphs: nnts trace summary, nnts graph, --trace
+    trace_cli.register(sub)
+    for command in (sub.choices["stress"], sub.choices["bench"], sub.choices["fuzz"], r):
+        trace_cli.add_trace_option(command)
     args = parser.parse_args(argv)
+    if trace_cli.apply(args) is not None:
+        return 2
     if getattr(args, "call_timeout", None):
         os.environ["NNTS_CALL_TIMEOUT"] = str(args.call_timeout)  # worker processes inherit it
     from .runtime.devices import drivers_restored

@@ -98,9 +98,12 @@ def end(t0: int, phase: str, layer: str, name: str, args: dict | None = None) ->
     _events.append((name, phase, layer, t0, t1 - t0, tid, args))  # list.append is atomic
 
 
-def record(phase: str, layer: str, name: str, t0: int, duration_ns: int, tid: int | None = None) -> None:
-    """Record a span measured elsewhere (a driver's spans received over the protocol)."""
-    _events.append((name, phase, layer, t0, duration_ns, tid or threading.get_native_id(), None))
+def record(t0: int, t1: int, phase: str, layer: str, name: str) -> None:
+    """Record a span from ``t0`` to ``t1`` (:func:`now` readings taken by the caller)."""
+    tid = threading.get_native_id()
+    if tid not in _threads:
+        _threads[tid] = threading.current_thread().name
+    _events.append((name, phase, layer, t0, t1 - t0, tid, None))
 
 
 class _Span:
@@ -268,8 +271,19 @@ def _write_at_exit() -> None:
             print(f"nnts: cannot write the trace {_path}: {e}", file=sys.stderr)
 
 
+def _path_from_environment() -> str:
+    """NNTS_TRACE for this process: worker processes it starts (which inherit the variable) write
+    their own file beside it, PATH.PID.json, instead of overwriting the first process's."""
+    path, owner = os.environ["NNTS_TRACE"], os.environ.get("NNTS_TRACE_OWNER")
+    if owner and owner != str(os.getpid()):
+        root, ext = os.path.splitext(path)
+        return f"{root}.{os.getpid()}{ext or '.json'}"
+    os.environ["NNTS_TRACE_OWNER"] = str(os.getpid())
+    return path
+
+
 if os.environ.get("NNTS_TRACE"):
     try:
-        start(os.environ["NNTS_TRACE"])
+        start(_path_from_environment())
     except ValueError as e:
         print(f"nnts: NNTS_TRACE ignored: {e}", file=sys.stderr)

@@ -323,12 +323,12 @@ class ReferencePreparedModel(hal.PreparedModel):
             raise hal_error(e) from None
         executor = self._executor(deadline_ns, loop_timeout_ns)
         device_start = time.monotonic_ns()
-        if traced:
-            trace.end(start, "io", "driver", "read request")
         results = self._compute(executor, inputs)
-        device_ns = time.monotonic_ns() - device_start
+        device_end = time.monotonic_ns()
+        device_ns = device_end - device_start
         if traced:
-            trace.end(device_start, "compute", "driver", "compute")
+            trace.record(start, device_start, "io", "driver", "read request")
+            trace.record(device_start, device_end, "compute", "driver", "compute")
             results_start = trace.now()
         shapes = [hal.OutputShape(tuple(r.shape), True) for r in results]
         targets = []
