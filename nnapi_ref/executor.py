@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from . import ops, trace
+from . import ops, trace, vlog
 from .errors import NnapiError
 from .hal import Model, Subgraph
 from .ops.base import Arg, Call, ValueUnknown
@@ -181,7 +181,10 @@ class Executor:
             values[k] = array
         call = Call([], [], self.relaxed, self)
         traced = trace.on
+        logged = vlog.on["cpuexe"]
         for step in plan.steps:
+            if logged:
+                vlog.info("CpuExecutor", "run %s", step.label)
             self.check_deadline()
             call.ins = [Arg(m[0], None if values[k] is None else values[k].shape, m[1], m[2], m[3],
                             values[k], values[k] is None)

@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import hal, trace
+from .. import hal, trace, vlog
 from ..hal import ErrorStatus, HalError
 from . import shm, wire
 from .wire import EncodeError, Msg, ProtocolError, Reader, Writer
@@ -443,6 +443,8 @@ class Connection:
             message += f" ({death})"
         self.dead = message
         _record(Incident(kind, self.driver, message))
+        if vlog.on["manager"]:
+            vlog.info("Manager", "%s: driver died: %s", self.driver, message)
         error = self.dead_error()
         for waiter in pending.values():
             waiter.error = error
@@ -539,6 +541,9 @@ class RemoteDevice(hal.Device):
                 self.connection = Connection(self._connect(), self.driver, self.call_timeout_s,
                                              self.prepare_timeout_s)
                 self.restarts += 1
+                if vlog.on["manager"]:
+                    vlog.info("Manager", "%s: driver %s%s", self.driver, "started" if self.restarts == 0 else
+                              "restarted", f" (restart {self.restarts})" if self.restarts else "")
             return self.connection
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import hal, trace
+from .. import hal, trace, vlog
 from ..errors import NnapiError, check
 from ..types import (DTYPES, LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, SCALAR_TYPES, DurationCode,
                      ResultCode, type_name)
@@ -490,6 +490,9 @@ class Execution:
             return error
         if any(b.kind == "memory" and b.memory.buffer is not None for b in self._inputs + self._outputs):
             return error  # device memories live in the failed driver
+        if vlog.on["execution"]:
+            vlog.info("ExecutionBuilder", "execution on %s failed (%s: %s): CPU fallback", step.device.name,
+                      error.code.name, error.message)
         try:
             cpu_step = self._cpu_step(step)
             result = self._execute_single(cpu_step, deadline, None)
@@ -613,6 +616,9 @@ class Execution:
             for i, (k, binding) in enumerate(zip(main.input_indexes, self._inputs)):
                 values[k] = self._read_binding(binding, main.operands[k], i)
         for n, step in enumerate(steps):
+            if vlog.on["execution"]:
+                vlog.info("ExecutionPlan", "execute step %d on %s: operations %s", n, step.device.name,
+                          step.operations)
             with trace.span("compute", "runtime", f"step {n} on {step.device.name}"):
                 self._run_step(step, values, deadline)
         with trace.span("results", "runtime", "write outputs"):
@@ -638,6 +644,9 @@ class Execution:
         except NnapiError as e:
             if not self.compilation.fallback or e.code in _NO_FALLBACK or step.device is MANAGER.cpu:
                 raise
+            if vlog.on["execution"]:
+                vlog.info("ExecutionBuilder", "step on %s failed (%s: %s): CPU fallback", step.device.name,
+                          e.code.name, e.message)
         self._run_step_on(self._cpu_step(step), values, deadline)
 
     def _run_step_on(self, step: Step, values: dict, deadline) -> None:

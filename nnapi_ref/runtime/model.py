@@ -12,7 +12,7 @@ from typing import Sequence
 import math
 import numpy as np
 
-from .. import ops, trace
+from .. import ops, trace, vlog
 from ..errors import NnapiError, check
 from ..hal import ChannelQuant, Model as HalModel, Operand, Operation, Subgraph
 from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
@@ -267,6 +267,9 @@ class Model:
             sg.operations = [sg.operations[j] for j in topological_order(sg)]
         self._hal = hal
         self._finished = True
+        if vlog.on["model"]:
+            vlog.info("ModelBuilder", "finish: %d operands, %d operations, %d referenced subgraphs, feature level %d",
+                      len(hal.main.operands), len(hal.main.operations), len(hal.referenced), self.feature_level)
 
     def get_supported_operations_for_devices(self, devices) -> list[bool]:
         """ANeuralNetworksModel_getSupportedOperationsForDevices: per operation of the main
