@@ -36,8 +36,24 @@ def register(sub) -> None:
     s.add_argument("--detail", action="store_true", help="also list every span")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
     s.set_defaults(func=_summary)
+    register_graph(sub)
 
 
 def _summary(args) -> int:
     from .trace_summary import main
     return main(args.trace_file, args.total_times, args.per_execution, args.detail, args.json)
+
+
+def register_graph(sub) -> None:
+    p = sub.add_parser("graph", help="a model (test-vector file or .tflite) as a Graphviz graph")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--driver", help="colour each operation by the device the runtime assigns it to")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--svg", metavar="OUT", help="write an SVG (needs Graphviz's dot)")
+    out.add_argument("--dot", metavar="OUT", help="write the dot text to this file (default: stdout)")
+    p.set_defaults(func=_graph)
+
+
+def _graph(args) -> int:
+    from .graph import main
+    return main(args.model, args.driver, args.svg, args.dot)
