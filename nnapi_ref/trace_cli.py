@@ -22,6 +22,8 @@ def apply(args) -> int | None:
     except ValueError as e:
         print(f"nnts: --trace: {e}", file=sys.stderr)
         return 2
+    if getattr(args, "jobs", None) is not None:
+        args.jobs = 1  # one process: worker processes' spans would not reach the trace
     return None
 
 
