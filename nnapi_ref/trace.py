@@ -78,6 +78,11 @@ def path() -> str | None:
     return _path
 
 
+def origin() -> int:
+    """The trace's time zero (a :func:`now` reading): written timestamps are µs after it."""
+    return _origin
+
+
 def _unwritable(path: str) -> str | None:
     folder = os.path.dirname(os.path.abspath(path)) or "."
     if os.path.isdir(path):

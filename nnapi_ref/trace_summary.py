@@ -46,6 +46,11 @@ def load_spans(path: str) -> list[dict]:
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         raise TraceError(f"{path} holds no trace events (a list or an object with traceEvents)")
+    return spans_of_events(events, path)
+
+
+def spans_of_events(events: list, where: str = "trace") -> list[dict]:
+    """The tagged spans of a list of trace events (see :func:`load_spans`)."""
     spans, open_spans = [], {}
     for event in events:
         if not isinstance(event, dict) or event.get("ph") not in ("X", "B", "E"):
@@ -64,7 +69,7 @@ def load_spans(path: str) -> list[dict]:
             else:
                 _add(spans, name, ts, ts + float(event.get("dur", 0)), pid, tid)
         except (KeyError, TypeError, ValueError):
-            raise TraceError(f"{path}: malformed trace event {str(event)[:200]}") from None
+            raise TraceError(f"{where}: malformed trace event {str(event)[:200]}") from None
     return spans
 
 
@@ -174,7 +179,7 @@ def format_table(summary: dict, columns=None) -> str:
              " " * 12 + "".join(("-" * len(TITLES[c])).rjust(width) for c in columns)]
 
     def cell(value, star=False):
-        return ("n/a" if value is None else f"{value:.2f}" + ("*" if star else " ")).rjust(width)
+        return ("n/a " if value is None else f"{value:.2f}" + ("*" if star else " ")).rjust(width)
     for layer, row in summary["layers"].items():
         lines.append(ROW_TITLES[layer].ljust(12) + "".join(cell(row.get(c)) for c in columns))
     lines.append("")
@@ -206,6 +211,50 @@ def operation_times(spans: list[dict]) -> list[dict]:
     rows = [{"operation": name, "count": len(v), "total_ms": sum(v), "mean_ms": sum(v) / len(v),
              "percent": 100 * sum(v) / grand} for name, v in by_name.items()]
     return sorted(rows, key=lambda r: -r["total_ms"])
+
+
+def window(start_ns: int, end_ns: int) -> dict:
+    """The summary (self times) and the per-operation table of the spans recorded so far that lie
+    within [start_ns, end_ns] of :func:`trace.now` (one model of ``nnts bench --trace``)."""
+    lo, hi = (start_ns - trace.origin()) / 1000, (end_ns - trace.origin()) / 1000
+    spans = [s for s in spans_of_events(trace.events()) if lo <= s["start"] and s["end"] <= hi]
+    return {"summary": summarize(spans), "operations": operation_times(spans)}
+
+
+def html_tables(rows: list[dict]) -> str:
+    """The bench page's section: per model, the timing summary and the CPU executor's operations."""
+    from html import escape
+    parts = []
+    for row in rows:
+        traced = row.get("trace")
+        if not traced:
+            continue
+        summary = traced["summary"]
+        columns = tuple(COLUMNS) + ("total",)
+        head = "".join(f"<th>{TITLES[c]}</th>" for c in columns)
+        body = []
+        for layer, values in list(summary["layers"].items()) + [("total", summary["total"])]:
+            cells = "".join(f"<td>{'n/a' if values.get(c) is None else f'{values[c]:.2f}'}"
+                            f"{'*' if layer == 'total' and values.get(c) is not None and summary['incomplete'].get(c) else ''}</td>"
+                            for c in columns)
+            body.append(f"<tr><th class=\"l\">{ROW_TITLES.get(layer, 'Total')}</th>{cells}</tr>")
+        parts.append(f"<h3 data-trace-model=\"{escape(row['model'])}\">{escape(row['model'])}</h3>"
+                     f"<p>{summary['executions']} executions; milliseconds of wall time per layer, its own time "
+                     f"(without the time it waits on deeper layers); * the total ignores n/a values.</p>"
+                     f"<table class=\"trace\"><tr><th class=\"l\">layer</th>{head}</tr>{''.join(body)}</table>")
+        operations = traced["operations"]
+        if operations:
+            op_rows = "".join(f"<tr><td class=\"l\">{escape(o['operation'])}</td><td>{o['count']}</td>"
+                              f"<td>{o['total_ms']:.2f}</td><td>{o['mean_ms'] * 1000:.1f}</td>"
+                              f"<td>{o['percent']:.1f}</td></tr>" for o in operations)
+            parts.append("<table class=\"ops\"><tr><th class=\"l\">operation (reference CPU executor)</th>"
+                         "<th>runs</th><th>total ms</th><th>mean µs</th><th>% of CPU time</th></tr>"
+                         f"{op_rows}</table>")
+    if not parts:
+        return ""
+    return ("<h2>Where the time goes (nnts bench --trace)</h2><p>From the run's trace: NNAPI's timing summary "
+            "per model (nnts trace summary), then the time per operation of the reference executor.</p>"
+            + "".join(parts))
 
 
 def main(path: str, total_times: bool = False, per_exec: bool = False, detail: bool = False,

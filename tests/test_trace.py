@@ -192,3 +192,24 @@ def add_mul_model_finished() -> Model:
     model = add_mul_model()
     model.finish()
     return model
+
+
+def test_bench_window_summarizes_one_models_executions(tracing):
+    """nnts bench --trace: the spans of one model's window, its executions and operation times."""
+    model = add_mul_model_finished()
+    compilation = Compilation(model, None)
+    compilation.finish()
+    started = trace.now()
+    for _ in range(3):
+        execution = Execution(compilation)
+        execution.set_input(0, A)
+        execution.set_input(1, B)
+        execution.set_output(0, np.zeros((2, 2), np.float32))
+        execution.compute()
+    window = trace_summary.window(started, trace.now())
+    assert window["summary"]["executions"] == 3
+    assert window["summary"]["layers"]["runtime"]["compilation"] is None  # compiled before the window
+    assert {(o["operation"], o["count"]) for o in window["operations"]} == {("ADD", 3), ("MUL", 3)}
+    html = trace_summary.html_tables([{"model": "add_mul.tflite", "trace": window}, {"model": "untraced"}])
+    assert 'data-trace-model="add_mul.tflite"' in html and "untraced" not in html
+    assert "<td class=\"l\">MUL</td><td>3</td>" in html

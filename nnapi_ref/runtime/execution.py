@@ -306,8 +306,9 @@ class Execution:
                 event._complete(error)
 
             try:
-                step.prepared.execute(request, self._measure, deadline, self._loop_timeout_ns,
-                                      hal.ExecutionCallback(on_finish))
+                with trace.span("execution", "runtime", "ExecutionBuilder::startCompute"):
+                    step.prepared.execute(request, self._measure, deadline, self._loop_timeout_ns,
+                                          hal.ExecutionCallback(on_finish))
             except Exception as e:
                 error = self._recover(e, step, deadline)
                 self._end(error)
