@@ -187,6 +187,21 @@ def _write(path: str, text: str) -> None:
         raise
 
 
+def picture_beside(model_path: str | os.PathLike) -> Path | None:
+    """The SVG of a model file written beside it (``x.json`` -> ``x.svg``) when Graphviz is
+    installed, for failure messages (a random graph's reproducer); None without Graphviz or when
+    it fails (a picture is a help, never a reason for the failure report to fail)."""
+    if dot_program() is None:
+        return None
+    out = Path(model_path).with_suffix(".svg")
+    try:
+        model, name = load_model(str(model_path))
+        render_svg(to_dot(model, name), str(out))
+    except (GraphError, OSError, subprocess.TimeoutExpired):
+        return None
+    return out
+
+
 def main(path: str, driver: str | None = None, svg: str | None = None, dot: str | None = None) -> int:
     """``nnts graph``: dot text to stdout (or --dot FILE), or an SVG (--svg FILE)."""
     try:

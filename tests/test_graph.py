@@ -100,3 +100,15 @@ def test_bad_model_file_is_one_line(tmp_path, capsys):
     assert cli.main(["graph", str(bad)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     assert cli.main(["graph", str(tmp_path / "missing.tflite")]) == 2
+
+
+def test_failure_picture_beside_the_reproducer(reproducer, tmp_path, monkeypatch):
+    """A random graph's failure message names the shrunk model's SVG, written beside its reproducer."""
+    path, g = reproducer
+    copy = tmp_path / path.name
+    copy.write_bytes(path.read_bytes())
+    if shutil.which("dot") is not None:
+        picture = graph.picture_beside(copy)
+        assert picture == copy.with_suffix(".svg") and len(operation_nodes(picture)) == len(g.operation_names)
+    monkeypatch.setattr(graph, "dot_program", lambda: None)
+    assert graph.picture_beside(copy) is None

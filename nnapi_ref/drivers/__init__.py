@@ -75,6 +75,12 @@ def _load_remote(spec: str) -> Device:
 
 def load_drivers(specs: str | list[str], isolate: bool = False) -> list[Device]:
     """Drivers from a comma-separated string or a list of driver strings."""
+    from .. import trace, vlog
     if isinstance(specs, str):
         specs = [s for s in specs.split(",") if s.strip()]
-    return [load_driver(s, isolate) for s in specs]
+    with trace.span("initialization", "runtime", "load drivers"):
+        drivers = [load_driver(s, isolate) for s in specs]
+    if vlog.on["manager"]:
+        vlog.info("Manager", "drivers loaded: %s", ", ".join(f"{s.strip()} ({d.get_name()})"
+                                                           for s, d in zip(specs, drivers)))
+    return drivers

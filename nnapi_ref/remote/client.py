@@ -548,7 +548,7 @@ class RemoteDevice(hal.Device):
 
     def close(self) -> None:
         """Stop the driver process (the suite's end; a later call starts a new one)."""
-        with self._lock:
+        with self._lock, trace.span("termination", "ipc", "close driver"):
             if self.connection is not None:
                 self.connection.close()
 
