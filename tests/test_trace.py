@@ -213,3 +213,28 @@ def test_bench_window_summarizes_one_models_executions(tracing):
     html = trace_summary.html_tables([{"model": "add_mul.tflite", "trace": window}, {"model": "untraced"}])
     assert 'data-trace-model="add_mul.tflite"' in html and "untraced" not in html
     assert "<td class=\"l\">MUL</td><td>3</td>" in html
+
+
+def test_a_partitioned_execution_has_a_span_per_step(tracing):
+    from nnapi_ref import using_drivers
+    from nnapi_ref.drivers.reference import ReferenceDevice
+    from nnapi_ref.drivers.variants import SubsetDevice
+    adder = SubsetDevice("adder", [OperationCode.ADD], 0.5)
+    with using_drivers([ReferenceDevice(), adder]):
+        compilation = Compilation(add_mul_model_finished())
+        compilation.finish()
+        execution = Execution(compilation)
+        execution.set_input(0, A)
+        execution.set_input(1, B)
+        out = np.zeros((2, 2), np.float32)
+        execution.set_output(0, out)
+        execution.compute()
+    np.testing.assert_array_equal(out, (A + B) * B)
+    trace.flush()
+    spans = {trace.parse_tag(e["name"])[2]: e for e in json.loads(tracing.read_text())["traceEvents"]
+             if e["ph"] == "X"}
+    outer = spans["ExecutionBuilder::compute"]
+    for name in ("read inputs", "step 0 on adder", "step 1 on nnapi-reference", "write outputs"):
+        inner = spans[name]
+        assert outer["ts"] <= inner["ts"] and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"], name
+    assert spans["step 0 on adder"]["ts"] < spans["step 1 on nnapi-reference"]["ts"]

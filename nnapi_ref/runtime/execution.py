@@ -613,17 +613,27 @@ class Execution:
     def _run_steps(self, steps: list[Step], deadline) -> None:
         main = self._main
         values: dict[int, np.ndarray | None] = {}
-        with trace.span("io", "runtime", "read inputs"):
-            for i, (k, binding) in enumerate(zip(main.input_indexes, self._inputs)):
-                values[k] = self._read_binding(binding, main.operands[k], i)
+        t0 = trace.now() if trace.on else 0
+        for i, (k, binding) in enumerate(zip(main.input_indexes, self._inputs)):
+            values[k] = self._read_binding(binding, main.operands[k], i)
+        if t0:
+            trace.end(t0, "io", "runtime", "read inputs")
         for n, step in enumerate(steps):
             if vlog.on["execution"]:
                 vlog.info("ExecutionPlan", "execute step %d on %s: operations %s", n, step.device.name,
                           step.operations)
-            with trace.span("compute", "runtime", f"step {n} on {step.device.name}"):
+            t0 = trace.now() if trace.on else 0
+            try:
                 self._run_step(step, values, deadline)
-        with trace.span("results", "runtime", "write outputs"):
+            finally:
+                if t0:
+                    trace.end(t0, "compute", "runtime", f"step {n} on {step.device.name}")
+        t0 = trace.now() if trace.on else 0
+        try:
             self._write_outputs(values)
+        finally:
+            if t0:
+                trace.end(t0, "results", "runtime", "write outputs")
 
     def _write_outputs(self, values: dict) -> None:
         main = self._main
