@@ -363,6 +363,7 @@ class Connection:
                 pid, name, threads, spans, more = self.decode(wire.read_spans, r)
                 self.decode(Reader.end, r)
                 trace.add_foreign(pid, name, spans, threads, self._trace_offset_ns)
+                more = more and bool(spans)  # a server promising more and sending nothing is not asked again
         except HalError:
             return not self.dead
         return True
