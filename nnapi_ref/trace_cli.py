@@ -24,6 +24,18 @@ def apply(args) -> int | None:
         return 2
     if getattr(args, "jobs", None) is not None:
         args.jobs = 1  # one process: worker processes' spans would not reach the trace
+    command = args.func
+
+    def traced(args) -> int:
+        """The command, then the trace written (and tracing stopped) before returning."""
+        try:
+            return command(args)
+        finally:
+            try:
+                trace.stop()
+            except OSError as e:
+                print(f"nnts: cannot write the trace {path}: {e}", file=sys.stderr)
+    args.func = traced
     return None
 
 

@@ -238,3 +238,21 @@ def test_a_partitioned_execution_has_a_span_per_step(tracing):
         inner = spans[name]
         assert outer["ts"] <= inner["ts"] and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"], name
     assert spans["step 0 on adder"]["ts"] < spans["step 1 on nnapi-reference"]["ts"]
+
+
+def test_trace_option_of_nnts_vectors_run_writes_the_trace(tmp_path, capsys):
+    from nnapi_ref.cases import CORPUS
+    trace.reset()
+    path = tmp_path / "vectors.trace.json"
+    vectors_file = CORPUS / "arithmetic.json"
+    try:
+        assert cli.main(["vectors", "run", str(vectors_file), "--trace", str(path), "-q", "-j", "2"]) == 0
+    finally:
+        trace.reset()
+    spans = trace_summary.load_spans(str(path))
+    assert {s["layer"] for s in spans} >= {"runtime", "driver", "cpu"}
+    assert trace_summary.count_executions(spans) >= 1
+    bad = tmp_path / "no" / "such" / "folder" / "t.json"
+    capsys.readouterr()
+    assert cli.main(["vectors", "run", str(vectors_file), "--trace", str(bad)]) == 2
+    assert "does not exist" in capsys.readouterr().err
