@@ -43,7 +43,7 @@ def register(sub) -> None:
     p = sub.add_parser("trace", help="trace tools: the timing summary of a trace (NNAPI's parse_systrace)")
     tsub = p.add_subparsers(dest="trace_command", required=True)
     s = tsub.add_parser("summary", help="wall time per phase and layer of a trace file")
-    s.add_argument("trace_file", metavar="TRACE")
+    s.add_argument("trace_files", nargs="+", metavar="TRACE", help="trace files of one run (xdist workers' too)")
     s.add_argument("--total-times", action="store_true",
                    help="a layer's time includes the time it waits on deeper layers")
     s.add_argument("--per-execution", action="store_true", help="only the execution phases, per execution")
@@ -55,7 +55,7 @@ def register(sub) -> None:
 
 def _summary(args) -> int:
     from .trace_summary import main
-    return main(args.trace_file, args.total_times, args.per_execution, args.detail, args.json)
+    return main(args.trace_files, args.total_times, args.per_execution, args.detail, args.json)
 
 
 def register_graph(sub) -> None:

@@ -46,17 +46,20 @@ def load_spans(path: str) -> list[dict]:
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         raise TraceError(f"{path} holds no trace events (a list or an object with traceEvents)")
-    return spans_of_events(events, path)
+    origin = (document.get("otherData") or {}).get("origin_ns", 0) if isinstance(document, dict) else 0
+    return spans_of_events(events, path, origin / 1000 if isinstance(origin, (int, float)) else 0.0)
 
 
-def spans_of_events(events: list, where: str = "trace") -> list[dict]:
-    """The tagged spans of a list of trace events (see :func:`load_spans`)."""
+def spans_of_events(events: list, where: str = "trace", shift_us: float = 0.0) -> list[dict]:
+    """The tagged spans of a list of trace events (see :func:`load_spans`); ``shift_us`` is added
+    to their times (nnts writes them relative to the trace's origin, which it records: spans of
+    several files of one machine, xdist workers' say, share one time axis)."""
     spans, open_spans = [], {}
     for event in events:
         if not isinstance(event, dict) or event.get("ph") not in ("X", "B", "E"):
             continue
         try:
-            ts, pid, tid = float(event["ts"]), event.get("pid", 0), event.get("tid", 0)
+            ts, pid, tid = float(event["ts"]) + shift_us, event.get("pid", 0), event.get("tid", 0)
             if event["ph"] == "E":
                 stack = open_spans.get((pid, tid))
                 if stack:
@@ -257,17 +260,22 @@ def html_tables(rows: list[dict]) -> str:
             + "".join(parts))
 
 
-def main(path: str, total_times: bool = False, per_exec: bool = False, detail: bool = False,
+def main(paths, total_times: bool = False, per_exec: bool = False, detail: bool = False,
          as_json: bool = False) -> int:
-    """``nnts trace summary``: print the table (or JSON); 2 with one line for a bad file."""
-    if not os.path.exists(path):
-        print(f"nnts trace summary: {path}: no such file")
-        return 2
-    try:
-        spans = load_spans(path)
-    except TraceError as e:
-        print(f"nnts trace summary: {e}")
-        return 2
+    """``nnts trace summary``: print the table (or JSON) of one or more trace files (one run's:
+    the files of xdist workers, say); 2 with one line for a bad file."""
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    spans = []
+    for path in paths:
+        if not os.path.exists(path):
+            print(f"nnts trace summary: {path}: no such file")
+            return 2
+        try:
+            spans += load_spans(path)
+        except TraceError as e:
+            print(f"nnts trace summary: {e}")
+            return 2
+    path = ", ".join(paths)
     summary = summarize(spans, total_times)
     if per_exec:
         summary = per_execution(summary)
