@@ -308,11 +308,11 @@ class ReferencePreparedModel(hal.PreparedModel):
     # -- the one execution path every mode shares ---------------------------------------------
     def _run(self, request: hal.Request, measure: bool, deadline_ns, loop_timeout_ns) -> hal.ExecutionResult:
         if not trace.on:
-            return self._run_untraced(request, measure, deadline_ns, loop_timeout_ns)
+            return self._run_request(request, measure, deadline_ns, loop_timeout_ns)
         with trace.span("execution", "driver", f"{self.device.name} execute"):
-            return self._run_untraced(request, measure, deadline_ns, loop_timeout_ns)
+            return self._run_request(request, measure, deadline_ns, loop_timeout_ns)
 
-    def _run_untraced(self, request: hal.Request, measure: bool, deadline_ns, loop_timeout_ns) -> hal.ExecutionResult:
+    def _run_request(self, request: hal.Request, measure: bool, deadline_ns, loop_timeout_ns) -> hal.ExecutionResult:
         start = time.monotonic_ns()
         traced = trace.on
         check_deadline(deadline_ns, "execution")
