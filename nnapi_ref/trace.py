@@ -181,9 +181,9 @@ def add_collector(collect) -> None:
 def take() -> tuple[list[tuple], dict[int, str]]:
     """Hand over the spans recorded so far and the names of their threads (a remote server's
     reply to the client's collect)."""
-    global _events
-    with _lock:
-        events, _events = _events, []
+    with _lock:  # copy then delete what was copied: a span appended meanwhile stays for the next take
+        events = _events[:]
+        del _events[:len(events)]
         return events, dict(_threads)
 
 
