@@ -39,6 +39,7 @@ import numpy as np
 
 from nnapi_ref import vectors
 from nnapi_ref.errors import NnapiError
+from nnapi_ref.graph import picture_beside
 from nnapi_ref.harness import build_model, execute
 from nnapi_ref.runtime import Compilation, Device
 from nnapi_ref.types import OperandCode as T
@@ -224,4 +225,7 @@ def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], 
     path, replay = save_reproducer(shrunk, final, folder, driver)
     message = (f"random graph seed {seed}, {operation_summary(graph)}: {outcome.message}\n"
                f"shrunk to {operation_summary(shrunk)}: {final.message}\nreproducer: {path}\nreplay: {replay}")
+    picture = picture_beside(path)  # the shrunk model's graph, where Graphviz is installed
+    if picture is not None:
+        message += f"\ngraph: {picture}"
     return CaseResult("fail", message, graph, shrunk, path)

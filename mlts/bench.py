@@ -61,7 +61,7 @@ import numpy as np
 
 from nnts.mlts.tflite import TFLiteImportError, load_tflite, parse_tflite
 from nnapi_ref.cases import SHARED
-from nnapi_ref import Burst, Compilation, Execution, NnapiError, get_devices
+from nnapi_ref import Burst, Compilation, Execution, NnapiError, get_devices, trace, trace_summary
 from nnapi_ref.types import OperationCode
 
 SCHEMA = "nnts-bench/1"
@@ -571,7 +571,10 @@ def run(models: list[tuple[Path, Path | None]], driver: str, settings: Settings,
         for path, models_dir in models:
             if progress:
                 progress.start(path.name)
+            started = trace.now()
             rows.append(bench_model(path, models_dir, settings, cache_dir))
+            if trace.on:  # nnts bench --trace: this model's timing summary and operation times
+                rows[-1]["trace"] = trace_summary.window(started, trace.now())
             if progress:
                 progress.done(rows[-1])
     env["load_end"] = list(os.getloadavg())

@@ -399,6 +399,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("-v", "--verbose", action="store_true", help="also print skipped tests")
     r.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
     r.set_defaults(func=cmd_vectors_run)
+    from . import trace_cli  # tracing and graphs: nnts trace summary, nnts graph, --trace
+    trace_cli.register(sub)
+    for command in (sub.choices["stress"], sub.choices["bench"], sub.choices["fuzz"], r):
+        trace_cli.add_trace_option(command)
     r = vsub.add_parser("import-aosp", help="the NNAPI test specs of an AOSP checkout as test-vector files "
                                             "(runs the checkout's own test generator)")
     r.add_argument("checkout", help="frameworks/ml (up to Android 11), packages/modules/NeuralNetworks, or an "
@@ -409,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   "with the imported one of the same name (exit 1 on a difference)")
     r.set_defaults(func=cmd_vectors_import_aosp)
     args = parser.parse_args(argv)
+    if trace_cli.apply(args) is not None:
+        return 2
     if getattr(args, "call_timeout", None):
         os.environ["NNTS_CALL_TIMEOUT"] = str(args.call_timeout)  # worker processes inherit it
     from .runtime.devices import drivers_restored

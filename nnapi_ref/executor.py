@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from . import ops
+from . import ops, trace, vlog
 from .errors import NnapiError
 from .hal import Model, Subgraph
 from .ops.base import Arg, Call, ValueUnknown
@@ -180,14 +180,23 @@ class Executor:
         for k, array in zip(sg.input_indexes, inputs):
             values[k] = array
         call = Call([], [], self.relaxed, self)
+        traced = trace.on
+        logged = vlog.on["cpuexe"]
         for step in plan.steps:
+            if logged:
+                vlog.info("CpuExecutor", "run %s", step.label)
             self.check_deadline()
             call.ins = [Arg(m[0], None if values[k] is None else values[k].shape, m[1], m[2], m[3],
                             values[k], values[k] is None)
                         for k, m in zip(step.inputs, step.in_meta)]
             call.outs = [Arg(m[0], m[5], m[1], m[2], m[3]) for m in step.out_meta]
             call.constant_inputs, call.cache = step.constant_inputs, step.cache
-            results = self._run_step(step, call)
+            if traced:
+                t0 = trace.now()
+                results = self._run_step(step, call)
+                trace.end(t0, "compute", "cpu", step.code.name, {"operation": step.label})
+            else:
+                results = self._run_step(step, call)
             for k, result in zip(step.outputs, results):
                 values[k] = result
             for k in step.release:

@@ -58,9 +58,19 @@ def pytest_addoption(parser):
     group.addoption("--call-timeout", type=float, default=None,
                     help="seconds a remote driver may take to answer one call before it is declared hung "
                          "(default 60; prepare: 120)")
+    group.addoption("--nnts-trace", default=None, metavar="PATH",  # pytest's own --trace starts pdb
+                    help="write a Chrome trace-event JSON of the run (NNTS_TRACE; xdist workers write PATH.PID.json)")
 
 
 def pytest_configure(config):
+    path = config.getoption("nnts_trace")
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
+        from nnapi_ref import trace
+        os.environ["NNTS_TRACE"], os.environ["NNTS_TRACE_OWNER"] = path, str(os.getpid())
+        try:
+            trace.start(path)
+        except ValueError as e:
+            raise pytest.UsageError(f"--nnts-trace: {e}") from None
     if config.getoption("call_timeout"):
         os.environ["NNTS_CALL_TIMEOUT"] = str(config.getoption("call_timeout"))  # xdist workers inherit it
     for code in OperationCode:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jinja2
 
+from nnapi_ref.trace_summary import html_tables
 from nnts.reports.conformance import FAILED
 
 DRIVER_COLOUR, BASELINE_COLOUR = "#3465a4", "#f57900"
@@ -114,7 +115,7 @@ def render(results: dict, includes: list[str]) -> str:
                              autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
     return env.get_template("bench.html.j2").render(
         r=results, families=families, charts=charts, ratio_chart=ratio_svg(rows),
-        includes=[included(p) for p in includes], failing=_failing)
+        includes=[included(p) for p in includes], failing=_failing, trace_html=html_tables(rows))
 
 
 def _failing(row: dict) -> bool:

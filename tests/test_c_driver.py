@@ -245,3 +245,38 @@ def test_stress_set_on_a_stdio_only_driver(c_driver):
     assert {r.name: r.verdict for r in results} == {name: "SUCCESS" for name in names}, [r.message for r in results]
     graphs = results[1].metrics
     assert graphs["supported_operations"] == 2 and graphs["skipped"] == 0 and graphs["passed"] >= stress.MIN_RANDOM_GRAPHS
+
+
+def test_the_c_driver_adds_its_spans_to_the_clients_trace(c_driver, tmp_path):
+    """TRACE_START / TRACE_COLLECT (docs/remote-protocol.md section 8): the C driver's prepare and
+    execute spans land in the trace as a process of their own, inside the client's calls."""
+    import json
+    import numpy as np
+    from nnapi_ref import trace
+    from nnapi_ref.drivers import load_driver
+    from nnapi_ref.runtime import Compilation, Device, Execution
+    from nnapi_ref.testing import chain, chain_model
+    path = tmp_path / "trace.json"
+    trace.reset()
+    trace.start(str(path))
+    device = load_driver(f"remote:{shlex.quote(str(c_driver))}")
+    try:
+        compilation = Compilation(chain_model(), [Device(device)])
+        compilation.finish()
+        execution = Execution(compilation)
+        a, b = np.ones((2, 2), np.float32), np.full((2, 2), 2, np.float32)
+        execution.set_input(0, a)
+        execution.set_input(1, b)
+        out = np.zeros((2, 2), np.float32)
+        execution.set_output(0, out)
+        execution.compute()
+        np.testing.assert_array_equal(out, chain(a, b))
+        trace.stop()
+    finally:
+        device.close()
+        trace.reset()
+    spans = {e["name"]: e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"}
+    execute, prepare = spans["[NN_LD_PE]example execute"], spans["[NN_LD_PC]example prepareModel"]
+    call = spans["[NN_LI_PCO]EXECUTE_SYNC"]
+    assert execute["pid"] == prepare["pid"] != call["pid"]
+    assert call["ts"] <= execute["ts"] and execute["ts"] + execute["dur"] <= call["ts"] + call["dur"]

@@ -35,9 +35,10 @@ enum {
     HELLO = 1, GET_SUPPORTED_OPERATIONS = 2, PREPARE_MODEL = 3, PREPARE_MODEL_FROM_CACHE = 4,
     EXECUTE_SYNC = 5, EXECUTE_ASYNC = 6, EXECUTE_FENCED = 7, CONFIGURE_BURST = 8, BURST_EXECUTE = 9,
     BURST_RELEASE_MEMORY = 10, ALLOCATE = 11, BUFFER_COPY_TO = 12, BUFFER_COPY_FROM = 13,
-    REGION_ADD = 20, REGION_REMOVE = 21, RELEASE = 22,
+    TRACE_START = 14, TRACE_COLLECT = 15, REGION_ADD = 20, REGION_REMOVE = 21, RELEASE = 22,
     REPLY_ERROR = 100, REPLY_DEVICE_INFO = 101, REPLY_SUPPORTED = 102, REPLY_PREPARED = 103, REPLY_EXECUTED = 104,
     REPLY_LAUNCHED = 105, REPLY_EXECUTION_DONE = 106, REPLY_FENCED_DONE = 107, REPLY_BURST = 108, REPLY_OK = 110,
+    REPLY_TRACE_CLOCK = 111, REPLY_TRACE_SPANS = 112,
 };
 #define PROTOCOL_VERSION 2u
 #define MAX_REQUEST (12u + (1u << 28))
@@ -1658,8 +1659,63 @@ static void skip_cache_files(Rd *r)
     }
 }
 
+/* ---- trace spans (section 8, optional): recorded after TRACE_START, sent on TRACE_COLLECT ------ */
+
+typedef struct {
+    const char *name, *phase, *layer;  /* string literals */
+    int64_t start, duration;
+} Span;
+#define MAX_SPANS 4096  /* more between two collects are dropped (a collect reply holds at most 20,000) */
+static Span spans[MAX_SPANS];
+static uint32_t n_spans;
+static bool tracing;
+
+static void record_span(const char *name, const char *phase, const char *layer, int64_t start)
+{
+    if (tracing && n_spans < MAX_SPANS)
+        spans[n_spans++] = (Span){name, phase, layer, start, now_ns() - start};
+}
+
+static void on_trace_start(Call *c)
+{
+    if (!decoded(c))
+        return;
+    tracing = true;
+    Wr w = {0};
+    w_i64(&w, now_ns());
+    send_frame(REPLY_TRACE_CLOCK, c->call_id, &w);
+    free(w.p);
+}
+
+static void on_trace_collect(Call *c)
+{
+    if (!decoded(c))
+        return;
+    uint64_t tid = (uint64_t)getpid();  /* one thread serves everything */
+    Wr w = {0};
+    w_u32(&w, (uint32_t)getpid());
+    w_str(&w, "nnts_example_driver");
+    w_u32(&w, 1);
+    w_u64(&w, tid);
+    w_str(&w, "main");
+    w_u32(&w, n_spans);
+    for (uint32_t i = 0; i < n_spans; i++) {
+        w_str(&w, spans[i].name);
+        w_str(&w, spans[i].phase);
+        w_str(&w, spans[i].layer);
+        w_i64(&w, spans[i].start);
+        w_i64(&w, spans[i].duration);
+        w_u64(&w, tid);
+    }
+    w_u8(&w, 0);  /* more: everything fitted */
+    n_spans = 0;
+    send_frame(REPLY_TRACE_SPANS, c->call_id, &w);
+    free(w.p);
+}
+
 static void on_prepare(Call *c)
 {
+    int64_t started = now_ns();
     Prepared *p = calloc(1, sizeof *p);
     if (!p)
         { reply_error(c, S_GENERAL_FAILURE, "out of memory"); return; }
@@ -1702,6 +1758,7 @@ static void on_prepare(Call *c)
         if (ok) {
             Wr w = {0};
             w_u64(&w, handle);
+            record_span("example prepareModel", "compilation", "driver", started);
             send_frame(REPLY_PREPARED, c->call_id, &w);
             free(w.p);
             return;
@@ -1751,8 +1808,11 @@ static void reply_executed(Call *c, uint32_t type, const Result *res)
 static void run_and_reply(Call *c, Exec *x)
 {
     Result res = {0};
-    if (execute(&x->prepared->model, &x->q, x->measure, x->has_deadline, x->deadline, c->received, &c->arena,
-                &res, &c->e))
+    int64_t started = now_ns();
+    bool ok = execute(&x->prepared->model, &x->q, x->measure, x->has_deadline, x->deadline, c->received,
+                      &c->arena, &res, &c->e);
+    record_span("example execute", "execution", "driver", started);
+    if (ok)
         reply_executed(c, REPLY_EXECUTED, &res);
     else
         send_error(c->call_id, &c->e, res.shapes,
@@ -1958,6 +2018,8 @@ static void dispatch(uint32_t type, Call *c)
     case REGION_ADD: on_region_add(c); return;
     case REGION_REMOVE: on_region_remove(c); return;
     case RELEASE: on_release(c); return;
+    case TRACE_START: on_trace_start(c); return;
+    case TRACE_COLLECT: on_trace_collect(c); return;
     default: reply_error(c, S_INVALID_ARGUMENT, "unknown message type"); return;
     }
 }

@@ -102,8 +102,14 @@ def _load_remote(spec: str) -> Device:
 
 def load_drivers(specs: str | list[str], isolate: bool = False) -> list[Device]:
     """Drivers from a comma-separated string or a list of driver strings."""
+    from .. import trace, vlog
     if isinstance(specs, str):
         specs = [s for s in specs.split(",") if s.strip()]
     if not specs:
         raise NnapiError(ResultCode.BAD_DATA, f"no driver given (one of {FORMS})")
-    return [load_driver(s, isolate) for s in specs]
+    with trace.span("initialization", "runtime", "load drivers"):
+        drivers = [load_driver(s, isolate) for s in specs]
+    if vlog.on["manager"]:
+        vlog.info("Manager", "drivers loaded: %s", ", ".join(f"{s.strip()} ({d.get_name()})"
+                                                           for s, d in zip(specs, drivers)))
+    return drivers

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import extensions, hal, ops
+from .. import extensions, hal, ops, trace
 from ..ops import requantization
 from ..errors import NnapiError
 from ..executor import Executor, Plan, prepare_plans
@@ -203,6 +203,10 @@ class ReferenceDevice(hal.Device):
         return DTYPES[code]
 
     def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        with trace.span("compilation", "driver", f"{self.name} prepareModel"):
+            return self._prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
+
+    def _prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
         check_prepare_arguments(preference, priority, deadline_ns)
         level = self._validated.level(model, self.get_supported_extensions())
         self.check_extensions(model)
@@ -334,14 +338,26 @@ class ReferencePreparedModel(hal.PreparedModel):
 
     # -- the one execution path every mode shares ---------------------------------------------
     def _run(self, request: hal.Request, measure: bool, deadline_ns, loop_timeout_ns) -> hal.ExecutionResult:
+        if not trace.on:
+            return self._run_request(request, measure, deadline_ns, loop_timeout_ns)
+        with trace.span("execution", "driver", f"{self.device.name} execute"):
+            return self._run_request(request, measure, deadline_ns, loop_timeout_ns)
+
+    def _run_request(self, request: hal.Request, measure: bool, deadline_ns, loop_timeout_ns) -> hal.ExecutionResult:
         start = time.monotonic_ns()
+        traced = trace.on
         check_deadline(deadline_ns, "execution")
         pools, inputs = self._check_request(request)
         self._check_inputs(inputs)
         executor = self._executor(deadline_ns, loop_timeout_ns)
         device_start = time.monotonic_ns()
         results = self._compute(executor, inputs)
-        device_ns = time.monotonic_ns() - device_start
+        device_end = time.monotonic_ns()
+        device_ns = device_end - device_start
+        if traced:
+            trace.record(start, device_start, "io", "driver", "read request")
+            trace.record(device_start, device_end, "compute", "driver", "compute")
+            results_start = trace.now()
         shapes = [hal.OutputShape(tuple(r.shape), True) for r in results]
         targets = []
         for i, (arg, result) in enumerate(zip(request.outputs, results)):
@@ -351,6 +367,8 @@ class ReferencePreparedModel(hal.PreparedModel):
         for target, result in zip(targets, results):
             if target is not None:
                 target(result)
+        if traced:
+            trace.end(results_start, "results", "driver", "write outputs")
         timing = hal.Timing(device_ns, time.monotonic_ns() - start) if measure else hal.NO_TIMING
         return hal.ExecutionResult(shapes, timing)
 

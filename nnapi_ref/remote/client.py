@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import hal
+from .. import hal, trace, vlog
 from ..hal import ErrorStatus, HalError
 from . import shm, wire
 from .wire import EncodeError, Msg, ProtocolError, Reader, Writer
@@ -47,7 +47,7 @@ _REPLIES = {
     Msg.PREPARE_MODEL_FROM_CACHE: Msg.PREPARED, Msg.EXECUTE_SYNC: Msg.EXECUTED, Msg.EXECUTE_ASYNC: Msg.LAUNCHED,
     Msg.EXECUTE_FENCED: Msg.FENCED_DONE, Msg.CONFIGURE_BURST: Msg.BURST, Msg.BURST_EXECUTE: Msg.EXECUTED,
     Msg.BURST_RELEASE_MEMORY: Msg.OK, Msg.ALLOCATE: Msg.BUFFER, Msg.BUFFER_COPY_TO: Msg.OK,
-    Msg.BUFFER_COPY_FROM: Msg.OK,
+    Msg.BUFFER_COPY_FROM: Msg.OK, Msg.TRACE_START: Msg.TRACE_CLOCK, Msg.TRACE_COLLECT: Msg.TRACE_SPANS,
 }
 _SLOW = frozenset({Msg.HELLO, Msg.GET_SUPPORTED_OPERATIONS, Msg.PREPARE_MODEL, Msg.PREPARE_MODEL_FROM_CACHE})
 
@@ -98,8 +98,10 @@ class ProcessTransport:
     def __init__(self, command: str):
         self.command = command
         try:
+            # The server records spans only when asked (TRACE_START): NNTS_TRACE is the client's file.
+            env = {k: v for k, v in os.environ.items() if k != "NNTS_TRACE"}
             self.proc = subprocess.Popen(_command_argv(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
+                                         stderr=subprocess.PIPE, bufsize=0, start_new_session=True, env=env)
         except OSError as e:
             raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"cannot start {command!r}: {e}") from None
         self._out = io.BufferedReader(self.proc.stdout, 1 << 16)
@@ -230,6 +232,9 @@ class Connection:
         # Completions of asynchronous executions run the caller's callback on a thread of their own:
         # a callback that calls the driver again must not wait on the thread that reads its reply.
         self._completions: queue.SimpleQueue = queue.SimpleQueue()
+        self._trace_offset_ns: int | None = None  # server clock + this = ours, once tracing is started
+        self._trace_state = "hello"  # then "off", "starting", "on" or "unsupported"
+        self._trace_generation = -1  # the trace.generation it was started for
         threading.Thread(target=self._read_replies, daemon=True, name="nnts-remote-reader").start()
         threading.Thread(target=self._complete, daemon=True, name="nnts-remote-callbacks").start()
         w = Writer()
@@ -242,6 +247,7 @@ class Connection:
             raise HalError(ErrorStatus.DEAD_OBJECT, self.dead)
         self.info = self.decode(wire.read_device_info, r)
         self.decode(Reader.end, r)
+        self._trace_state = "off"
 
     # -- sending -------------------------------------------------------------------------------
     def _region_frames(self, regions) -> list[bytes]:
@@ -285,6 +291,19 @@ class Connection:
     def call(self, msg: Msg, w: Writer, what: str, regions=(),
              async_execution: _AsyncExecution | None = None) -> Reader:
         """Send one request and wait for its reply; return a Reader over the reply's body."""
+        if trace.on:
+            if self._trace_state == "off" or (self._trace_state == "on" and
+                                              self._trace_generation != trace.generation):
+                self._start_trace()
+            if msg in wire.IPC_PHASES:
+                t0 = trace.now()
+                try:
+                    return self._call(msg, w, what, regions, async_execution)
+                finally:
+                    trace.end(t0, wire.IPC_PHASES[msg], "ipc", msg.name)
+        return self._call(msg, w, what, regions, async_execution)
+
+    def _call(self, msg: Msg, w: Writer, what: str, regions, async_execution) -> Reader:
         call_id = next(self._ids)
         waiter = _Waiter(msg)
         with self._lock:  # registered before the connection dies, or refused: never stranded
@@ -305,6 +324,49 @@ class Connection:
         if reply == Msg.ERROR:
             raise self.decode(wire.read_error, r)
         return r
+
+    # -- the server's trace spans ----------------------------------------------------------------
+    def _start_trace(self) -> None:
+        """Ask the server to record its spans and align its clock with ours; a server without
+        tracing answers ERROR and is left alone. A server clock read between our readings before
+        and after the round trip is ours (CLOCK_MONOTONIC of the same machine): offset 0; else the
+        midpoint of the fastest of a few round trips (NTP's estimate, off by at most half of it)."""
+        self._trace_state = "starting"
+        best = None
+        for _ in range(3):
+            before = time.monotonic_ns()
+            try:
+                r = self._call(Msg.TRACE_START, Writer(), "trace start", (), None)
+                server_clock = self.decode(Reader.i64, r)
+                self.decode(Reader.end, r)
+            except HalError:
+                self._trace_state = "unsupported"
+                return
+            after = time.monotonic_ns()
+            if before <= server_clock <= after:
+                best = (0, 0)
+                break
+            if best is None or after - before < best[0]:
+                best = (after - before, (before + after) // 2 - server_clock)
+        self._trace_offset_ns = best[1]
+        self._trace_state, self._trace_generation = "on", trace.generation
+        trace.add_collector(self.collect_trace)
+
+    def collect_trace(self) -> bool:
+        """Fetch the server's spans into this process's trace; False once the server is gone."""
+        if self.dead:
+            return False
+        try:
+            more = True
+            while more:
+                r = self._call(Msg.TRACE_COLLECT, Writer(), "trace collect", (), None)
+                pid, name, threads, spans, more = self.decode(wire.read_spans, r)
+                self.decode(Reader.end, r)
+                trace.add_foreign(pid, name, spans, threads, self._trace_offset_ns)
+                more = more and bool(spans)  # a server promising more and sending nothing is not asked again
+        except HalError:
+            return not self.dead
+        return True
 
     def decode(self, read, r: Reader):
         """Decode a reply with ``read``; a malformed reply kills the connection."""
@@ -382,6 +444,8 @@ class Connection:
             message += f" ({death})"
         self.dead = message
         _record(Incident(kind, self.driver, message))
+        if vlog.on["manager"]:
+            vlog.info("Manager", "%s: driver died: %s", self.driver, message)
         error = self.dead_error()
         for waiter in pending.values():
             waiter.error = error
@@ -398,6 +462,8 @@ class Connection:
 
     def close(self) -> None:
         """Stop the driver process, as the client's own decision (not an incident)."""
+        if self._trace_state == "on":
+            self.collect_trace()
         with self._lock:
             if self.dead:
                 return
@@ -476,11 +542,14 @@ class RemoteDevice(hal.Device):
                 self.connection = Connection(self._connect(), self.driver, self.call_timeout_s,
                                              self.prepare_timeout_s)
                 self.restarts += 1
+                if vlog.on["manager"]:
+                    vlog.info("Manager", "%s: driver %s%s", self.driver, "started" if self.restarts == 0 else
+                              "restarted", f" (restart {self.restarts})" if self.restarts else "")
             return self.connection
 
     def close(self) -> None:
         """Stop the driver process (the suite's end; a later call starts a new one)."""
-        with self._lock:
+        with self._lock, trace.span("termination", "ipc", "close driver"):
             if self.connection is not None:
                 self.connection.close()
 
@@ -718,12 +787,18 @@ class RemotePreparedModel(hal.PreparedModel):
         try:
             return c.decode(read, c.call(msg, w, what, staging.regions))
         finally:
+            t0 = trace.now() if trace.on else 0
             c.unstage(staging)
+            if t0:
+                trace.end(t0, "results", "ipc", "copy outputs back")
 
     def execute_synchronously(self, request, measure, deadline_ns, loop_timeout_ns):
+        t0 = trace.now() if trace.on else 0
         staging = self.connection.stage()
         w = Writer()
         self._execution(w, request, measure, deadline_ns, loop_timeout_ns, staging)
+        if t0:
+            trace.end(t0, "io", "ipc", "stage request")
         return self._call(Msg.EXECUTE_SYNC, w, "execute_synchronously", staging, _read_executed)
 
     def execute(self, request, measure, deadline_ns, loop_timeout_ns, callback):

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from .. import hal
+from .. import hal, trace
 from ..hal import ErrorStatus, HalError
 from . import wire
 from .wire import Msg, ProtocolError, Reader, Writer
@@ -59,6 +59,9 @@ class Session:
         self._workers = workers
         self._reading = threading.Lock()  # held by the one thread reading the stream
         self._closed = False
+        self._trace_lock = threading.Lock()
+        self._unsent_spans: list[tuple] = []  # taken from the trace, not yet sent (a reply holds a bounded batch)
+        self._threads: dict[int, str] = {}
 
     # -- transport ---------------------------------------------------------------------------
     def _send(self, w: Writer, msg: Msg, call_id: int) -> None:
@@ -121,19 +124,23 @@ class Session:
         except ProtocolError as e:
             if msg not in wire.NO_REPLY:
                 self._send_error(call_id, HalError(ErrorStatus.INVALID_ARGUMENT, f"malformed message: {e}"))
-            return None, call_id
-        return work, call_id
+            return None, call_id, msg
+        return work, call_id, msg
 
-    def _run(self, work, call_id: int) -> None:
+    def _run(self, work, call_id: int, msg: int) -> None:
+        t0 = trace.now() if trace.on else 0
         try:
             reply, w = work(call_id)
         except HalError as e:
-            self._send_error(call_id, e)
+            reply, w = Msg.ERROR, Writer()
+            wire.write_error(w, e)
         except Exception as e:  # the driver's own failure: reported, never fatal to the server
-            self._send_error(call_id, HalError(ErrorStatus.GENERAL_FAILURE, f"driver raised {type(e).__name__}: {e}"))
-        else:
-            if reply is not None:
-                self._send(w, reply, call_id)
+            reply, w = Msg.ERROR, Writer()
+            wire.write_error(w, HalError(ErrorStatus.GENERAL_FAILURE, f"driver raised {type(e).__name__}: {e}"))
+        if t0 and msg in wire.IPC_PHASES:  # recorded before the reply: the client may collect right after it
+            trace.end(t0, wire.IPC_PHASES[msg], "ipc", f"serve {Msg(msg).name}")
+        if reply is not None:
+            self._send(w, reply, call_id)
 
     # -- regions and objects -------------------------------------------------------------------
     def region_bytes(self, ref: tuple[int, int, int]) -> np.ndarray:
@@ -408,6 +415,29 @@ class Session:
             return Msg.OK, Writer()
         return work
 
+    def _trace_start(self, r: Reader):
+        def work(_):
+            trace.start()
+            w = Writer()
+            w.i64(time.monotonic_ns())
+            return Msg.TRACE_CLOCK, w
+        return work
+
+    def _trace_collect(self, r: Reader):
+        def work(_):
+            with self._trace_lock:
+                if not self._unsent_spans:
+                    spans, threads = trace.take()
+                    self._unsent_spans = [s[:6] for s in spans]
+                    self._threads.update(threads)
+                batch = self._unsent_spans[:wire.MAX_SPANS_PER_REPLY]
+                del self._unsent_spans[:wire.MAX_SPANS_PER_REPLY]
+                w = Writer()
+                wire.write_spans(w, os.getpid(), f"nnts serve {self.device.get_name()}", self._threads, batch,
+                                 bool(self._unsent_spans))
+            return Msg.TRACE_SPANS, w
+        return work
+
     _HANDLERS = {
         Msg.HELLO: _hello, Msg.GET_SUPPORTED_OPERATIONS: _supported, Msg.PREPARE_MODEL: _prepare,
         Msg.PREPARE_MODEL_FROM_CACHE: _prepare_from_cache, Msg.EXECUTE_SYNC: _execute_sync,
@@ -415,7 +445,7 @@ class Session:
         Msg.CONFIGURE_BURST: _configure_burst, Msg.BURST_EXECUTE: _burst_execute,
         Msg.BURST_RELEASE_MEMORY: _burst_release, Msg.ALLOCATE: _allocate, Msg.BUFFER_COPY_TO: _copy_to,
         Msg.BUFFER_COPY_FROM: _copy_from, Msg.REGION_ADD: _region_add, Msg.REGION_REMOVE: _region_remove,
-        Msg.RELEASE: _release,
+        Msg.RELEASE: _release, Msg.TRACE_START: _trace_start, Msg.TRACE_COLLECT: _trace_collect,
     }
 
 

@@ -38,6 +38,8 @@ class Msg(IntEnum):
     ALLOCATE = 11
     BUFFER_COPY_TO = 12
     BUFFER_COPY_FROM = 13
+    TRACE_START = 14     # optional: a server without tracing answers ERROR
+    TRACE_COLLECT = 15
     REGION_ADD = 20      # no reply
     REGION_REMOVE = 21   # no reply
     RELEASE = 22         # no reply
@@ -53,9 +55,18 @@ class Msg(IntEnum):
     BURST = 108
     BUFFER = 109
     OK = 110
+    TRACE_CLOCK = 111
+    TRACE_SPANS = 112
 
 
 NO_REPLY = frozenset({Msg.REGION_ADD, Msg.REGION_REMOVE, Msg.RELEASE})
+
+# The trace phase of a request's IPC spans (client and server; the others are not traced).
+IPC_PHASES = {Msg.HELLO: "initialization", Msg.GET_SUPPORTED_OPERATIONS: "compilation",
+              Msg.PREPARE_MODEL: "compilation", Msg.PREPARE_MODEL_FROM_CACHE: "compilation",
+              Msg.EXECUTE_SYNC: "compute", Msg.EXECUTE_ASYNC: "compute", Msg.EXECUTE_FENCED: "compute",
+              Msg.BURST_EXECUTE: "compute", Msg.CONFIGURE_BURST: "execution", Msg.ALLOCATE: "execution",
+              Msg.BUFFER_COPY_TO: "io", Msg.BUFFER_COPY_FROM: "io"}
 
 
 class ProtocolError(Exception):
@@ -529,3 +540,52 @@ def read_request(r: Reader, region_bytes) -> hal.Request:
         else:
             raise ProtocolError(f"unknown pool kind {kind}")
     return hal.Request(inputs, outputs, pools)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trace spans (TRACE_START / TRACE_COLLECT, optional): the server's own spans for the client's trace
+# ---------------------------------------------------------------------------------------------
+
+MAX_SPANS_PER_REPLY = 20000  # with names cut to MAX_SPAN_NAME bytes, a reply stays under MAX_REPLY
+MAX_SPAN_NAME = 200
+SPAN_PHASES = ("initialization", "preparation", "compilation", "execution", "io", "compute", "results",
+               "termination", "unspecified")
+SPAN_LAYERS = ("application", "runtime", "ipc", "driver", "cpu", "other", "utility")
+
+
+def write_spans(w: Writer, pid: int, process_name: str, threads: dict[int, str], spans, more: bool) -> None:
+    """``spans``: (name, phase, layer, start ns, duration ns, thread id), on the server's monotonic clock."""
+    w.u32(pid)
+    w.str(process_name[:MAX_SPAN_NAME])
+    w.u32(len(threads))
+    for tid, name in threads.items():
+        w.u64(tid)
+        w.str(name[:MAX_SPAN_NAME])
+    w.u32(len(spans))
+    for name, phase, layer, start, duration, tid in spans:
+        w.str(name.encode("utf-8")[:MAX_SPAN_NAME].decode("utf-8", "ignore"))
+        w.str(phase)
+        w.str(layer)
+        w.i64(start)
+        w.i64(duration)
+        w.u64(tid)
+    w.u8(more)
+
+
+def read_spans(r: Reader):
+    """(pid, process name, threads, spans, more) of a TRACE_SPANS reply; unknown phases or layers,
+    negative durations are malformed."""
+    pid, process_name = r.u32(), r.str()
+    threads = {}
+    for _ in range(r.count(12)):
+        tid = r.u64()
+        threads[tid] = r.str()
+    spans = []
+    for _ in range(r.count(36)):
+        name, phase, layer, start, duration, tid = r.str(), r.str(), r.str(), r.i64(), r.i64(), r.u64()
+        if phase not in SPAN_PHASES or layer not in SPAN_LAYERS:
+            raise ProtocolError(f"span {name!r} of unknown phase {phase!r} or layer {layer!r}")
+        if duration < 0:
+            raise ProtocolError(f"span {name!r} of negative duration {duration}")
+        spans.append((name, phase, layer, start, duration, tid))
+    return pid, process_name, threads, spans, r.bool()

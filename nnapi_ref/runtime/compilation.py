@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .. import extensions as ext, hal
+from .. import extensions as ext, hal, trace, vlog
 from ..errors import NnapiError, check
 from ..hal import Model as HalModel, Operand, Operation, Subgraph
 from ..types import (BYTE_SIZE_OF_CACHE_TOKEN, Lifetime, OperandCode, OperationCode, PreferenceCode, PriorityCode,
@@ -169,6 +169,8 @@ def partition(model: HalModel, devices: list[Device], preference: PreferenceCode
             candidates = [cpu]
         best = min(candidates, key=lambda d: (_performance(d, model, operation, preference), d is not cpu))
         assignment.append(best)
+        if vlog.on["compilation"]:
+            _log_decision(j, operation, devices, supported, candidates, best, model, preference)
     # Group: run ready operations on the current device as long as possible.
     order = topological_order(main)
     rank = {j: i for i, j in enumerate(order)}
@@ -192,7 +194,29 @@ def partition(model: HalModel, devices: list[Device], preference: PreferenceCode
                     remaining.remove(j)
                     progress = True
         steps.append((device, group))
+    if vlog.on["compilation"]:
+        for n, (device, group) in enumerate(steps):
+            vlog.info("ExecutionPlan", "step %d: %s runs operations %s", n, device.name, group)
     return steps
+
+
+def _log_decision(j: int, operation: Operation, devices, supported, candidates, best, model, preference) -> None:
+    """Why operation ``j`` went to ``best`` (AOSP's findBestDeviceForEachOperation log line)."""
+    name = OperationCode(operation.type).name if operation.type in OperationCode._value2member_map_ \
+        else str(operation.type)
+    unsupported = [d.name for d in devices if not supported[id(d)][j]]
+    if best not in devices:
+        why = f"no listed device supports it ({', '.join(unsupported)}): CPU fallback"
+    else:
+        metric = "power_usage" if preference == PreferenceCode.LOW_POWER else "exec_time"
+        costs = ", ".join(f"{d.name} {_performance(d, model, operation, preference):g}" for d in candidates)
+        why = f"supported by {', '.join(d.name for d in candidates)}; {metric} for {preference.name}: {costs}"
+        if unsupported:
+            why += f"; not supported by {', '.join(unsupported)}"
+        if len(candidates) > 1:
+            why += "; best performance (the CPU on ties)"
+    vlog.info("CompilationBuilder", "findBestDeviceForEachOperation(%s) operation %d: device %s: %s",
+              name, j, best.name, why)
 
 
 class Compilation:
@@ -261,6 +285,10 @@ class Compilation:
 
     def finish(self) -> None:
         self._check_building("finish")
+        with trace.span("compilation", "runtime", "CompilationBuilder::finish"):
+            self._finish()
+
+    def _finish(self) -> None:
         deadline = None if self.timeout_ns is None else time.monotonic_ns() + self.timeout_ns
         model = self.model.hal_model
         if self.explicit_devices is None and MANAGER.partitioning == Partitioning.NONE:
@@ -272,11 +300,15 @@ class Compilation:
                 if not self.fallback or e.code in (ResultCode.MISSED_DEADLINE_PERSISTENT,
                                                    ResultCode.MISSED_DEADLINE_TRANSIENT) or ext.uses_extensions(model):
                     raise
+                if vlog.on["compilation"]:
+                    vlog.info("CompilationBuilder", "partitioned plan failed (%s: %s): the whole model on the CPU",
+                              e.code.name, e.message)
                 self.plan = ExecutionPlan([self._single_step(MANAGER.cpu, model, deadline)])
         self.finished = True
 
     def _partitioned_plan(self, model: HalModel, deadline) -> ExecutionPlan:
-        groups = partition(model, self.devices, self.preference, allow_cpu=self.fallback)
+        with trace.span("compilation", "runtime", "partition"):
+            groups = partition(model, self.devices, self.preference, allow_cpu=self.fallback)
         if len(groups) == 1:
             return ExecutionPlan([self._single_step(groups[0][0], model, deadline)])
         steps = []
@@ -289,6 +321,9 @@ class Compilation:
 
     def _single_step(self, device: Device, model: HalModel, deadline) -> Step:
         main = model.main
+        if vlog.on["compilation"]:
+            vlog.info("ExecutionPlan", "single step: %s runs the whole model (%d operations)", device.name,
+                      len(main.operations))
         step = Step(device, None, model, list(main.input_indexes), list(main.output_indexes))
         self._prepare_with_fallback(step, deadline, cache=True)
         return step
@@ -297,13 +332,20 @@ class Compilation:
         """Prepare ``step`` on its device or, when that fails and fallback is allowed, on the CPU."""
         try:
             step.prepared = self._prepare(step.device, step.model, deadline, cache)
-        except NnapiError:
+        except NnapiError as e:
             if not self.fallback or step.device is MANAGER.cpu or ext.uses_extensions(step.model):
                 raise
+            if vlog.on["compilation"]:
+                vlog.info("CompilationBuilder", "prepare on %s failed (%s: %s): CPU fallback", step.device.name,
+                          e.code.name, e.message)
             step.device = MANAGER.cpu
             step.prepared = self._prepare(MANAGER.cpu, step.model, deadline, cache=False)
 
     def _prepare(self, device: Device, model: HalModel, deadline, cache: bool) -> hal.PreparedModel:
+        with trace.span("compilation", "runtime", f"prepare on {device.name}"):
+            return self._prepare_on(device, model, deadline, cache)
+
+    def _prepare_on(self, device: Device, model: HalModel, deadline, cache: bool) -> hal.PreparedModel:
         driver = device.driver
         if cache and self.token is not None:
             counts = call_driver(device, "get_number_of_cache_files_needed", driver.get_number_of_cache_files_needed)
@@ -321,12 +363,18 @@ class Compilation:
         if all(os.path.exists(n) for n in names):
             files = [open(n, "rb") for n in names]
             try:
-                return driver.prepare_model_from_cache(deadline, files[:counts[0]], files[counts[0]:], self.token)
-            except Exception:
-                pass  # a stale or corrupted cache: compile from the model instead
+                prepared = driver.prepare_model_from_cache(deadline, files[:counts[0]], files[counts[0]:], self.token)
+                if vlog.on["compilation"]:
+                    vlog.info("CompilationBuilder", "cache hit on %s (%s)", device.name, key)
+                return prepared
+            except Exception as e:  # a stale or corrupted cache: compile from the model instead
+                if vlog.on["compilation"]:
+                    vlog.info("CompilationBuilder", "cache entry on %s rejected (%s): compiling", device.name, e)
             finally:
                 for f in files:
                     f.close()
+        elif vlog.on["compilation"]:
+            vlog.info("CompilationBuilder", "cache miss on %s (%s)", device.name, key)
         try:
             os.makedirs(self.cache_dir, exist_ok=True)
             files = [open(n, "w+b") for n in names]

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import hal
+from .. import hal, trace, vlog
 from ..errors import NnapiError, check
 from ..extensions import uses_extensions
 from ..types import (LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, DurationCode,
@@ -307,8 +307,9 @@ class Execution:
                 event._complete(error)
 
             try:
-                step.prepared.execute(request, self._measure, deadline, self._loop_timeout_ns,
-                                      hal.ExecutionCallback(on_finish))
+                with trace.span("execution", "runtime", "ExecutionBuilder::startCompute"):
+                    step.prepared.execute(request, self._measure, deadline, self._loop_timeout_ns,
+                                          hal.ExecutionCallback(on_finish))
             except Exception as e:
                 error = self._recover(e, step, deadline)
                 self._end(error)
@@ -428,11 +429,15 @@ class Execution:
     # -- the step executor ------------------------------------------------------------------------
 
     def _finish_run(self, deadline, burst: Burst | None) -> None:
+        t0 = trace.now() if trace.on else 0
         try:
             self._run_plan(deadline, burst)
         except NnapiError as e:
             self._end(e)
             raise
+        finally:
+            if t0:
+                trace.end(t0, "execution", "runtime", "ExecutionBuilder::compute")
         self._end(None)
 
     def _run_plan(self, deadline, burst: Burst | None) -> None:
@@ -451,7 +456,11 @@ class Execution:
             self._run_steps(plan.steps, deadline)
 
     def _execute_single(self, step: Step, deadline, burst: Burst | None) -> hal.ExecutionResult:
+        t0 = trace.now() if trace.on else 0
         request, finalize = self._single_request(step)
+        if t0:
+            trace.end(t0, "io", "runtime", "request")
+            t0 = trace.now()
         if burst is not None:
             hal_burst = burst.for_step(step)
             for binding in self._inputs + self._outputs:
@@ -462,7 +471,12 @@ class Execution:
         else:
             result = call_driver(step.device, "execute", step.prepared.execute_synchronously, request,
                                  self._measure, deadline, self._loop_timeout_ns)
+        if t0:
+            trace.end(t0, "compute", "runtime", f"execute on {step.device.name}")
+            t0 = trace.now()
         finalize(result.output_shapes)
+        if t0:
+            trace.end(t0, "results", "runtime", "output shapes")
         return result
 
     def _recover(self, failure: Exception, step: Step, deadline) -> NnapiError | None:
@@ -479,6 +493,9 @@ class Execution:
             return error
         if any(b.kind == "memory" and b.memory.buffer is not None for b in self._inputs + self._outputs):
             return error  # device memories live in the failed driver
+        if vlog.on["execution"]:
+            vlog.info("ExecutionBuilder", "execution on %s failed (%s: %s): CPU fallback", step.device.name,
+                      error.code.name, error.message)
         try:
             cpu_step = self._cpu_step(step)
             result = self._execute_single(cpu_step, deadline, None)
@@ -599,10 +616,30 @@ class Execution:
     def _run_steps(self, steps: list[Step], deadline) -> None:
         main = self._main
         values: dict[int, np.ndarray | None] = {}
+        t0 = trace.now() if trace.on else 0
         for i, (k, binding) in enumerate(zip(main.input_indexes, self._inputs)):
             values[k] = self._read_binding(binding, main.operands[k], i)
-        for step in steps:
-            self._run_step(step, values, deadline)
+        if t0:
+            trace.end(t0, "io", "runtime", "read inputs")
+        for n, step in enumerate(steps):
+            if vlog.on["execution"]:
+                vlog.info("ExecutionPlan", "execute step %d on %s: operations %s", n, step.device.name,
+                          step.operations)
+            t0 = trace.now() if trace.on else 0
+            try:
+                self._run_step(step, values, deadline)
+            finally:
+                if t0:
+                    trace.end(t0, "compute", "runtime", f"step {n} on {step.device.name}")
+        t0 = trace.now() if trace.on else 0
+        try:
+            self._write_outputs(values)
+        finally:
+            if t0:
+                trace.end(t0, "results", "runtime", "write outputs")
+
+    def _write_outputs(self, values: dict) -> None:
+        main = self._main
         shapes, ok = [], True
         for i, (k, binding) in enumerate(zip(main.output_indexes, self._outputs)):
             sufficient = self._write_binding(binding, values[k], i)
@@ -622,6 +659,9 @@ class Execution:
             if not self.compilation.fallback or e.code in _NO_FALLBACK or step.device is MANAGER.cpu or \
                     uses_extensions(step.model):
                 raise
+            if vlog.on["execution"]:
+                vlog.info("ExecutionBuilder", "step on %s failed (%s: %s): CPU fallback", step.device.name,
+                          e.code.name, e.message)
         self._run_step_on(self._cpu_step(step), values, deadline)
 
     def _run_step_on(self, step: Step, values: dict, deadline) -> None:

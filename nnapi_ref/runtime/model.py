@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 
-from .. import extensions as ext, ops
+from .. import extensions as ext, ops, trace, vlog
 from ..errors import NnapiError, check
 from ..hal import ChannelQuant, ExtensionNameAndPrefix, Model as HalModel, Operand, Operation, Subgraph
 from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
@@ -369,6 +369,10 @@ class Model:
         """ANeuralNetworksModel_finish: validate the whole graph and freeze the model."""
         self._check_building("finish")
         check(self._inputs is not None, "finish: identify_inputs_and_outputs was not called")
+        with trace.span("preparation", "runtime", "ModelBuilder::finish"):
+            self._finish()
+
+    def _finish(self) -> None:
         hal = self._to_hal()
         from .devices import declared_extensions
         self.feature_level = validate_model(hal, declared_extensions(), strict=True)
@@ -380,6 +384,9 @@ class Model:
             sg.operations = [sg.operations[j] for j in topological_order(sg)]
         self._hal = hal
         self._finished = True
+        if vlog.on["model"]:
+            vlog.info("ModelBuilder", "finish: %d operands, %d operations, %d referenced subgraphs, feature level %d",
+                      len(hal.main.operands), len(hal.main.operations), len(hal.referenced), self.feature_level)
 
     def get_supported_operations_for_devices(self, devices) -> list[bool]:
         """ANeuralNetworksModel_getSupportedOperationsForDevices: per operation of the main

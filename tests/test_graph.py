@@ -1,0 +1,114 @@
+"""nnts graph: a random-graph reproducer as an SVG whose nodes are its operations, the dot text
+without Graphviz, and operations coloured by the device the partitioner assigns them."""
+import shutil
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from nnapi_ref import cli, graph
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.runtime import Device
+from nnts.fuzz.differential import check, save_reproducer
+from nnts.fuzz.graphs import generate
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture(scope="module")
+def reproducer(tmp_path_factory):
+    g = generate(7, num_operations=6)
+    reference = [Device(ReferenceDevice())]
+    path, _ = save_reproducer(g, check(g, reference, reference), tmp_path_factory.mktemp("repro"), "reference")
+    return path, g
+
+
+def operation_nodes(svg_path):
+    """(title, texts) of each Graphviz node of an operation (titled op<j>)."""
+    root = ET.parse(svg_path).getroot()
+    nodes = []
+    for g in root.iter(f"{SVG}g"):
+        if g.get("class") == "node":
+            title = g.find(f"{SVG}title").text
+            if title.startswith("op"):
+                nodes.append((title, [t.text for t in g.iter(f"{SVG}text")]))
+    return nodes
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+def test_svg_nodes_are_the_models_operations(reproducer, tmp_path):
+    path, g = reproducer
+    out = tmp_path / "graph.svg"
+    assert cli.main(["graph", str(path), "--svg", str(out)]) == 0
+    nodes = operation_nodes(out)
+    assert sorted(title for title, _ in nodes) == sorted(f"op{j}" for j in range(len(g.operation_names)))
+    model, _ = graph.load_model(str(path))
+    for title, texts in nodes:
+        j = int(title[2:])
+        name = graph._operation_name(model.main.operations[j].type)
+        assert texts[0] == f"{name} (#{j})"
+    assert sorted(texts[0].split(" (")[0] for _, texts in nodes) == sorted(g.operation_names)
+
+
+def test_dot_text_without_graphviz(reproducer, monkeypatch, capsys, tmp_path):
+    path, g = reproducer
+    monkeypatch.setattr(graph, "dot_program", lambda: None)
+    assert cli.main(["graph", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("digraph") and text.rstrip().endswith("}")
+    assert sum(1 for line in text.splitlines() if line.strip().startswith("op") and "shape=box" in line) == \
+        len(g.operation_names)
+    assert "shape=invhouse" in text and "shape=house" in text  # inputs and outputs marked
+    assert cli.main(["graph", str(path), "--svg", str(tmp_path / "x.svg")]) == 2
+    assert "Graphviz" in capsys.readouterr().err
+    assert cli.main(["graph", str(path), "--dot", str(tmp_path / "x.dot")]) == 0
+    assert (tmp_path / "x.dot").read_text() == text
+
+
+def test_constants_are_folded_into_their_operations_label():
+    from nnapi_ref.testing import chain_model
+    text = graph.to_dot(chain_model().hal_model)
+    assert text.count("in2: INT32 0") == 3  # the fused activation of ADD, MUL, ADD
+    assert "t2 " not in text  # the constant's own node is not drawn
+
+
+def test_driver_colours_each_operation_by_its_device():
+    from nnapi_ref.drivers.variants import SubsetDevice
+    from nnapi_ref.testing import chain_model
+    from nnapi_ref.types import OperationCode
+    model = chain_model().hal_model
+    adder = SubsetDevice("adder", [OperationCode.ADD], 0.5)
+    devices = graph.partition_devices(model, [Device(ReferenceDevice()), Device(adder)])
+    assert devices == {0: "adder", 1: "nnapi-reference", 2: "adder"}
+    lines = {line.split()[0]: line for line in graph.to_dot(model, "chain", devices).splitlines()
+             if line.strip().startswith("op") and "shape=box" in line}
+    colour = lambda j: lines[f"op{j}"].split("fillcolor=")[1]
+    assert colour(0) == colour(2) != colour(1)
+    assert "on adder" in lines["op0"] and "on nnapi-reference" in lines["op1"]
+
+
+def test_driver_option_on_the_command_line(reproducer, capsys):
+    path, g = reproducer
+    assert cli.main(["graph", str(path), "--driver", "reference"]) == 0
+    assert capsys.readouterr().out.count("on nnapi-reference") == len(g.operation_names)
+    assert cli.main(["graph", str(path), "--driver", "no.such.module:factory"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_bad_model_file_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[")
+    assert cli.main(["graph", str(bad)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert cli.main(["graph", str(tmp_path / "missing.tflite")]) == 2
+
+
+def test_failure_picture_beside_the_reproducer(reproducer, tmp_path, monkeypatch):
+    """A random graph's failure message names the shrunk model's SVG, written beside its reproducer."""
+    path, g = reproducer
+    copy = tmp_path / path.name
+    copy.write_bytes(path.read_bytes())
+    if shutil.which("dot") is not None:
+        picture = graph.picture_beside(copy)
+        assert picture == copy.with_suffix(".svg") and len(operation_nodes(picture)) == len(g.operation_names)
+    monkeypatch.setattr(graph, "dot_program", lambda: None)
+    assert graph.picture_beside(copy) is None
