@@ -113,8 +113,10 @@ def pytest_runtest_makereport(item, call):
         new = incidents()[getattr(item, "nnts_incidents", 0):]
         if new:  # the driver died or hung in this test: its verdict, whatever the test concluded
             kind = "hang" if any(i.kind == "hang" for i in new) else "crash"
+            concluded = report.longreprtext if report.failed else ""  # keeps a saved reproducer's name
             report.outcome = "failed"
-            report.longrepr = "\n".join(i.message for i in new)
+            report.longrepr = "\n".join(i.message for i in new) + (
+                f"\n\nThe test itself concluded:\n{concluded}" if concluded else "")
             report.user_properties.append(("nnts_verdict", kind))
             item.nnts_incidents += len(new)
     if report.when == "call" or not report.passed:

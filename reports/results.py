@@ -84,7 +84,8 @@ def part_of(nodeid: str) -> str:
 
 
 def trim(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    text = text.strip()
+    """The text without xdist's "[gw0] linux -- Python ..." line, its middle cut past ``limit``."""
+    text = re.sub(r"^\[gw\d+\] .* -- Python .*\n", "", text.strip()).strip()
     return text if len(text) <= limit else text[:limit // 2] + "\n[... trimmed ...]\n" + text[-limit // 2:]
 
 
@@ -116,7 +117,7 @@ def test_record(report, props: dict) -> dict | None:
         status = "xpassed" if wasxfail else "passed"
     record = {"id": report.nodeid if when != "teardown" else f"{report.nodeid} (teardown)",
               "part": part_of(report.nodeid), "op": props.get("nnts_op"), "dtype": props.get("nnts_dtype"),
-              "variant": props.get("nnts_variant"), "status": status, "phase": when,
+              "variant": (props.get("nnts_variant") or "").replace("-", "_") or None, "status": status, "phase": when,
               "duration_s": round(getattr(report, "duration", 0.0), 4), "message": None, "reproducer": None,
               "replay": None}
     if status != "passed":
@@ -209,6 +210,15 @@ def run_meta(config, started: datetime.datetime, drivers: list[dict], corpora: l
 
 def _counter_dict(counter: collections.Counter) -> dict:
     return {s: counter[s] for s in STATUSES}
+
+
+def headline(message: str | None) -> str:
+    """The line of a failure's message that says what went wrong (the worst element where named)."""
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    for line in lines:
+        if "worst" in line or line.startswith(("E ", "CRASH", "HANG")):
+            return line.removeprefix("E ").strip()[:300]
+    return lines[0][:300] if lines else ""
 
 
 def summarize(tests: list[dict]) -> dict:
