@@ -62,6 +62,12 @@ def pytest_configure(config):
     for name in dict.fromkeys(c.name for c in OperandCode):
         config.addinivalue_line("markers", f"dtype_{name}: tests with {name} operands")
     config.addinivalue_line("markers", "vts: driver-level tests (straight against the driver interface)")
+    if config.getoption("baseline") and not hasattr(config, "workerinput"):
+        from nnts.reports.results import ResultsError, load
+        try:
+            load(config.getoption("baseline"))
+        except ResultsError as e:  # before the run, not after it
+            raise pytest.UsageError(f"--baseline: {e}") from None
     config.pluginmanager.register(ConformanceResults(), "nnts-results")
 
 

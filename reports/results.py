@@ -73,6 +73,8 @@ MODULE_PARTS = {
 PARTS = tuple(dict.fromkeys(MODULE_PARTS.values())) + ("other",)
 VALUE_PARTS = ("CTS generated", "VTS generated", "random graphs")  # the tests that compute values
 VALIDATION_PART = "VTS model and request validation"
+TEST_KEYS = ("id", "part", "op", "dtype", "variant", "status", "phase", "duration_s", "message", "reproducer",
+             "replay")
 MESSAGE_LIMIT = 4000  # characters of a failure's report text kept
 
 
@@ -302,9 +304,16 @@ def load(path: str | Path) -> dict:
     if schema != SCHEMA:
         hint = " (schema 1 has no per-test results: rerun with this nnts)" if schema == "nnts-conformance/1" else ""
         raise ResultsError(f"{path}: not a {SCHEMA} conformance results file{hint}")
-    if not isinstance(data.get("tests"), list) or not all(isinstance(t, dict) and "id" in t and t.get("status")
-                                                          in STATUSES for t in data["tests"]):
-        raise ResultsError(f"{path}: its 'tests' are not a list of test results")
+    tests = data.get("tests")
+    if not isinstance(tests, list) or not all(isinstance(t, dict) and isinstance(t.get("id"), str)
+                                              and isinstance(t.get("part"), str) and t.get("status") in STATUSES
+                                              for t in tests):
+        raise ResultsError(f"{path}: its 'tests' are not a list of test results (id, part, status)")
+    for t in tests:
+        for key in TEST_KEYS:
+            t.setdefault(key, None)
+    if not isinstance(data.get("meta"), dict):
+        data["meta"] = {}
     return data
 
 
@@ -325,9 +334,14 @@ def merge(files: list[dict], names: list[str]) -> tuple[dict, list[dict]]:
     corpora named once, the run spanning the earliest start to the latest end."""
     tests = [t for data in files for t in data["tests"]]
     metas = [data.get("meta", {}) for data in files]
-    starts = [datetime.datetime.fromisoformat(m["started"]) for m in metas if m.get("started")]
-    ends = [datetime.datetime.fromisoformat(m["started"]) + datetime.timedelta(seconds=m.get("duration_s") or 0)
-            for m in metas if m.get("started")]
+    spans = []
+    for m in metas:
+        try:
+            start = datetime.datetime.fromisoformat(m["started"])
+            spans.append((start, start + datetime.timedelta(seconds=float(m.get("duration_s") or 0))))
+        except (KeyError, TypeError, ValueError):  # a file without a readable start: its span unknown
+            pass
+    starts, ends = [a for a, _ in spans], [b for _, b in spans]
     meta = dict(metas[0])
     meta.update({"started": min(starts).isoformat(timespec="seconds") if starts else None,
                  "duration_s": round((max(ends) - min(starts)).total_seconds(), 1) if starts else None,
@@ -366,3 +380,14 @@ def main_merge(paths: list[str], html: str | None, json_out: str | None, baselin
     print(f"nnts: merged {len(paths)} files, {len(tests)} tests: " +
           ", ".join(f"{n} {s}" for s, n in data["totals"].items() if n))
     return 0
+
+
+def add_report_arguments(parser) -> None:
+    """``nnts report merge``'s arguments (registered by nnapi_ref/cli.py)."""
+    sub = parser.add_subparsers(dest="report_command", required=True)
+    m = sub.add_parser("merge", help="one conformance report of several --report JSON files (shards: counts add up)")
+    m.add_argument("results", nargs="+", metavar="RESULTS.json", help="conformance JSON files (schema 2)")
+    m.add_argument("--html", help="write the merged page to this file")
+    m.add_argument("--json", help="write the merged JSON to this file")
+    m.add_argument("--baseline", metavar="EARLIER.json", help="compare with an earlier run")
+    m.set_defaults(func=lambda args: main_merge(args.results, args.html, args.json, args.baseline))
