@@ -73,6 +73,7 @@ MODULE_PARTS = {
 PARTS = tuple(dict.fromkeys(MODULE_PARTS.values())) + ("other",)
 VALUE_PARTS = ("CTS generated", "VTS generated", "random graphs")  # the tests that compute values
 VALIDATION_PART = "VTS model and request validation"
+DRIVER_KEYS = ("name", "version", "type", "feature_level", "capabilities")
 TEST_KEYS = ("id", "part", "op", "dtype", "variant", "status", "phase", "duration_s", "message", "reproducer",
              "replay")
 MESSAGE_LIMIT = 4000  # characters of a failure's report text kept
@@ -314,13 +315,21 @@ def load(path: str | Path) -> dict:
             t.setdefault(key, None)
     if not isinstance(data.get("meta"), dict):
         data["meta"] = {}
+    meta = data["meta"]
+    for key, keys in (("drivers", DRIVER_KEYS), ("corpora", ("path", "models"))):
+        entries = meta.get(key) if isinstance(meta.get(key), list) else []
+        meta[key] = [{k: e.get(k) for k in keys} for e in entries if isinstance(e, dict)]
+    if meta.get("machine") is not None:
+        machine = meta["machine"] if isinstance(meta["machine"], dict) else {}
+        meta["machine"] = {k: machine.get(k) for k in ("cpu", "cores", "python", "numpy", "platform")}
     return data
 
 
 def upgrade_v1(data: dict) -> dict:
     """Schema 1's figures under schema 2's status names (for ``nnts bench --include``)."""
     def statuses(counts):
-        return {V1_STATUS.get(k, k): v for k, v in counts.items()}
+        named = {V1_STATUS.get(k, k): v for k, v in counts.items()}
+        return {s: named.get(s, 0) for s in STATUSES}
     return {"schema": data["schema"], "driver": data.get("driver"), "meta": {},
             "totals": statuses(data.get("totals", {})),
             "matrix": {op: {d: statuses(c) for d, c in per.items()} for op, per in data.get("matrix", {}).items()},
