@@ -79,6 +79,9 @@ def write_reports(config, gathered) -> list[str]:
             comparison = dict(results.compare(gathered.tests, earlier["tests"]), path=config.getoption("baseline"))
         except results.ResultsError as e:
             lines.append(f"nnts: baseline not compared: {e}")
+    for t in gathered.tests:
+        if t["status"] in FAILING and not t["replay"]:
+            t["replay"] = results.pytest_replay(config, t["id"])
     data = results.to_json(meta, gathered.tests, comparison)
     for path in config.getoption("report"):
         text = json.dumps(data, indent=1) + "\n" if path.endswith(".json") else render(data)

@@ -26,7 +26,9 @@ JSON schema ``nnts-conformance/2`` (``--report out/conformance.json``)::
 
     TEST = {"id", "part", "op", "dtype", "variant" (null where not one), "status", "phase"
             ("setup", "call" or "teardown": the report that decided), "duration_s",
-            "message" (failures: the trimmed report text; skips: the reason), "reproducer", "replay"}
+            "message" (failures: the trimmed report text; skips: the reason), "reproducer" (the
+            saved model, where one was), "replay" (failures: ``nnts vectors run REPRODUCER ...``
+            where a model was saved, else the ``pytest TEST-ID --driver ...`` command that reruns it)}
 
 Statuses: passed, failed, crashed and hung (the driver, out of process, died or did not answer:
 failed in pytest's terms), error (a setup or teardown failure, pytest's "error"), xfailed, xpassed,
@@ -195,6 +197,19 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return (done.stdout.strip() + ("+changes" if dirty else "")) if done.returncode == 0 else None
+
+
+def pytest_replay(config, nodeid: str) -> str:
+    """The pytest command that runs one test again with this run's driver and corpus options
+    (for failures that saved no reproducer: VTS, API tests, crashes and hangs)."""
+    import shlex
+    args = ["pytest", nodeid.removesuffix(" (teardown)"), "--driver", config.getoption("driver")]
+    args += [a for v in config.getoption("vectors") for a in ("--vectors", v)]
+    args += ["--no-shared-vectors"] if config.getoption("no_shared_vectors") else []
+    args += ["--isolate"] if config.getoption("isolate") else []
+    if config.getoption("feature_level") is not None:
+        args += ["--feature-level", str(config.getoption("feature_level"))]
+    return shlex.join(args)
 
 
 def run_meta(config, started: datetime.datetime, drivers: list[dict], corpora: list[dict]) -> dict:

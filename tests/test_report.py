@@ -53,7 +53,7 @@ def test_setup_error(broken_setup):
 def test_teardown_error(broken_teardown):
     pass
 '''
-PYTEST_SUMMARY = re.compile(r"=+ (.*?) in [\d.]+s")
+PYTEST_SUMMARY = re.compile(r"^=* ?(\d+ \w+.*?) in [\d.]+s", re.M)
 
 
 def pytest_summary(output: str) -> dict:
