@@ -129,14 +129,7 @@ def test_conformance_page(name, tmp_path, request):
         assert data["matrix"]["ABS"] and data["totals"]["unsupported"] > 0
     if CHROMIUM is None:
         pytest.skip("no Chromium (apt-get install chromium) to render the page")
-    probe = tmp_path / "probe.html"
-    probe.write_text(PROBE % html.name)
-    dom = chromium("--allow-file-access-from-files", "--virtual-time-budget=10000",
-                   f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probe.as_uri())
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
-    assert not console, console
-    found = json.loads(re.search(r'<pre id="out">(.*?)</pre>', dom.stdout, re.S).group(1))
+    found = probe(tmp_path, html)
     assert found["matrixRight"] <= 1400 and found["pageWidth"] <= 1400, found
     assert found["controls"] == "block" and found["deadLinks"] == 0
     assert found["all"] == list(data["matrix"]) and found["filtered"] == [op for op in data["matrix"] if "MUL" in op]
@@ -150,3 +143,41 @@ def test_conformance_page(name, tmp_path, request):
     snap = chromium(f"--user-data-dir={tmp_path / 'profile2'}", f"--screenshot={shot}", "--window-size=1400,1800",
                     html.as_uri())
     assert snap.returncode == 0 and shot.stat().st_size > 10_000, snap.stderr[-2000:]
+
+
+def probe(tmp_path, html: Path) -> dict:
+    """What PROBE measured of the page in a 1400 px frame (console errors fail the test)."""
+    page = tmp_path / "probe.html"
+    page.write_text(PROBE % html.name)
+    dom = chromium("--allow-file-access-from-files", "--virtual-time-budget=10000",
+                   f"--user-data-dir={tmp_path / 'profile-probe'}", "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert not console, console
+    return json.loads(re.search(r'<pre id="out">(.*?)</pre>', dom.stdout, re.S).group(1))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (apt-get install chromium) to render the page")
+def test_the_widest_matrix_fits_1400_px(tmp_path):
+    # Every operation in every data type of the corpus, four-digit counts: the widest the matrix gets.
+    from nnapi_ref.types import OperationCode
+    from nnts.reports import conformance, results
+    dtypes = list(conformance.DTYPE_ABBREVIATIONS)
+    tests = [{"id": f"cts/test_generated.py::test_generated[{op.name}-{dt}-m{k}-sync]", "part": "CTS generated",
+              "op": op.name, "dtype": dt, "variant": "sync", "status": status, "phase": "call", "duration_s": 0,
+              "message": "worst at [0]: expected 1, got 2" if status == "failed" else None, "reproducer": None,
+              "replay": "pytest x" if status == "failed" else None}
+             for op in OperationCode for dt in dtypes[:12]
+             for k, status in enumerate(["passed"] * 1000 + ["failed"] * 10 + ["unsupported"] * 100
+                                        if op.name == "BIDIRECTIONAL_SEQUENCE_LSTM" else ["passed", "unsupported"])]
+    html = tmp_path / "wide.html"
+    html.write_text(conformance.render(results.to_json({"driver_spec": "reference"}, tests)))
+    found = probe(tmp_path, html)
+    assert len(found["all"]) == len(OperationCode) and found["failing"] == ["BIDIRECTIONAL_SEQUENCE_LSTM"]
+    assert found["matrixRight"] <= 1400 and found["pageWidth"] <= 1400, found
+    assert max(found["cellHeights"]) < 30 and max(found["headerHeights"]) < 40, found
+    shot = ROOT / "out" / "conformance-widest-matrix.png"
+    shot.parent.mkdir(exist_ok=True)
+    snap = chromium(f"--user-data-dir={tmp_path / 'profile2'}", f"--screenshot={shot}", "--window-size=1400,1000",
+                    html.as_uri())
+    assert snap.returncode == 0, snap.stderr[-2000:]
