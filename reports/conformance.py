@@ -7,7 +7,6 @@ The figures come from reports/results.py, which also writes the JSON (``.json`` 
 from __future__ import annotations
 
 import collections
-import json
 from pathlib import Path
 
 import jinja2
@@ -84,7 +83,7 @@ def write_reports(config, gathered) -> list[str]:
             t["replay"] = results.pytest_replay(config, t["id"])
     data = results.to_json(meta, gathered.tests, comparison)
     for path in config.getoption("report"):
-        text = json.dumps(data, indent=1) + "\n" if path.endswith(".json") else render(data)
+        text = results.dumps(data) if path.endswith(".json") else render(data)
         results.write_atomically(path, text)
         lines.append(f"nnts: conformance report written to {path}")
     return lines

@@ -120,6 +120,7 @@ def test_record(report, props: dict) -> dict | None:
         status = {"crash": "crashed", "hang": "hung"}.get(props.get("nnts_verdict"), "failed" if when == "call" else "error")
     else:
         status = "xpassed" if wasxfail else "passed"
+        text = f"listed as an expected failure ({report.wasxfail}) but passed" if wasxfail else ""
     record = {"id": report.nodeid if when != "teardown" else f"{report.nodeid} (teardown)",
               "part": part_of(report.nodeid), "op": props.get("nnts_op"), "dtype": props.get("nnts_dtype"),
               "variant": (props.get("nnts_variant") or "").replace("-", "_") or None, "status": status, "phase": when,
@@ -296,6 +297,16 @@ def to_json(meta: dict, tests: list[dict], baseline: dict | None = None) -> dict
     return data
 
 
+def dumps(data: dict) -> str:
+    """The JSON text: indented, one line per test (a full run has tens of thousands)."""
+    head = {k: v for k, v in data.items() if k not in ("failures", "tests")}
+    lines = json.dumps(head, indent=1)[:-2]
+    for key in ("failures", "tests"):
+        rows = ",\n  ".join(json.dumps(t) for t in data.get(key, []))
+        lines += f',\n "{key}": [\n  {rows}\n ]' if rows else f',\n "{key}": []'
+    return lines + "\n}\n"
+
+
 def write_atomically(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -398,7 +409,7 @@ def main_merge(paths: list[str], html: str | None, json_out: str | None, baselin
     comparison = dict(compare(tests, earlier["tests"]), path=baseline) if earlier else None
     data = to_json(meta, tests, comparison)
     if json_out:
-        write_atomically(json_out, json.dumps(data, indent=1) + "\n")
+        write_atomically(json_out, dumps(data))
     if html:
         write_atomically(html, render(data))
     print(f"nnts: merged {len(paths)} files, {len(tests)} tests: " +
