@@ -42,8 +42,9 @@ def anchor(*parts) -> str:
     return "c-" + "-".join(str(p) for p in parts).replace(" ", "_").replace("(", "").replace(")", "")
 
 
-def render(data: dict) -> str:
-    """The page of a schema-2 results dict (results.to_json)."""
+def render(data: dict, others: list[dict] = ()) -> str:
+    """The page of a schema-2 results dict (results.to_json); ``others``: the driver's other
+    results (reports/driver_page.py), summarized at the top and detailed at the end."""
     tests = data["tests"]
     dtypes = sorted({d for per in data["matrix"].values() for d in per},
                     key=lambda d: (list(DTYPE_ABBREVIATIONS).index(d) if d in DTYPE_ABBREVIATIONS else 99, d))
@@ -60,7 +61,7 @@ def render(data: dict) -> str:
                              autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
     env.filters["cell_class"] = cell_class
     return env.get_template("conformance.html.j2").render(
-        d=data, meta=data.get("meta", {}), headline=results.headline,
+        d=data, meta=data.get("meta", {}), headline=results.headline, others=list(others),
         statuses=[s for s in STATUSES if data["totals"].get(s) or s in ("passed", "failed")], labels=STATUS_LABELS, failing=FAILING, dtypes=dtypes,
         abbrev=lambda d: DTYPE_ABBREVIATIONS.get(d, d.replace("TENSOR_", "")), cell_class=cell_class, anchor=anchor,
         cells=dict(sorted(in_matrix.items())), failure_groups=dict(sorted(groups.items())),

@@ -418,7 +418,7 @@ def main_merge(paths: list[str], html: str | None, json_out: str | None, baselin
 
 
 def add_report_arguments(parser) -> None:
-    """``nnts report merge``'s arguments (registered by nnapi_ref/cli.py)."""
+    """``nnts report merge`` and ``nnts report page`` (registered by nnapi_ref/cli.py)."""
     sub = parser.add_subparsers(dest="report_command", required=True)
     m = sub.add_parser("merge", help="one conformance report of several --report JSON files (shards: counts add up)")
     m.add_argument("results", nargs="+", metavar="RESULTS.json", help="conformance JSON files (schema 2)")
@@ -426,3 +426,15 @@ def add_report_arguments(parser) -> None:
     m.add_argument("--json", help="write the merged JSON to this file")
     m.add_argument("--baseline", metavar="EARLIER.json", help="compare with an earlier run")
     m.set_defaults(func=lambda args: main_merge(args.results, args.html, args.json, args.baseline))
+    p = sub.add_parser("page", help="one page of a driver: its conformance results with its stress, vectors/fuzz "
+                                    "and bench results summarized at the top")
+    p.add_argument("results", nargs="+", metavar="RESULTS.json",
+                   help="conformance JSON (several are merged), nnts stress/vectors run/bench --json files")
+    p.add_argument("--html", required=True, help="write the page to this file")
+    p.add_argument("--baseline", metavar="EARLIER.json", help="compare the conformance results with an earlier run")
+    p.set_defaults(func=lambda args: _page(args))
+
+
+def _page(args) -> int:
+    from nnts.reports.driver_page import main_page
+    return main_page(args.results, args.html, args.baseline)

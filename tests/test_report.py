@@ -178,3 +178,30 @@ def test_bench_includes_schema_2_and_schema_1(tmp_path):
                "settings": {"runs": 1, "warmup": 0, "max_time_s": 1, "inflight": 1}, "environment": {}}
         page = bench.render(run, [str(tmp_path / name)])
         assert "crashed <code>cts/test_generated.py::test_generated[MUL-TENSOR_FLOAT32-b-sync]" in page
+
+
+def test_driver_page_summarizes_every_result_of_the_driver(tmp_path, capsys):
+    tests = [record("cts/test_generated.py::test_generated[ADD-TENSOR_FLOAT32-a-sync]", "passed", "ADD", "TENSOR_FLOAT32")]
+    (tmp_path / "conformance.json").write_text(results.dumps(results.to_json({"driver_spec": "d"}, tests)))
+    (tmp_path / "stress.json").write_text(json.dumps([
+        {"name": "memory_soak", "verdict": "FAILURE", "seconds": 3.0, "message": "VmRSS grew 20 MiB"},
+        {"name": "repeated_load_unload", "verdict": "SUCCESS", "seconds": 1.0, "message": "ok"}]))
+    (tmp_path / "vectors.json").write_text(json.dumps({"passed": 1, "failed": 0, "skipped": 0, "results": [
+        {"name": "a", "status": "pass", "message": ""}]}))
+    (tmp_path / "bench.json").write_text(json.dumps({"schema": "nnts-bench/1", "models": [
+        {"model": "m.tflite", "status": "ok", "ratio": 2.0, "accuracy": {"failures": []}},
+        {"model": "n.tflite", "status": "driver_error", "reason": "prepare failed", "accuracy": None}]}))
+    paths = [str(tmp_path / n) for n in ("conformance.json", "stress.json", "vectors.json", "bench.json")]
+    assert cli.main(["report", "page", *paths, "--html", str(tmp_path / "page.html")]) == 0
+    page = (tmp_path / "page.html").read_text()
+    glance = page[page.index("This driver at a glance"):page.index('<h2 id="totals">')]
+    assert re.search(r"Stress tests \(stress.json\).*?failures.*?1 FAILURE, 1 SUCCESS", glance, re.S), glance
+    assert re.search(r"Test vectors.*?all pass.*?1 passed, 0 failed", glance, re.S), glance
+    assert re.search(r"Benchmark \(bench.json\).*?failures.*?2 models, 1 run, 1 failing.*?x2.00", glance, re.S), glance
+    assert "VmRSS grew 20 MiB" in page and "prepare failed" in page
+    (tmp_path / "other.json").write_text(json.dumps({"something": "else"}))
+    assert cli.main(["report", "page", paths[0], str(tmp_path / "other.json"), "--html", str(tmp_path / "x.html")]) == 2
+    assert "other.json: not a conformance, stress, vectors or bench JSON file" in capsys.readouterr().err
+    assert cli.main(["report", "page", paths[1], "--html", str(tmp_path / "x.html")]) == 2
+    assert "needs at least one conformance JSON file" in capsys.readouterr().err
+    assert not (tmp_path / "x.html").exists()
