@@ -133,6 +133,7 @@ def pytest_runtest_makereport(item, call):
             report.user_properties += [("nnts_op", op), ("nnts_dtype", dtype or "-")]
         if getattr(case, "variant", None):
             report.user_properties.append(("nnts_variant", case.variant))
+    if report.when == "setup":  # before the test drives the driver: a driver it crashes is not asked
         _describe_run_once(item, report)
 
 
@@ -149,7 +150,7 @@ def _describe_run_once(item, report):
     import json
     from nnts.reports.results import corpus_facts, driver_facts
     facts = {"drivers": driver_facts(item.funcargs["drivers"]), "corpora": corpus_facts(item.config)}
-    report.user_properties.append(("nnts_run", json.dumps(facts)))
+    report.user_properties = [*report.user_properties, ("nnts_run", json.dumps(facts))]  # this report's only
 
 
 class ConformanceResults:
