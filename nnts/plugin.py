@@ -154,7 +154,7 @@ def _describe_run_once(item, report):
 
 
 class ConformanceResults:
-    """Every test's result (nnts.reports.results.test_record), gathered from test reports (on the
+    """Every test's result (nnts.reports.results.record_of_report), gathered from test reports (on the
     xdist controller too, which receives every worker's reports)."""
 
     def __init__(self):
@@ -165,13 +165,13 @@ class ConformanceResults:
 
     def pytest_runtest_logreport(self, report):
         import json
-        from nnts.reports.results import test_record
+        from nnts.reports.results import record_of_report
         props = dict(report.user_properties)
         if "nnts_run" in props:
             facts = json.loads(props["nnts_run"])
             for key in ("drivers", "corpora"):
                 self.run_facts[key] += [f for f in facts[key] if f not in self.run_facts[key]]
-        record = test_record(report, props)
+        record = record_of_report(report, props)
         if record is not None:
             self.tests.append(record)
 

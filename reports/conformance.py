@@ -62,7 +62,8 @@ def render(data: dict, others: list[dict] = ()) -> str:
     env.filters["cell_class"] = cell_class
     return env.get_template("conformance.html.j2").render(
         d=data, meta=data.get("meta", {}), headline=results.headline, others=list(others),
-        statuses=[s for s in STATUSES if data["totals"].get(s) or s in ("passed", "failed")], labels=STATUS_LABELS, failing=FAILING, dtypes=dtypes,
+        statuses=[s for s in STATUSES if data["totals"].get(s) or s in ("passed", "failed")],  # columns that occur
+        labels=STATUS_LABELS, failing=FAILING, dtypes=dtypes,
         abbrev=lambda d: DTYPE_ABBREVIATIONS.get(d, d.replace("TENSOR_", "")), cell_class=cell_class, anchor=anchor,
         cells=dict(sorted(in_matrix.items())), failure_groups=dict(sorted(groups.items())),
         pytest_line=", ".join(f"{n} {k}" for k, n in data["pytest"].items() if n))

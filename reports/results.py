@@ -103,7 +103,7 @@ def reproducer_of(message: str) -> tuple[str | None, str | None]:
     return (path.group(1).strip().strip("'") if path else None), (replay.group(1).strip() if replay else None)
 
 
-def test_record(report, props: dict) -> dict | None:
+def record_of_report(report, props: dict) -> dict | None:
     """The record of one pytest report, or None for a report that decides nothing (a passed
     setup or teardown, a skipped teardown)."""
     when = report.when
@@ -117,7 +117,8 @@ def test_record(report, props: dict) -> dict | None:
         status = "xfailed" if wasxfail else "unsupported" if "unsupported" in reason else "skipped"
         text = report.wasxfail if wasxfail and report.wasxfail else reason
     elif report.failed:
-        status = {"crash": "crashed", "hang": "hung"}.get(props.get("nnts_verdict"), "failed" if when == "call" else "error")
+        verdict = {"crash": "crashed", "hang": "hung"}.get(props.get("nnts_verdict"))
+        status = verdict or ("failed" if when == "call" else "error")
     else:
         status = "xpassed" if wasxfail else "passed"
         text = f"listed as an expected failure ({report.wasxfail}) but passed" if wasxfail else ""
