@@ -49,6 +49,10 @@ document.getElementById("f").onload = function () {
     return !doc.getElementById(a.getAttribute("href").slice(1)); }).length;
   out.headerHeights = Array.from(m.tHead.rows[0].cells).map(function (c) { return c.getBoundingClientRect().height; });
   out.cellHeights = rows.length ? Array.from(rows[0].cells).map(function (c) { return c.getBoundingClientRect().height; }) : [];
+  failing.checked = false; failing.dispatchEvent(new Event("change"));
+  this.contentWindow.scrollTo(0, m.getBoundingClientRect().top + this.contentWindow.scrollY + 300);
+  out.headerTopScrolled = m.tHead.rows[0].cells[0].getBoundingClientRect().top;  /* 0 when it sticks */
+  out.matrixTopScrolled = m.getBoundingClientRect().top;
   document.getElementById("out").textContent = JSON.stringify(out);
 };
 </script></body></html>"""
@@ -176,6 +180,7 @@ def test_the_widest_matrix_fits_1400_px(tmp_path):
     assert len(found["all"]) == len(OperationCode) and found["failing"] == ["BIDIRECTIONAL_SEQUENCE_LSTM"]
     assert found["matrixRight"] <= 1400 and found["pageWidth"] <= 1400, found
     assert max(found["cellHeights"]) < 30 and max(found["headerHeights"]) < 40, found
+    assert found["matrixTopScrolled"] < -250 and found["headerTopScrolled"] == 0, found  # the header stays in view
     shot = ROOT / "out" / "conformance-widest-matrix.png"
     shot.parent.mkdir(exist_ok=True)
     snap = chromium(f"--user-data-dir={tmp_path / 'profile2'}", f"--screenshot={shot}", "--window-size=1400,1000",
