@@ -86,6 +86,10 @@ def write_reports(config, gathered) -> list[str]:
     data = results.to_json(meta, gathered.tests, comparison)
     for path in config.getoption("report"):
         text = results.dumps(data) if path.endswith(".json") else render(data)
-        results.write_atomically(path, text)
+        try:
+            results.write_atomically(path, text)
+        except OSError as e:
+            lines.append(f"nnts: conformance report NOT written to {path}: {e.strerror or e}")
+            continue
         lines.append(f"nnts: conformance report written to {path}")
     return lines

@@ -80,7 +80,11 @@ def main_page(paths: list[str], html: str, baseline: str | None = None) -> int:
         meta.pop("merged_from")
     comparison = dict(results.compare(tests, earlier["tests"]), path=baseline) if earlier else None
     data = results.to_json(meta, tests, comparison)
-    results.write_atomically(html, render(data, others))
+    try:
+        results.write_atomically(html, render(data, others))
+    except OSError as e:
+        print(f"nnts: cannot write {e.filename or html}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(f"nnts: {html}: {len(tests)} conformance tests" + "".join(
         f"; {o['title']}: {'all pass' if o['ok'] else 'failures'}" for o in others))
     return 0

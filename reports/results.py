@@ -309,11 +309,20 @@ def dumps(data: dict) -> str:
 
 
 def write_atomically(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all; an OSError names ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from None
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 class ResultsError(ValueError):
@@ -409,10 +418,14 @@ def main_merge(paths: list[str], html: str | None, json_out: str | None, baselin
               "each is counted every time", file=sys.stderr)
     comparison = dict(compare(tests, earlier["tests"]), path=baseline) if earlier else None
     data = to_json(meta, tests, comparison)
-    if json_out:
-        write_atomically(json_out, dumps(data))
-    if html:
-        write_atomically(html, render(data))
+    try:
+        if json_out:
+            write_atomically(json_out, dumps(data))
+        if html:
+            write_atomically(html, render(data))
+    except OSError as e:
+        print(f"nnts: cannot write {e.filename or 'the report'}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(f"nnts: merged {len(paths)} files, {len(tests)} tests: " +
           ", ".join(f"{n} {s}" for s, n in data["totals"].items() if n))
     return 0

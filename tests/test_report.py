@@ -159,6 +159,9 @@ def test_merge_adds_up_shards(tmp_path, capsys):
     assert cli.main(["report", "merge", str(tmp_path / "old.json"), "--json", str(tmp_path / "x.json")]) == 2
     assert "schema 1 has no per-test results" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+    unwritable = tmp_path / "a.json" / "m.json"  # under a file
+    assert cli.main(["report", "merge", str(tmp_path / "a.json"), "--json", str(unwritable)]) == 2
+    assert f"cannot write {unwritable}" in capsys.readouterr().err
 
 
 def test_bench_includes_schema_2_and_schema_1(tmp_path):
