@@ -133,6 +133,8 @@ def pytest_runtest_makereport(item, call):
             report.user_properties += [("nnts_op", op), ("nnts_dtype", dtype or "-")]
         if getattr(case, "variant", None):
             report.user_properties.append(("nnts_variant", case.variant))
+        module = Path(str(item.fspath))  # the part of the suite, also where --pyargs shortens test ids
+        report.user_properties = [*report.user_properties, ("nnts_module", f"{module.parent.name}/{module.stem}")]
     if report.when == "setup":  # before the test drives the driver: a driver it crashes is not asked
         _describe_run_once(item, report)
 

@@ -81,11 +81,11 @@ TEST_KEYS = ("id", "part", "op", "dtype", "variant", "status", "phase", "duratio
 MESSAGE_LIMIT = 4000  # characters of a failure's report text kept
 
 
-def part_of(nodeid: str) -> str:
-    """The part of the suite of a test id (``cts/test_generated.py::...``; with --pyargs the
-    module path ends the same way)."""
-    module = Path(nodeid.split("::", 1)[0])
-    return MODULE_PARTS.get((module.parent.name, module.stem), "other")
+def part_of(nodeid: str, module: str | None = None) -> str:
+    """The part of the suite of a test, from its module (``cts/test_generated``, as the plugin
+    sends it) or else its id (``cts/test_generated.py::...``)."""
+    path = Path(module or nodeid.split("::", 1)[0])
+    return MODULE_PARTS.get((path.parent.name, path.stem), "other")
 
 
 def trim(text: str, limit: int = MESSAGE_LIMIT) -> str:
@@ -123,7 +123,8 @@ def record_of_report(report, props: dict) -> dict | None:
         status = "xpassed" if wasxfail else "passed"
         text = f"listed as an expected failure ({report.wasxfail}) but passed" if wasxfail else ""
     record = {"id": report.nodeid if when != "teardown" else f"{report.nodeid} (teardown)",
-              "part": part_of(report.nodeid), "op": props.get("nnts_op"), "dtype": props.get("nnts_dtype"),
+              "part": part_of(report.nodeid, props.get("nnts_module")), "op": props.get("nnts_op"),
+              "dtype": props.get("nnts_dtype"),
               "variant": (props.get("nnts_variant") or "").replace("-", "_") or None, "status": status, "phase": when,
               "duration_s": round(getattr(report, "duration", 0.0), 4), "message": None, "reproducer": None,
               "replay": None}
