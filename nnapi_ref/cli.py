@@ -355,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", help="earlier results to compare latency medians with")
     p.add_argument("--thresholds", help="TOML thresholds file (format in mlts/bench_gate.py)")
     p.set_defaults(func=cmd_gate)
+    p = sub.add_parser("report", help="conformance reports: merge the JSON of shards or runs into one report")
+    from nnts.reports.results import add_report_arguments
+    add_report_arguments(p)
     p = sub.add_parser("fuzz", help="coverage-guided fuzzing (atheris) of a harness against a driver, or a replay")
     add_driver_options(p)
     p.set_defaults(driver=None)  # --replay takes the driver from the artifact unless one is given

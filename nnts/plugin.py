@@ -6,10 +6,10 @@ comma-separated for several; ``--isolate`` serves in-process drivers from a proc
 ``--vectors PATH`` (extra test-vector files or folders; ``../shared/vectors`` when present),
 ``--feature-level N`` (test only what that level requires), ``--expected-failures FILE`` (known
 driver issues: xfail, warned about when they pass), ``--report PATH`` (conformance report: HTML, or
-JSON for a .json path; repeatable),
+JSON for a .json path; repeatable; ``--baseline EARLIER.json`` compares with an earlier run),
 ``--reproducers DIR`` (where failing models are saved), ``--shard K/N`` (a deterministic part of
 the run, see ``nnapi_ref.shard``), ``--call-timeout S`` (a remote driver's budget per call). A bad
-``--driver`` or ``--shard`` stops the session before collection, in one line.
+``--driver``, ``--shard`` or ``--baseline`` stops the session before collection, in one line.
 
 A test during which an out-of-process driver crashed or hung fails with CRASH or HANG and the
 driver's exit status or the call that did not return, whatever the test itself concluded (the
@@ -44,6 +44,8 @@ def pytest_addoption(parser):
     group.addoption("--expected-failures", default=None, help="file of test ids expected to fail (xfail)")
     group.addoption("--report", action="append", default=[],
                     help="write the conformance report to this path: HTML, or JSON for a .json path (repeatable)")
+    group.addoption("--baseline", default=None,
+                    help="an earlier --report JSON: the report names newly failing, passing and unsupported tests")
     group.addoption("--reproducers", default=None,
                     help="folder for failing models (default: reproducers/ beside the first --report, "
                          "else nnts-reproducers in the temporary folder)")
@@ -79,6 +81,12 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"dtype_{name}: tests with {name} operands")
     config.addinivalue_line("markers", "vts: driver-level tests (straight against the driver interface)")
     config.addinivalue_line("markers", "extension: tests of vendor extensions (counted in a section of their own)")
+    if config.getoption("baseline") and not hasattr(config, "workerinput"):
+        from nnts.reports.results import ResultsError, load
+        try:
+            load(config.getoption("baseline"))
+        except ResultsError as e:  # before the run, not after it
+            raise pytest.UsageError(f"--baseline: {e}") from None
     config.pluginmanager.register(ConformanceResults(), "nnts-results")
     if not config.getoption("reproducers"):
         reports = config.getoption("report")
@@ -180,11 +188,13 @@ def pytest_runtest_makereport(item, call):
         new = incidents()[getattr(item, "nnts_incidents", 0):]
         if new:  # the driver died or hung in this test: its verdict, whatever the test concluded
             kind = "hang" if any(i.kind == "hang" for i in new) else "crash"
+            concluded = report.longreprtext if report.failed else ""  # keeps a saved reproducer's name
             report.outcome = "failed"
-            report.longrepr = "\n".join(i.message for i in new)
+            report.longrepr = "\n".join(i.message for i in new) + (
+                f"\n\nThe test itself concluded:\n{concluded}" if concluded else "")
             report.user_properties.append(("nnts_verdict", kind))
             item.nnts_incidents += len(new)
-    if report.when == "call" or (report.when == "setup" and report.skipped):
+    if report.when == "call" or not report.passed:
         case = item.callspec.params.get("case") if hasattr(item, "callspec") else None
         op = getattr(item, "nnts_op", getattr(case, "operation", None))
         dtype = getattr(item, "nnts_dtype", getattr(case, "dtype", None))
@@ -192,51 +202,74 @@ def pytest_runtest_makereport(item, call):
             report.user_properties += [("nnts_op", op), ("nnts_dtype", dtype or "-")]
         if item.get_closest_marker("extension") is not None:  # the report counts these apart
             report.user_properties.append(("nnts_section", "extension"))
+        if getattr(case, "variant", None):
+            report.user_properties.append(("nnts_variant", case.variant))
+        module = Path(str(item.fspath))  # the part of the suite, also where --pyargs shortens test ids
+        report.user_properties = [*report.user_properties, ("nnts_module", f"{module.parent.name}/{module.stem}")]
+    if report.when == "setup":  # before the test drives the driver: a driver it crashes is not asked
+        _describe_run_once(item, report)
+
+
+_run_described = False
+
+
+def _describe_run_once(item, report):
+    """The drivers (as loaded in this process) and corpora, sent once per process with a report,
+    so that the xdist controller, which loads no driver, can name them in the report."""
+    global _run_described
+    if _run_described or "drivers" not in item.funcargs:
+        return
+    _run_described = True
+    import json
+    from nnts.reports.results import corpus_facts, driver_facts
+    facts = {"drivers": driver_facts(item.funcargs["drivers"]), "corpora": corpus_facts(item.config)}
+    report.user_properties = [*report.user_properties, ("nnts_run", json.dumps(facts))]  # this report's only
 
 
 class ConformanceResults:
-    """Outcomes per operation and data type, gathered from test reports (on the xdist
-    controller too, which receives every worker's reports)."""
+    """Every test's result (nnts.reports.results.record_of_report), gathered from test reports (on the
+    xdist controller too, which receives every worker's reports)."""
 
     def __init__(self):
-        self.rows: list[tuple[str, str, str, str]] = []  # (operation, data type, outcome, test id)
+        import datetime
+        self.started = datetime.datetime.now()
+        self.tests: list[dict] = []
+        self.run_facts: dict = {"drivers": [], "corpora": []}
 
     def pytest_runtest_logreport(self, report):
+        import json
+        from nnts.reports.results import record_of_report
         props = dict(report.user_properties)
-        if "nnts_op" not in props or not (report.when == "call" or (report.when == "setup" and report.skipped)):
-            return
-        if "nnts_verdict" in props:
-            outcome = props["nnts_verdict"]
-        elif report.passed:
-            outcome = "xpass" if hasattr(report, "wasxfail") else "pass"
-        elif report.skipped:
-            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-            outcome = "xfail" if hasattr(report, "wasxfail") else "unsupported" if "unsupported" in reason else "skip"
-        else:
-            outcome = "fail"
-        self.rows.append((props["nnts_op"], props["nnts_dtype"], outcome, report.nodeid))
+        if "nnts_run" in props:
+            facts = json.loads(props["nnts_run"])
+            for key in ("drivers", "corpora"):
+                self.run_facts[key] += [f for f in facts[key] if f not in self.run_facts[key]]
+        record = record_of_report(report, props)
+        if record is not None:
+            self.tests.append(record)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    results = config.pluginmanager.get_plugin("nnts-results").rows
+    gathered = config.pluginmanager.get_plugin("nnts-results")
+    results = gathered.tests
     if not results or hasattr(config, "workerinput"):
         return
-    unsupported = collections.Counter(op for op, _, outcome, _ in results if outcome == "unsupported")
+    unsupported = collections.Counter(t["op"] for t in results if t["status"] == "unsupported" and t["op"])
     if unsupported:
         terminalreporter.section("nnts: operations the driver reported unsupported (skipped, not passed)")
         for op, n in sorted(unsupported.items()):
             terminalreporter.write_line(f"{op}: {n} tests skipped as unsupported")
-    died = [(outcome, nodeid) for _, _, outcome, nodeid in results if outcome in ("crash", "hang")]
+    died = [t for t in results if t["status"] in ("crashed", "hung")]
     if died:
         terminalreporter.section("nnts: tests during which the driver crashed or hung")
-        for outcome, nodeid in died:
-            terminalreporter.write_line(f"{outcome.upper()} {nodeid}")
-    xpassed = [nodeid for _, _, outcome, nodeid in results if outcome == "xpass"]
+        for t in died:
+            terminalreporter.write_line(f"{'CRASH' if t['status'] == 'crashed' else 'HANG'} {t['id']}")
+    xpassed = [t["id"] for t in results if t["status"] == "xpassed"]
     if xpassed:
         terminalreporter.section("nnts: expected failures that now pass (remove them from the list)")
         for nodeid in xpassed:
             terminalreporter.write_line(nodeid)
-    for path in config.getoption("report"):
-        from nnts.reports.conformance import write_report
-        write_report(path, results, config.getoption("driver"))
-        terminalreporter.write_line(f"nnts: conformance report written to {path}")
+    if config.getoption("report"):
+        from nnts.reports.conformance import write_reports
+        for line in write_reports(config, gathered):
+            terminalreporter.write_line(line)

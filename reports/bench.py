@@ -11,7 +11,7 @@ from pathlib import Path
 import jinja2
 
 from nnapi_ref.trace_summary import html_tables
-from nnts.reports.conformance import FAILED
+from nnts.reports.results import FAILING, upgrade_v1
 
 DRIVER_COLOUR, BASELINE_COLOUR = "#3465a4", "#f57900"
 
@@ -83,16 +83,18 @@ def ratio_svg(rows: list[dict]) -> str:
 
 def included(path: str) -> dict:
     """An --include file as {kind, title, ...} for the template: stress (a list of results with
-    verdicts), conformance (reports.conformance's JSON) or vectors (nnts vectors run --json)."""
+    verdicts), conformance (reports/results.py's JSON, schema 2 or 1) or vectors (nnts vectors run --json)."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     name = Path(path).name
     if isinstance(data, list) and all(isinstance(r, dict) and "verdict" in r for r in data):
         counts = {v: sum(r["verdict"] == v for r in data) for v in dict.fromkeys(r["verdict"] for r in data)}
         return {"kind": "stress", "title": f"Stress tests ({name})", "rows": data, "counts": counts,
                 "ok": all(r["verdict"] == "SUCCESS" for r in data)}
-    if isinstance(data, dict) and data.get("schema", "").startswith("nnts-conformance/"):
+    if isinstance(data, dict) and str(data.get("schema", "")).startswith("nnts-conformance/"):
+        if data["schema"] == "nnts-conformance/1":
+            data = upgrade_v1(data)
         return {"kind": "conformance", "title": f"Conformance ({name}, driver {data['driver']})", "data": data,
-                "ok": not any(data["totals"].get(o) for o in FAILED)}
+                "ok": not any(data["totals"].get(o) for o in FAILING)}
     if isinstance(data, dict) and "results" in data and "passed" in data:
         bad = [r for r in data["results"] if r["status"] in ("fail", "error", "crash", "hang")]
         return {"kind": "vectors", "title": f"Test vectors / fuzz reproducers ({name})", "data": data, "bad": bad,

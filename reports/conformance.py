@@ -1,67 +1,95 @@
-"""The conformance report: an operation x data-type matrix of pass / fail / unsupported counts."""
+"""The conformance page (``--report out/conformance.html``): the run's facts, totals equal to
+pytest's by status and by part of the suite, the operation x data-type support matrix of the tests
+that compute values, results per execution path, validation, unsupported operations, every failure
+with its message and replay command, and the comparison with an earlier run. One self-contained
+file, readable without JavaScript (a small script adds the operation filter and "failing only").
+The figures come from reports/results.py, which also writes the JSON (``.json`` paths)."""
 from __future__ import annotations
 
 import collections
-import datetime
-import json
 from pathlib import Path
 
 import jinja2
 
-OUTCOMES = ("pass", "fail", "crash", "hang", "unsupported", "xfail", "xpass", "skip")
-FAILED = ("fail", "crash", "hang")  # a crash or hang of the driver (out of process) fails the test
+from nnts.reports import results
+from nnts.reports.results import FAILING, STATUSES
+
+# Short column names for the matrix (the full name is in each header's title and the legend).
+DTYPE_ABBREVIATIONS = {
+    "TENSOR_FLOAT32": "F32", "TENSOR_FLOAT32_RELAXED": "F32 relaxed", "TENSOR_FLOAT16": "F16",
+    "TENSOR_INT32": "I32", "TENSOR_BOOL8": "BOOL8", "TENSOR_QUANT8_ASYMM": "Q8", "TENSOR_QUANT8_ASYMM_SIGNED": "Q8S",
+    "TENSOR_QUANT8_SYMM": "Q8sym", "TENSOR_QUANT8_SYMM_PER_CHANNEL": "Q8pc", "TENSOR_QUANT16_SYMM": "Q16sym",
+    "TENSOR_QUANT16_ASYMM": "Q16", "FLOAT32": "f32", "FLOAT16": "f16", "INT32": "i32", "UINT32": "u32", "BOOL": "bool",
+}
+STATUS_LABELS = {"passed": "passed", "failed": "failed", "crashed": "crashed", "hung": "hung", "error": "error",
+                 "xfailed": "expected failure", "xpassed": "unexpectedly passing", "unsupported": "skipped as unsupported",
+                 "skipped": "skipped otherwise"}
 
 
-def summarize(rows):
-    """{operation: {dtype: Counter(outcome)}} and the totals, from (op, dtype, outcome, id) rows."""
-    matrix: dict[str, dict[str, collections.Counter]] = collections.defaultdict(lambda: collections.defaultdict(
-        collections.Counter))
-    totals = collections.Counter()
-    failures = []
-    for op, dtype, outcome, nodeid in rows:
-        matrix[op][dtype][outcome] += 1
-        totals[outcome] += 1
-        if outcome in FAILED:
-            failures.append(nodeid if outcome == "fail" else f"{outcome.upper()} {nodeid}")
-    return matrix, totals, failures
-
-
-def cell_class(counts: collections.Counter) -> str:
-    if any(counts[o] for o in FAILED) or counts["xpass"]:
+def cell_class(counts: dict) -> str:
+    """fail: anything failing; pass: all passed; partial: some passed, some unsupported;
+    unsupported: nothing passed, some unsupported; other: skipped or expected failures only."""
+    if any(counts.get(s) for s in FAILING):
         return "fail"
-    if counts["pass"] and not counts["unsupported"]:
+    if counts.get("passed") and not counts.get("unsupported"):
         return "pass"
-    if counts["pass"]:
+    if counts.get("passed"):
         return "partial"
-    return "unsupported" if counts["unsupported"] else "other"
+    return "unsupported" if counts.get("unsupported") else "other"
 
 
-def to_json(rows, driver: str) -> dict:
-    """The report's figures as JSON (``nnts bench --include`` shows them): schema
-    ``nnts-conformance/1``, the driver, totals per outcome, {operation: {data type: {outcome: n}}}
-    with every outcome of OUTCOMES, and the failed test ids."""
-    matrix, totals, failures = summarize(rows)
-    return {"schema": "nnts-conformance/1", "driver": driver,
-            "generated": datetime.datetime.now().isoformat(timespec="seconds"),
-            "totals": {o: totals[o] for o in OUTCOMES},
-            "matrix": {op: {dtype: {o: c[o] for o in OUTCOMES} for dtype, c in sorted(per.items())}
-                       for op, per in sorted(matrix.items())},
-            "failures": failures}
+def anchor(*parts) -> str:
+    return "c-" + "-".join(str(p) for p in parts).replace(" ", "_").replace("(", "").replace(")", "")
 
 
-def write_report(path: str, rows, driver: str) -> None:
-    """HTML, or the JSON of :func:`to_json` when ``path`` ends in .json (``--report out/conformance.json``)."""
-    if path.endswith(".json"):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(to_json(rows, driver), indent=1) + "\n", encoding="utf-8")
-        return
-    matrix, totals, failures = summarize(rows)
-    dtypes = sorted({dtype for per_op in matrix.values() for dtype in per_op})
+def render(data: dict, others: list[dict] = ()) -> str:
+    """The page of a schema-2 results dict (results.to_json); ``others``: the driver's other
+    results (reports/driver_page.py), summarized at the top and detailed at the end."""
+    tests = data["tests"]
+    dtypes = sorted({d for per in data["matrix"].values() for d in per},
+                    key=lambda d: (list(DTYPE_ABBREVIATIONS).index(d) if d in DTYPE_ABBREVIATIONS else 99, d))
+    in_matrix = collections.defaultdict(list)
+    for t in tests:
+        if t["part"] in results.VALUE_PARTS:
+            op = t["op"] or ("(random graphs)" if t["part"] == "random graphs" else "(other)")
+            in_matrix[(op, t["dtype"] or "mixed")].append(t)
+    groups = collections.defaultdict(list)  # failures by operation and data type, else by part
+    for t in data["failures"]:
+        key = f"{t['op']} {t['dtype'] or ''}".strip() if t["op"] else t["part"]
+        groups[key].append(t)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
-                             autoescape=jinja2.select_autoescape(["html"]))
-    page = env.get_template("conformance.html.j2").render(
-        driver=driver, generated=datetime.datetime.now().isoformat(timespec="seconds"), matrix=dict(sorted(matrix.items())),
-        dtypes=dtypes, summary=", ".join(f"{totals[o]} {o}" for o in OUTCOMES if totals[o]), failures=failures,
-        cell_class=cell_class)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(page, encoding="utf-8")
+                             autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
+    env.filters["cell_class"] = cell_class
+    return env.get_template("conformance.html.j2").render(
+        d=data, meta=data.get("meta", {}), headline=results.headline, others=list(others),
+        statuses=[s for s in STATUSES if data["totals"].get(s) or s in ("passed", "failed")],  # columns that occur
+        labels=STATUS_LABELS, failing=FAILING, dtypes=dtypes,
+        abbrev=lambda d: DTYPE_ABBREVIATIONS.get(d, d.replace("TENSOR_", "")), cell_class=cell_class, anchor=anchor,
+        cells=dict(sorted(in_matrix.items())), failure_groups=dict(sorted(groups.items())),
+        pytest_line=", ".join(f"{n} {k}" for k, n in data["pytest"].items() if n))
+
+
+def write_reports(config, gathered) -> list[str]:
+    """Every ``--report`` path of a pytest run: JSON for .json, else HTML; returns the lines to print."""
+    lines = []
+    meta = results.run_meta(config, gathered.started, gathered.run_facts["drivers"], gathered.run_facts["corpora"])
+    comparison = None
+    if config.getoption("baseline"):
+        try:
+            earlier = results.load(config.getoption("baseline"))
+            comparison = dict(results.compare(gathered.tests, earlier["tests"]), path=config.getoption("baseline"))
+        except results.ResultsError as e:
+            lines.append(f"nnts: baseline not compared: {e}")
+    for t in gathered.tests:
+        if t["status"] in FAILING and not t["replay"]:
+            t["replay"] = results.pytest_replay(config, t["id"])
+    data = results.to_json(meta, gathered.tests, comparison)
+    for path in config.getoption("report"):
+        text = results.dumps(data) if path.endswith(".json") else render(data)
+        try:
+            results.write_atomically(path, text)
+        except OSError as e:
+            lines.append(f"nnts: conformance report NOT written to {path}: {e.strerror or e}")
+            continue
+        lines.append(f"nnts: conformance report written to {path}")
+    return lines

@@ -1,0 +1,457 @@
+"""Conformance results: one record per test, gathered from pytest's reports (by nnts/plugin.py,
+on the xdist controller too), summarized, written and read as JSON, compared with an earlier run
+and merged across shards. The HTML page (reports/conformance.py) renders what this module computes.
+
+JSON schema ``nnts-conformance/2`` (``--report out/conformance.json``)::
+
+    {"schema": "nnts-conformance/2",
+     "driver": "--driver as given",
+     "generated": "ISO time the file was written",
+     "meta": {"nnts_version", "git_commit" (null outside a clone), "command", "started" (ISO),
+              "duration_s", "feature_level" (null: no filter), "driver_spec", "reproducers",
+              "machine": {"cpu", "cores", "python", "numpy", "platform"},
+              "drivers": [{"name", "version", "type", "feature_level", "capabilities"}],
+              "corpora": [{"path", "models"}], "merged_from": [paths] (merged files only)},
+     "totals": {STATUS: n for every status of STATUSES},
+     "pytest": {"passed", "failed", "error", "skipped", "xfailed", "xpassed"}: pytest's own summary,
+     "parts": {PART: {STATUS: n}},          every part of the suite with a test (PARTS)
+     "matrix": {OPERATION: {DATA TYPE: {STATUS: n}}},  tests that compute values only (VALUE_PARTS)
+     "paths": {EXECUTION PATH: {STATUS: n}},           the same tests by variant (sync, burst, ...)
+     "validation": {OPERATION: {STATUS: n}},           VTS model and request validation
+     "unsupported": {OPERATION: {DATA TYPE: n}},       tests skipped because the driver said so
+     "failures": [TEST], the tests failed, crashed, hung, in error or unexpectedly passing,
+     "baseline": {"path", "newly_failing", "newly_passing", "newly_unsupported"} (lists of ids;
+                 only with --baseline),
+     "tests": [TEST]}
+
+    TEST = {"id", "part", "op", "dtype", "variant" (null where not one), "status", "phase"
+            ("setup", "call" or "teardown": the report that decided), "duration_s",
+            "message" (failures: the trimmed report text; skips: the reason), "reproducer" (the
+            saved model, where one was), "replay" (failures: ``nnts vectors run REPRODUCER ...``
+            where a model was saved, else the ``pytest TEST-ID --driver ...`` command that reruns it)}
+
+Statuses: passed, failed, crashed and hung (the driver, out of process, died or did not answer:
+failed in pytest's terms), error (a setup or teardown failure, pytest's "error"), xfailed, xpassed,
+unsupported (skipped because the driver reported the operation unsupported) and skipped (any other
+skip). Schema 1 (``nnts-conformance/1``: totals and matrix only, other status names) is still read by
+``nnts bench --include`` (:func:`upgrade_v1`).
+"""
+from __future__ import annotations
+
+import collections
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCHEMA = "nnts-conformance/2"
+STATUSES = ("passed", "failed", "crashed", "hung", "error", "xfailed", "xpassed", "unsupported", "skipped")
+FAILING = ("failed", "crashed", "hung", "error", "xpassed")
+PYTEST_STATUS = {"passed": "passed", "failed": "failed", "crashed": "failed", "hung": "failed", "error": "error",
+                 "xfailed": "xfailed", "xpassed": "xpassed", "unsupported": "skipped", "skipped": "skipped"}
+V1_STATUS = {"pass": "passed", "fail": "failed", "crash": "crashed", "hang": "hung", "xfail": "xfailed",
+             "xpass": "xpassed", "skip": "skipped", "unsupported": "unsupported"}
+
+# The part of the suite a test belongs to, from its module (folder and file name).
+MODULE_PARTS = {
+    ("cts", "test_generated"): "CTS generated",
+    ("cts", "test_api"): "CTS API and runtime",
+    ("cts", "test_runtime"): "CTS API and runtime",
+    ("cts", "test_sequences"): "execution sequences",
+    ("cts", "test_random_graph"): "random graphs",
+    ("vts", "test_generated"): "VTS generated",
+    ("vts", "test_basic"): "VTS capabilities",
+    ("vts", "test_validate_model"): "VTS model and request validation",
+    ("vts", "test_validate_request"): "VTS model and request validation",
+    ("vts", "test_caching"): "caching",
+    ("vts", "test_memory_domain"): "memory domains",
+    ("vts", "test_qos"): "QoS",
+    ("vts", "test_sequences"): "execution sequences",
+}
+EXTENSION_PART = "vendor extensions"  # tests marked ``extension``, wherever they are
+PARTS = tuple(dict.fromkeys(MODULE_PARTS.values())) + (EXTENSION_PART, "other")
+VALUE_PARTS = ("CTS generated", "VTS generated", "random graphs")  # the tests that compute values
+VALIDATION_PART = "VTS model and request validation"
+DRIVER_KEYS = ("name", "version", "type", "feature_level", "capabilities")
+TEST_KEYS = ("id", "part", "op", "dtype", "variant", "status", "phase", "duration_s", "message", "reproducer",
+             "replay")
+MESSAGE_LIMIT = 4000  # characters of a failure's report text kept
+
+
+def part_of(nodeid: str, module: str | None = None) -> str:
+    """The part of the suite of a test, from its module (``cts/test_generated``, as the plugin
+    sends it) or else its id (``cts/test_generated.py::...``)."""
+    path = Path(module or nodeid.split("::", 1)[0])
+    return MODULE_PARTS.get((path.parent.name, path.stem), "other")
+
+
+def trim(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """The text without xdist's "[gw0] linux -- Python ..." line, its middle cut past ``limit``."""
+    text = re.sub(r"^\[gw\d+\] .* -- Python .*\n", "", text.strip()).strip()
+    return text if len(text) <= limit else text[:limit // 2] + "\n[... trimmed ...]\n" + text[-limit // 2:]
+
+
+def reproducer_of(message: str) -> tuple[str | None, str | None]:
+    """The saved reproducer and the command that replays it, where the failure names them."""
+    replay = re.search(r"(nnts vectors run \S+.*)$", message, re.M)
+    path = re.search(r"^reproducer: (.+)$", message, re.M)
+    if replay and not path:
+        path = re.match(r"nnts vectors run (\S+)", replay.group(1))
+    return (path.group(1).strip().strip("'") if path else None), (replay.group(1).strip() if replay else None)
+
+
+def record_of_report(report, props: dict) -> dict | None:
+    """The record of one pytest report, or None for a report that decides nothing (a passed
+    setup or teardown, a skipped teardown)."""
+    when = report.when
+    if when in ("setup", "teardown") and report.passed or when == "teardown" and report.skipped:
+        return None
+    wasxfail = hasattr(report, "wasxfail")
+    text = report.longreprtext if not report.passed else ""
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else text
+        reason = re.sub(r"^Skipped: ", "", str(reason))
+        status = "xfailed" if wasxfail else "unsupported" if "unsupported" in reason else "skipped"
+        text = report.wasxfail if wasxfail and report.wasxfail else reason
+    elif report.failed:
+        verdict = {"crash": "crashed", "hang": "hung"}.get(props.get("nnts_verdict"))
+        status = verdict or ("failed" if when == "call" else "error")
+    else:
+        status = "xpassed" if wasxfail else "passed"
+        text = f"listed as an expected failure ({report.wasxfail}) but passed" if wasxfail else ""
+    record = {"id": report.nodeid if when != "teardown" else f"{report.nodeid} (teardown)",
+              "part": EXTENSION_PART if props.get("nnts_section") == "extension" else
+              part_of(report.nodeid, props.get("nnts_module")), "op": props.get("nnts_op"),
+              "dtype": props.get("nnts_dtype"),
+              "variant": (props.get("nnts_variant") or "").replace("-", "_") or None, "status": status, "phase": when,
+              "duration_s": round(getattr(report, "duration", 0.0), 4), "message": None, "reproducer": None,
+              "replay": None}
+    if status != "passed":
+        record["message"] = trim(text, MESSAGE_LIMIT if status in FAILING else 300) or None
+    if status in FAILING and record["message"]:
+        record["reproducer"], record["replay"] = reproducer_of(record["message"])
+    return record
+
+
+# -- the run's facts -----------------------------------------------------------------------------
+
+def driver_facts(drivers) -> list[dict]:
+    """Name, version, type, feature level and a capabilities summary of loaded HAL drivers."""
+    out = []
+    for d in drivers:
+        try:
+            caps = d.get_capabilities()
+            types = [getattr(code, "name", str(code)) for code, _ in caps.operand_performance]
+            relaxed = caps.relaxed_float32_to_float16_performance_tensor
+            summary = (f"{len(types)} operand types with performance figures; relaxed float32 as float16: exec "
+                       f"{relaxed.exec_time:g}; IF exec {caps.if_performance.exec_time:g}, WHILE exec "
+                       f"{caps.while_performance.exec_time:g}; cache files {d.get_number_of_cache_files_needed()}")
+            out.append({"name": d.get_name(), "version": d.get_version_string(), "type": d.get_type().name,
+                        "feature_level": d.get_feature_level(), "capabilities": summary})
+        except Exception as e:  # a driver that cannot describe itself still gets a line
+            out.append({"name": type(d).__name__, "version": None, "type": None, "feature_level": None,
+                        "capabilities": f"not available: {e}"})
+    return out
+
+
+def corpus_facts(config) -> list[dict]:
+    """The test-vector corpora (project corpus, --vectors, shared corpus) and how many of their
+    models the generated tests ran (what this process collected)."""
+    from nnapi_ref import cases
+    roots = [cases.CORPUS, *cases.vector_paths(config)]
+    models: dict[str, set] = {str(r): set() for r in roots}
+    for c in cases.collect_cases(config) if cases._cases_cache else []:
+        root = next((r for r in roots if Path(c.path) == r or r in Path(c.path).parents), None)
+        if root is not None:
+            models[str(root)].add((str(c.path), c.test.name))
+    return [{"path": p, "models": len(m)} for p, m in models.items()]
+
+
+def machine_facts() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import numpy
+        numpy_version = numpy.__version__
+    except ImportError:
+        numpy_version = None
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": numpy_version,
+            "platform": platform.platform()}
+
+
+def git_commit() -> str | None:
+    """The commit of the clone nnts runs from, or None for an installed copy."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        return None
+    try:
+        done = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (done.stdout.strip() + ("+changes" if dirty else "")) if done.returncode == 0 else None
+
+
+def pytest_replay(config, nodeid: str) -> str:
+    """The pytest command that runs one test again with this run's driver and corpus options
+    (for failures that saved no reproducer: VTS, API tests, crashes and hangs)."""
+    import shlex
+    args = ["pytest", nodeid.removesuffix(" (teardown)"), "--driver", config.getoption("driver")]
+    args += [a for v in config.getoption("vectors") for a in ("--vectors", v)]
+    args += ["--no-shared-vectors"] if config.getoption("no_shared_vectors") else []
+    args += ["--isolate"] if config.getoption("isolate") else []
+    if config.getoption("feature_level") is not None:
+        args += ["--feature-level", str(config.getoption("feature_level"))]
+    return shlex.join(args)
+
+
+def run_meta(config, started: datetime.datetime, drivers: list[dict], corpora: list[dict]) -> dict:
+    import nnts
+    import shlex
+    return {"nnts_version": nnts.__version__, "git_commit": git_commit(),
+            "command": "pytest " + shlex.join(str(a) for a in config.invocation_params.args),
+            "started": started.isoformat(timespec="seconds"),
+            "duration_s": round((datetime.datetime.now() - started).total_seconds(), 1),
+            "feature_level": config.getoption("feature_level"), "driver_spec": config.getoption("driver"),
+            "reproducers": config.getoption("reproducers"), "machine": machine_facts(),
+            "drivers": drivers, "corpora": corpora}
+
+
+# -- summaries ------------------------------------------------------------------------------------
+
+def _counter_dict(counter: collections.Counter) -> dict:
+    return {s: counter[s] for s in STATUSES}
+
+
+def headline(message: str | None) -> str:
+    """The line of a failure's message that says what went wrong (the worst element where named)."""
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    for line in lines:
+        if "worst" in line or line.startswith(("E ", "CRASH", "HANG")):
+            return line.removeprefix("E ").strip()[:300]
+    return lines[0][:300] if lines else ""
+
+
+def summarize(tests: list[dict]) -> dict:
+    """Totals, pytest's summary, parts, matrix, execution paths, validation, unsupported, failures."""
+    totals = collections.Counter(t["status"] for t in tests)
+    parts = collections.defaultdict(collections.Counter)
+    matrix = collections.defaultdict(lambda: collections.defaultdict(collections.Counter))
+    paths = collections.defaultdict(collections.Counter)
+    validation = collections.defaultdict(collections.Counter)
+    unsupported = collections.defaultdict(collections.Counter)
+    for t in tests:
+        parts[t["part"]][t["status"]] += 1
+        if t["part"] in VALUE_PARTS:
+            op = t["op"] or ("(random graphs)" if t["part"] == "random graphs" else "(other)")
+            matrix[op][t["dtype"] or "mixed"][t["status"]] += 1
+            paths[t["variant"] or ("random graph" if t["part"] == "random graphs" else "sync")][t["status"]] += 1
+        elif t["part"] == VALIDATION_PART:
+            validation[t["op"] or "(any)"][t["status"]] += 1
+        if t["status"] == "unsupported":
+            unsupported[t["op"] or "(none)"][t["dtype"] or "-"] += 1
+    pytest_totals = collections.Counter()
+    for status, n in totals.items():
+        pytest_totals[PYTEST_STATUS[status]] += n
+    return {"totals": _counter_dict(totals),
+            "pytest": {k: pytest_totals[k] for k in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")},
+            "parts": {p: _counter_dict(parts[p]) for p in PARTS if p in parts},
+            "matrix": {op: {d: _counter_dict(c) for d, c in sorted(per.items())} for op, per in sorted(matrix.items())},
+            "paths": {v: _counter_dict(c) for v, c in sorted(paths.items())},
+            "validation": {op: _counter_dict(c) for op, c in sorted(validation.items())},
+            "unsupported": {op: dict(sorted(c.items())) for op, c in sorted(unsupported.items())},
+            "failures": [t for t in tests if t["status"] in FAILING]}
+
+
+def compare(tests: list[dict], earlier: list[dict]) -> dict:
+    """deqp-runner's comparison: what fails now and did not, passes now and did not, and is now
+    unsupported and was not (a test absent from the earlier run counts as new)."""
+    before = {t["id"]: t["status"] for t in earlier}
+    newly = {"newly_failing": [], "newly_passing": [], "newly_unsupported": []}
+    for t in tests:
+        was = before.get(t["id"])
+        if t["status"] in FAILING and was not in FAILING:
+            newly["newly_failing"].append(t["id"])
+        elif t["status"] == "passed" and was != "passed":
+            newly["newly_passing"].append(t["id"])
+        elif t["status"] == "unsupported" and was != "unsupported":
+            newly["newly_unsupported"].append(t["id"])
+    return newly
+
+
+def to_json(meta: dict, tests: list[dict], baseline: dict | None = None) -> dict:
+    data = {"schema": SCHEMA, "driver": meta.get("driver_spec"),
+            "generated": datetime.datetime.now().isoformat(timespec="seconds"), "meta": meta}
+    data.update(summarize(tests))
+    if baseline is not None:
+        data["baseline"] = baseline
+    data["tests"] = tests
+    return data
+
+
+def dumps(data: dict) -> str:
+    """The JSON text: indented, one line per test (a full run has tens of thousands)."""
+    head = {k: v for k, v in data.items() if k not in ("failures", "tests")}
+    lines = json.dumps(head, indent=1)[:-2]
+    for key in ("failures", "tests"):
+        rows = ",\n  ".join(json.dumps(t) for t in data.get(key, []))
+        lines += f',\n "{key}": [\n  {rows}\n ]' if rows else f',\n "{key}": []'
+    return lines + "\n}\n"
+
+
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all; an OSError names ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(path)) from None
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read: the message names it and why."""
+
+
+def load(path: str | Path) -> dict:
+    """A conformance JSON file of schema 2 (meta and tests), as written by :func:`to_json`."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ResultsError(f"{path}: cannot read: {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ResultsError(f"{path}: not JSON ({e})") from None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema != SCHEMA:
+        hint = " (schema 1 has no per-test results: rerun with this nnts)" if schema == "nnts-conformance/1" else ""
+        raise ResultsError(f"{path}: not a {SCHEMA} conformance results file{hint}")
+    tests = data.get("tests")
+    if not isinstance(tests, list) or not all(isinstance(t, dict) and isinstance(t.get("id"), str)
+                                              and isinstance(t.get("part"), str) and t.get("status") in STATUSES
+                                              for t in tests):
+        raise ResultsError(f"{path}: its 'tests' are not a list of test results (id, part, status)")
+    for t in tests:
+        for key in TEST_KEYS:
+            t.setdefault(key, None)
+    if not isinstance(data.get("meta"), dict):
+        data["meta"] = {}
+    meta = data["meta"]
+    for key, keys in (("drivers", DRIVER_KEYS), ("corpora", ("path", "models"))):
+        entries = meta.get(key) if isinstance(meta.get(key), list) else []
+        meta[key] = [{k: e.get(k) for k in keys} for e in entries if isinstance(e, dict)]
+    if meta.get("machine") is not None:
+        machine = meta["machine"] if isinstance(meta["machine"], dict) else {}
+        meta["machine"] = {k: machine.get(k) for k in ("cpu", "cores", "python", "numpy", "platform")}
+    return data
+
+
+def upgrade_v1(data: dict) -> dict:
+    """Schema 1's figures under schema 2's status names (for ``nnts bench --include``)."""
+    def statuses(counts):
+        named = {V1_STATUS.get(k, k): v for k, v in counts.items()}
+        return {s: named.get(s, 0) for s in STATUSES}
+    return {"schema": data["schema"], "driver": data.get("driver"), "meta": {},
+            "totals": statuses(data.get("totals", {})),
+            "matrix": {op: {d: statuses(c) for d, c in per.items()} for op, per in data.get("matrix", {}).items()},
+            "failures": [{"id": f.split(" ", 1)[-1] if f.startswith(("CRASH ", "HANG ")) else f,
+                          "status": "crashed" if f.startswith("CRASH ") else "hung" if f.startswith("HANG ") else "failed",
+                          "message": None, "replay": None} for f in data.get("failures", [])]}
+
+
+def merge(files: list[dict], names: list[str]) -> tuple[dict, list[dict]]:
+    """Shards' results as one run: every test of every file (counts add up), the drivers and
+    corpora named once, the run spanning the earliest start to the latest end."""
+    tests = [t for data in files for t in data["tests"]]
+    metas = [data.get("meta", {}) for data in files]
+    spans = []
+    for m in metas:
+        try:
+            start = datetime.datetime.fromisoformat(m["started"])
+            spans.append((start, start + datetime.timedelta(seconds=float(m.get("duration_s") or 0))))
+        except (KeyError, TypeError, ValueError):  # a file without a readable start: its span unknown
+            pass
+    starts, ends = [a for a, _ in spans], [b for _, b in spans]
+    meta = dict(metas[0])
+    meta.update({"started": min(starts).isoformat(timespec="seconds") if starts else None,
+                 "duration_s": round((max(ends) - min(starts)).total_seconds(), 1) if starts else None,
+                 "command": " ; ".join(dict.fromkeys(m.get("command", "") for m in metas)),
+                 "drivers": list({json.dumps(d, sort_keys=True): d for m in metas for d in m.get("drivers", [])}.values()),
+                 "corpora": list({json.dumps(c, sort_keys=True): c for m in metas for c in m.get("corpora", [])}.values()),
+                 "driver_spec": ",".join(dict.fromkeys(str(m.get("driver_spec")) for m in metas)),
+                 "merged_from": names})
+    return meta, tests
+
+
+def main_merge(paths: list[str], html: str | None, json_out: str | None, baseline: str | None = None) -> int:
+    """``nnts report merge A.json B.json ... --html OUT --json OUT``."""
+    from nnts.reports.conformance import render
+    if not html and not json_out:
+        print("nnts: report merge needs --html OUT and/or --json OUT", file=sys.stderr)
+        return 2
+    try:
+        files = [load(p) for p in paths]
+        earlier = load(baseline) if baseline else None
+    except ResultsError as e:
+        print(f"nnts: {e}", file=sys.stderr)
+        return 2
+    meta, tests = merge(files, paths)
+    ids = collections.Counter(t["id"] for t in tests)
+    repeated = [i for i, n in ids.items() if n > 1]
+    if repeated:
+        print(f"nnts: warning: {len(repeated)} test ids appear in more than one file (e.g. {repeated[0]}); "
+              "each is counted every time", file=sys.stderr)
+    comparison = dict(compare(tests, earlier["tests"]), path=baseline) if earlier else None
+    data = to_json(meta, tests, comparison)
+    try:
+        if json_out:
+            write_atomically(json_out, dumps(data))
+        if html:
+            write_atomically(html, render(data))
+    except OSError as e:
+        print(f"nnts: cannot write {e.filename or 'the report'}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(f"nnts: merged {len(paths)} files, {len(tests)} tests: " +
+          ", ".join(f"{n} {s}" for s, n in data["totals"].items() if n))
+    return 0
+
+
+def add_report_arguments(parser) -> None:
+    """``nnts report merge`` and ``nnts report page`` (registered by nnapi_ref/cli.py)."""
+    sub = parser.add_subparsers(dest="report_command", required=True)
+    m = sub.add_parser("merge", help="one conformance report of several --report JSON files (shards: counts add up)")
+    m.add_argument("results", nargs="+", metavar="RESULTS.json", help="conformance JSON files (schema 2)")
+    m.add_argument("--html", help="write the merged page to this file")
+    m.add_argument("--json", help="write the merged JSON to this file")
+    m.add_argument("--baseline", metavar="EARLIER.json", help="compare with an earlier run")
+    m.set_defaults(func=lambda args: main_merge(args.results, args.html, args.json, args.baseline))
+    p = sub.add_parser("page", help="one page of a driver: its conformance results with its stress, vectors/fuzz "
+                                    "and bench results summarized at the top")
+    p.add_argument("results", nargs="+", metavar="RESULTS.json",
+                   help="conformance JSON (several are merged), nnts stress/vectors run/bench --json files")
+    p.add_argument("--html", required=True, help="write the page to this file")
+    p.add_argument("--baseline", metavar="EARLIER.json", help="compare the conformance results with an earlier run")
+    p.set_defaults(func=lambda args: _page(args))
+
+
+def _page(args) -> int:
+    from nnts.reports.driver_page import main_page
+    return main_page(args.results, args.html, args.baseline)
