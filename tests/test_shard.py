@@ -64,3 +64,25 @@ def test_vectors_run_shards_are_the_whole_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["vectors", "run", corpus, "--shard", "3"])
     assert e.value.code == 2 and "expected K/N" in capsys.readouterr().err
+
+
+def test_three_merged_shards_give_the_unsharded_verdicts(tmp_path):
+    """The shards' --report JSON, merged by ``nnts report merge``, holds every test of the
+    unsharded run with the same verdict, and the same totals."""
+    selection = ["cts/test_generated.py", "vts/test_validate_request.py", "-k", "(ADD or RELU) and TENSOR_FLOAT32",
+                 "-q", "-p", "no:randomly", "-p", "no:xdist", "--no-shared-vectors"]
+
+    def run(*args):
+        done = subprocess.run([sys.executable, "-m", "pytest", *selection, *map(str, args)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    run("--report", tmp_path / "whole.json")
+    for k in (1, 2, 3):
+        run("--shard", f"{k}/3", "--report", tmp_path / f"shard{k}.json")
+    assert cli.main(["report", "merge", *(str(tmp_path / f"shard{k}.json") for k in (1, 2, 3)),
+                     "--json", str(tmp_path / "merged.json")]) == 0
+    whole, merged = (json.loads((tmp_path / f"{name}.json").read_text()) for name in ("whole", "merged"))
+    verdicts = {t["id"]: t["status"] for t in whole["tests"]}
+    assert {t["id"]: t["status"] for t in merged["tests"]} == verdicts and len(verdicts) > 50
+    assert merged["totals"] == whole["totals"]
