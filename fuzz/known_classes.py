@@ -201,15 +201,17 @@ def _int32_div_by_zero(g, op, values):
 
 
 def _lrn_one_sided(g, op, values):
-    """TFLite's reference LRN: the sum over channels c - radius .. c only."""
+    """TFLite's reference LRN: the sum over channels c - radius .. c + radius - 1 (its loop's
+    end is exclusive: ``end_input_c = min(depth, c + range)``)."""
     x = np.asarray(operand_value(g, values, op.inputs[0]), np.float64)
     if x.ndim != 4:
         return None
     radius, bias, alpha, beta = (float(operand_value(g, values, k)) for k in op.inputs[1:5])
     squares = x * x
+    depth = x.shape[-1]
     total = np.zeros_like(x)
-    for d in range(int(radius) + 1):
-        total[..., d:] += squares[..., :x.shape[-1] - d]
+    for c in range(depth):
+        total[..., c] = squares[..., max(0, c - int(radius)):min(depth, c + int(radius))].sum(axis=-1)
     return [(x / (bias + alpha * total) ** beta).astype(np.float32)]
 
 
@@ -243,7 +245,7 @@ CLASSES: list[KnownClass] = [
     KnownClass(TFLITE, 8, "quantized MEAN rounds in TFLite", frozenset({Op.MEAN}), _tflite_convention),
     KnownClass(TFLITE, 9, "quantized RESIZE_BILINEAR rounds in TFLite", frozenset({Op.RESIZE_BILINEAR}),
                _tflite_convention),
-    KnownClass(("tflite-ref",), 11, "TFLite's reference LRN sums half the window",
+    KnownClass(("tflite-ref",), 11, "TFLite's reference LRN window ends one channel early",
                frozenset({Op.LOCAL_RESPONSE_NORMALIZATION}), _lrn_one_sided),
     KnownClass(TFLITE, 12, "quantized FULLY_CONNECTED requantizes once, in double", frozenset({Op.FULLY_CONNECTED}),
                _tflite_convention),
