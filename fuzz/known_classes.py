@@ -215,6 +215,51 @@ def _lrn_one_sided(g, op, values):
     return [(x / (bias + alpha * total) ** beta).astype(np.float32)]
 
 
+def _with_nan_as(pick):
+    """QUANTIZE or CAST where the runtime maps a NaN input to ``pick(output type)`` (NNAPI's
+    results elsewhere)."""
+    def semantics(g, op, values):
+        x = np.asarray(operand_value(g, values, op.inputs[0]))
+        if x.dtype.kind != "f" or not np.isnan(x).any():
+            return None
+        out = g.operands[op.outputs[0]].type
+        result = np.array(nnapi(g, op, values)[0])
+        result[np.isnan(x)] = pick(out)
+        return [result]
+    return semantics
+
+
+def _type_min(type_):
+    return QUANT_RANGE[type_][0] if type_ in QUANT_RANGE else np.iinfo(DTYPES[type_]).min
+
+
+def _int32_max(type_):
+    return np.iinfo(np.int32).max
+
+
+def _rsqrt_zero_nan(g, op, values):
+    """XNNPACK's reciprocal square root: NaN for 0 and -0 (NNAPI: +inf and -inf)."""
+    x = np.asarray(operand_value(g, values, op.inputs[0]))
+    if not (x == 0).any():
+        return None
+    result = np.array(nnapi(g, op, values)[0])
+    result[x == 0] = np.nan
+    return [result]
+
+
+def _nan_skipping_reduction(g, op, values):
+    """TFLite's REDUCE_MAX / REDUCE_MIN skipping NaN (a NaN compares false)."""
+    x = np.asarray(operand_value(g, values, op.inputs[0]))
+    if x.dtype.kind != "f" or not np.isnan(x).any():
+        return None
+    axes = tuple(sorted({int(a) % x.ndim for a in np.asarray(operand_value(g, values, op.inputs[1])).reshape(-1)}))
+    keep = bool(operand_value(g, values, op.inputs[2]))
+    fn = np.fmax if op.type == Op.REDUCE_MAX else np.fmin
+    with np.errstate(all="ignore"):
+        result = fn.reduce(x, axis=axes, keepdims=keep)
+    return [np.asarray(result, x.dtype).reshape(nnapi(g, op, values)[0].shape)]
+
+
 # Operations ONNX Runtime computes as DequantizeLinear -> float -> QuantizeLinear (or QLinearConv)
 ORT_REQUANTIZED = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D,
                              Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.TRANSPOSE_CONV_2D, Op.QUANTIZE, Op.RELU,
@@ -233,22 +278,29 @@ CLASSES: list[KnownClass] = [
     KnownClass(ORT, 4, "quantized MEAN truncates in NNAPI", frozenset({Op.MEAN}), _half_to_even),
     KnownClass(ORT, 5, "quantized RESIZE_BILINEAR truncates in NNAPI", frozenset({Op.RESIZE_BILINEAR}),
                _half_to_even),
+    KnownClass(ORT, 7, "QUANTIZE of NaN gives the type's minimum", frozenset({Op.QUANTIZE}), _with_nan_as(_type_min)),
     KnownClass(TFLITE, 1, "NaN position in MAXIMUM and MINIMUM", frozenset({Op.MAXIMUM, Op.MINIMUM}),
                _elementwise(_nan_max_tflite)),
     KnownClass(TFLITE, 2, "NaN through RELU, RELU1 and RELU6", frozenset({Op.RELU, Op.RELU1, Op.RELU6}),
                _elementwise(_nan_relu)),
+    KnownClass(TFLITE, 3, "NaN skipped by REDUCE_MAX and REDUCE_MIN", frozenset({Op.REDUCE_MAX, Op.REDUCE_MIN}),
+               _nan_skipping_reduction),
     KnownClass(("tflite",), 4, "XNNPACK requantizes with halves to even", frozenset({Op.QUANTIZE, Op.MUL}),
                _half_to_even),
     KnownClass(TFLITE, 5, "INT32 DIV rounds toward zero", frozenset({Op.DIV}), _int32_div_truncating),
     KnownClass(TFLITE, 6, "INT32 DIV by zero fails the execution", frozenset({Op.DIV}), fails=_int32_div_by_zero,
                error="div"),
+    KnownClass(TFLITE, 7, "CAST of NaN to INT32", frozenset({Op.CAST}), _with_nan_as(_int32_max)),
     KnownClass(TFLITE, 8, "quantized MEAN rounds in TFLite", frozenset({Op.MEAN}), _tflite_convention),
     KnownClass(TFLITE, 9, "quantized RESIZE_BILINEAR rounds in TFLite", frozenset({Op.RESIZE_BILINEAR}),
                _tflite_convention),
+    KnownClass(("tflite",), 10, "XNNPACK's RSQRT of 0 and -0 is NaN", frozenset({Op.RSQRT}), _rsqrt_zero_nan),
     KnownClass(("tflite-ref",), 11, "TFLite's reference LRN window ends one channel early",
                frozenset({Op.LOCAL_RESPONSE_NORMALIZATION}), _lrn_one_sided),
     KnownClass(TFLITE, 12, "quantized FULLY_CONNECTED requantizes once, in double", frozenset({Op.FULLY_CONNECTED}),
                _tflite_convention),
+    KnownClass(("tflite-ref",), 13, "QUANTIZE of NaN gives the type's minimum", frozenset({Op.QUANTIZE}),
+               _with_nan_as(_type_min)),
 ]
 
 

@@ -96,3 +96,16 @@ def test_seed_2002178_on_tflite_shrinks_to_quantized_mean_rounding(tmp_path):
     record = json.loads(result.reproducer.read_text())["tests"][0]["failure"]
     assert record["original"] == record["shrunk"] and record["class"].startswith("tflite class 8")
     assert case_size(2002178) == len(generate(2002178, case_size(2002178), level=level).operations)
+
+
+def test_quantize_of_nan_is_explained_on_the_drivers_that_give_the_minimum():
+    """NNAPI (AOSP's std::min/std::max clamp) gives 255 for a NaN; ONNX Runtime and TFLite's
+    reference kernels 0. XNNPACK gives 255 too: nothing to explain there."""
+    operands = [hal.Operand(T.TENSOR_FLOAT32, (2,), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(Q8, (2,), 0.5, 3, Lifetime.SUBGRAPH_OUTPUT)]
+    graph = Graph(operands, [hal.Operation(Op.QUANTIZE, (0,), (1,))], [0], [1],
+                  {0: np.array([np.nan, 1.0], np.float32), 1: np.array([255, 5], np.uint8)})
+    outcome = mismatch(graph, [0, 5])
+    assert explain(graph, outcome, "onnxruntime").startswith("onnxruntime class 7")
+    assert explain(graph, outcome, "tflite-ref").startswith("tflite class 13")
+    assert explain(graph, outcome, "tflite") is None
