@@ -126,8 +126,8 @@ def rounded(g: Graph, op: hal.Operation, values: dict, rounding: Callable) -> li
     if not any(g.operands[k].type in QUANT8 for k in op.outputs):
         return None
     reals = real_results(g, op, values)
-    if reals is None:
-        return None
+    if reals is None or any(np.isnan(r).any() for r in reals if np.asarray(r).dtype.kind == "f"):
+        return None  # a NaN is no rounding question (its own classes say what becomes of it)
     results = []
     for k, real in zip(op.outputs, reals):
         o = g.operands[k]
@@ -137,7 +137,7 @@ def rounded(g: Graph, op: hal.Operation, values: dict, rounding: Callable) -> li
         lo, hi = activation_range_quant(_fused(g, op), Arg(o.type, o.dimensions, o.scale, o.zero_point))
         with np.errstate(all="ignore"):
             q = rounding(np.asarray(real, np.float64) / o.scale) + o.zero_point
-        results.append(np.clip(np.nan_to_num(q), max(lo, QUANT_RANGE[o.type][0]), min(hi, QUANT_RANGE[o.type][1]))
+        results.append(np.clip(q, max(lo, QUANT_RANGE[o.type][0]), min(hi, QUANT_RANGE[o.type][1]))
                        .astype(DTYPES[o.type]))
     return results
 
