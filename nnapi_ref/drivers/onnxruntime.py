@@ -666,6 +666,7 @@ class OnnxRuntimeDevice(AdapterDevice):
         return f"onnxruntime {onnxruntime.__version__} (onnx {onnx.__version__}, opset {OPSET})"
 
     def get_supported_operations(self, model: hal.Model) -> list[bool]:
+        self._validated.level(model)  # an invalid model is rejected as it is
         return super().get_supported_operations(with_static_shapes(model))
 
     def check_operation(self, sg: hal.Subgraph, op: hal.Operation) -> None:
