@@ -11,8 +11,8 @@ from nnapi_ref import hal
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
-from nnts.fuzz.differential import Failure, Outcome, case_size, run_case
-from nnts.fuzz.graphs import Q8, Graph, generate
+from nnts.fuzz.differential import Failure, Outcome, run_case
+from nnts.fuzz.graphs import Q8, Graph
 from nnts.fuzz.known_classes import CLASSES, classes_for, explain, simulate
 
 REFERENCE = [Device(ReferenceDevice())]
@@ -95,7 +95,6 @@ def test_seed_2002178_on_tflite_shrinks_to_quantized_mean_rounding(tmp_path):
     assert "MEAN" in result.shrunk.operation_names, result.message
     record = json.loads(result.reproducer.read_text())["tests"][0]["failure"]
     assert record["original"] == record["shrunk"] and record["class"].startswith("tflite class 8")
-    assert case_size(2002178) == len(generate(2002178, case_size(2002178), level=level).operations)
 
 
 def test_quantize_of_nan_is_explained_on_the_drivers_that_give_the_minimum():
