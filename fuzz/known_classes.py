@@ -122,7 +122,8 @@ def _fused(g: Graph, op: hal.Operation) -> int:
 
 def rounded(g: Graph, op: hal.Operation, values: dict, rounding: Callable) -> list | None:
     """Quantized outputs rounded from the real result with ``rounding`` (np.rint: half to
-    even), clamped to the type's and the fused activation's range; None if nothing changes."""
+    even), clamped to the type's and the fused activation's range; None where that does not
+    apply (no quantized output, no float form of the operation, a NaN)."""
     if not any(g.operands[k].type in QUANT8 for k in op.outputs):
         return None
     reals = real_results(g, op, values)
@@ -157,16 +158,13 @@ def _tflite_convention(g: Graph, op: hal.Operation, values: dict):
 
 
 def _elementwise(fn):
-    """Semantics computing the float output from the inputs' values with ``fn`` (NaN cases)."""
+    """Semantics computing a float output from the inputs' values with ``fn`` where a NaN
+    reaches them (MAXIMUM and MINIMUM: both inputs; RELU*: the one)."""
     def semantics(g, op, values):
         if g.operands[op.outputs[0]].type not in (F32, T.TENSOR_FLOAT16):
             return None
-        args = [np.asarray(operand_value(g, values, k)) for k in op.inputs[:2]]
-        if op.type in (Op.MAXIMUM, Op.MINIMUM):
-            args = args[:2]
-        elif op.type in (Op.RELU, Op.RELU1, Op.RELU6, Op.RSQRT, Op.REDUCE_MAX, Op.REDUCE_MIN):
-            args = args[:1]
-        if not any(np.isnan(a).any() or (op.type == Op.RSQRT and (a == 0).any()) for a in args[:2]):
+        args = [np.asarray(operand_value(g, values, k)) for k in op.inputs[:2 if op.type in (Op.MAXIMUM, Op.MINIMUM) else 1]]
+        if not any(np.isnan(a).any() for a in args):
             return None
         with np.errstate(all="ignore"):
             return [np.asarray(fn(op, *args)).astype(DTYPES[g.operands[op.outputs[0]].type])]

@@ -108,3 +108,23 @@ def test_quantize_of_nan_is_explained_on_the_drivers_that_give_the_minimum():
     assert explain(graph, outcome, "onnxruntime").startswith("onnxruntime class 7")
     assert explain(graph, outcome, "tflite-ref").startswith("tflite class 13")
     assert explain(graph, outcome, "tflite") is None
+
+
+def test_nan_in_maximum_is_explained_by_each_runtimes_own_class():
+    """MAXIMUM([NaN, 1], [1, NaN]): NNAPI [NaN, 1], ONNX Runtime [NaN, NaN], TFLite [1, NaN];
+    each runtime's result is explained by its page's class 1, not by the other's."""
+    f32 = T.TENSOR_FLOAT32
+    operands = [hal.Operand(f32, (2,), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(f32, (2,), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(f32, (2,), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+    graph = Graph(operands, [hal.Operation(Op.MAXIMUM, (0, 1), (2,))], [0, 1], [2],
+                  {0: np.array([np.nan, 1], np.float32), 1: np.array([1, np.nan], np.float32),
+                   2: np.array([np.nan, 1], np.float32)})
+
+    def outcome(actual):
+        return Outcome("fail", "", [graph.values[2]], [np.array(actual, np.float32)],
+                       failure=Failure("mismatch", "MAXIMUM", "values"), mismatched=[0])
+    assert explain(graph, outcome([np.nan, np.nan]), "onnxruntime").startswith("onnxruntime class 1")
+    assert explain(graph, outcome([np.nan, np.nan]), "tflite") is None
+    assert explain(graph, outcome([1, np.nan]), "tflite").startswith("tflite class 1")
+    assert explain(graph, outcome([1, np.nan]), "onnxruntime") is None
