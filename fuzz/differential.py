@@ -1,6 +1,6 @@
 """Differential testing of random models: run one on the driver under test and on the reference
 driver through the runtime API, compare with the accuracy criteria of AOSP's RandomGraphTest, and
-shrink a failing model to the fewest operations that still fail.
+shrink a failing model to the fewest operations that still fail the same way.
 
 Criteria (AOSP ``TestRandomGraph.cpp`` ``kSmallGraphCriteria`` / ``kLargeGraphCriteria``, checked
 as its ``TestHarness.cpp`` ``expectNear`` does): every element within ``atol + rtol * |expected|``;
@@ -43,9 +43,9 @@ from nnapi_ref.harness import build_model, execute
 from nnapi_ref.runtime import Compilation, Device
 from nnapi_ref.types import OperandCode as T
 
-from .known_classes import classes_for, explain
 from .graphs import (BOOL8, F16, F32, I32, QUANT8, Graph, dimension_cuts, generate, with_dimension_cut,
                      without_operation, without_output)
+from .known_classes import classes_for, explain
 
 SMALL_GRAPH_OPERATIONS = 5  # AOSP's GraphSize::SMALL
 MIN_ELEMENTS_FOR_BIAS_MSE = 10
