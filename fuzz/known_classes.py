@@ -50,8 +50,8 @@ class KnownClass:
     fails: Callable[[Graph, hal.Operation, dict], bool] | None = None
     error: str = ""
 
-    def name(self, driver: str) -> str:
-        page = "onnxruntime" if driver == "onnxruntime" else "tflite"
+    def name(self, driver: str = "") -> str:
+        page = "onnxruntime" if "onnxruntime" in self.drivers else "tflite"
         return f"{page} class {self.number} ({self.title})"
 
 
@@ -303,8 +303,10 @@ CLASSES: list[KnownClass] = [
 
 
 def classes_for(driver: str) -> list[KnownClass]:
-    """The classes documented for driver string ``driver`` (none for other drivers)."""
-    return [c for c in CLASSES if driver in c.drivers]
+    """The classes documented for driver string ``driver`` (several, comma-separated: for any
+    of them; none for other drivers)."""
+    names = {d.strip() for d in driver.split(",")}
+    return [c for c in CLASSES if names & set(c.drivers)]
 
 
 # ---------------------------------------------------------------------------------------------
