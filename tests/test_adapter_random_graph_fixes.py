@@ -127,3 +127,18 @@ def test_tflite_prelu_whose_alpha_broadcasts_the_input(spec):
                                    tensor(Q8, np.array([[[110, 130, 140]]], np.uint8), 0.25, 120, as_input=False)],
                   [output(Q8, (1, 2, 3), 0.5, 120)])
     assert out.reshape(2, 3).tolist() == [[170, 70, 20], [140, 140, 140]]  # 25, -25, -50; 10 kept
+
+
+@pytest.mark.parametrize("spec", ["tflite", "tflite-ref"])
+def test_tflite_dequantize_of_a_constant_is_unsupported(spec):
+    """XNNPACK folds it into a static tensor and fails to set up when that is a model output
+    (random graph seed 3004960); a DEQUANTIZE of a model input stays supported."""
+    def model(lifetime):
+        value = np.arange(8, dtype=np.int8).reshape(2, 4) if lifetime == Lifetime.CONSTANT_COPY else None
+        operands = [hal.Operand(S8, (2, 4), 0.5, -3, lifetime, value),
+                    hal.Operand(F32, (2, 4), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+        inputs = (0,) if lifetime == Lifetime.SUBGRAPH_INPUT else ()
+        return hal.Model(hal.Subgraph(operands, [hal.Operation(Op.DEQUANTIZE, (0,), (1,))], inputs, (1,)))
+    device = driver(spec)
+    assert device.get_supported_operations(model(Lifetime.CONSTANT_COPY)) == [False]
+    assert device.get_supported_operations(model(Lifetime.SUBGRAPH_INPUT)) == [True]

@@ -257,6 +257,11 @@ def _elementwise(g, op):
         raise Unsupported(f"CAST to {g.operand(op.outputs[0]).type.name}")
     if op.type == Op.DEQUANTIZE and g.operand(op.outputs[0]).type != F32:
         raise Unsupported("DEQUANTIZE to float16")
+    if op.type == Op.DEQUANTIZE and g.is_constant(op.inputs[0]):
+        # XNNPACK folds the DEQUANTIZE of a constant into a static tensor and fails when that
+        # reaches a model output ("failed to setup XNNPACK runtime"; through a RESHAPE the
+        # process aborts in free()): unsupported, with either kernel set (one conversion).
+        raise Unsupported("DEQUANTIZE of a constant (XNNPACK fails on it)")
     g.op(_ELEMENTWISE[op.type], [g.tensor(k) for k in op.inputs], [g.tensor(k) for k in op.outputs])
 
 
