@@ -19,7 +19,13 @@ beyond 1e2 are not compared (details in :mod:`fuzz.differential`).
 or an output removed, then a dimension of the model inputs cut) and saved under ``--reproducers``
 as a test-vector file with the reference's outputs as expected values and the driver's beside
 them; the message names the remaining operations and their input shapes, and gives the replay
-command.
+command. Shrinking keeps the failure: a step counts only if the smaller model fails the same way
+(:func:`fuzz.differential.same_failure`).
+
+On ``onnxruntime``, ``tflite`` and ``tflite-ref`` a failure that a documented class of
+``docs/conformance/`` explains (:mod:`fuzz.known_classes`, decided from the failing model and its
+values) is an expected failure naming the class; any other fails with "not explained by a
+documented class".
 """
 from __future__ import annotations
 
@@ -48,5 +54,7 @@ def test_random_graph(seed, devices, reference_devices, request, driver_spec):
     result = run_case(seed, devices, reference_devices, level, request.config.getoption("reproducers"), driver_spec)
     if result.status == "skip":
         pytest.skip(result.message)
+    if result.status != "pass" and result.explained:
+        pytest.xfail(f"{result.explained}: {result.message}")
     if result.status != "pass":
         pytest.fail(result.message, pytrace=False)

@@ -1,6 +1,6 @@
 """Differential testing of random models: run one on the driver under test and on the reference
 driver through the runtime API, compare with the accuracy criteria of AOSP's RandomGraphTest, and
-shrink a failing model to the fewest operations that still fail.
+shrink a failing model to the fewest operations that still fail the same way.
 
 Criteria (AOSP ``TestRandomGraph.cpp`` ``kSmallGraphCriteria`` / ``kLargeGraphCriteria``, checked
 as its ``TestHarness.cpp`` ``expectNear`` does): every element within ``atol + rtol * |expected|``;
@@ -46,6 +46,7 @@ from nnapi_ref.types import OperandCode as T
 
 from .graphs import (BOOL8, F16, F32, I32, QUANT8, Graph, dimension_cuts, generate, with_dimension_cut,
                      without_operation, without_output)
+from .known_classes import classes_for, explain
 
 SMALL_GRAPH_OPERATIONS = 5  # AOSP's GraphSize::SMALL
 MIN_ELEMENTS_FOR_BIAS_MSE = 10
@@ -116,6 +117,34 @@ def run(devices: Sequence[Device], test: vectors.TestModel) -> list[np.ndarray]:
     return [o[:int(np.prod(d, dtype=np.int64))].reshape(d) for o, d in zip(outputs, dims)]
 
 
+@dataclass(frozen=True)
+class Failure:
+    """How a model fails, what shrinking must keep: the ``kind`` (``mismatch``, ``result code``,
+    ``crash``, ``hang``, or ``reference``: the reference itself failed), for a mismatch ``where``
+    (the operation producing the first mismatching output) and ``detail`` (``values`` or
+    ``shape``), for the others the error text (numbers as ``#``, since operand and node indexes
+    change as the model shrinks)."""
+
+    kind: str
+    where: str = ""
+    detail: str = ""
+
+    def __str__(self) -> str:
+        if self.kind == "mismatch":
+            return f"{self.detail} mismatch in an output of {self.where}"
+        return f"{self.kind}: {self.detail}"
+
+
+def error_failure(message: str, reference: bool = False) -> Failure:
+    """The failure of an execution or compilation that ended with ``message``."""
+    detail = re.sub(r"\d+", "#", message)
+    if reference:
+        return Failure("reference", "", detail)
+    if "CRASH:" in message or "HANG:" in message:  # the kind is what counts (stderr lines vary)
+        return Failure("crash" if "CRASH:" in message else "hang")
+    return Failure("result code", "", detail)
+
+
 @dataclass
 class Outcome:
     status: str  # pass, fail, skip
@@ -123,6 +152,8 @@ class Outcome:
     expected: list[np.ndarray] = field(default_factory=list)
     actual: list[np.ndarray] = field(default_factory=list)
     reference_failed: bool = False
+    failure: Failure | None = None
+    mismatched: list[int] = field(default_factory=list)  # positions of the outputs that differ
 
 
 def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device]) -> Outcome:
@@ -134,7 +165,8 @@ def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device]) 
     try:
         expected = run(reference, test)
     except NnapiError as e:  # the generator's promise broken: a bug here or in the reference
-        return Outcome("fail", f"the reference failed on a generated model: {e}", reference_failed=True)
+        return Outcome("fail", f"the reference failed on a generated model: {e}", reference_failed=True,
+                       failure=error_failure(str(e), reference=True))
     try:
         supported = build_model(test.model).get_supported_operations_for_devices(list(devices))
         if not all(supported):
@@ -142,12 +174,26 @@ def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device]) 
             return Outcome("skip", f"unsupported: {', '.join(names)}", expected)
         actual = run(devices, test)
     except NnapiError as e:
-        return Outcome("fail", f"{e.code.name}: {e}", expected)
+        return Outcome("fail", f"{e.code.name}: {e}", expected, failure=error_failure(f"{e.code.name}: {e}"))
     table = criteria_for(graph)
     problems = [compare_output(e, a, graph.operands[k].type, table.get(graph.operands[k].type), f"output {i}")
                 for i, (k, e, a) in enumerate(zip(graph.outputs, expected, actual))]
-    problems = [p for p in problems if p]
-    return Outcome("fail" if problems else "pass", "; ".join(problems), expected, actual)
+    mismatched = [i for i, p in enumerate(problems) if p]
+    if not mismatched:
+        return Outcome("pass", "", expected, actual)
+    first = mismatched[0]
+    shape = expected[first].shape != actual[first].shape
+    failure = Failure("mismatch", producer(graph, graph.outputs[first]), "shape" if shape else "values")
+    return Outcome("fail", "; ".join(p for p in problems if p), expected, actual, failure=failure,
+                   mismatched=mismatched)
+
+
+def producer(graph: Graph, k: int) -> str:
+    """The name of the operation producing operand ``k`` (a model input: "a model input")."""
+    for op, name in zip(graph.operations, graph.operation_names):
+        if k in op.outputs:
+            return name
+    return "a model input"
 
 
 def shrink(graph: Graph, fails: Callable[[Graph], bool]) -> Graph:
@@ -169,10 +215,13 @@ def shrink(graph: Graph, fails: Callable[[Graph], bool]) -> Graph:
     return graph
 
 
-def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: str) -> tuple[Path, str]:
+def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: str,
+                    failures: dict | None = None) -> tuple[Path, str]:
     """The failing graph as a one-test vector file: the reference's outputs as the expected
-    values, the driver's beside them (``driver_outputs``, which the loader ignores), and the
-    command that replays it. Returns the path and the command."""
+    values, the driver's beside them (``driver_outputs``, which the loader ignores), the
+    ``failures`` record (the original failure and the shrunk one, and the class explaining
+    them; also ignored by the loader) and the command that replays it. Returns the path and
+    the command."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     name = f"random_graph_{graph.seed}_" + "_".join(n.lower() for n in graph.operation_names)
@@ -181,6 +230,8 @@ def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: 
     test = vectors.test_to_json(graph.to_test(name, outcome.expected, known_outputs=True))
     test["driver_outputs"] = {"driver": driver, "outputs": [vectors.encode_data(a) for a in outcome.actual]}
     test["replay"] = replay
+    if failures is not None:
+        test["failure"] = failures
     doc = {"format": vectors.FORMAT, "source": f"nnts random graph, seed {graph.seed}", "license": vectors.LICENSE,
            "tests": [test]}
     path.write_text(json.dumps(doc), encoding="utf-8")
@@ -206,26 +257,49 @@ class CaseResult:
     graph: Graph
     shrunk: Graph | None = None
     reproducer: Path | None = None
+    explained: str | None = None  # the documented class explaining the failure (fuzz.known_classes)
+    failure: Failure | None = None
 
 
 def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], level: int,
              folder: str | Path, driver: str, **options) -> CaseResult:
-    """Random-graph case ``seed``: generate, compare; on a failure shrink and save the smallest
-    failing model. ``options`` go to :func:`fuzz.graphs.generate`."""
+    """Random-graph case ``seed``: generate, compare; on a failure, the documented class of the
+    driver explaining it (:func:`fuzz.known_classes.explain`), then shrink, keeping only steps
+    that fail the same way (:func:`same_failure`) and are explained by the same class (or by
+    none, as the original), and save the smallest such model. ``options`` go to
+    :func:`fuzz.graphs.generate`."""
     graph = generate(seed, options.pop("num_operations", case_size(seed)), level=level, **options)
     outcome = check(graph, devices, reference)
     if outcome.status != "fail":
         return CaseResult(outcome.status, outcome.message, graph)
-    def fails(g: Graph) -> bool:  # in the same way: the driver, or the reference
+    explained = explain(graph, outcome, driver)
+
+    def fails(g: Graph) -> bool:
         smaller = check(g, devices, reference)
-        return smaller.status == "fail" and smaller.reference_failed == outcome.reference_failed
+        return (smaller.status == "fail" and same_failure(outcome.failure, smaller.failure)
+                and explain(g, smaller, driver) == explained)
 
     shrunk = shrink(graph, fails)
     final = check(shrunk, devices, reference)
-    path, replay = save_reproducer(shrunk, final, folder, driver)
+    if not (final.status == "fail" and same_failure(outcome.failure, final.failure)):
+        shrunk, final = graph, outcome  # a driver that fails one way, then another: keep what was found
+    record = {"original": str(outcome.failure), "shrunk": str(final.failure),
+              "class": explained or "not explained by a documented class"}
+    path, replay = save_reproducer(shrunk, final, folder, driver, record)
+    verdict = f"explained by {explained}" if explained else (
+        "not explained by a documented class" if classes_for(driver) else "")
     message = (f"random graph seed {seed}, {operation_summary(graph)}: {outcome.message}\n"
-               f"shrunk to {operation_summary(shrunk)}: {final.message}\nreproducer: {path}\nreplay: {replay}")
+               f"failure: {outcome.failure}" + (f"; {verdict}" if verdict else "") + "\n"
+               f"shrunk to {operation_summary(shrunk)}: {final.message}\n"
+               f"shrunk failure: {final.failure}\nreproducer: {path}\nreplay: {replay}")
     picture = picture_beside(path)  # the shrunk model's graph, where Graphviz is installed
     if picture is not None:
         message += f"\ngraph: {picture}"
-    return CaseResult("fail", message, graph, shrunk, path)
+    return CaseResult("fail", message, graph, shrunk, path, explained, outcome.failure)
+
+
+def same_failure(original: Failure | None, smaller: Failure | None) -> bool:
+    """Whether ``smaller`` is the failure ``original`` (same kind; for a mismatch the same
+    operation producing the first mismatching output and the same aspect, values or shape; for
+    a result code the same error text)."""
+    return original is not None and original == smaller

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from nnts.fuzz.differential import SMALL_GRAPH, case_size, check, compare_output, run_case
+from nnts.fuzz.differential import (SMALL_GRAPH, Failure, case_size, check, compare_output, error_failure, run_case,
+                                   same_failure)
 from nnts.fuzz.families import FAMILIES, NOT_COVERED
 from nnts.fuzz.graphs import (BOOL8, DATA_TYPES, F16, F32, MAX_LEVEL, Q8, Graph, dimension_cuts, generate,
                          with_dimension_cut, without_operation, without_output)
@@ -20,6 +21,7 @@ from nnapi_ref import ops, vectors
 from nnapi_ref.drivers.broken import WrongAddQuant8Sparse
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.harness import build_model, run_test
+from nnapi_ref.hal import ErrorStatus, HalError
 from nnapi_ref.runtime import Device
 from nnapi_ref.types import Lifetime, OperandCode, OperationCode
 
@@ -243,3 +245,45 @@ def test_chained_quant8_fault_is_caught_and_shrunk(tmp_path):
     assert run_test(test, REFERENCE).status == "pass"
     assert run_test(test, driver).status == "fail"
     assert build_model(test.model).finished
+
+
+class AddFaultFailingSmallModels(WrongAddQuant8Sparse):
+    """The chained ADD fault, and a model of one operation fails to prepare: shrinking that
+    accepted any failure would end on one operation with a result code."""
+
+    def prepare_model(self, model, *args, **kwargs):
+        if len(model.main.operations) < 2:
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "too small to prepare")
+        return super().prepare_model(model, *args, **kwargs)
+
+
+def test_shrinking_keeps_the_failure_it_found(tmp_path):
+    """A smaller model that fails differently (a result code where the original mismatched) is
+    not a shrinking step; the reproducer records the original failure and the shrunk one, equal."""
+    driver = [Device(AddFaultFailingSmallModels())]
+    for seed in range(600):
+        result = run_case(seed, driver, REFERENCE, 30, tmp_path, "test", types=[Q8])
+        if result.status == "fail" and result.failure.kind == "mismatch":
+            break
+    else:
+        pytest.fail("no random graph caught the chained ADD fault")
+    assert len(result.shrunk.operations) >= 2, result.message
+    outcome = check(result.shrunk, driver, REFERENCE)
+    assert outcome.failure == result.failure and outcome.failure.kind == "mismatch"
+    record = json.loads(result.reproducer.read_text())["tests"][0]["failure"]
+    assert record["original"] == record["shrunk"] == str(result.failure)
+    assert "values mismatch in an output of" in record["original"]
+    one = without_operation(result.shrunk, 0) if len(result.shrunk.operations) == 2 else None
+    if one is not None:  # the step the old shrinker took: a different failure
+        smaller = check(one, driver, REFERENCE)
+        assert smaller.status == "fail" and not same_failure(result.failure, smaller.failure)
+
+
+def test_failures_compare_by_kind_operation_and_error_text():
+    assert same_failure(Failure("mismatch", "MEAN", "values"), Failure("mismatch", "MEAN", "values"))
+    assert not same_failure(Failure("mismatch", "MEAN", "values"), Failure("mismatch", "PRELU", "values"))
+    assert not same_failure(Failure("mismatch", "MEAN", "values"), Failure("mismatch", "MEAN", "shape"))
+    assert error_failure("OP_FAILED: node 3 (PRELU) failed") == error_failure("OP_FAILED: node 0 (PRELU) failed")
+    assert error_failure("OP_FAILED: a") != error_failure("OP_FAILED: b")
+    assert error_failure("CRASH: driver killed by signal 11").kind == "crash"
+    assert not same_failure(None, None)

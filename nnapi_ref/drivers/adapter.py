@@ -12,6 +12,7 @@ writing.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -22,7 +23,7 @@ import numpy as np
 
 from .. import extensions, hal
 from ..errors import NnapiError
-from ..executor import prepare_plans
+from ..executor import Plan, prepare_plans
 from ..hal import ErrorStatus, HalError
 from ..ops.base import Arg, Call, ValueUnknown
 from ..ops.convolution import Spatial, parse_spatial
@@ -101,6 +102,28 @@ class SubgraphView:
             return parse_spatial(self.call(op), op.type.name, base, n_extra, dilation)
         except (ValueUnknown, NnapiError) as e:
             raise Unsupported(f"{op.type.name} parameters: {e}") from None
+
+
+def with_static_shapes(model: hal.Model) -> hal.Model:
+    """``model`` with the dimensions its operands leave unknown (0, or no rank) but its input
+    shapes and constants fix filled in, by the reference's shape propagation: a mapping then
+    sees, say, the image size of a pooling after a RESHAPE. The model as it is when the
+    propagation cannot run (an invalid model) or finds nothing."""
+    try:
+        shapes = Plan(model, model.main, "main").shapes
+    except Exception:  # noqa: BLE001 - no propagation: the mappings see the model as declared
+        return model
+    operands = list(model.main.operands)
+    changed = False
+    for k, o in enumerate(operands):
+        shape = shapes.get(k)
+        if (o.lifetime in (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT) and shape is not None and len(shape) > 0
+                and tuple(shape) != tuple(o.dimensions)):
+            operands[k] = dataclasses.replace(o, dimensions=tuple(int(d) for d in shape))
+            changed = True
+    if not changed:
+        return model
+    return dataclasses.replace(model, main=dataclasses.replace(model.main, operands=operands))
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,11 @@ import numpy as np
 from .. import hal, ops
 from ..errors import NnapiError
 from ..ops.base import Arg, ValueUnknown
+from ..ops import requantization
 from ..ops.common import activation_range_quant
 from ..ops.convolution import resolve_padding
 from ..types import DTYPES, FuseCode, OperandCode as T, OperationCode as Op, PaddingCode, ResultCode
-from .adapter import AdapterDevice, AdapterPreparedModel, Mappings, SubgraphView, Unsupported
+from .adapter import AdapterDevice, AdapterPreparedModel, Mappings, SubgraphView, Unsupported, with_static_shapes
 
 _IMPORT_ERROR = ""
 try:
@@ -178,9 +179,14 @@ def _window(g: Graph, x: int, p, filter_h: int, filter_w: int) -> dict:
     if not p.explicit and h and w:
         resolve_padding(p, h, w, filter_h, filter_w)
     elif not p.explicit:
+        if p.padding_code != PaddingCode.SAME:
+            return {"auto_pad": "VALID"}
         if p.dilation_h != 1 or p.dilation_w != 1:
             raise Unsupported("SAME padding with dilation on an image of unknown size")
-        return {"auto_pad": "SAME_UPPER" if p.padding_code == PaddingCode.SAME else "VALID"}
+        if p.stride_h > filter_h or p.stride_w > filter_w:
+            # ORT's SAME_UPPER padding turns negative there (NNAPI clamps it to 0), and fails.
+            raise Unsupported("SAME padding with a stride larger than the window on an image of unknown size")
+        return {"auto_pad": "SAME_UPPER"}
     left, right, top, bottom = p.pads
     return {"pads": [top, left, bottom, right]}
 
@@ -263,14 +269,72 @@ def _pool(g, op):
 
 @maps(Op.FULLY_CONNECTED, NUMERIC)
 def _fully_connected(g, op):
-    """Gemm of the input flattened to [batches, input_size] with the weights transposed."""
+    """Gemm of the input flattened to [batches, input_size] with the weights transposed;
+    quantized, the exact accumulator requantized in NNAPI's fixed point (:func:`_requantize`)."""
     x, w, b = op.inputs[:3]
     wdims = g.operand(w).dimensions
     if len(wdims) != 2 or 0 in wdims:
         raise Unsupported("weight dimensions unknown")
+    if g.operand(x).type in QUANT8:
+        _fully_connected_quant(g, op, wdims[1])
+        return
     rows = g.node("Reshape", [g.real(x), g.const(np.array([-1, wdims[1]], np.int64))])
     inputs = [rows, g.real(w)] + ([] if g.omitted(b) else [g.real(b)])
     g.store(op.outputs[0], g.node("Gemm", inputs, transB=1), g.scalar(op.inputs[3]))
+
+
+def _int64(g: Graph, k: int) -> str:
+    """Quantized operand ``k``'s stored values minus its zero point, as int64."""
+    o = g.operand(k)
+    values = g.node("Cast", [g.tensor(k)], to=onnx.TensorProto.INT64)
+    return g.node("Sub", [values, g.const(np.int64(o.zero_point))]) if o.zero_point else values
+
+
+def _fully_connected_quant(g, op, input_size: int):
+    """The int32 accumulator (sum of zero-point corrected products plus the bias, computed in
+    int64: exact) requantized as NNAPI does: a multiplier of
+    float32(input_scale * weights_scale) / output_scale in Q31 fixed point, two roundings.
+    ONNX's QuantizeLinear of the real product rounds once (half to even), off by one step in
+    places (issue 22, seed 2005868)."""
+    x, w, b, fuse = op.inputs
+    xo, wo = g.operand(x), g.operand(w)
+    rows = g.node("Reshape", [_int64(g, x), g.const(np.array([-1, input_size], np.int64))])
+    acc = g.node("MatMul", [rows, g.node("Transpose", [_int64(g, w)], perm=[1, 0])])
+    if not g.omitted(b):
+        acc = g.node("Add", [acc, g.node("Cast", [g.tensor(b)], to=onnx.TensorProto.INT64)])
+    with requantization.using("nnapi"):
+        multiplier, shift = requantization.product_multipliers(xo.scale, [wo.scale], g.operand(op.outputs[0]).scale)
+    _requantize(g, acc, int(multiplier[0]), int(shift[0]), op.outputs[0], int(g.scalar(fuse)))
+
+
+def _floor_div(g: Graph, x: str, divisor: int) -> str:
+    """floor(x / divisor) for int64 ``x`` and a positive power of two (ONNX's integer Div
+    truncates toward zero: negative values are moved down first)."""
+    lowered = g.node("Sub", [x, g.const(np.int64(divisor - 1))])
+    x = g.node("Where", [g.node("Less", [x, g.const(np.int64(0))]), lowered, x])
+    return g.node("Div", [x, g.const(np.int64(divisor))])
+
+
+def _requantize(g: Graph, acc: str, multiplier: int, shift: int, out: int, fuse: int) -> None:
+    """Store int64 accumulator ``acc`` (int32 values) into quantized operand ``out`` as NNAPI's
+    MultiplyByQuantizedMultiplier does (:mod:`nnapi_ref.ops.requantization`): shifted left for a
+    positive ``shift``, SaturatingRoundingDoublingHighMul (floor((acc * multiplier + 2**30) /
+    2**31)), RoundingDivideByPOT for a negative one (halves away from zero), then the zero point
+    and the clamp to the type's and the fused activation's range."""
+    o = g.operand(out)
+    if shift > 0:
+        acc = g.node("Mul", [acc, g.const(np.int64(1 << shift))])
+    product = g.node("Add", [g.node("Mul", [acc, g.const(np.int64(multiplier))]), g.const(np.int64(1 << 30))])
+    high = _floor_div(g, product, 1 << 31)
+    if shift < 0:
+        exponent = -shift
+        negative = g.node("Cast", [g.node("Less", [high, g.const(np.int64(0))])], to=onnx.TensorProto.INT64)
+        nudged = g.node("Sub", [g.node("Add", [high, g.const(np.int64(1 << (exponent - 1)))]), negative])
+        high = _floor_div(g, nudged, 1 << exponent)
+    lo, hi = activation_range_quant(fuse, Arg(o.type, o.dimensions, o.scale, o.zero_point))
+    q = g.node("Clip", [g.node("Add", [high, g.const(np.int64(o.zero_point))]), g.const(np.int64(lo)),
+                        g.const(np.int64(hi))])
+    g.node("Cast", [q], [g.name(out)], to=onnx.TensorProto.UINT8 if o.type == Q8 else onnx.TensorProto.INT8)
 
 
 _BINARY = {Op.ADD: "Add", Op.SUB: "Sub", Op.MUL: "Mul", Op.DIV: "Div"}
@@ -360,8 +424,10 @@ def _reduce(g, op):
 
 @maps((Op.ARGMAX, Op.ARGMIN), NUMERIC | {I32})
 def _argmax(g, op):
+    """ArgMax/ArgMin without the reduced axis; of a 1-D input NNAPI's result has shape [1]
+    (ONNX's would be a scalar), which keeping the axis gives."""
     index = g.node("ArgMax" if op.type == Op.ARGMAX else "ArgMin", [g.real(op.inputs[0])],
-                   axis=g.scalar(op.inputs[1]), keepdims=0)
+                   axis=g.scalar(op.inputs[1]), keepdims=int(g.rank(op.inputs[0]) == 1))
     g.store(op.outputs[0], g.node("Cast", [index], to=onnx.TensorProto.INT32))
 
 
@@ -599,11 +665,15 @@ class OnnxRuntimeDevice(AdapterDevice):
     def get_version_string(self) -> str:
         return f"onnxruntime {onnxruntime.__version__} (onnx {onnx.__version__}, opset {OPSET})"
 
+    def get_supported_operations(self, model: hal.Model) -> list[bool]:
+        self._validated.level(model)  # an invalid model is rejected as it is
+        return super().get_supported_operations(with_static_shapes(model))
+
     def check_operation(self, sg: hal.Subgraph, op: hal.Operation) -> None:
         check_operation(sg, op)
 
     def convert(self, model: hal.Model) -> bytes:
-        return convert(model)
+        return convert(with_static_shapes(model))
 
     def load(self, model: hal.Model, converted: bytes, plans: list) -> "OnnxRuntimePreparedModel":
         return OnnxRuntimePreparedModel(self, model, plans, session(converted, self.threads))

@@ -89,9 +89,9 @@ class Graph(SubgraphView):
         array = np.asarray(array)
         return self.b.tensor(f"c{len(self.b.tensors)}", array.shape, dtype, array, **quant)
 
-    def op(self, name: str, inputs, outputs, opts=None) -> None:
+    def op(self, name: str, inputs, outputs, opts=None, version: int = 1) -> None:
         """Append an operator, then those waiting for its output (see :meth:`nhwc_out`)."""
-        self.b.op(name, inputs, outputs, opts)
+        self.b.op(name, inputs, outputs, opts, version)
         after, self._after = self._after, []
         for args in after:
             self.b.op(*args)
@@ -245,7 +245,6 @@ _ELEMENTWISE = {Op.MAXIMUM: "MAXIMUM", Op.MINIMUM: "MINIMUM", Op.POW: "POW", Op.
 
 @maps((Op.LOGICAL_AND, Op.LOGICAL_OR, Op.LOGICAL_NOT), {BOOL8})
 @maps(Op.POW, {F32})
-@maps(Op.PRELU, NUMERIC)
 @maps((Op.NEG, Op.ABS), {F32, I32})
 @maps((Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.FLOOR), {F32})
 @maps((Op.LOGISTIC, Op.TANH, Op.RELU, Op.RELU1, Op.RELU6, Op.HARD_SWISH), NUMERIC)
@@ -258,7 +257,30 @@ def _elementwise(g, op):
         raise Unsupported(f"CAST to {g.operand(op.outputs[0]).type.name}")
     if op.type == Op.DEQUANTIZE and g.operand(op.outputs[0]).type != F32:
         raise Unsupported("DEQUANTIZE to float16")
+    if op.type == Op.DEQUANTIZE and g.is_constant(op.inputs[0]):
+        # XNNPACK folds the DEQUANTIZE of a constant into a static tensor and fails when that
+        # reaches a model output ("failed to setup XNNPACK runtime"; through a RESHAPE the
+        # process aborts in free()): unsupported, with either kernel set (one conversion).
+        raise Unsupported("DEQUANTIZE of a constant (XNNPACK fails on it)")
     g.op(_ELEMENTWISE[op.type], [g.tensor(k) for k in op.inputs], [g.tensor(k) for k in op.outputs])
+
+
+@maps(Op.PRELU, NUMERIC)
+def _prelu(g, op):
+    """PRELU; TFLite's kernel requires the output to have the input's shape, NNAPI broadcasts
+    input and alpha both (its header's example: alpha {5, 4, 3, 1}, output {5, 4, 3, 2}). An
+    input smaller than the output is broadcast to it first (BROADCAST_TO, on known shapes)."""
+    x, alpha = op.inputs
+    xdims, adims = g.operand(x).dimensions, g.operand(alpha).dimensions
+    grows = len(adims) > len(xdims) or any(a not in (1, d) for a, d in zip(reversed(adims), reversed(xdims)))
+    image = g.tensor(x)
+    if grows:
+        if not xdims or not adims or 0 in xdims or 0 in adims:
+            raise Unsupported("PRELU whose alpha may broadcast the input, on shapes not known")
+        shape = np.broadcast_shapes(tuple(xdims), tuple(adims))
+        image = g.like(x)
+        g.op("BROADCAST_TO", [g.tensor(x), g.const(np.array(shape, np.int32))], [image], version=2)
+    g.op("PRELU", [image, g.tensor(alpha)], [g.tensor(op.outputs[0])])
 
 
 @maps((Op.EQUAL, Op.NOT_EQUAL, Op.GREATER, Op.GREATER_EQUAL, Op.LESS, Op.LESS_EQUAL), NUMERIC | {I32})

@@ -58,14 +58,15 @@ class GraphBuilder:
         self.tensors.append(t)
         return len(self.tensors) - 1
 
-    def op(self, name: str, inputs, outputs, options=None) -> None:
+    def op(self, name: str, inputs, outputs, options=None, version: int = 1) -> None:
         """Append operator ``name`` (a BuiltinOperator name); ``options`` an ``...OptionsT`` object;
-        an input of -1 is an omitted optional input."""
+        an input of -1 is an omitted optional input; ``version`` the operator's (TFLite registers
+        some from 2 only: BROADCAST_TO)."""
         if name not in self.opcodes:
             code = schema.OperatorCodeT()
             code.builtinCode = getattr(schema.BuiltinOperator, name)
             code.deprecatedBuiltinCode = min(code.builtinCode, 127)
-            code.version = 1
+            code.version = version
             self.opcodes[name] = len(self.codes)
             self.codes.append(code)
         o = schema.OperatorT()

@@ -1,0 +1,131 @@
+"""The documented failure classes as random-graph matchers (fuzz.known_classes): a class explains
+a failure only where it applies in the failing model and its semantics reproduce what the driver
+gave; nothing else is explained; a seed found failing on TFLite keeps its class through
+shrinking (issue 22)."""
+import json
+
+import numpy as np
+import pytest
+
+from nnapi_ref import hal
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.runtime import Device
+from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
+from nnts.fuzz.differential import Failure, Outcome, run_case
+from nnts.fuzz.graphs import Q8, Graph
+from nnts.fuzz.known_classes import CLASSES, classes_for, explain, simulate
+
+REFERENCE = [Device(ReferenceDevice())]
+
+
+def mean_graph() -> tuple[Graph, int]:
+    """A one-operation quantized MEAN whose truncated (NNAPI), rounded (TFLite) and half-even
+    (ONNX Runtime) results differ: MEAN of [1, 2] and [3, 6] over axis 1 at the same scale:
+    1.5 -> 1 (NNAPI), 2 (TFLite, ORT); 4.5 -> 4 (NNAPI), 5 (TFLite), 4 (ORT, half to even)."""
+    x = np.array([[1, 2], [3, 6]], np.uint8)
+    operands = [hal.Operand(Q8, (2, 2), 0.5, 0, Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.TENSOR_INT32, (1,), 0.0, 0, Lifetime.CONSTANT_COPY, np.array([1], np.int32)),
+                hal.Operand(T.INT32, (), 0.0, 0, Lifetime.CONSTANT_COPY, np.array(0, np.int32)),
+                hal.Operand(Q8, (2,), 0.5, 0, Lifetime.SUBGRAPH_OUTPUT)]
+    expected = np.array([1, 4], np.uint8)
+    graph = Graph(operands, [hal.Operation(Op.MEAN, (0, 1, 2), (3,))], [0], [3], {0: x, 3: expected})
+    return graph, 3
+
+
+def mismatch(graph: Graph, actual) -> Outcome:
+    expected = [graph.values[k] for k in graph.outputs]
+    return Outcome("fail", "", expected, [np.asarray(actual, np.uint8)], failure=Failure("mismatch", "MEAN", "values"),
+                   mismatched=[0])
+
+
+def test_a_class_explains_what_its_semantics_reproduce_and_nothing_else():
+    graph, _ = mean_graph()
+    tflite_like = mismatch(graph, [2, 5])
+    assert simulate(graph, [c for c in classes_for("tflite") if c.number == 8])[0][0].tolist() == [2, 5]
+    assert explain(graph, tflite_like, "tflite").startswith("tflite class 8")
+    ort_like = mismatch(graph, [2, 4])
+    assert explain(graph, ort_like, "onnxruntime").startswith("onnxruntime class 4")
+    # A driver far from every class's semantics, and drivers without documented classes.
+    assert explain(graph, mismatch(graph, [200, 100]), "tflite") is None
+    assert explain(graph, tflite_like, "reference") is None
+    assert explain(graph, tflite_like, "nnapi_ref.drivers.broken:wrong_add_quant8") is None
+
+
+def test_a_class_that_changes_nothing_explains_nothing():
+    """MEAN of [2, 4] and [6, 8]: exact means, so no rounding class can explain a mismatch."""
+    graph, _ = mean_graph()
+    graph.values[0] = np.array([[2, 4], [6, 8]], np.uint8)
+    graph.values[3] = np.array([3, 7], np.uint8)
+    assert explain(graph, mismatch(graph, [4, 8]), "tflite") is None
+    assert explain(graph, mismatch(graph, [4, 8]), "onnxruntime") is None
+
+
+def test_int32_division_by_zero_explains_a_failed_execution_only_with_a_zero_divisor():
+    def div_graph(divisor):
+        operands = [hal.Operand(T.TENSOR_INT32, (2,), lifetime=Lifetime.SUBGRAPH_INPUT),
+                    hal.Operand(T.TENSOR_INT32, (2,), lifetime=Lifetime.SUBGRAPH_INPUT),
+                    hal.Operand(T.INT32, (), lifetime=Lifetime.CONSTANT_COPY, value=np.array(0, np.int32)),
+                    hal.Operand(T.TENSOR_INT32, (2,), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+        values = {0: np.array([7, 8], np.int32), 1: np.array(divisor, np.int32), 3: np.array([0, 0], np.int32)}
+        return Graph(operands, [hal.Operation(Op.DIV, (0, 1, 2), (3,))], [0, 1], [3], values)
+    error = Outcome("fail", "", failure=Failure("result code", "", "OP_FAILED: tflite/kernels/div.cc:#: data[i] != "
+                                                                   "zero_point was not true"))
+    assert explain(div_graph([2, 0]), error, "tflite").startswith("tflite class 6")
+    assert explain(div_graph([2, 3]), error, "tflite") is None
+    other = Outcome("fail", "", failure=Failure("result code", "", "OP_FAILED: something else"))
+    assert explain(div_graph([2, 0]), other, "tflite") is None
+    assert explain(div_graph([2, 0]), error, "onnxruntime") is None
+
+
+def test_every_class_names_its_page_and_operations():
+    for c in CLASSES:
+        assert c.operations and c.drivers and (c.semantics is None) != (c.fails is None)
+        assert c.name(c.drivers[0]).startswith(("onnxruntime class", "tflite class"))
+
+
+def test_seed_2002178_on_tflite_shrinks_to_quantized_mean_rounding(tmp_path):
+    """Found failing with class 8 (quantized MEAN rounding); the shrunk reproducer must show
+    that class, not another bug (it showed PRELU's broadcasting before)."""
+    pytest.importorskip("ai_edge_litert")
+    from nnapi_ref.drivers import load_driver
+    devices = [Device(load_driver("tflite"))]
+    level = min(d.feature_level for d in devices)
+    result = run_case(2002178, devices, REFERENCE, level, tmp_path, "tflite")
+    assert result.status == "fail" and result.explained.startswith("tflite class 8"), result.message
+    assert "MEAN" in result.shrunk.operation_names, result.message
+    record = json.loads(result.reproducer.read_text())["tests"][0]["failure"]
+    assert record["original"] == record["shrunk"] and record["class"].startswith("tflite class 8")
+
+
+def test_quantize_of_nan_is_explained_on_the_drivers_that_give_the_minimum():
+    """NNAPI (AOSP's std::min/std::max clamp) gives 255 for a NaN; ONNX Runtime and TFLite's
+    reference kernels 0. XNNPACK gives 255 too: nothing to explain there."""
+    operands = [hal.Operand(T.TENSOR_FLOAT32, (2,), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(Q8, (2,), 0.5, 3, Lifetime.SUBGRAPH_OUTPUT)]
+    graph = Graph(operands, [hal.Operation(Op.QUANTIZE, (0,), (1,))], [0], [1],
+                  {0: np.array([np.nan, 1.0], np.float32), 1: np.array([255, 5], np.uint8)})
+    outcome = mismatch(graph, [0, 5])
+    assert explain(graph, outcome, "onnxruntime").startswith("onnxruntime class 7")
+    assert explain(graph, outcome, "tflite-ref").startswith("tflite class 13")
+    assert explain(graph, outcome, "tflite") is None
+
+
+def test_nan_in_maximum_is_explained_by_each_runtimes_own_class():
+    """MAXIMUM([NaN, 1], [1, NaN]): NNAPI [NaN, 1], ONNX Runtime [NaN, NaN], TFLite [1, NaN];
+    each runtime's result is explained by its page's class 1; ONNX Runtime's is not TFLite's."""
+    f32 = T.TENSOR_FLOAT32
+    operands = [hal.Operand(f32, (2,), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(f32, (2,), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(f32, (2,), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+    graph = Graph(operands, [hal.Operation(Op.MAXIMUM, (0, 1), (2,))], [0, 1], [2],
+                  {0: np.array([np.nan, 1], np.float32), 1: np.array([1, np.nan], np.float32),
+                   2: np.array([np.nan, 1], np.float32)})
+
+    def outcome(actual):
+        return Outcome("fail", "", [graph.values[2]], [np.array(actual, np.float32)],
+                       failure=Failure("mismatch", "MAXIMUM", "values"), mismatched=[0])
+    assert explain(graph, outcome([np.nan, np.nan]), "onnxruntime").startswith("onnxruntime class 1")
+    assert explain(graph, outcome([np.nan, np.nan]), "tflite") is None
+    assert explain(graph, outcome([1, np.nan]), "tflite").startswith("tflite class 1")
+    # (ORT's [NaN, NaN] would accept [1, NaN] too: the criteria do not compare non-finite
+    # expected values, so a class is as lenient as the comparison it explains.)
