@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from nnts import ordering
 from nnapi_ref.types import OperandCode, OperationCode
 
 
@@ -50,6 +51,7 @@ def pytest_addoption(parser):
     group.addoption("--call-timeout", type=float, default=None,
                     help="seconds a remote driver may take to answer one call before it is declared hung "
                          "(default 60; prepare: 120)")
+    ordering.add_options(group)
 
 
 def pytest_configure(config):
@@ -61,6 +63,7 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"dtype_{name}: tests with {name} operands")
     config.addinivalue_line("markers", "vts: driver-level tests (straight against the driver interface)")
     config.pluginmanager.register(ConformanceResults(), "nnts-results")
+    config.pluginmanager.register(ordering.OrderPlugin(), "nnts-order")
 
 
 def pytest_collection_modifyitems(config, items):
