@@ -81,3 +81,10 @@ def test_xdist_workers_agree_on_the_order_and_x_stops_at_the_first_fault(tmp_pat
     passed = int(re.search(r"(\d+) passed", output).group(1))
     generated = [t for t in collect("-k", "ADD or MUL or shapes_change") if t.startswith("cts/test_generated.py")]
     assert passed < len(generated) / 2  # collection order would have passed every CTS test first
+
+
+def test_collected_objects_are_frozen_out_of_the_garbage_collector(tmp_path):
+    (tmp_path / "test_frozen.py").write_text("import gc\n\ndef test_frozen():\n    assert gc.get_freeze_count() > 0\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path / "test_frozen.py"), "-q", "-p",
+                           "no:cacheprovider", "-n", "0"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:]
