@@ -118,20 +118,20 @@ def run_once(driver: str, order: str | None, quick: bool, timeout: float, worker
         output: list[str] = []
         reader = threading.Thread(target=lambda: output.extend(process.stdout), daemon=True)
         reader.start()
-        cpu_at_failure = None
+        cpu_at_failure = tree_cpu = None
         while process.poll() is None and time.time() - start < timeout:
-            if cpu_at_failure is None:
-                tree_cpu = _tree_cpu(process.pid)
-                if marker.exists():
-                    cpu_at_failure = tree_cpu
+            tree_cpu = _tree_cpu(process.pid)
+            if cpu_at_failure is None and marker.exists():
+                cpu_at_failure = tree_cpu
             time.sleep(POLL_S)
-        if process.poll() is None:
+        if process.poll() is None:  # its killed workers' CPU is not in RUSAGE_CHILDREN: the last poll's
             _stop(process)
             code, tail = None, [f"stopped after {timeout:.0f} s"]
+            wall, cpu = time.time() - start, tree_cpu or 0.0
         else:
             reader.join(10)
             code, tail = process.returncode, "".join(output).strip().splitlines()[-1:] or [""]
-        wall, cpu = time.time() - start, _children_cpu() - cpu_start
+            wall, cpu = time.time() - start, _children_cpu() - cpu_start
         first = json.loads(marker.read_text()) if marker.exists() else None
         if first and cpu_at_failure is None:  # failed and ended between two polls
             cpu_at_failure = cpu
