@@ -11,7 +11,8 @@ tests, so that ``--quick -k CONV`` is the first pass of the CONV tests.
 
 The order is computed from the collected items alone (their ids and parameters), so every
 pytest-xdist worker computes the same order, as xdist requires. xdist's load scheduler hands
-tests to the workers in collection order, so the first pass is also what the workers run first.
+tests to the workers in collection order, one at a time in breadth-first order (see
+``OrderPlugin.pytest_configure``), so the first pass is what the workers run first.
 """
 from __future__ import annotations
 
@@ -95,6 +96,16 @@ def reorder(config, items: list) -> None:
 
 class OrderPlugin:
     """The plugin applying ``reorder`` (registered by ``nnts.plugin``)."""
+
+    def pytest_configure(self, config):
+        """Under xdist's load scheduling, hand tests out one at a time (``--maxschedchunk 1``)
+        unless told otherwise: by default each worker is first sent a contiguous eighth of the
+        run, so the second worker starts deep in the order, and, as a worker runs every test it
+        was sent before it stops, ``-x`` took minutes to end after the first failure."""
+        option = config.option
+        if (getattr(option, "order", None) == "breadth" and getattr(option, "dist", "no") == "load"
+                and hasattr(option, "maxschedchunk") and option.maxschedchunk is None):
+            option.maxschedchunk = 1
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items):
