@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from nnts import ordering
 from nnapi_ref.types import OperandCode, OperationCode
 
 
@@ -62,6 +63,7 @@ def pytest_addoption(parser):
                          "(default 60; prepare: 120)")
     group.addoption("--nnts-trace", default=None, metavar="PATH",  # pytest's own --trace starts pdb
                     help="write a Chrome trace-event JSON of the run (NNTS_TRACE; xdist workers write PATH.PID.json)")
+    ordering.add_options(group)
 
 
 def pytest_configure(config):
@@ -99,6 +101,7 @@ def pytest_configure(config):
         raise pytest.UsageError(f"nnts: {e}") from None
     if not hasattr(config, "workerinput"):
         config.nnts_drivers = _checked_drivers(config)
+    config.pluginmanager.register(ordering.OrderPlugin(), "nnts-order")
 
 
 def _checked_drivers(config):
@@ -123,8 +126,12 @@ def _checked_drivers(config):
 
 def pytest_collection_modifyitems(config, items):
     vts = Path(str(resources.files("nnts.vts")))
+    in_vts: dict[str, bool] = {}  # per file: Path.parents of 48k items took seconds
     for item in items:
-        if vts in Path(str(item.fspath)).parents:
+        path = str(item.path)
+        if path not in in_vts:
+            in_vts[path] = vts in Path(path).parents
+        if in_vts[path]:
             item.add_marker(pytest.mark.vts)
     _select_shard(config, items)
 

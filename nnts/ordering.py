@@ -1,0 +1,131 @@
+"""Breadth-first test order and the quick tier (``--order``, ``--quick``).
+
+In collection order a conformance run goes operation by operation, CTS before VTS, so a fault
+that only VTS, or only the last operation, finds waits behind tens of thousands of passing tests.
+Breadth-first order runs one test of every group (test kind, operation, data type, execution
+path) before a second test of any: ``-x`` then stops at a driver's first fault wherever it is,
+and a partial run (interrupted, ``--maxfail``) is a fair sample. ``--quick`` keeps that first
+pass only.
+The order is applied last among the collection hooks, after ``-k``/``-m`` deselected their
+tests, so that ``--quick -k CONV`` is the first pass of the CONV tests, and only to a run of the
+suites' tests (the plugin is loaded in every pytest run where nnts is installed).
+
+The order is computed from the collected items alone (their ids and parameters), so every
+pytest-xdist worker computes the same order, as xdist requires. xdist's load scheduler hands
+tests to the workers in collection order, one at a time in breadth-first order (see
+``OrderPlugin.pytest_configure``), so the first pass is what the workers run first.
+"""
+from __future__ import annotations
+
+import collections
+import gc
+
+import pytest
+
+ORDERS = ("breadth", "collection")
+# Parameters naming the execution path of a test (CTS uses "mode", VTS "path").
+PATH_PARAMS = ("path", "mode")
+
+
+def add_options(group) -> None:
+    group.addoption("--order", choices=ORDERS, default="breadth",
+                    help="test order: breadth (default: every test kind, operation, data type and "
+                         "execution path once before any twice) or collection (file by file)")
+    group.addoption("--quick", action="store_true",
+                    help="run only the first breadth-first pass: one test of each test kind, "
+                         "operation, data type and execution path")
+
+
+def group_key(item) -> tuple[str, str, str, str]:
+    """(test kind, operation, data type, execution path) of a collected test. The kind is the test
+    function; operation and data type come from its test-model parameter (``case``,
+    ``cache_case``, ...), "-" where it has none; the path from a ``path``/``mode`` parameter
+    (a test model's variants are tests of one group: its first pass runs the first variant)."""
+    kind = item.nodeid.split("[", 1)[0]
+    params = item.callspec.params if hasattr(item, "callspec") else {}
+    operation = dtype = path = "-"
+    for value in params.values():
+        if hasattr(value, "operation") and hasattr(value, "dtype"):
+            operation, dtype = str(value.operation), str(value.dtype)
+    for name in PATH_PARAMS:
+        if name in params:
+            path = str(params[name])
+    return kind, operation, dtype, path
+
+
+def breadth_first(items: list) -> list[tuple[int, object]]:
+    """(pass, item) in breadth-first order: pass n holds the n-th test of every group. Within a
+    pass the test kinds take turns (one group of each kind, then the next of each), so CTS and
+    VTS kinds start together; ties keep collection order."""
+    kinds: dict[str, int] = {}
+    groups_of_kind: dict[str, int] = collections.Counter()
+    group_index: dict[tuple, int] = {}
+    seen: dict[tuple, int] = collections.Counter()
+    ranked = []
+    for position, item in enumerate(items):
+        key = group_key(item)
+        kind = key[0]
+        kinds.setdefault(kind, len(kinds))
+        if key not in group_index:
+            group_index[key] = groups_of_kind[kind]
+            groups_of_kind[kind] += 1
+        rank = seen[key]
+        seen[key] += 1
+        ranked.append(((rank, group_index[key], kinds[kind], position), item))
+    ranked.sort(key=lambda pair: pair[0])
+    return [(sort_key[0], item) for sort_key, item in ranked]
+
+
+def only_suite_tests(items: list) -> bool:
+    """Whether every item is a test of nnts's conformance suites (CTS, VTS)."""
+    from importlib import resources
+    from pathlib import Path
+    suites = {str(resources.files(package)) for package in ("nnts.cts", "nnts.vts")}
+    folders = {str(Path(str(item.path)).parent) for item in items}
+    return bool(items) and folders <= suites
+
+
+def reorder(config, items: list) -> None:
+    """Put ``items`` in the order ``--order`` asks for; with ``--quick``, deselect all but the
+    first breadth-first pass."""
+    quick = config.getoption("quick", False)
+    if config.getoption("order", "collection") == "collection" and not quick:
+        return
+    ordered = breadth_first(items)
+    if quick:
+        dropped = [item for n, item in ordered if n > 0]
+        ordered = [(n, item) for n, item in ordered if n == 0]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+    if config.getoption("order", "breadth") == "collection":  # --quick --order collection
+        chosen = {id(item) for _, item in ordered}
+        items[:] = [item for item in items if id(item) in chosen]
+    else:
+        items[:] = [item for _, item in ordered]
+
+
+class OrderPlugin:
+    """The plugin applying ``reorder`` (registered by ``nnts.plugin``)."""
+
+    def pytest_configure(self, config):
+        """Under xdist's load scheduling, hand tests out one at a time (``--maxschedchunk 1``)
+        unless told otherwise: by default each worker is first sent a contiguous eighth of the
+        run, so the second worker starts deep in the order, and, as a worker runs every test it
+        was sent before it stops, ``-x`` took minutes to end after the first failure."""
+        option = config.option
+        if (getattr(option, "order", None) == "breadth" and getattr(option, "dist", "no") == "load"
+                and hasattr(option, "maxschedchunk") and option.maxschedchunk is None):
+            option.maxschedchunk = 1
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        if only_suite_tests(items):  # the plugin is in every pytest run: other suites keep their order
+            reorder(config, items)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session):
+        """Collection leaves about a million objects alive for the whole run (the test models of
+        every case): moved out of the garbage collector's sight, they are not scanned again by
+        every full collection (the automatic ones, and each ``gc.collect()`` of a test that
+        checks a released object, which took over a second each)."""
+        gc.freeze()

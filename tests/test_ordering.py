@@ -1,0 +1,90 @@
+"""Breadth-first order and the quick tier (nnts/ordering.py): every (test kind, operation, data
+type, execution path) once before any twice, the same order in every xdist worker, ``--order
+collection`` as collected, ``--quick`` the first pass only."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from nnts.ordering import breadth_first, group_key
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def item(nodeid, **params):
+    return SimpleNamespace(nodeid=nodeid, callspec=SimpleNamespace(params=params))
+
+
+def case(operation, dtype, variant="sync"):
+    return SimpleNamespace(operation=operation, dtype=dtype, variant=variant)
+
+
+def test_group_key_from_the_case_and_the_path_parameter():
+    assert group_key(item("cts/test_generated.py::test_generated[ADD-x-sync]", case=case("ADD", "T32"))) == \
+        ("cts/test_generated.py::test_generated", "ADD", "T32", "-")
+    assert group_key(item("vts/test_qos.py::test_execute_with_deadline[now-burst]", path="burst", kind="now")) == \
+        ("vts/test_qos.py::test_execute_with_deadline", "-", "-", "burst")
+    assert group_key(SimpleNamespace(nodeid="cts/test_api.py::test_burst_misuse")) == \
+        ("cts/test_api.py::test_burst_misuse", "-", "-", "-")
+
+
+def test_every_group_once_before_any_twice_and_kinds_take_turns():
+    items = ([item(f"a.py::gen[ADD-{i}]", case=case("ADD", "F32")) for i in range(3)]
+             + [item(f"a.py::gen[MUL-{i}]", case=case("MUL", "F32")) for i in range(2)]
+             + [item(f"b.py::seq[{p}]", path=p) for p in ("sync", "burst")]
+             + [item("c.py::api")])
+    order = [(n, it.nodeid) for n, it in breadth_first(items)]
+    assert order == [
+        (0, "a.py::gen[ADD-0]"), (0, "b.py::seq[sync]"), (0, "c.py::api"),   # first group of each kind
+        (0, "a.py::gen[MUL-0]"), (0, "b.py::seq[burst]"),                     # then the second of each
+        (1, "a.py::gen[ADD-1]"), (1, "a.py::gen[MUL-1]"),
+        (2, "a.py::gen[ADD-2]")]
+    assert breadth_first(list(reversed(items))) != breadth_first(items)  # computed from the order given
+    assert [it.nodeid for _, it in breadth_first(items)] == [it.nodeid for _, it in breadth_first(list(items))]
+
+
+def collect(*args):
+    command = [sys.executable, "-m", "pytest", "cts/test_generated.py", "vts/test_sequences.py", "--collect-only",
+               "-q", "-p", "no:cacheprovider", "--no-shared-vectors", "-k", "ADD or MUL or pool", *args]
+    # (a later -k replaces this one)
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_order_options_on_the_collected_suite():
+    collection, breadth, quick = collect("--order", "collection"), collect(), collect("--quick")
+    assert sorted(collection) == sorted(breadth) and collection != breadth
+    assert collection[0].startswith("cts/test_generated.py") and collection[-1].startswith("vts/test_sequences.py")
+    assert breadth[1].startswith("vts/test_sequences.py")  # VTS starts with CTS, not after it
+    assert breadth[:len(quick)] == quick  # --quick: the first pass
+    groups = {line.split("[")[0] + "-".join(line.split("[")[1].split("-")[:2]) if "test_generated" in line else line
+              for line in collection}
+    assert len(quick) == len(groups)  # one test of each (operation, data type) and sequence test path
+    assert collect("--quick", "--order", "collection") == [t for t in collection if t in set(quick)]
+
+
+def test_xdist_workers_agree_on_the_order_and_x_stops_at_the_first_fault(tmp_path):
+    # keeps_first_shape is found by the sequence tests, which collection order runs last.
+    command = [sys.executable, "-m", "pytest", "cts/test_generated.py", "vts/test_sequences.py", "-q", "-n", "2",
+               "-x", "-p", "no:cacheprovider", "--no-shared-vectors", "-k", "ADD or MUL or shapes_change",
+               "--reproducers", str(tmp_path), "--driver", "nnapi_ref.drivers.broken:keeps_first_shape"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    output = done.stdout + done.stderr
+    assert done.returncode in (1, 2), output[-3000:]  # 2: xdist reports -x as an interruption
+    assert "Different tests were collected" not in output
+    assert re.search(r"FAILED vts/test_sequences.py::test_\w+_shapes_change", output), output[-3000:]
+    passed = int(re.search(r"(\d+) passed", output).group(1))
+    generated = [t for t in collect("-k", "ADD or MUL or shapes_change") if t.startswith("cts/test_generated.py")]
+    assert passed < len(generated) / 2  # collection order would have passed every CTS test first
+
+
+def test_collected_objects_are_frozen_out_of_the_garbage_collector(tmp_path):
+    (tmp_path / "test_frozen.py").write_text("import gc\n\ndef test_frozen():\n    assert gc.get_freeze_count() > 0\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path / "test_frozen.py"), "-q", "-p",
+                           "no:cacheprovider", "-n", "0"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:]
