@@ -23,7 +23,9 @@ Float32 outputs of a relaxed model are judged as float16. Expected values that a
 float32 beyond 1e3 or float16 beyond 1e2 are skipped (what AOSP means to skip; its code skips
 every float16 element and every element beyond 1e2 by an operator-precedence slip). Besides the
 values, each output's shape must match, and the driver must compile and execute the model: a
-failure to is a failure (an operation it reports unsupported is a skip).
+failure to is a failure (an operation it reports unsupported is a skip). The reference failing on
+a generated model (an error code or an exception) is a reference bug: reported as such, with a
+``reference_bug_*`` reproducer, before the driver under test is run.
 """
 from __future__ import annotations
 
@@ -132,8 +134,10 @@ def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device]) 
         return Outcome("skip", f"feature level {level} needed")
     try:
         expected = run(reference, test)
-    except NnapiError as e:  # the generator's promise broken: a bug here or in the reference
-        return Outcome("fail", f"the reference failed on a generated model: {e}", reference_failed=True)
+    except Exception as e:  # the generator's promise broken: a bug of the generator or the reference
+        what = e.code.name if isinstance(e, NnapiError) else type(e).__name__
+        return Outcome("fail", f"reference bug (not a finding against the driver under test): the reference "
+                               f"failed on a generated model: {what}: {e}", reference_failed=True)
     try:
         supported = build_model(test.model).get_supported_operations_for_devices(list(devices))
         if not all(supported):
@@ -174,10 +178,11 @@ def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: 
     command that replays it. Returns the path and the command."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    name = f"random_graph_{graph.seed}_" + "_".join(n.lower() for n in graph.operation_names)
+    kind = "reference_bug" if outcome.reference_failed else "random_graph"
+    name = f"{kind}_{graph.seed}_" + "_".join(n.lower() for n in graph.operation_names)
     path = folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:150] + ".json")
     replay = f"nnts vectors run {shlex.quote(str(path))} --driver {shlex.quote(driver)}" + (" --dynamic" if graph.has_unknown_outputs() else "")
-    test = vectors.test_to_json(graph.to_test(name, outcome.expected, known_outputs=True))
+    test = vectors.test_to_json(graph.to_test(name, outcome.expected or None, known_outputs=True))
     test["driver_outputs"] = {"driver": driver, "outputs": [vectors.encode_data(a) for a in outcome.actual]}
     test["replay"] = replay
     doc = {"format": vectors.FORMAT, "source": f"nnts random graph, seed {graph.seed}", "license": vectors.LICENSE,
@@ -222,6 +227,7 @@ def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], 
     shrunk = shrink(graph, fails)
     final = check(shrunk, devices, reference)
     path, replay = save_reproducer(shrunk, final, folder, driver)
-    message = (f"random graph seed {seed}, {operation_summary(graph)}: {outcome.message}\n"
+    message = (("REFERENCE BUG: " if outcome.reference_failed else "") +
+               f"random graph seed {seed}, {operation_summary(graph)}: {outcome.message}\n"
                f"shrunk to {operation_summary(shrunk)}: {final.message}\nreproducer: {path}\nreplay: {replay}")
     return CaseResult("fail", message, graph, shrunk, path)

@@ -243,3 +243,17 @@ def test_chained_quant8_fault_is_caught_and_shrunk(tmp_path):
     assert run_test(test, REFERENCE).status == "pass"
     assert run_test(test, driver).status == "fail"
     assert build_model(test.model).finished
+
+
+def test_reference_failure_is_a_reference_bug(tmp_path, monkeypatch):
+    """An exception of the reference on a generated model is reported as a reference bug (its
+    own message and reproducer name), before the driver under test is run."""
+    def overflowing(self, *args):
+        raise OverflowError("cannot convert float infinity to integer")
+    broken_reference = type("BrokenReference", (ReferenceDevice,), {"prepare_model": overflowing})
+    result = run_case(2, REFERENCE, [Device(broken_reference())], 30, tmp_path, "reference")
+    assert result.status == "fail" and result.message.startswith("REFERENCE BUG: ")
+    assert "OverflowError" in result.message and "not a finding against the driver under test" in result.message
+    assert result.reproducer.name.startswith("reference_bug_2_")
+    (test,) = vectors.load_file(result.reproducer)
+    assert run_test(test, REFERENCE).status == "pass"
