@@ -20,9 +20,10 @@ from typing import Callable
 
 import numpy as np
 
-from nnapi_ref import ops
+from nnapi_ref import hal, ops
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
+from .coverage import declared_forms
 from .graphs import BOOL8, F16, F32, FLOATS, I32, Q8, Q8S, QUANT8, Builder, Out, Reject, Tensor, like
 
 INT32, BOOL = T.INT32, T.BOOL
@@ -251,12 +252,38 @@ def instance_normalization(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, [x] + params + [b.scalar(BOOL, False)], [like(x)])
 
 
-# -- convolution and pooling (NHWC) ---------------------------------------------------------------
+# -- convolution and pooling --------------------------------------------------------------------
 
-def _weights(b: Builder, x: Tensor, shape, fan_in: int) -> tuple[int, int]:
+@functools.cache
+def _forms(code: Op, level: int) -> list:
+    return sorted(declared_forms(code, level), key=str)
+
+
+def pick_form(b: Builder, code: Op, x: Tensor, position: int = 0):
+    """One of the registry's forms of ``code`` at the builder's level taking ``x`` at ``position``,
+    every form as likely (:mod:`fuzz.coverage`)."""
+    forms = [f for f in _forms(code, b.level) if len(f.inputs) > position and f.inputs[position] == x.type]
+    if not forms:
+        raise Reject(f"{code.name}: no form takes {x.type.name}")
+    return b.pick(forms)
+
+
+def _weights(b: Builder, x: Tensor, shape, fan_in: int, channel_dim: int | None = None) -> tuple[int, int]:
     """Filter and bias constants of shapes ``shape[0]`` and ``shape[1]``, scaled by the fan-in
-    so that outputs stay in the inputs' range; a quant8 bias has scale input x filter scale."""
+    so that outputs stay in the inputs' range; a quant8 bias has scale input x filter scale.
+    ``channel_dim``: a TENSOR_QUANT8_SYMM_PER_CHANNEL filter quantized along that dimension (the
+    bias's scale 0, each element's being input x filter scale of its channel)."""
     bound = 1.0 / np.sqrt(fan_in)
+    if channel_dim is not None:
+        channels = shape[0][channel_dim]
+        scales = (bound / 127 * b.rng.uniform(0.8, 2.0, channels)).astype(np.float32)
+        along = [1] * len(shape[0])
+        along[channel_dim] = channels
+        w = np.clip(np.round(b.rng.uniform(-bound, bound, shape[0]) / scales.reshape(along)), -127, 127)
+        quant = hal.ChannelQuant(tuple(float(v) for v in scales), channel_dim)
+        bias_scales = (np.float32(x.scale) * scales).astype(np.float64)
+        bias = np.round(b.rng.uniform(-0.5, 0.5, shape[1]) / bias_scales).astype(np.int32)
+        return b.constant(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, w, channel_quant=quant), b.constant(I32, bias)
     if x.type in QUANT8:
         scale, zero_point = b.quantization(x.type)
         w = b.random_value(x.type, shape[0], scale, zero_point, -bound, bound)
@@ -267,58 +294,127 @@ def _weights(b: Builder, x: Tensor, shape, fan_in: int) -> tuple[int, int]:
     return b.constant(x.type, w), b.constant(x.type, b.random_value(x.type, shape[1], low=-0.5, high=0.5))
 
 
-def _spatial(b: Builder, x: Tensor) -> tuple[list[int], int, int]:
-    """Implicit padding (SAME or VALID), strides and a filter size that fit x."""
-    _, h, w, _ = x.shape
-    fh, fw = int(b.rng.integers(1, min(h, 3) + 1)), int(b.rng.integers(1, min(w, 3) + 1))
-    padding = int(b.rng.integers(1, 3))
-    return [b.scalar(INT32, padding), b.scalar(INT32, int(b.rng.integers(1, 3))),
-            b.scalar(INT32, int(b.rng.integers(1, 3)))], fh, fw
+# Inputs of the implicit- and explicit-padding forms without their optional tail (layout, then the
+# dilation factors) or, where the layout is not optional, with it.
+IMPLICIT_ARITY = {Op.CONV_2D: 7, Op.DEPTHWISE_CONV_2D: 8, Op.GROUPED_CONV_2D: 9, Op.TRANSPOSE_CONV_2D: 9,
+                  Op.AVERAGE_POOL_2D: 7, Op.MAX_POOL_2D: 7, Op.L2_POOL_2D: 7}
+EXPLICIT_ARITY = {Op.CONV_2D: 10, Op.DEPTHWISE_CONV_2D: 11, Op.GROUPED_CONV_2D: 12, Op.TRANSPOSE_CONV_2D: 11,
+                  Op.AVERAGE_POOL_2D: 10, Op.MAX_POOL_2D: 10, Op.L2_POOL_2D: 10}
+
+
+@dataclass
+class Window:
+    """The spatial side of a convolution or pool in the form drawn: padding kind, layout, the
+    image's height, width and depth in that layout, filter size and dilation factors."""
+
+    form: object
+    explicit: bool
+    tail: int  # optional inputs present: 0, 1 (layout), 3 (layout and dilation factors)
+    nchw: bool
+    h: int
+    w: int
+    c: int
+    fh: int = 1
+    fw: int = 1
+    dh: int = 1
+    dw: int = 1
+
+
+def window(b: Builder, x: Tensor, code: Op, nchw: bool | None = None) -> Window:
+    """A form of ``code`` for ``x`` and the layout (NCHW on half the forms that have a layout
+    flag, unless ``nchw`` says) and dilation (above 1 on most forms that have the factors)."""
+    form = pick_form(b, code, x)
+    n, probe = len(form.inputs), IMPLICIT_ARITY[code]
+    explicit = n > probe and form.inputs[probe] != T.BOOL
+    tail = n - (EXPLICIT_ARITY if explicit else IMPLICIT_ARITY)[code]
+    layout_optional = code not in (Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D)
+    if nchw is None:
+        nchw = (tail >= 1 or not layout_optional) and b.chance(0.5)
+    _, h, w, c = (x.shape[0],) + x.shape[2:] + (x.shape[1],) if nchw else x.shape
+    win = Window(form, explicit, tail, nchw, h, w, c)
+    if tail == 3 and b.chance(0.75):
+        win.dh, win.dw = int(b.rng.integers(1, 4)), int(b.rng.integers(1, 4))
+    # The dilated filter fits the image, so VALID padding leaves an output.
+    win.fh = int(b.rng.integers(1, min(3, (h - 1) // win.dh + 1) + 1))
+    win.fw = int(b.rng.integers(1, min(3, (w - 1) // win.dw + 1) + 1))
+    return win
+
+
+def padding_and_strides(b: Builder, win: Window) -> list[int]:
+    """Explicit paddings (left, right, top, bottom; each below the dilated filter size and at
+    most 2) or a padding scheme (SAME or VALID), then the strides (width, height)."""
+    if win.explicit:
+        most_w, most_h = min((win.fw - 1) * win.dw, 2), min((win.fh - 1) * win.dh, 2)
+        pads = [int(b.rng.integers(0, m + 1)) for m in (most_w, most_w, most_h, most_h)]
+    else:
+        pads = [int(b.rng.integers(1, 3))]
+    return [b.scalar(INT32, v) for v in pads + [int(b.rng.integers(1, 3)), int(b.rng.integers(1, 3))]]
+
+
+def layout_and_dilation(b: Builder, win: Window) -> list[int]:
+    """The optional tail of the form: the layout flag, then the dilation factors (width, height)."""
+    tail = [b.scalar(BOOL, win.nchw)] if win.tail >= 1 else []
+    if win.tail == 3:
+        tail += [b.scalar(INT32, win.dw), b.scalar(INT32, win.dh)]
+    return tail
+
+
+def per_channel(win: Window) -> bool:
+    return win.form.inputs[1] == T.TENSOR_QUANT8_SYMM_PER_CHANNEL
 
 
 @declare([Op.CONV_2D], ranks=(4,))
 def conv_2d(b: Builder, x: Tensor, code: Op) -> None:
-    c, out_c = x.shape[3], b.dim()
-    spatial, fh, fw = _spatial(b, x)
-    w, bias = _weights(b, x, ((out_c, fh, fw, c), (out_c,)), fh * fw * c)
-    b.add(code, [x, w, bias] + spatial + [fuse(b, x)], [free(x)])
+    win = window(b, x, code)
+    out_c = b.dim()
+    w, bias = _weights(b, x, ((out_c, win.fh, win.fw, win.c), (out_c,)), win.fh * win.fw * win.c,
+                       0 if per_channel(win) else None)
+    b.add(code, [x, w, bias] + padding_and_strides(b, win) + [fuse(b, x)] + layout_and_dilation(b, win), [free(x)])
 
 
 @declare([Op.DEPTHWISE_CONV_2D], ranks=(4,))
 def depthwise_conv_2d(b: Builder, x: Tensor, code: Op) -> None:
-    multiplier = int(b.rng.integers(1, 3))
-    out_c = x.shape[3] * multiplier
-    spatial, fh, fw = _spatial(b, x)
-    w, bias = _weights(b, x, ((1, fh, fw, out_c), (out_c,)), fh * fw)
-    b.add(code, [x, w, bias] + spatial + [b.scalar(INT32, multiplier), fuse(b, x)], [free(x)])
+    """A depth multiplier above 1 on most draws (with dilation where the form has it: the
+    combination a driver's special case can get wrong)."""
+    win = window(b, x, code)
+    multiplier = int(b.rng.integers(2, 4)) if b.chance(0.6) else 1
+    out_c = win.c * multiplier
+    w, bias = _weights(b, x, ((1, win.fh, win.fw, out_c), (out_c,)), win.fh * win.fw,
+                       3 if per_channel(win) else None)
+    b.add(code, [x, w, bias] + padding_and_strides(b, win) + [b.scalar(INT32, multiplier), fuse(b, x)]
+          + layout_and_dilation(b, win), [free(x)])
 
 
-@declare([Op.GROUPED_CONV_2D], ranks=(4,), domain=lambda x: x.shape[3] % 2 == 0)
+@declare([Op.GROUPED_CONV_2D], ranks=(4,), domain=lambda x: x.shape[3] % 2 == 0 or x.shape[1] % 2 == 0)
 def grouped_conv_2d(b: Builder, x: Tensor, code: Op) -> None:
     groups = 2
+    layouts = [nchw for nchw, c in ((False, x.shape[3]), (True, x.shape[1])) if c % groups == 0]
+    win = window(b, x, code, nchw=b.pick(layouts))
     out_c = groups * int(b.rng.integers(1, 3))
-    spatial, fh, fw = _spatial(b, x)
-    w, bias = _weights(b, x, ((out_c, fh, fw, x.shape[3] // groups), (out_c,)), fh * fw * x.shape[3] // groups)
-    b.add(code, [x, w, bias] + spatial + [b.scalar(INT32, groups), fuse(b, x), b.scalar(BOOL, False)],
-          [free(x)])
+    w, bias = _weights(b, x, ((out_c, win.fh, win.fw, win.c // groups), (out_c,)), win.fh * win.fw * win.c // groups,
+                       0 if per_channel(win) else None)
+    b.add(code, [x, w, bias] + padding_and_strides(b, win) + [b.scalar(INT32, groups), fuse(b, x),
+                                                              b.scalar(BOOL, win.nchw)], [free(x)])
 
 
 @declare([Op.TRANSPOSE_CONV_2D], ranks=(4,))
 def transpose_conv_2d(b: Builder, x: Tensor, code: Op) -> None:
     """Explicit paddings (each below the filter size), or an output shape with SAME (input size
     x stride) or VALID ((input size - 1) x stride + filter size) padding."""
-    n, h, w, c = x.shape
+    win = window(b, x, code)
+    n, h, w, c = x.shape[0], win.h, win.w, win.c
     out_c, kh, kw = b.dim(), int(b.rng.integers(1, 4)), int(b.rng.integers(1, 4))
     sh, sw = int(b.rng.integers(1, 3)), int(b.rng.integers(1, 3))
-    filters, bias = _weights(b, x, ((out_c, kh, kw, c), (out_c,)), kh * kw * c)
-    if b.chance(0.5):
+    filters, bias = _weights(b, x, ((out_c, kh, kw, c), (out_c,)), kh * kw * c, 0 if per_channel(win) else None)
+    if win.explicit:
         pads = [int(b.rng.integers(0, k)) for k in (kw, kw, kh, kh)]  # left, right, top, bottom
         params = [b.scalar(INT32, p) for p in pads]
     else:
         same = b.chance(0.5)
         out_h, out_w = (h * sh, w * sw) if same else ((h - 1) * sh + kh, (w - 1) * sw + kw)
-        params = [b.ints([n, out_h, out_w, out_c]), b.scalar(INT32, 1 if same else 2)]
-    params += [b.scalar(INT32, sw), b.scalar(INT32, sh), fuse(b, x), b.scalar(BOOL, False)]
+        shape = [n, out_c, out_h, out_w] if win.nchw else [n, out_h, out_w, out_c]
+        params = [b.ints(shape), b.scalar(INT32, 1 if same else 2)]
+    params += [b.scalar(INT32, sw), b.scalar(INT32, sh), fuse(b, x), b.scalar(BOOL, win.nchw)]
     b.add(code, [x, filters, bias] + params, [free(x)])
 
 
@@ -337,8 +433,9 @@ def batch_matmul(b: Builder, x: Tensor, code: Op) -> None:
 
 @declare([Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D], ranks=(4,))
 def pool(b: Builder, x: Tensor, code: Op) -> None:
-    spatial, fh, fw = _spatial(b, x)
-    b.add(code, [x] + spatial + [b.scalar(INT32, fw), b.scalar(INT32, fh), fuse(b, x)], [like(x)])
+    win = window(b, x, code)
+    b.add(code, [x] + padding_and_strides(b, win) + [b.scalar(INT32, win.fw), b.scalar(INT32, win.fh), fuse(b, x)]
+          + layout_and_dilation(b, win), [like(x)])
 
 
 # -- reductions -----------------------------------------------------------------------------------

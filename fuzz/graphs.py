@@ -107,7 +107,7 @@ class Graph:
                 lifetime = Lifetime.SUBGRAPH_OUTPUT
                 if known_outputs:
                     dims = self.values[k].shape
-            operands.append(hal.Operand(o.type, tuple(dims), o.scale, o.zero_point, lifetime, o.value))
+            operands.append(hal.Operand(o.type, tuple(dims), o.scale, o.zero_point, lifetime, o.value, o.channel_quant))
         main = hal.Subgraph(operands, list(self.operations), tuple(self.inputs), tuple(self.outputs))
         if expected is None:
             expected = [self.values[k] for k in self.outputs]
@@ -195,9 +195,10 @@ class Builder:
 
     # -- operands ---------------------------------------------------------------------------
 
-    def _operand(self, type_: T, dims, scale=0.0, zero_point=0, value=None) -> int:
+    def _operand(self, type_: T, dims, scale=0.0, zero_point=0, value=None, channel_quant=None) -> int:
         lifetime = Lifetime.TEMPORARY_VARIABLE if value is None else Lifetime.CONSTANT_COPY
-        self.operands.append(hal.Operand(type_, tuple(dims), float(scale), int(zero_point), lifetime, value))
+        self.operands.append(hal.Operand(type_, tuple(dims), float(scale), int(zero_point), lifetime, value,
+                                         channel_quant))
         return len(self.operands) - 1
 
     def scalar(self, type_: T, value) -> int:
@@ -212,9 +213,9 @@ class Builder:
         array = np.asarray(values, np.int32)
         return self._operand(I32, array.shape, value=array)
 
-    def constant(self, type_: T, value: np.ndarray, scale=0.0, zero_point=0) -> int:
+    def constant(self, type_: T, value: np.ndarray, scale=0.0, zero_point=0, channel_quant=None) -> int:
         value = np.asarray(value, DTYPES[type_])
-        return self._operand(type_, value.shape, scale, zero_point, value)
+        return self._operand(type_, value.shape, scale, zero_point, value, channel_quant)
 
     def fresh(self, type_: T, shape, quant: tuple | None = None, low=-2.0, high=2.0) -> Tensor:
         """A new tensor with random values: a model input, or (promoted) a constant."""
@@ -305,7 +306,7 @@ def run_operation(impl, operands: list[hal.Operand], values: dict, inputs: list[
         o = operands[k]
         value = o.value if o.lifetime == Lifetime.CONSTANT_COPY else values[k]
         shape = () if o.type in SCALAR_TYPES else value.shape
-        ins.append(Arg(o.type, shape, o.scale, o.zero_point, None, value))
+        ins.append(Arg(o.type, shape, o.scale, o.zero_point, o.channel_quant, value))
     outs = [Arg(o.type, None, o.scale or 0.0, o.zero_point) for o in outputs]
     call = Call(ins, outs)
     try:
@@ -447,7 +448,7 @@ def _compact(g: Graph, operations, inputs, outputs) -> Graph:
     inputs = [k for k in inputs if k in used]
     keep = sorted(used | set(outputs))
     new = {k: n for n, k in enumerate(keep)}
-    operands = [hal.Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value)
+    operands = [hal.Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant)
                 for o in (g.operands[k] for k in keep)]
     return Graph(operands, [hal.Operation(op.type, tuple(new[k] for k in op.inputs), tuple(new[k] for k in op.outputs))
                             for op in operations],
@@ -476,7 +477,8 @@ def with_dimension_cut(g: Graph, axis: int, size: int, new_size: int) -> Graph |
     values and shapes. None when an operation refuses them, or a float result leaves the range
     random graphs compare."""
     registry = ops.load_all()
-    operands = [hal.Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value) for o in g.operands]
+    operands = [hal.Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant)
+                for o in g.operands]
     values = dict(g.values)
     for k, o in enumerate(operands):
         constant = o.lifetime == Lifetime.CONSTANT_COPY
