@@ -34,7 +34,9 @@ class Form:
     outputs: tuple
 
     def __str__(self) -> str:
-        short = lambda t: t if t == "..." else T(t).name.replace("TENSOR_", "").replace("QUANT8_", "Q8_")
+        # Tensors in capitals without TENSOR_, scalars in lower case.
+        short = lambda t: t if t == "..." else T(t).name.replace("QUANT8_", "Q8_").replace("TENSOR_", "") \
+            if T(t).name.startswith("TENSOR_") else T(t).name.lower()
         return f"({', '.join(map(short, self.inputs))}) -> ({', '.join(map(short, self.outputs))})"
 
 
@@ -60,6 +62,17 @@ def declared_forms(code: Op, level: int = LEVELS[-1]) -> dict[Form, int]:
             form = _form(sig, len(sig.inputs) - k)
             forms[form] = min(forms.get(form, sig.level), sig.level)
     return forms
+
+
+def drawable_forms(code: Op) -> dict[Form, int]:
+    """The declared forms whose first tensor (the one the generator starts an operation from, at
+    the family's position) is of a type graph tensors have: no graph holds a quant16 or
+    TENSOR_QUANT8_SYMM tensor, so DEQUANTIZE from TENSOR_QUANT8_SYMM, say, is not drawn."""
+    from .families import FAMILIES
+    from .graphs import DATA_TYPES
+    position = FAMILIES[code].position if code in FAMILIES else 0
+    return {f: level for f, level in declared_forms(code).items()
+            if len(f.inputs) <= position or f.inputs[position] in DATA_TYPES}
 
 
 def form_of(operation, operands) -> Form | None:
@@ -115,7 +128,9 @@ def features(operation, operands) -> set[str]:
     if dilated:
         found.add("dilation > 1")
     if multiplier is not None and (value(multiplier) or 1) > 1:
-        found.add("depth multiplier > 1" + (" with dilation > 1" if dilated else ""))
+        found.add("depth multiplier > 1")
+        if dilated:
+            found.add("depth multiplier > 1 with dilation > 1")
     return found
 
 
@@ -146,7 +161,7 @@ class Coverage:
             self.features[code].update(features(op, graph.operands))
 
     def missing_forms(self, code: Op) -> list[Form]:
-        return [f for f in declared_forms(code) if f not in self.forms[code]]
+        return [f for f in drawable_forms(code) if f not in self.forms[code]]
 
     def missing_features(self, code: Op) -> list[str]:
         return sorted(EXPECTED_FEATURES.get(code, set()) - set(self.features[code]))
@@ -168,7 +183,7 @@ def report(coverage: Coverage, codes=None) -> str:
     lines = [f"{coverage.graphs} graphs"]
     total = drawn = 0
     for code in sorted(codes or FAMILIES):
-        declared = declared_forms(code)
+        declared = drawable_forms(code)
         missing = coverage.missing_forms(code)
         total, drawn = total + len(declared), drawn + len(declared) - len(missing)
         lines.append(f"{code.name}: {len(declared) - len(missing)}/{len(declared)} forms, "
@@ -177,6 +192,8 @@ def report(coverage: Coverage, codes=None) -> str:
         if coverage.features[code]:
             lines.append("  features: " + ", ".join(f"{name} x{n}" for name, n in sorted(coverage.features[code].items())))
         lines += [f"  feature never drawn: {name}" for name in coverage.missing_features(code)]
+        lines += [f"  not drawable (no graph tensor of its first type): {f}"
+                  for f in declared_forms(code) if f not in declared]
     lines.append(f"total: {drawn}/{total} forms drawn")
     return "\n".join(lines)
 

@@ -232,17 +232,20 @@ def softmax(b: Builder, x: Tensor, code: Op) -> None:
 
 @declare([Op.L2_NORMALIZATION])
 def l2_normalization(b: Builder, x: Tensor, code: Op) -> None:
-    a = axis(b, x)
+    """With an axis, or without (the last dimension) where the form leaves it out."""
+    with_axis = len(pick_form(b, code, x).inputs) > 1
+    a = axis(b, x) if with_axis else -1
     if np.min(np.sqrt(np.sum(x.real ** 2, axis=a))) < 0.1:
         raise Reject("a vector too close to 0 to normalize")
-    b.add(code, [x, b.scalar(INT32, a)], [fixed_out(code, x)])
+    b.add(code, [x] + [b.scalar(INT32, a)] * with_axis, [fixed_out(code, x)])
 
 
 @declare([Op.LOCAL_RESPONSE_NORMALIZATION])
 def local_response_normalization(b: Builder, x: Tensor, code: Op) -> None:
     params = [b.scalar(INT32, int(b.rng.integers(1, 4)))]
     params += [b.float_scalar(x, v) for v in (b.rng.uniform(0.5, 2), b.rng.uniform(0.1, 1), b.rng.uniform(0.3, 0.8))]
-    b.add(code, [x] + params + [b.scalar(INT32, axis(b, x))], [like(x)])
+    with_axis = len(pick_form(b, code, x).inputs) > len(params) + 1
+    b.add(code, [x] + params + [b.scalar(INT32, axis(b, x))] * with_axis, [like(x)])
 
 
 @declare([Op.INSTANCE_NORMALIZATION], ranks=(4,),
@@ -587,31 +590,56 @@ def embedding_lookup(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, [b.ints(b.rng.integers(0, x.shape[0], b.dim())), x], [like(x)])
 
 
-@declare([Op.SPACE_TO_DEPTH], ranks=(4,), domain=lambda x: x.shape[1] % 2 == 0 and x.shape[2] % 2 == 0)
+def layout(b: Builder, code: Op, x: Tensor, arity: int) -> tuple[bool, list[int]]:
+    """A form of ``code`` for ``x``: with the optional layout flag after ``arity`` inputs (NCHW
+    half the time) or without. Returns (NCHW, the flag operand or nothing)."""
+    form = pick_form(b, code, x)
+    if len(form.inputs) <= arity:
+        return False, []
+    nchw = b.chance(0.5)
+    return nchw, [b.scalar(BOOL, nchw)]
+
+
+def image_axes(nchw: bool) -> tuple[int, int, int]:
+    """The (height, width, depth) axes of a 4-D image in the layout."""
+    return (2, 3, 1) if nchw else (1, 2, 3)
+
+
+@declare([Op.SPACE_TO_DEPTH], ranks=(4,), domain=lambda x: x.shape[2] % 2 == 0 and x.shape[1] % 2 + x.shape[3] % 2 < 2)
 def space_to_depth(b: Builder, x: Tensor, code: Op) -> None:
-    b.add(code, [x, b.scalar(INT32, 2)], [like(x)])
+    nchw, flag = layout(b, code, x, 2)
+    h, w, _ = image_axes(nchw)
+    if x.shape[h] % 2 or x.shape[w] % 2:
+        raise Reject("height or width not a multiple of the block size")
+    b.add(code, [x, b.scalar(INT32, 2)] + flag, [like(x)])
 
 
-@declare([Op.DEPTH_TO_SPACE], ranks=(4,), domain=lambda x: x.shape[3] % 4 == 0)
+@declare([Op.DEPTH_TO_SPACE], ranks=(4,), domain=lambda x: x.shape[3] % 4 == 0 or x.shape[1] % 4 == 0)
 def depth_to_space(b: Builder, x: Tensor, code: Op) -> None:
-    b.add(code, [x, b.scalar(INT32, 2)], [like(x)])
+    nchw, flag = layout(b, code, x, 2)
+    if x.shape[image_axes(nchw)[2]] % 4:
+        raise Reject("depth not a multiple of the block size squared")
+    b.add(code, [x, b.scalar(INT32, 2)] + flag, [like(x)])
 
 
 @declare([Op.SPACE_TO_BATCH_ND], ranks=(4,))
 def space_to_batch(b: Builder, x: Tensor, code: Op) -> None:
+    nchw, flag = layout(b, code, x, 3)
+    h, w, _ = image_axes(nchw)
     block = [int(b.rng.integers(1, 3)) for _ in range(2)]
     pads = []
-    for d, k in zip(x.shape[1:3], block):
+    for d, k in zip((x.shape[h], x.shape[w]), block):
         extra = (-d) % k + k * int(b.rng.integers(2))
         before = int(b.rng.integers(extra + 1))
         pads.append([before, extra - before])
-    b.add(code, [x, b.ints(block), b.ints(pads)], [like(x)])
+    b.add(code, [x, b.ints(block), b.ints(pads)] + flag, [like(x)])
 
 
 @declare([Op.BATCH_TO_SPACE_ND], ranks=(4,), domain=lambda x: x.shape[0] % 2 == 0)
 def batch_to_space(b: Builder, x: Tensor, code: Op) -> None:
+    nchw, flag = layout(b, code, x, 2)
     block = b.pick([[2, 1], [1, 2]] + ([[2, 2]] if x.shape[0] % 4 == 0 else []))
-    b.add(code, [x, b.ints(block)], [like(x)])
+    b.add(code, [x, b.ints(block)] + flag, [like(x)])
 
 
 @declare([Op.CHANNEL_SHUFFLE], domain=lambda x: max(x.shape) > 1)
@@ -623,8 +651,22 @@ def channel_shuffle(b: Builder, x: Tensor, code: Op) -> None:
 
 @declare([Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR], ranks=(4,))
 def resize(b: Builder, x: Tensor, code: Op) -> None:
-    size = [b.scalar(INT32, b.dim()) for _ in range(2)]
-    b.add(code, [x] + size + [b.scalar(BOOL, False)], [like(x)])
+    """The output size as two INT32 scalars or two float scale factors (a scale a little above
+    size / input size, so that floor(input size x scale) is the size), then as many of the
+    optional flags as the form has: layout, align_corners, half_pixel_centers (not both)."""
+    form = pick_form(b, code, x)
+    n = len(form.inputs)
+    nchw = n > 3 and b.chance(0.5)
+    h, w, _ = image_axes(nchw)
+    sizes = [b.dim(), b.dim()]  # width, height
+    if form.inputs[1] == INT32:
+        size = [b.scalar(INT32, v) for v in sizes]
+    else:
+        size = [b.scalar(form.inputs[1], (v + 0.5) / x.shape[axis]) for v, axis in zip(sizes, (w, h))]
+    flags = [nchw] + [False, False][:n - 4]
+    if n > 4 and b.chance(0.7):
+        flags[b.pick([1, 2][:n - 4])] = True
+    b.add(code, [x] + size + [b.scalar(BOOL, f) for f in flags[:n - 3]], [like(x)])
 
 
 # -- recurrent (float) ----------------------------------------------------------------------------
@@ -678,7 +720,8 @@ def dequantize(b: Builder, x: Tensor, code: Op) -> None:
 
 @declare([Op.CAST])
 def cast(b: Builder, x: Tensor, code: Op) -> None:
-    target = b.pick([F32, F16, I32, Q8])
-    if target in (I32, Q8) and x.type in FLOATS and not far_from_integers(x):
+    """To the output type of a form taking x's type (quant8 from other types with scale 1)."""
+    target = pick_form(b, code, x).outputs[0]
+    if target in (I32,) + QUANT8 and x.type in FLOATS and not far_from_integers(x):
         raise Reject("float to integer cast decided by a rounding difference")
-    b.add(code, [x], [Out(target, 1.0, 0) if target == Q8 else like(x) if target == x.type else Out(target)])
+    b.add(code, [x], [like(x) if target == x.type else Out(target, 1.0, 0) if target in QUANT8 else Out(target)])
