@@ -64,7 +64,7 @@ def test_features_read_the_scalars():
                                                "depth multiplier > 1", "depth multiplier > 1 with dilation > 1"}
     scalars = [(T.INT32, 0)] * 4 + [(T.INT32, 1)] * 2 + [(T.INT32, 1), (T.INT32, 0)]
     operands = operands[:3] + [_operand(t, v) for t, v in scalars] + [_operand(T.TENSOR_FLOAT32)]
-    assert coverage.features(op, operands) == {"explicit padding", "activation NONE"}
+    assert coverage.features(op, operands) == {"explicit padding", "NHWC", "activation NONE"}
 
 
 def test_coverage_command(capsys):
