@@ -126,8 +126,10 @@ class Outcome:
     reference_failed: bool = False
 
 
-def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device]) -> Outcome:
-    """Run ``graph`` on ``devices`` and on ``reference``; compare the outputs."""
+def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device],
+          criteria: dict | None = None) -> Outcome:
+    """Run ``graph`` on ``devices`` and on ``reference``; compare the outputs (by output type,
+    with ``criteria``, the graph criteria by default)."""
     test = graph.to_test(f"random_graph_{graph.seed}")
     level = graph.min_level()
     if all(d.feature_level < level for d in devices):
@@ -146,7 +148,7 @@ def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device]) 
         actual = run(devices, test)
     except NnapiError as e:
         return Outcome("fail", f"{e.code.name}: {e}", expected)
-    table = criteria_for(graph)
+    table = criteria or criteria_for(graph)
     problems = [compare_output(e, a, graph.operands[k].type, table.get(graph.operands[k].type), f"output {i}")
                 for i, (k, e, a) in enumerate(zip(graph.outputs, expected, actual))]
     problems = [p for p in problems if p]
@@ -213,19 +215,22 @@ class CaseResult:
 
 
 def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], level: int,
-             folder: str | Path, driver: str, **options) -> CaseResult:
-    """Random-graph case ``seed``: generate, compare; on a failure shrink and save the smallest
-    failing model. ``options`` go to :func:`fuzz.graphs.generate`."""
-    graph = generate(seed, options.pop("num_operations", case_size(seed)), level=level, **options)
-    outcome = check(graph, devices, reference)
+             folder: str | Path, driver: str, graph: Graph | None = None, criteria: dict | None = None,
+             **options) -> CaseResult:
+    """Random-graph case ``seed``: generate (unless given ``graph``), compare (with ``criteria``,
+    the graph criteria by default); on a failure shrink and save the smallest failing model.
+    ``options`` go to :func:`fuzz.graphs.generate`."""
+    if graph is None:
+        graph = generate(seed, options.pop("num_operations", case_size(seed)), level=level, **options)
+    outcome = check(graph, devices, reference, criteria)
     if outcome.status != "fail":
         return CaseResult(outcome.status, outcome.message, graph)
     def fails(g: Graph) -> bool:  # in the same way: the driver, or the reference
-        smaller = check(g, devices, reference)
+        smaller = check(g, devices, reference, criteria)
         return smaller.status == "fail" and smaller.reference_failed == outcome.reference_failed
 
     shrunk = shrink(graph, fails)
-    final = check(shrunk, devices, reference)
+    final = check(shrunk, devices, reference, criteria)
     path, replay = save_reproducer(shrunk, final, folder, driver)
     message = (("REFERENCE BUG: " if outcome.reference_failed else "") +
                f"random graph seed {seed}, {operation_summary(graph)}: {outcome.message}\n"

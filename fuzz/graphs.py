@@ -33,6 +33,10 @@ MAX_LEVEL = int(max(FeatureLevel))
 # Largest magnitude a float result may reach (AOSP's RandomGraphTest skips elements beyond these).
 FLOAT_BOUND = {F32: 1e3, F16: 1e2}
 MAX_SATURATED = 0.05  # fraction of a free-quantized output allowed at the ends of its range
+# Wide cases (AOSP's DimensionRange::WIDE): the tensor an operation starts from has dimensions up
+# to WIDE_DIM, cut down until it holds at most WIDE_ELEMENTS elements (the memory budget).
+WIDE_DIM = 1000
+WIDE_ELEMENTS = 300_000
 
 
 class Reject(Exception):
@@ -144,6 +148,7 @@ class Builder:
     rng: np.random.Generator
     level: int = MAX_LEVEL
     max_dim: int = 6
+    wide: bool = False  # start tensors of up to WIDE_DIM per dimension (see start_shape)
     operands: list[hal.Operand] = field(default_factory=list)
     operations: list[hal.Operation] = field(default_factory=list)
     inputs: list[int] = field(default_factory=list)
@@ -175,6 +180,18 @@ class Builder:
 
     def shape(self, rank: int) -> tuple:
         return tuple(self.dim() for _ in range(rank))
+
+    def start_shape(self, rank: int) -> tuple:
+        """The shape of a new tensor an operation starts from: as :meth:`shape`, or in a wide
+        builder log-uniform dimensions up to WIDE_DIM, the largest halved until the tensor holds
+        at most WIDE_ELEMENTS elements."""
+        if not self.wide:
+            return self.shape(rank)
+        dims = [int(np.exp(self.rng.uniform(0, np.log(WIDE_DIM + 1)))) for _ in range(rank)]
+        while np.prod(dims) > WIDE_ELEMENTS:
+            k = int(np.argmax(dims))
+            dims[k] = max(1, dims[k] // 2)
+        return tuple(max(1, d) for d in dims)
 
     def quantization(self, type_: T) -> tuple[float, int]:
         lo, hi = QUANT_RANGE[type_]
@@ -344,18 +361,19 @@ def check_result(out: Out, result: np.ndarray, free: bool) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def generate(seed: int, num_operations: int = 10, types=None, operations=None, level: int = MAX_LEVEL,
-             max_dim: int = 6, relaxed: bool | None = None) -> Graph:
+             max_dim: int = 6, relaxed: bool | None = None, wide: bool = False) -> Graph:
     """A random connected model of up to ``num_operations`` operations (fewer only when no
     operation fits after many tries), deterministic in its arguments. ``operations`` limits the
     operation codes (default: every family of :mod:`fuzz.families`), ``types`` the data types of
     the tensors operations start from (default :data:`DATA_TYPES`), ``level`` the feature level
-    of the signatures used.
+    of the signatures used; ``wide`` draws the tensors operations start from with dimensions up to
+    WIDE_DIM (within WIDE_ELEMENTS elements).
 
     Only ``num_operations`` stops the loop, so the graph for n - 1 operations is the graph for n
     without its last operation: shrinking the size shrinks the graph."""
     from .families import FAMILIES
     rng = np.random.default_rng(seed)
-    b = Builder(rng, level, max_dim)
+    b = Builder(rng, level, max_dim, wide)
     types = [T(t) for t in (types or DATA_TYPES)]
     codes = sorted(FAMILIES if operations is None else (OperationCode(c) for c in operations))
     codes = [c for c in codes if c in FAMILIES]
@@ -384,7 +402,7 @@ def _pick_start(b: Builder, types) -> Tensor | None:
     say bool8, takes over). None when the graph has none."""
     if not b.operations:
         rank = 4 if b.chance(0.5) else int(b.rng.integers(1, 4))
-        return b.fresh(b.pick(types), b.shape(rank), low=0.1 if b.chance(0.2) else -2.0)
+        return b.fresh(b.pick(types), b.start_shape(rank), low=0.1 if b.chance(0.2) else -2.0)
     usable = [t for t in b.tensors if t.type in types]
     if not usable:
         return None
