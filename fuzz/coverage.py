@@ -200,7 +200,7 @@ def report(coverage: Coverage, codes=None) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m nnts.fuzz.coverage", description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, default=1000, help="random-graph seeds per feature level (default 1000)")
+    p.add_argument("--seeds", type=int, default=2000, help="random-graph seeds per feature level (default 2000)")
     p.add_argument("--start", type=int, default=0, help="first seed (default 0)")
     p.add_argument("--operation", action="append", help="report only this operation (repeatable)")
     args = p.parse_args(argv)

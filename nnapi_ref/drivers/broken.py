@@ -34,8 +34,8 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
 ``dilated_depthwise_multiplier`` DEPTHWISE_CONV_2D with a dilation factor above 1 and a depth
                           multiplier above 1 together leaves out the bias (a special-cased
                           kernel for that rare form); every other form is right
-``wrong_on_large_tensors`` an operation output of more than ``LARGE_ELEMENTS`` (4096) elements
-                          has every element past the first 4096 taken from one element further
+``wrong_on_large_tensors`` an operation output of more than ``LARGE_ELEMENTS`` (16384) elements
+                          has every element past the first 16384 taken from one element further
                           on (a second tile read one element off); smaller outputs are right
 ``relaxed_bfloat16``      a relaxed model's TENSOR_FLOAT32 outputs rounded to bfloat16 (8
                           significant bits: below the float16 precision relaxed computation
@@ -433,7 +433,7 @@ class DilatedDepthwiseMultiplier(BrokenDevice):
 
 # -- wrong_on_large_tensors ---------------------------------------------------------------------
 
-LARGE_ELEMENTS = 4096
+LARGE_ELEMENTS = 16384
 
 
 class WrongOnLargeTensors(BrokenDevice):
