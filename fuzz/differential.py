@@ -62,10 +62,12 @@ class Criterion:
     mse: float = math.inf
 
 
+# Quantized types share their figures (AOSP: quant8 asymm, asymm signed, symm, quant16 asymm, symm).
+QUANTIZED = QUANT8 + (T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM)
 SMALL_GRAPH = {F32: Criterion(1e-2, 1e-2, 4e-4, 1e-5), F16: Criterion(1.0, 1.0, 5e-2, 1e-2),
-               I32: Criterion(1), **{t: Criterion(12, 0, 2, 2) for t in QUANT8}}
+               I32: Criterion(1), **{t: Criterion(12, 0, 2, 2) for t in QUANTIZED}}
 LARGE_GRAPH = {F32: Criterion(1e-1, 1e-1, 1e-2, 1e-4), F16: Criterion(1.0, 1.0, 1e-1, 5e-2),
-               I32: Criterion(1), **{t: Criterion(12, 0, 2, 2) for t in QUANT8}}
+               I32: Criterion(1), **{t: Criterion(12, 0, 2, 2) for t in QUANTIZED}}
 
 
 def criteria_for(graph: Graph) -> dict:
@@ -149,7 +151,10 @@ def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device],
     except NnapiError as e:
         return Outcome("fail", f"{e.code.name}: {e}", expected)
     table = criteria or criteria_for(graph)
-    problems = [compare_output(e, a, graph.operands[k].type, table.get(graph.operands[k].type), f"output {i}")
+    scalar_as_tensor = {T.INT32: I32}  # RANK's output, judged as int32 tensors are
+    problems = [compare_output(e, a, graph.operands[k].type,
+                               table.get(scalar_as_tensor.get(graph.operands[k].type, graph.operands[k].type)),
+                               f"output {i}")
                 for i, (k, e, a) in enumerate(zip(graph.outputs, expected, actual))]
     problems = [p for p in problems if p]
     return Outcome("fail" if problems else "pass", "; ".join(problems), expected, actual)

@@ -44,11 +44,6 @@ NOT_COVERED = {
     Op.BOX_WITH_NMS_LIMIT: "needs boxes and scores; output size depends on thresholds",
     Op.DETECTION_POSTPROCESSING: "needs anchors and boxes; output size depends on thresholds",
     Op.GENERATE_PROPOSALS: "needs anchors, image sizes and boxes",
-    Op.HEATMAP_MAX_KEYPOINT: "needs boxes; argmax over heatmaps flips on ties",
-    Op.ROI_ALIGN: "needs boxes inside the image and batch indices",
-    Op.ROI_POOLING: "needs boxes inside the image and batch indices",
-    Op.RANK: "its output is a scalar: nothing can consume it",
-    Op.FILL: "starts from constants only: it cannot join a connected graph",
 }
 
 
@@ -69,6 +64,7 @@ class Family:
     domain: Callable[[Tensor], bool] | None = None
     position: int = 0  # where x goes in the registry's signatures
     weight: float = 1.0  # how often it is picked: a declaration's operations share one weight
+    start: Callable | None = None  # start(b, code): a fresh tensor for a graph of this operation only
 
     def accepts(self, x: Tensor, level: int) -> bool:
         return (x.rank in self.ranks and x.type in primary_types(self.code, level, self.position)
@@ -81,10 +77,10 @@ class Family:
 FAMILIES: dict[Op, Family] = {}
 
 
-def declare(codes, ranks=(1, 2, 3, 4), domain=None, position=0):
+def declare(codes, ranks=(1, 2, 3, 4), domain=None, position=0, start=None):
     def wrap(fn):
         for code in codes:
-            FAMILIES[code] = Family(code, fn, ranks, domain, position, 1.0 / len(codes))
+            FAMILIES[code] = Family(code, fn, ranks, domain, position, 1.0 / len(codes), start)
         return fn
     return wrap
 
@@ -725,3 +721,6 @@ def cast(b: Builder, x: Tensor, code: Op) -> None:
     if target in (I32,) + QUANT8 and x.type in FLOATS and not far_from_integers(x):
         raise Reject("float to integer cast decided by a rounding difference")
     b.add(code, [x], [like(x) if target == x.type else Out(target, 1.0, 0) if target in QUANT8 else Out(target)])
+
+
+from . import boxes  # noqa: E402,F401  (declares the box and shape-source operations)

@@ -381,7 +381,8 @@ def generate(seed: int, num_operations: int = 10, types=None, operations=None, l
         if len(b.operations) >= num_operations:
             break
         mark = b.checkpoint()
-        x = _pick_start(b, types)
+        start = FAMILIES[codes[0]].start if len(codes) == 1 else None
+        x = start(b, codes[0]) if start is not None and not b.operations else _pick_start(b, types)
         candidates = [] if x is None else [c for c in codes if FAMILIES[c].accepts(x, level)]
         try:
             if not candidates:

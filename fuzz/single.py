@@ -38,18 +38,18 @@ from typing import Sequence
 from nnapi_ref.runtime import Device
 from nnapi_ref.types import OperationCode as Op
 
-from .differential import CaseResult, Criterion, run_case
+from .differential import QUANTIZED, CaseResult, Criterion, run_case
 from .families import FAMILIES
-from .graphs import F16, F32, I32, QUANT8, generate
+from .graphs import F16, F32, I32, generate
 
 STRICT = {F32: Criterion(1e-6, 1e-6, 1e-7, 1e-10), F16: Criterion(1e-3, 1e-3, 1e-4, 1e-8), I32: Criterion(1),
-          **{t: Criterion(1, 0, 0.1, 0.1) for t in QUANT8}}
+          **{t: Criterion(1, 0, 0.1, 0.1) for t in QUANTIZED}}
 MEDIUM = {F32: Criterion(1e-5, 1e-5, 1e-6, 1e-8), F16: Criterion(1e-2, 1e-2, 1e-3, 1e-5), I32: Criterion(1),
-          **{t: Criterion(2, 0, 1.2, 1.2) for t in QUANT8}}
+          **{t: Criterion(2, 0, 1.2, 1.2) for t in QUANTIZED}}
 RELAXED = {F32: Criterion(1e-3, 1e-3, 3e-5, 1e-6), F16: Criterion(1.0, 1.0, 5e-3, 1e-3), I32: Criterion(1),
-           **{t: Criterion(10, 0, 1.5, 1.5) for t in QUANT8}}
+           **{t: Criterion(10, 0, 1.5, 1.5) for t in QUANTIZED}}
 CONV = {F32: Criterion(2e-2, 2e-2, 4e-4, 1e-5), F16: Criterion(1.0, 1.0, 5e-2, 1e-2), I32: Criterion(1),
-        **{t: Criterion(10, 0, 1.5, 1.5) for t in QUANT8}}
+        **{t: Criterion(10, 0, 1.5, 1.5) for t in QUANTIZED}}
 TIER_NAMES = {id(STRICT): "strict", id(MEDIUM): "medium", id(RELAXED): "relaxed", id(CONV): "conv"}
 
 
@@ -62,14 +62,14 @@ TIERS = _tiers({
     id(STRICT): "DEPTH_TO_SPACE SPACE_TO_DEPTH EMBEDDING_LOOKUP RESHAPE BATCH_TO_SPACE_ND SPACE_TO_BATCH_ND PAD "
                 "TRANSPOSE SQUEEZE STRIDED_SLICE ARGMAX ARGMIN EQUAL GREATER GREATER_EQUAL LESS LESS_EQUAL "
                 "LOGICAL_AND LOGICAL_NOT LOGICAL_OR NOT_EQUAL CHANNEL_SHUFFLE PAD_V2 EXPAND_DIMS TILE GATHER "
-                "SELECT TOPK_V2 SLICE"
+                "SELECT TOPK_V2 SLICE FILL RANK"
                 " PACK MIRROR_PAD REVERSE",  # not in AOSP: data movement
     id(MEDIUM): "ADD MUL FLOOR RELU RELU1 RELU6 CONCATENATION DEQUANTIZE SUB ABS NEG MAXIMUM MINIMUM PRELU "
                 "QUANTIZE CAST SPLIT ELU HARD_SWISH DIV",
     id(RELAXED): "LOGISTIC TANH SOFTMAX L2_NORMALIZATION LOCAL_RESPONSE_NORMALIZATION AVERAGE_POOL_2D L2_POOL_2D "
                  "MAX_POOL_2D RESIZE_BILINEAR FULLY_CONNECTED MEAN EXP LOG RSQRT SIN SQRT POW REDUCE_ALL REDUCE_ANY "
                  "REDUCE_MAX REDUCE_MIN REDUCE_PROD REDUCE_SUM INSTANCE_NORMALIZATION LOG_SOFTMAX "
-                 "RESIZE_NEAREST_NEIGHBOR"
+                 "RESIZE_NEAREST_NEIGHBOR ROI_ALIGN ROI_POOLING HEATMAP_MAX_KEYPOINT"
                  " BATCH_MATMUL RNN SVDF UNIDIRECTIONAL_SEQUENCE_RNN",  # not in AOSP: accumulating
     id(CONV): "CONV_2D DEPTHWISE_CONV_2D GROUPED_CONV_2D TRANSPOSE_CONV_2D",
 })
