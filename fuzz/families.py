@@ -24,7 +24,7 @@ from nnapi_ref import hal, ops
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
 from .coverage import declared_forms
-from .graphs import BOOL8, F16, F32, FLOATS, I32, Q8, Q8S, QUANT8, Builder, Out, Reject, Tensor, like
+from .graphs import BOOL8, FLOATS, I32, Q8, Q8S, QUANT8, Builder, Out, Reject, Tensor, like
 
 INT32, BOOL = T.INT32, T.BOOL
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 
 from nnts.fuzz import single
 from nnts.fuzz.coverage import features
