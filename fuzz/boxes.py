@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.types import OperandCode as T, OperationCode as Op
+from nnapi_ref.ops.common import QUANT_RANGE
+from nnapi_ref.types import DTYPES, OperandCode as T, OperationCode as Op
 
-from .families import BOOL, INT32, declare, free, like, pick_form
+from .families import BOOL, INT32, declare, free, like, pick_form, primary_types
 from .graphs import F16, I32, QUANT8, Builder, Out, Reject, Tensor
 
 BOX_QUANT = (0.125, 0)  # TENSOR_QUANT16_ASYMM boxes: NNAPI fixes scale 0.125, zero point 0
@@ -59,8 +60,31 @@ def _clear_maximum(x: Tensor, nchw: bool) -> bool:
     return bool(np.all(flat[..., -1] - flat[..., -2] >= 1e-2 * (1 + np.abs(flat[..., -1]))))
 
 
+def _heatmaps(b: Builder, code: Op) -> Tensor:
+    """Square NHWC heatmaps (1-3 of size 2-6, 1-4 keypoints) of a random type, each with one
+    maximum a quarter above the rest: what a graph of HEATMAP_MAX_KEYPOINT alone starts from."""
+    type_ = b.pick([t for t in (T.TENSOR_FLOAT32, F16) + QUANT8 if t in primary_types(code, b.level, 0)])
+    size = int(b.rng.integers(2, 7))
+    shape = (int(b.rng.integers(1, 4)), size, size, int(b.rng.integers(1, 5)))
+    scale, zero_point = b.quantization(type_) if type_ in QUANT8 else (0.0, 0)
+    real = b.rng.uniform(-1.5, 1.0, shape)
+    flat = real.reshape(shape[0], -1, shape[3])
+    peaks = b.rng.integers(0, size * size, (shape[0], shape[3]))
+    for n in range(shape[0]):
+        flat[n, peaks[n], np.arange(shape[3])] = 1.5
+    if type_ in QUANT8:
+        lo, hi = QUANT_RANGE[type_]
+        value = np.clip(np.round(real / scale) + zero_point, lo, hi).astype(DTYPES[type_])
+    else:
+        value = real.astype(DTYPES[type_])
+    k = b._operand(type_, shape, scale, zero_point)
+    b.inputs.append(k)
+    b.values[k] = value
+    return Tensor(k, type_, value, scale, zero_point)
+
+
 @declare([Op.HEATMAP_MAX_KEYPOINT], ranks=(4,), domain=lambda x: x.shape[1] == x.shape[2] >= 2 or
-         x.shape[2] == x.shape[3] >= 2)
+         x.shape[2] == x.shape[3] >= 2, start=_heatmaps)
 def heatmap_max_keypoint(b: Builder, x: Tensor, code: Op) -> None:
     """Square heatmaps (NHWC or NCHW, whichever x is square in) with a clear maximum each, one
     box per heatmap batch."""
