@@ -117,3 +117,24 @@ def fill(b: Builder, x: Tensor, code: Op) -> None:
     else:
         value = b.scalar(T.FLOAT16 if target == F16 else T.FLOAT32, float(b.rng.uniform(-2, 2)))
     b.add(code, [x, value], [Out(target)])
+
+
+def _deltas(b: Builder, code: Op) -> Tensor:
+    """Box deltas of 1-4 regions for 1-3 classes, in [-1, 1]: a start for the box transform."""
+    type_ = b.pick(sorted(primary_types(code, b.level, 1)))
+    return b.fresh(type_, (int(b.rng.integers(1, 5)), 4 * int(b.rng.integers(1, 4))), low=-1.0, high=1.0)
+
+
+@declare([Op.AXIS_ALIGNED_BBOX_TRANSFORM], ranks=(2,), position=1, start=_deltas,
+         domain=lambda x: x.shape[1] % 4 == 0 and np.max(np.abs(x.real)) <= 2.5)
+def axis_aligned_bbox_transform(b: Builder, x: Tensor, code: Op) -> None:
+    """Deltas x applied to one well-formed box per row, each inside its batch's image (1-2
+    images of 8-32 pixels a side; rows grouped by batch)."""
+    quant = x.type in QUANT8
+    images = b.rng.integers(8, 33, (int(b.rng.integers(1, 3)), 2)).astype(np.float64)  # height, width
+    batches = np.sort(b.rng.integers(0, len(images), x.shape[0]))
+    boxes = np.concatenate([_random_boxes(b, 1, images[i, 0], images[i, 1], quant) for i in batches])
+    info = (b.constant(T.TENSOR_QUANT16_ASYMM, images / BOX_QUANT[0], *BOX_QUANT) if quant
+            else b.constant(x.type, images))
+    out = Out(T.TENSOR_QUANT16_ASYMM, *BOX_QUANT) if quant else like(x)
+    b.add(code, [_box_tensor(b, x, boxes), x, b.ints(batches), info], [out])

@@ -40,7 +40,6 @@ NOT_COVERED = {
     Op.HASHTABLE_LOOKUP: "needs sorted unique keys and a hits output of fixed quantization",
     Op.IF: "needs referenced subgraphs",
     Op.WHILE: "needs referenced subgraphs and a terminating condition",
-    Op.AXIS_ALIGNED_BBOX_TRANSFORM: "needs boxes (x1 <= x2, y1 <= y2) and batch splits",
     Op.BOX_WITH_NMS_LIMIT: "needs boxes and scores; output size depends on thresholds",
     Op.DETECTION_POSTPROCESSING: "needs anchors and boxes; output size depends on thresholds",
     Op.GENERATE_PROPOSALS: "needs anchors, image sizes and boxes",
