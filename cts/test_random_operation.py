@@ -21,7 +21,7 @@ the accuracy tier AOSP assigns the operation (:mod:`fuzz.single`):
 One case in four starts from a tensor of dimensions up to 1000 (at most 300,000 elements).
 
 ``--random-ops N`` cases from seed ``--random-seed S`` (ids ``<OPERATION>-seed<S>``: case S tests
-operation S modulo the operation count, so N cases give each operation about N / 91 of them). A
+operation S modulo the operation count, so N cases give each operation about N / 92 of them). A
 failing case is shrunk by dimension cuts and saved under ``--reproducers`` with the replay
 command.
 """
