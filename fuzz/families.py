@@ -149,7 +149,13 @@ def binary(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, [x, y], [free(x)])
 
 
-@declare([Op.POW], domain=lambda x: np.min(x.real) >= 0.25)
+def _positive(b: Builder, code: Op) -> Tensor:
+    """A tensor of values in [0.3, 2] (POW's base) of a type and rank POW takes."""
+    return b.fresh(b.pick(sorted(primary_types(code, b.level, 0))), b.start_shape(int(b.rng.integers(1, 5))),
+                   low=0.3, high=2.0)
+
+
+@declare([Op.POW], domain=lambda x: np.min(x.real) >= 0.25, start=_positive)
 def power(b: Builder, x: Tensor, code: Op) -> None:
     exponent = b.fresh(x.type, broadcast_shape(b, x.shape), low=-1.5, high=1.5)
     b.add(code, [x, exponent], [like(x)])
