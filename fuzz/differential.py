@@ -23,7 +23,9 @@ Float32 outputs of a relaxed model are judged as float16. Expected values that a
 float32 beyond 1e3 or float16 beyond 1e2 are skipped (what AOSP means to skip; its code skips
 every float16 element and every element beyond 1e2 by an operator-precedence slip). Besides the
 values, each output's shape must match, and the driver must compile and execute the model: a
-failure to is a failure (an operation it reports unsupported is a skip).
+failure to is a failure (an operation it reports unsupported is a skip). The reference failing on
+a generated model (an error code or an exception) is a reference bug: reported as such, with a
+``reference_bug_*`` reproducer, before the driver under test is run.
 """
 from __future__ import annotations
 
@@ -62,10 +64,12 @@ class Criterion:
     mse: float = math.inf
 
 
+# Quantized types share their figures (AOSP: quant8 asymm, asymm signed, symm, quant16 asymm, symm).
+QUANTIZED = QUANT8 + (T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM)
 SMALL_GRAPH = {F32: Criterion(1e-2, 1e-2, 4e-4, 1e-5), F16: Criterion(1.0, 1.0, 5e-2, 1e-2),
-               I32: Criterion(1), **{t: Criterion(12, 0, 2, 2) for t in QUANT8}}
+               I32: Criterion(1), **{t: Criterion(12, 0, 2, 2) for t in QUANTIZED}}
 LARGE_GRAPH = {F32: Criterion(1e-1, 1e-1, 1e-2, 1e-4), F16: Criterion(1.0, 1.0, 1e-1, 5e-2),
-               I32: Criterion(1), **{t: Criterion(12, 0, 2, 2) for t in QUANT8}}
+               I32: Criterion(1), **{t: Criterion(12, 0, 2, 2) for t in QUANTIZED}}
 
 
 def criteria_for(graph: Graph) -> dict:
@@ -156,17 +160,21 @@ class Outcome:
     mismatched: list[int] = field(default_factory=list)  # positions of the outputs that differ
 
 
-def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device]) -> Outcome:
-    """Run ``graph`` on ``devices`` and on ``reference``; compare the outputs."""
+def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device],
+          criteria: dict | None = None) -> Outcome:
+    """Run ``graph`` on ``devices`` and on ``reference``; compare the outputs (by output type,
+    with ``criteria``, the graph criteria by default)."""
     test = graph.to_test(f"random_graph_{graph.seed}")
     level = graph.min_level()
     if all(d.feature_level < level for d in devices):
         return Outcome("skip", f"feature level {level} needed")
     try:
         expected = run(reference, test)
-    except NnapiError as e:  # the generator's promise broken: a bug here or in the reference
-        return Outcome("fail", f"the reference failed on a generated model: {e}", reference_failed=True,
-                       failure=error_failure(str(e), reference=True))
+    except Exception as e:  # the generator's promise broken: a bug of the generator or the reference
+        what = e.code.name if isinstance(e, NnapiError) else type(e).__name__
+        return Outcome("fail", f"reference bug (not a finding against the driver under test): the reference "
+                               f"failed on a generated model: {what}: {e}", reference_failed=True,
+                       failure=error_failure(f"{what}: {e}", reference=True))
     try:
         supported = build_model(test.model).get_supported_operations_for_devices(list(devices))
         if not all(supported):
@@ -175,8 +183,11 @@ def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device]) 
         actual = run(devices, test)
     except NnapiError as e:
         return Outcome("fail", f"{e.code.name}: {e}", expected, failure=error_failure(f"{e.code.name}: {e}"))
-    table = criteria_for(graph)
-    problems = [compare_output(e, a, graph.operands[k].type, table.get(graph.operands[k].type), f"output {i}")
+    table = criteria or criteria_for(graph)
+    scalar_as_tensor = {T.INT32: I32}  # RANK's output, judged as int32 tensors are
+    problems = [compare_output(e, a, graph.operands[k].type,
+                               table.get(scalar_as_tensor.get(graph.operands[k].type, graph.operands[k].type)),
+                               f"output {i}")
                 for i, (k, e, a) in enumerate(zip(graph.outputs, expected, actual))]
     mismatched = [i for i, p in enumerate(problems) if p]
     if not mismatched:
@@ -224,10 +235,11 @@ def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: 
     the command."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    name = f"random_graph_{graph.seed}_" + "_".join(n.lower() for n in graph.operation_names)
+    kind = "reference_bug" if outcome.reference_failed else "random_graph"
+    name = f"{kind}_{graph.seed}_" + "_".join(n.lower() for n in graph.operation_names)
     path = folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:150] + ".json")
     replay = f"nnts vectors run {shlex.quote(str(path))} --driver {shlex.quote(driver)}" + (" --dynamic" if graph.has_unknown_outputs() else "")
-    test = vectors.test_to_json(graph.to_test(name, outcome.expected, known_outputs=True))
+    test = vectors.test_to_json(graph.to_test(name, outcome.expected or None, known_outputs=True))
     test["driver_outputs"] = {"driver": driver, "outputs": [vectors.encode_data(a) for a in outcome.actual]}
     test["replay"] = replay
     if failures is not None:
@@ -262,33 +274,37 @@ class CaseResult:
 
 
 def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], level: int,
-             folder: str | Path, driver: str, **options) -> CaseResult:
-    """Random-graph case ``seed``: generate, compare; on a failure, the documented class of the
-    driver explaining it (:func:`fuzz.known_classes.explain`), then shrink, keeping only steps
-    that fail the same way (:func:`same_failure`) and are explained by the same class (or by
-    none, as the original), and save the smallest such model. ``options`` go to
-    :func:`fuzz.graphs.generate`."""
-    graph = generate(seed, options.pop("num_operations", case_size(seed)), level=level, **options)
-    outcome = check(graph, devices, reference)
+             folder: str | Path, driver: str, graph: Graph | None = None, criteria: dict | None = None,
+             **options) -> CaseResult:
+    """Random-graph case ``seed``: generate (unless given ``graph``), compare (with ``criteria``,
+    the graph criteria by default); on a failure, the documented class of the driver explaining
+    it (:func:`fuzz.known_classes.explain`), then shrink, keeping only steps that fail the same way
+    (:func:`same_failure`) and are explained by the same class (or by none, as the original), and
+    save the smallest such model. A failure of the reference itself is a reference bug, named as
+    such. ``options`` go to :func:`fuzz.graphs.generate`."""
+    if graph is None:
+        graph = generate(seed, options.pop("num_operations", case_size(seed)), level=level, **options)
+    outcome = check(graph, devices, reference, criteria)
     if outcome.status != "fail":
         return CaseResult(outcome.status, outcome.message, graph)
-    explained = explain(graph, outcome, driver)
+    explained = None if outcome.reference_failed else explain(graph, outcome, driver)
 
     def fails(g: Graph) -> bool:
-        smaller = check(g, devices, reference)
+        smaller = check(g, devices, reference, criteria)
         return (smaller.status == "fail" and same_failure(outcome.failure, smaller.failure)
-                and explain(g, smaller, driver) == explained)
+                and (outcome.reference_failed or explain(g, smaller, driver) == explained))
 
     shrunk = shrink(graph, fails)
-    final = check(shrunk, devices, reference)
+    final = check(shrunk, devices, reference, criteria)
     if not (final.status == "fail" and same_failure(outcome.failure, final.failure)):
         shrunk, final = graph, outcome  # a driver that fails one way, then another: keep what was found
     record = {"original": str(outcome.failure), "shrunk": str(final.failure),
               "class": explained or "not explained by a documented class"}
     path, replay = save_reproducer(shrunk, final, folder, driver, record)
     verdict = f"explained by {explained}" if explained else (
-        "not explained by a documented class" if classes_for(driver) else "")
-    message = (f"random graph seed {seed}, {operation_summary(graph)}: {outcome.message}\n"
+        "not explained by a documented class" if classes_for(driver) and not outcome.reference_failed else "")
+    message = (("REFERENCE BUG: " if outcome.reference_failed else "") +
+               f"random graph seed {seed}, {operation_summary(graph)}: {outcome.message}\n"
                f"failure: {outcome.failure}" + (f"; {verdict}" if verdict else "") + "\n"
                f"shrunk to {operation_summary(shrunk)}: {final.message}\n"
                f"shrunk failure: {final.failure}\nreproducer: {path}\nreplay: {replay}")

@@ -40,6 +40,7 @@ PROVIDER = "atheris" if atheris is not None else "plain"
 STAT = re.compile(r"stat::(\w+):\s*(\d+)")
 PROGRESS = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/\S+ .*exec/s: (\d+)")
 ARTIFACT = re.compile(r"Test unit written to (\S+)")
+REFERENCE_BUG = re.compile(r"Reference bug written to (\S+)")
 
 
 def driver_package(spec: str) -> str | None:
@@ -75,19 +76,37 @@ def seed_corpus_zip(harness: str, path: str, *vector_paths: str) -> None:
 
 class Recorded:
     """A harness that writes each input to ``path`` before running it: b"R" and the input while
-    it runs, the first byte turned to b"D" once it returned (three system calls per input)."""
+    it runs, the first byte turned to b"D" once it returned (three system calls per input).
 
-    def __init__(self, harness, path: str):
+    A bug of the reference (``harnesses.ReferenceBug``) is no finding against the driver under
+    test: its input is saved as ``<prefix>reference-bug-<sha1>`` (the first input of each kind of
+    exception), announced on a ``Reference bug written to`` line, and fuzzing goes on."""
+
+    def __init__(self, harness, path: str, artifact_prefix: str = ""):
         self.harness = harness
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.artifact_prefix = artifact_prefix
+        self.reference_bugs: set[str] = set()
 
     def seed_inputs(self) -> list[bytes]:
         return self.harness.seed_inputs()
 
     def __call__(self, data: bytes) -> None:
+        from nnts.fuzz.harnesses import ReferenceBug
         os.pwrite(self.fd, b"R" + data, 0)
         os.ftruncate(self.fd, len(data) + 1)
-        self.harness(data)
+        try:
+            self.harness(data)
+        except ReferenceBug as e:
+            kind = type(e.__cause__).__name__
+            if kind not in self.reference_bugs:
+                self.reference_bugs.add(kind)
+                path = f"{self.artifact_prefix}reference-bug-{hashlib.sha1(data).hexdigest()}"
+                with open(path, "wb") as f:
+                    f.write(data)
+                print(f"==REFERENCE BUG: {e}", flush=True)
+                traceback.print_exception(e.__cause__, file=sys.stdout)
+                print(f"Reference bug written to {path}", flush=True)
         os.pwrite(self.fd, b"D", 0)
 
 
@@ -199,11 +218,11 @@ def child(argv: list[str]) -> int:
     args = p.parse_args(argv)
     limit_memory(args.rss_limit)
     if atheris is None:
-        harness = Recorded(load(args.harness, args.driver, args.vectors), args.pending)
+        harness = Recorded(load(args.harness, args.driver, args.vectors), args.pending, args.artifact_prefix)
         return plain_loop(harness, args) if _has_seeds(harness, args.vectors) else 2
     include = ["nnapi_ref"] + [driver_package(args.driver)] * bool(driver_package(args.driver))
     with atheris.instrument_imports(include=include):
-        harness = Recorded(load(args.harness, args.driver, args.vectors), args.pending)
+        harness = Recorded(load(args.harness, args.driver, args.vectors), args.pending, args.artifact_prefix)
     if not _has_seeds(harness, args.vectors):
         return 2
     seeds = tempfile.mkdtemp(prefix=f"nnts-fuzz-seeds-{args.harness}-")
@@ -251,7 +270,7 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
           f"({'coverage-guided' if atheris else 'no atheris: plain seeded random bytes, no coverage'}), "
           f"seed {seed}, artifacts in {artifacts}", file=out, flush=True)
     start = time.monotonic()
-    stats, progress, found = {}, None, []
+    stats, progress, found, reference_bugs = {}, None, [], []
     with tempfile.TemporaryDirectory(prefix="nnts-fuzz-") as scratch:  # anything a harness names lands here
         pending = os.path.join(scratch, "pending-input")
         proc = subprocess.Popen(command + ["--pending", pending], cwd=scratch, env=env, stdout=subprocess.PIPE,
@@ -265,6 +284,8 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
                 stats[m.group(1)] = int(m.group(2))
             if m := ARTIFACT.search(line):
                 found.append(m.group(1))
+            if m := REFERENCE_BUG.search(line):
+                reference_bugs.append(m.group(1))
         status = proc.wait()
         data = died_in(pending) if status != 0 and not found else None
         if data is not None:
@@ -278,7 +299,7 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
     for folder in reversed(created):  # made for findings there were none of
         if not os.listdir(folder):
             os.rmdir(folder)
-    for path in found:
+    for path in found + reference_bugs:
         with open(path + ".json", "w", encoding="utf-8") as f:
             json.dump({"harness": harness, "driver": driver, "vectors": vector_paths, "provider": PROVIDER}, f)
     executions = stats.get("number_of_executed_units", int(progress.group(1)) if progress else 0)
@@ -289,6 +310,9 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
         else "not measured"
     print(f"nnts fuzz: {harness}: {executions} executions in {elapsed:.0f} s ({rate} exec/s), coverage: {coverage}",
           file=out)
+    for path in reference_bugs:
+        print(f"REFERENCE BUG (the reference driver fails alike: a bug of nnapi_ref, not of the driver under test): "
+              f"{path}\n  replay: nnts fuzz --replay {path}", file=out)
     if found:
         for path in found:
             print(f"FINDING: {path}\n  replay: nnts fuzz --replay {path}", file=out)

@@ -20,10 +20,11 @@ from typing import Callable
 
 import numpy as np
 
-from nnapi_ref import ops
+from nnapi_ref import hal, ops
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
-from .graphs import BOOL8, F16, F32, FLOATS, I32, Q8, Q8S, QUANT8, Builder, Out, Reject, Tensor, like
+from .coverage import declared_forms
+from .graphs import BOOL8, FLOATS, I32, Q8, Q8S, QUANT8, Builder, Out, Reject, Tensor, like
 
 INT32, BOOL = T.INT32, T.BOOL
 
@@ -39,15 +40,9 @@ NOT_COVERED = {
     Op.HASHTABLE_LOOKUP: "needs sorted unique keys and a hits output of fixed quantization",
     Op.IF: "needs referenced subgraphs",
     Op.WHILE: "needs referenced subgraphs and a terminating condition",
-    Op.AXIS_ALIGNED_BBOX_TRANSFORM: "needs boxes (x1 <= x2, y1 <= y2) and batch splits",
     Op.BOX_WITH_NMS_LIMIT: "needs boxes and scores; output size depends on thresholds",
     Op.DETECTION_POSTPROCESSING: "needs anchors and boxes; output size depends on thresholds",
     Op.GENERATE_PROPOSALS: "needs anchors, image sizes and boxes",
-    Op.HEATMAP_MAX_KEYPOINT: "needs boxes; argmax over heatmaps flips on ties",
-    Op.ROI_ALIGN: "needs boxes inside the image and batch indices",
-    Op.ROI_POOLING: "needs boxes inside the image and batch indices",
-    Op.RANK: "its output is a scalar: nothing can consume it",
-    Op.FILL: "starts from constants only: it cannot join a connected graph",
 }
 
 
@@ -68,6 +63,7 @@ class Family:
     domain: Callable[[Tensor], bool] | None = None
     position: int = 0  # where x goes in the registry's signatures
     weight: float = 1.0  # how often it is picked: a declaration's operations share one weight
+    start: Callable | None = None  # start(b, code): a fresh tensor for a graph of this operation only
 
     def accepts(self, x: Tensor, level: int) -> bool:
         return (x.rank in self.ranks and x.type in primary_types(self.code, level, self.position)
@@ -80,10 +76,10 @@ class Family:
 FAMILIES: dict[Op, Family] = {}
 
 
-def declare(codes, ranks=(1, 2, 3, 4), domain=None, position=0):
+def declare(codes, ranks=(1, 2, 3, 4), domain=None, position=0, start=None):
     def wrap(fn):
         for code in codes:
-            FAMILIES[code] = Family(code, fn, ranks, domain, position, 1.0 / len(codes))
+            FAMILIES[code] = Family(code, fn, ranks, domain, position, 1.0 / len(codes), start)
         return fn
     return wrap
 
@@ -153,7 +149,13 @@ def binary(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, [x, y], [free(x)])
 
 
-@declare([Op.POW], domain=lambda x: np.min(x.real) >= 0.25)
+def _positive(b: Builder, code: Op) -> Tensor:
+    """A tensor of values in [0.3, 2] (POW's base) of a type and rank POW takes."""
+    return b.fresh(b.pick(sorted(primary_types(code, b.level, 0))), b.start_shape(int(b.rng.integers(1, 5))),
+                   low=0.3, high=2.0)
+
+
+@declare([Op.POW], domain=lambda x: np.min(x.real) >= 0.25, start=_positive)
 def power(b: Builder, x: Tensor, code: Op) -> None:
     exponent = b.fresh(x.type, broadcast_shape(b, x.shape), low=-1.5, high=1.5)
     b.add(code, [x, exponent], [like(x)])
@@ -231,17 +233,20 @@ def softmax(b: Builder, x: Tensor, code: Op) -> None:
 
 @declare([Op.L2_NORMALIZATION])
 def l2_normalization(b: Builder, x: Tensor, code: Op) -> None:
-    a = axis(b, x)
+    """With an axis, or without (the last dimension) where the form leaves it out."""
+    with_axis = len(pick_form(b, code, x).inputs) > 1
+    a = axis(b, x) if with_axis else -1
     if np.min(np.sqrt(np.sum(x.real ** 2, axis=a))) < 0.1:
         raise Reject("a vector too close to 0 to normalize")
-    b.add(code, [x, b.scalar(INT32, a)], [fixed_out(code, x)])
+    b.add(code, [x] + [b.scalar(INT32, a)] * with_axis, [fixed_out(code, x)])
 
 
 @declare([Op.LOCAL_RESPONSE_NORMALIZATION])
 def local_response_normalization(b: Builder, x: Tensor, code: Op) -> None:
     params = [b.scalar(INT32, int(b.rng.integers(1, 4)))]
     params += [b.float_scalar(x, v) for v in (b.rng.uniform(0.5, 2), b.rng.uniform(0.1, 1), b.rng.uniform(0.3, 0.8))]
-    b.add(code, [x] + params + [b.scalar(INT32, axis(b, x))], [like(x)])
+    with_axis = len(pick_form(b, code, x).inputs) > len(params) + 1
+    b.add(code, [x] + params + [b.scalar(INT32, axis(b, x))] * with_axis, [like(x)])
 
 
 @declare([Op.INSTANCE_NORMALIZATION], ranks=(4,),
@@ -251,12 +256,38 @@ def instance_normalization(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, [x] + params + [b.scalar(BOOL, False)], [like(x)])
 
 
-# -- convolution and pooling (NHWC) ---------------------------------------------------------------
+# -- convolution and pooling --------------------------------------------------------------------
 
-def _weights(b: Builder, x: Tensor, shape, fan_in: int) -> tuple[int, int]:
+@functools.cache
+def _forms(code: Op, level: int) -> list:
+    return sorted(declared_forms(code, level), key=str)
+
+
+def pick_form(b: Builder, code: Op, x: Tensor, position: int = 0):
+    """One of the registry's forms of ``code`` at the builder's level taking ``x`` at ``position``,
+    every form as likely (:mod:`fuzz.coverage`)."""
+    forms = [f for f in _forms(code, b.level) if len(f.inputs) > position and f.inputs[position] == x.type]
+    if not forms:
+        raise Reject(f"{code.name}: no form takes {x.type.name}")
+    return b.pick(forms)
+
+
+def _weights(b: Builder, x: Tensor, shape, fan_in: int, channel_dim: int | None = None) -> tuple[int, int]:
     """Filter and bias constants of shapes ``shape[0]`` and ``shape[1]``, scaled by the fan-in
-    so that outputs stay in the inputs' range; a quant8 bias has scale input x filter scale."""
+    so that outputs stay in the inputs' range; a quant8 bias has scale input x filter scale.
+    ``channel_dim``: a TENSOR_QUANT8_SYMM_PER_CHANNEL filter quantized along that dimension (the
+    bias's scale 0, each element's being input x filter scale of its channel)."""
     bound = 1.0 / np.sqrt(fan_in)
+    if channel_dim is not None:
+        channels = shape[0][channel_dim]
+        scales = (bound / 127 * b.rng.uniform(0.8, 2.0, channels)).astype(np.float32)
+        along = [1] * len(shape[0])
+        along[channel_dim] = channels
+        w = np.clip(np.round(b.rng.uniform(-bound, bound, shape[0]) / scales.reshape(along)), -127, 127)
+        quant = hal.ChannelQuant(tuple(float(v) for v in scales), channel_dim)
+        bias_scales = (np.float32(x.scale) * scales).astype(np.float64)
+        bias = np.round(b.rng.uniform(-0.5, 0.5, shape[1]) / bias_scales).astype(np.int32)
+        return b.constant(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, w, channel_quant=quant), b.constant(I32, bias)
     if x.type in QUANT8:
         scale, zero_point = b.quantization(x.type)
         w = b.random_value(x.type, shape[0], scale, zero_point, -bound, bound)
@@ -267,58 +298,127 @@ def _weights(b: Builder, x: Tensor, shape, fan_in: int) -> tuple[int, int]:
     return b.constant(x.type, w), b.constant(x.type, b.random_value(x.type, shape[1], low=-0.5, high=0.5))
 
 
-def _spatial(b: Builder, x: Tensor) -> tuple[list[int], int, int]:
-    """Implicit padding (SAME or VALID), strides and a filter size that fit x."""
-    _, h, w, _ = x.shape
-    fh, fw = int(b.rng.integers(1, min(h, 3) + 1)), int(b.rng.integers(1, min(w, 3) + 1))
-    padding = int(b.rng.integers(1, 3))
-    return [b.scalar(INT32, padding), b.scalar(INT32, int(b.rng.integers(1, 3))),
-            b.scalar(INT32, int(b.rng.integers(1, 3)))], fh, fw
+# Inputs of the implicit- and explicit-padding forms without their optional tail (layout, then the
+# dilation factors) or, where the layout is not optional, with it.
+IMPLICIT_ARITY = {Op.CONV_2D: 7, Op.DEPTHWISE_CONV_2D: 8, Op.GROUPED_CONV_2D: 9, Op.TRANSPOSE_CONV_2D: 9,
+                  Op.AVERAGE_POOL_2D: 7, Op.MAX_POOL_2D: 7, Op.L2_POOL_2D: 7}
+EXPLICIT_ARITY = {Op.CONV_2D: 10, Op.DEPTHWISE_CONV_2D: 11, Op.GROUPED_CONV_2D: 12, Op.TRANSPOSE_CONV_2D: 11,
+                  Op.AVERAGE_POOL_2D: 10, Op.MAX_POOL_2D: 10, Op.L2_POOL_2D: 10}
+
+
+@dataclass
+class Window:
+    """The spatial side of a convolution or pool in the form drawn: padding kind, layout, the
+    image's height, width and depth in that layout, filter size and dilation factors."""
+
+    form: object
+    explicit: bool
+    tail: int  # optional inputs present: 0, 1 (layout), 3 (layout and dilation factors)
+    nchw: bool
+    h: int
+    w: int
+    c: int
+    fh: int = 1
+    fw: int = 1
+    dh: int = 1
+    dw: int = 1
+
+
+def window(b: Builder, x: Tensor, code: Op, nchw: bool | None = None) -> Window:
+    """A form of ``code`` for ``x`` and the layout (NCHW on half the forms that have a layout
+    flag, unless ``nchw`` says) and dilation (above 1 on most forms that have the factors)."""
+    form = pick_form(b, code, x)
+    n, probe = len(form.inputs), IMPLICIT_ARITY[code]
+    explicit = n > probe and form.inputs[probe] != T.BOOL
+    tail = n - (EXPLICIT_ARITY if explicit else IMPLICIT_ARITY)[code]
+    layout_optional = code not in (Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D)
+    if nchw is None:
+        nchw = (tail >= 1 or not layout_optional) and b.chance(0.5)
+    _, h, w, c = (x.shape[0],) + x.shape[2:] + (x.shape[1],) if nchw else x.shape
+    win = Window(form, explicit, tail, nchw, h, w, c)
+    if tail == 3 and b.chance(0.75):
+        win.dh, win.dw = int(b.rng.integers(1, 4)), int(b.rng.integers(1, 4))
+    # The dilated filter fits the image, so VALID padding leaves an output.
+    win.fh = int(b.rng.integers(1, min(3, (h - 1) // win.dh + 1) + 1))
+    win.fw = int(b.rng.integers(1, min(3, (w - 1) // win.dw + 1) + 1))
+    return win
+
+
+def padding_and_strides(b: Builder, win: Window) -> list[int]:
+    """Explicit paddings (left, right, top, bottom; each below the dilated filter size and at
+    most 2) or a padding scheme (SAME or VALID), then the strides (width, height)."""
+    if win.explicit:
+        most_w, most_h = min((win.fw - 1) * win.dw, 2), min((win.fh - 1) * win.dh, 2)
+        pads = [int(b.rng.integers(0, m + 1)) for m in (most_w, most_w, most_h, most_h)]
+    else:
+        pads = [int(b.rng.integers(1, 3))]
+    return [b.scalar(INT32, v) for v in pads + [int(b.rng.integers(1, 3)), int(b.rng.integers(1, 3))]]
+
+
+def layout_and_dilation(b: Builder, win: Window) -> list[int]:
+    """The optional tail of the form: the layout flag, then the dilation factors (width, height)."""
+    tail = [b.scalar(BOOL, win.nchw)] if win.tail >= 1 else []
+    if win.tail == 3:
+        tail += [b.scalar(INT32, win.dw), b.scalar(INT32, win.dh)]
+    return tail
+
+
+def per_channel(win: Window) -> bool:
+    return win.form.inputs[1] == T.TENSOR_QUANT8_SYMM_PER_CHANNEL
 
 
 @declare([Op.CONV_2D], ranks=(4,))
 def conv_2d(b: Builder, x: Tensor, code: Op) -> None:
-    c, out_c = x.shape[3], b.dim()
-    spatial, fh, fw = _spatial(b, x)
-    w, bias = _weights(b, x, ((out_c, fh, fw, c), (out_c,)), fh * fw * c)
-    b.add(code, [x, w, bias] + spatial + [fuse(b, x)], [free(x)])
+    win = window(b, x, code)
+    out_c = b.dim()
+    w, bias = _weights(b, x, ((out_c, win.fh, win.fw, win.c), (out_c,)), win.fh * win.fw * win.c,
+                       0 if per_channel(win) else None)
+    b.add(code, [x, w, bias] + padding_and_strides(b, win) + [fuse(b, x)] + layout_and_dilation(b, win), [free(x)])
 
 
 @declare([Op.DEPTHWISE_CONV_2D], ranks=(4,))
 def depthwise_conv_2d(b: Builder, x: Tensor, code: Op) -> None:
-    multiplier = int(b.rng.integers(1, 3))
-    out_c = x.shape[3] * multiplier
-    spatial, fh, fw = _spatial(b, x)
-    w, bias = _weights(b, x, ((1, fh, fw, out_c), (out_c,)), fh * fw)
-    b.add(code, [x, w, bias] + spatial + [b.scalar(INT32, multiplier), fuse(b, x)], [free(x)])
+    """A depth multiplier above 1 on most draws (with dilation where the form has it: the
+    combination a driver's special case can get wrong)."""
+    win = window(b, x, code)
+    multiplier = int(b.rng.integers(2, 4)) if b.chance(0.6) else 1
+    out_c = win.c * multiplier
+    w, bias = _weights(b, x, ((1, win.fh, win.fw, out_c), (out_c,)), win.fh * win.fw,
+                       3 if per_channel(win) else None)
+    b.add(code, [x, w, bias] + padding_and_strides(b, win) + [b.scalar(INT32, multiplier), fuse(b, x)]
+          + layout_and_dilation(b, win), [free(x)])
 
 
-@declare([Op.GROUPED_CONV_2D], ranks=(4,), domain=lambda x: x.shape[3] % 2 == 0)
+@declare([Op.GROUPED_CONV_2D], ranks=(4,), domain=lambda x: x.shape[3] % 2 == 0 or x.shape[1] % 2 == 0)
 def grouped_conv_2d(b: Builder, x: Tensor, code: Op) -> None:
     groups = 2
+    layouts = [nchw for nchw, c in ((False, x.shape[3]), (True, x.shape[1])) if c % groups == 0]
+    win = window(b, x, code, nchw=b.pick(layouts))
     out_c = groups * int(b.rng.integers(1, 3))
-    spatial, fh, fw = _spatial(b, x)
-    w, bias = _weights(b, x, ((out_c, fh, fw, x.shape[3] // groups), (out_c,)), fh * fw * x.shape[3] // groups)
-    b.add(code, [x, w, bias] + spatial + [b.scalar(INT32, groups), fuse(b, x), b.scalar(BOOL, False)],
-          [free(x)])
+    w, bias = _weights(b, x, ((out_c, win.fh, win.fw, win.c // groups), (out_c,)), win.fh * win.fw * win.c // groups,
+                       0 if per_channel(win) else None)
+    b.add(code, [x, w, bias] + padding_and_strides(b, win) + [b.scalar(INT32, groups), fuse(b, x),
+                                                              b.scalar(BOOL, win.nchw)], [free(x)])
 
 
 @declare([Op.TRANSPOSE_CONV_2D], ranks=(4,))
 def transpose_conv_2d(b: Builder, x: Tensor, code: Op) -> None:
     """Explicit paddings (each below the filter size), or an output shape with SAME (input size
     x stride) or VALID ((input size - 1) x stride + filter size) padding."""
-    n, h, w, c = x.shape
+    win = window(b, x, code)
+    n, h, w, c = x.shape[0], win.h, win.w, win.c
     out_c, kh, kw = b.dim(), int(b.rng.integers(1, 4)), int(b.rng.integers(1, 4))
     sh, sw = int(b.rng.integers(1, 3)), int(b.rng.integers(1, 3))
-    filters, bias = _weights(b, x, ((out_c, kh, kw, c), (out_c,)), kh * kw * c)
-    if b.chance(0.5):
+    filters, bias = _weights(b, x, ((out_c, kh, kw, c), (out_c,)), kh * kw * c, 0 if per_channel(win) else None)
+    if win.explicit:
         pads = [int(b.rng.integers(0, k)) for k in (kw, kw, kh, kh)]  # left, right, top, bottom
         params = [b.scalar(INT32, p) for p in pads]
     else:
         same = b.chance(0.5)
         out_h, out_w = (h * sh, w * sw) if same else ((h - 1) * sh + kh, (w - 1) * sw + kw)
-        params = [b.ints([n, out_h, out_w, out_c]), b.scalar(INT32, 1 if same else 2)]
-    params += [b.scalar(INT32, sw), b.scalar(INT32, sh), fuse(b, x), b.scalar(BOOL, False)]
+        shape = [n, out_c, out_h, out_w] if win.nchw else [n, out_h, out_w, out_c]
+        params = [b.ints(shape), b.scalar(INT32, 1 if same else 2)]
+    params += [b.scalar(INT32, sw), b.scalar(INT32, sh), fuse(b, x), b.scalar(BOOL, win.nchw)]
     b.add(code, [x, filters, bias] + params, [free(x)])
 
 
@@ -337,8 +437,9 @@ def batch_matmul(b: Builder, x: Tensor, code: Op) -> None:
 
 @declare([Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D], ranks=(4,))
 def pool(b: Builder, x: Tensor, code: Op) -> None:
-    spatial, fh, fw = _spatial(b, x)
-    b.add(code, [x] + spatial + [b.scalar(INT32, fw), b.scalar(INT32, fh), fuse(b, x)], [like(x)])
+    win = window(b, x, code)
+    b.add(code, [x] + padding_and_strides(b, win) + [b.scalar(INT32, win.fw), b.scalar(INT32, win.fh), fuse(b, x)]
+          + layout_and_dilation(b, win), [like(x)])
 
 
 # -- reductions -----------------------------------------------------------------------------------
@@ -490,31 +591,56 @@ def embedding_lookup(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, [b.ints(b.rng.integers(0, x.shape[0], b.dim())), x], [like(x)])
 
 
-@declare([Op.SPACE_TO_DEPTH], ranks=(4,), domain=lambda x: x.shape[1] % 2 == 0 and x.shape[2] % 2 == 0)
+def layout(b: Builder, code: Op, x: Tensor, arity: int) -> tuple[bool, list[int]]:
+    """A form of ``code`` for ``x``: with the optional layout flag after ``arity`` inputs (NCHW
+    half the time) or without. Returns (NCHW, the flag operand or nothing)."""
+    form = pick_form(b, code, x)
+    if len(form.inputs) <= arity:
+        return False, []
+    nchw = b.chance(0.5)
+    return nchw, [b.scalar(BOOL, nchw)]
+
+
+def image_axes(nchw: bool) -> tuple[int, int, int]:
+    """The (height, width, depth) axes of a 4-D image in the layout."""
+    return (2, 3, 1) if nchw else (1, 2, 3)
+
+
+@declare([Op.SPACE_TO_DEPTH], ranks=(4,), domain=lambda x: x.shape[2] % 2 == 0 and x.shape[1] % 2 + x.shape[3] % 2 < 2)
 def space_to_depth(b: Builder, x: Tensor, code: Op) -> None:
-    b.add(code, [x, b.scalar(INT32, 2)], [like(x)])
+    nchw, flag = layout(b, code, x, 2)
+    h, w, _ = image_axes(nchw)
+    if x.shape[h] % 2 or x.shape[w] % 2:
+        raise Reject("height or width not a multiple of the block size")
+    b.add(code, [x, b.scalar(INT32, 2)] + flag, [like(x)])
 
 
-@declare([Op.DEPTH_TO_SPACE], ranks=(4,), domain=lambda x: x.shape[3] % 4 == 0)
+@declare([Op.DEPTH_TO_SPACE], ranks=(4,), domain=lambda x: x.shape[3] % 4 == 0 or x.shape[1] % 4 == 0)
 def depth_to_space(b: Builder, x: Tensor, code: Op) -> None:
-    b.add(code, [x, b.scalar(INT32, 2)], [like(x)])
+    nchw, flag = layout(b, code, x, 2)
+    if x.shape[image_axes(nchw)[2]] % 4:
+        raise Reject("depth not a multiple of the block size squared")
+    b.add(code, [x, b.scalar(INT32, 2)] + flag, [like(x)])
 
 
 @declare([Op.SPACE_TO_BATCH_ND], ranks=(4,))
 def space_to_batch(b: Builder, x: Tensor, code: Op) -> None:
+    nchw, flag = layout(b, code, x, 3)
+    h, w, _ = image_axes(nchw)
     block = [int(b.rng.integers(1, 3)) for _ in range(2)]
     pads = []
-    for d, k in zip(x.shape[1:3], block):
+    for d, k in zip((x.shape[h], x.shape[w]), block):
         extra = (-d) % k + k * int(b.rng.integers(2))
         before = int(b.rng.integers(extra + 1))
         pads.append([before, extra - before])
-    b.add(code, [x, b.ints(block), b.ints(pads)], [like(x)])
+    b.add(code, [x, b.ints(block), b.ints(pads)] + flag, [like(x)])
 
 
 @declare([Op.BATCH_TO_SPACE_ND], ranks=(4,), domain=lambda x: x.shape[0] % 2 == 0)
 def batch_to_space(b: Builder, x: Tensor, code: Op) -> None:
+    nchw, flag = layout(b, code, x, 2)
     block = b.pick([[2, 1], [1, 2]] + ([[2, 2]] if x.shape[0] % 4 == 0 else []))
-    b.add(code, [x, b.ints(block)], [like(x)])
+    b.add(code, [x, b.ints(block)] + flag, [like(x)])
 
 
 @declare([Op.CHANNEL_SHUFFLE], domain=lambda x: max(x.shape) > 1)
@@ -526,8 +652,22 @@ def channel_shuffle(b: Builder, x: Tensor, code: Op) -> None:
 
 @declare([Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR], ranks=(4,))
 def resize(b: Builder, x: Tensor, code: Op) -> None:
-    size = [b.scalar(INT32, b.dim()) for _ in range(2)]
-    b.add(code, [x] + size + [b.scalar(BOOL, False)], [like(x)])
+    """The output size as two INT32 scalars or two float scale factors (a scale a little above
+    size / input size, so that floor(input size x scale) is the size), then as many of the
+    optional flags as the form has: layout, align_corners, half_pixel_centers (not both)."""
+    form = pick_form(b, code, x)
+    n = len(form.inputs)
+    nchw = n > 3 and b.chance(0.5)
+    h, w, _ = image_axes(nchw)
+    sizes = [b.dim(), b.dim()]  # width, height
+    if form.inputs[1] == INT32:
+        size = [b.scalar(INT32, v) for v in sizes]
+    else:
+        size = [b.scalar(form.inputs[1], (v + 0.5) / x.shape[axis]) for v, axis in zip(sizes, (w, h))]
+    flags = [nchw] + [False, False][:n - 4]
+    if n > 4 and b.chance(0.7):
+        flags[b.pick([1, 2][:n - 4])] = True
+    b.add(code, [x] + size + [b.scalar(BOOL, f) for f in flags[:n - 3]], [like(x)])
 
 
 # -- recurrent (float) ----------------------------------------------------------------------------
@@ -581,7 +721,11 @@ def dequantize(b: Builder, x: Tensor, code: Op) -> None:
 
 @declare([Op.CAST])
 def cast(b: Builder, x: Tensor, code: Op) -> None:
-    target = b.pick([F32, F16, I32, Q8])
-    if target in (I32, Q8) and x.type in FLOATS and not far_from_integers(x):
+    """To the output type of a form taking x's type (quant8 from other types with scale 1)."""
+    target = pick_form(b, code, x).outputs[0]
+    if target in (I32,) + QUANT8 and x.type in FLOATS and not far_from_integers(x):
         raise Reject("float to integer cast decided by a rounding difference")
-    b.add(code, [x], [Out(target, 1.0, 0) if target == Q8 else like(x) if target == x.type else Out(target)])
+    b.add(code, [x], [like(x) if target == x.type else Out(target, 1.0, 0) if target in QUANT8 else Out(target)])
+
+
+from . import boxes  # noqa: E402,F401  (declares the box and shape-source operations)

@@ -33,6 +33,10 @@ MAX_LEVEL = int(max(FeatureLevel))
 # Largest magnitude a float result may reach (AOSP's RandomGraphTest skips elements beyond these).
 FLOAT_BOUND = {F32: 1e3, F16: 1e2}
 MAX_SATURATED = 0.05  # fraction of a free-quantized output allowed at the ends of its range
+# Wide cases (AOSP's DimensionRange::WIDE): the tensor an operation starts from has dimensions up
+# to WIDE_DIM, cut down until it holds at most WIDE_ELEMENTS elements (the memory budget).
+WIDE_DIM = 1000
+WIDE_ELEMENTS = 300_000
 
 
 class Reject(Exception):
@@ -107,7 +111,7 @@ class Graph:
                 lifetime = Lifetime.SUBGRAPH_OUTPUT
                 if known_outputs:
                     dims = self.values[k].shape
-            operands.append(hal.Operand(o.type, tuple(dims), o.scale, o.zero_point, lifetime, o.value))
+            operands.append(hal.Operand(o.type, tuple(dims), o.scale, o.zero_point, lifetime, o.value, o.channel_quant))
         main = hal.Subgraph(operands, list(self.operations), tuple(self.inputs), tuple(self.outputs))
         if expected is None:
             expected = [self.values[k] for k in self.outputs]
@@ -144,6 +148,7 @@ class Builder:
     rng: np.random.Generator
     level: int = MAX_LEVEL
     max_dim: int = 6
+    wide: bool = False  # start tensors of up to WIDE_DIM per dimension (see start_shape)
     operands: list[hal.Operand] = field(default_factory=list)
     operations: list[hal.Operation] = field(default_factory=list)
     inputs: list[int] = field(default_factory=list)
@@ -176,6 +181,18 @@ class Builder:
     def shape(self, rank: int) -> tuple:
         return tuple(self.dim() for _ in range(rank))
 
+    def start_shape(self, rank: int) -> tuple:
+        """The shape of a new tensor an operation starts from: as :meth:`shape`, or in a wide
+        builder log-uniform dimensions up to WIDE_DIM, the largest halved until the tensor holds
+        at most WIDE_ELEMENTS elements."""
+        if not self.wide:
+            return self.shape(rank)
+        dims = [int(np.exp(self.rng.uniform(0, np.log(WIDE_DIM + 1)))) for _ in range(rank)]
+        while np.prod(dims) > WIDE_ELEMENTS:
+            k = int(np.argmax(dims))
+            dims[k] = max(1, dims[k] // 2)
+        return tuple(max(1, d) for d in dims)
+
     def quantization(self, type_: T) -> tuple[float, int]:
         lo, hi = QUANT_RANGE[type_]
         scale = float(np.float32(2.0 ** self.rng.uniform(-7, -1)))
@@ -195,9 +212,10 @@ class Builder:
 
     # -- operands ---------------------------------------------------------------------------
 
-    def _operand(self, type_: T, dims, scale=0.0, zero_point=0, value=None) -> int:
+    def _operand(self, type_: T, dims, scale=0.0, zero_point=0, value=None, channel_quant=None) -> int:
         lifetime = Lifetime.TEMPORARY_VARIABLE if value is None else Lifetime.CONSTANT_COPY
-        self.operands.append(hal.Operand(type_, tuple(dims), float(scale), int(zero_point), lifetime, value))
+        self.operands.append(hal.Operand(type_, tuple(dims), float(scale), int(zero_point), lifetime, value,
+                                         channel_quant))
         return len(self.operands) - 1
 
     def scalar(self, type_: T, value) -> int:
@@ -212,9 +230,9 @@ class Builder:
         array = np.asarray(values, np.int32)
         return self._operand(I32, array.shape, value=array)
 
-    def constant(self, type_: T, value: np.ndarray, scale=0.0, zero_point=0) -> int:
+    def constant(self, type_: T, value: np.ndarray, scale=0.0, zero_point=0, channel_quant=None) -> int:
         value = np.asarray(value, DTYPES[type_])
-        return self._operand(type_, value.shape, scale, zero_point, value)
+        return self._operand(type_, value.shape, scale, zero_point, value, channel_quant)
 
     def fresh(self, type_: T, shape, quant: tuple | None = None, low=-2.0, high=2.0) -> Tensor:
         """A new tensor with random values: a model input, or (promoted) a constant."""
@@ -305,7 +323,7 @@ def run_operation(impl, operands: list[hal.Operand], values: dict, inputs: list[
         o = operands[k]
         value = o.value if o.lifetime == Lifetime.CONSTANT_COPY else values[k]
         shape = () if o.type in SCALAR_TYPES else value.shape
-        ins.append(Arg(o.type, shape, o.scale, o.zero_point, None, value))
+        ins.append(Arg(o.type, shape, o.scale, o.zero_point, o.channel_quant, value))
     outs = [Arg(o.type, None, o.scale or 0.0, o.zero_point) for o in outputs]
     call = Call(ins, outs)
     try:
@@ -343,18 +361,19 @@ def check_result(out: Out, result: np.ndarray, free: bool) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def generate(seed: int, num_operations: int = 10, types=None, operations=None, level: int = MAX_LEVEL,
-             max_dim: int = 6, relaxed: bool | None = None) -> Graph:
+             max_dim: int = 6, relaxed: bool | None = None, wide: bool = False) -> Graph:
     """A random connected model of up to ``num_operations`` operations (fewer only when no
     operation fits after many tries), deterministic in its arguments. ``operations`` limits the
     operation codes (default: every family of :mod:`fuzz.families`), ``types`` the data types of
     the tensors operations start from (default :data:`DATA_TYPES`), ``level`` the feature level
-    of the signatures used.
+    of the signatures used; ``wide`` draws the tensors operations start from with dimensions up to
+    WIDE_DIM (within WIDE_ELEMENTS elements).
 
     Only ``num_operations`` stops the loop, so the graph for n - 1 operations is the graph for n
     without its last operation: shrinking the size shrinks the graph."""
     from .families import FAMILIES
     rng = np.random.default_rng(seed)
-    b = Builder(rng, level, max_dim)
+    b = Builder(rng, level, max_dim, wide)
     types = [T(t) for t in (types or DATA_TYPES)]
     codes = sorted(FAMILIES if operations is None else (OperationCode(c) for c in operations))
     codes = [c for c in codes if c in FAMILIES]
@@ -362,7 +381,8 @@ def generate(seed: int, num_operations: int = 10, types=None, operations=None, l
         if len(b.operations) >= num_operations:
             break
         mark = b.checkpoint()
-        x = _pick_start(b, types)
+        start = FAMILIES[codes[0]].start if len(codes) == 1 else None
+        x = start(b, codes[0]) if start is not None and not b.operations else _pick_start(b, types)
         candidates = [] if x is None else [c for c in codes if FAMILIES[c].accepts(x, level)]
         try:
             if not candidates:
@@ -383,7 +403,7 @@ def _pick_start(b: Builder, types) -> Tensor | None:
     say bool8, takes over). None when the graph has none."""
     if not b.operations:
         rank = 4 if b.chance(0.5) else int(b.rng.integers(1, 4))
-        return b.fresh(b.pick(types), b.shape(rank), low=0.1 if b.chance(0.2) else -2.0)
+        return b.fresh(b.pick(types), b.start_shape(rank), low=0.1 if b.chance(0.2) else -2.0)
     usable = [t for t in b.tensors if t.type in types]
     if not usable:
         return None
@@ -447,7 +467,7 @@ def _compact(g: Graph, operations, inputs, outputs) -> Graph:
     inputs = [k for k in inputs if k in used]
     keep = sorted(used | set(outputs))
     new = {k: n for n, k in enumerate(keep)}
-    operands = [hal.Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value)
+    operands = [hal.Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant)
                 for o in (g.operands[k] for k in keep)]
     return Graph(operands, [hal.Operation(op.type, tuple(new[k] for k in op.inputs), tuple(new[k] for k in op.outputs))
                             for op in operations],
@@ -476,7 +496,8 @@ def with_dimension_cut(g: Graph, axis: int, size: int, new_size: int) -> Graph |
     values and shapes. None when an operation refuses them, or a float result leaves the range
     random graphs compare."""
     registry = ops.load_all()
-    operands = [hal.Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value) for o in g.operands]
+    operands = [hal.Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant)
+                for o in g.operands]
     values = dict(g.values)
     for k, o in enumerate(operands):
         constant = o.lifetime == Lifetime.CONSTANT_COPY

@@ -10,7 +10,9 @@ the corpus is seeded with one such input per test model.
 The oracle: every failure must come back as an NNAPI result code (``NnapiError``, ``HalError``,
 or ``ProtocolError`` for the remote wire format). Anything else escaping a harness is a finding,
 and so is a driver that turned an internal exception into an error code (the exception is the
-error's ``__context__``): a driver's own crash masked as GENERAL_FAILURE.
+error's ``__context__``): a driver's own crash masked as GENERAL_FAILURE. A finding against a
+driver other than the reference is replayed on the reference driver: where it fails alike, it is
+a :class:`ReferenceBug` (inherited from ``nnapi_ref``), reported apart from the driver's findings.
 
 ``model``: the runtime's model builder and ``finish()`` validation.
 ``execute``: the driver under test, straight through the HAL (nothing in between to mask a
@@ -34,6 +36,7 @@ import numpy as np
 
 from nnapi_ref import hal, ops, vectors
 from nnapi_ref.errors import NnapiError
+from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.hal import ArgumentLifetime, HalError
 from nnapi_ref.remote import wire
 from nnapi_ref.remote.server import Session
@@ -57,6 +60,12 @@ LOOP_TIMEOUT_NS = 50_000_000  # WHILE loops the fuzzer writes must not eat the p
 
 class Finding(Exception):
     """A failure that is not an NNAPI result code (raised where a harness sees one in a reply)."""
+
+
+class ReferenceBug(Exception):
+    """An input on which the reference driver itself fails the oracle, in the same way as the
+    driver under test: a bug of ``nnapi_ref`` that drivers built on it inherit, not a finding
+    against the driver under test (``nnts fuzz`` saves it as a ``reference-bug`` artifact)."""
 
 
 class BytesProvider:
@@ -327,9 +336,34 @@ class Harness:
 
     def __call__(self, data: bytes) -> None:
         try:
+            self.checked(data)
+        except MemoryError:
+            raise
+        except Exception as e:
+            if self.driver is not None and type(self.driver) is not ReferenceDevice and \
+                    self.reference_fails_alike(data, e):
+                raise ReferenceBug(f"the reference driver itself raises {type(e).__name__} on this input "
+                                   f"({e}): a bug of nnapi_ref, not of the driver under test") from e
+            raise
+
+    def checked(self, data: bytes) -> None:
+        """One input; raises on a finding."""
+        try:
             self.run(data)
         except EXPECTED as e:
             check_masked(e)
+
+    def reference_fails_alike(self, data: bytes, error: Exception) -> bool:
+        """Whether this harness on the reference driver raises the same kind of exception on
+        ``data`` (the reference, set up the first time a finding needs it)."""
+        if not hasattr(self, "_reference"):
+            self._reference = type(self)(ReferenceDevice(), self.vector_paths)
+            self._reference.setup()
+        try:
+            self._reference.checked(data)
+        except Exception as e:
+            return type(e) is type(error)
+        return False
 
     def run(self, data: bytes) -> None:
         raise NotImplementedError

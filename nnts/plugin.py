@@ -53,6 +53,8 @@ def pytest_addoption(parser):
     group.addoption("--random-graphs", type=int, default=200,
                     help="number of random-graph cases (cts/test_random_graph.py)")
     group.addoption("--random-seed", type=int, default=0, help="seed of the first random-graph case")
+    group.addoption("--random-ops", type=int, default=200,
+                    help="number of single-operation random cases (cts/test_random_operation.py)")
     group.addoption("--isolate", action="store_true",
                     help="run in-process drivers in a process of their own (nnts serve), to contain crashes")
     group.addoption("--shard", default=None, metavar="K/N",

@@ -150,3 +150,47 @@ def test_nnts_fuzz_bad_arguments(argv, message, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+class _BuiltOnTheReference(ReferenceDevice):
+    """A driver adding nothing to the reference: what goes wrong in it is the reference's."""
+
+
+def test_reference_bug_is_named_as_such(monkeypatch):
+    """An exception the reference driver raises alike is a ReferenceBug, not a driver finding;
+    one only the driver under test raises stays the driver's."""
+    def overflowing(self, *args):
+        raise OverflowError("cannot convert float infinity to integer")
+    monkeypatch.setattr(ReferenceDevice, "prepare_model", overflowing)
+    harness = harnesses.make("execute", _BuiltOnTheReference(), [CORPUS])
+    with pytest.raises(harnesses.ReferenceBug, match="reference driver itself raises OverflowError") as e:
+        harness(harness.seed_inputs()[0])
+    assert isinstance(e.value.__cause__, OverflowError)
+    monkeypatch.undo()
+
+    class OwnFault(ReferenceDevice):
+        def prepare_model(self, *args):
+            raise OverflowError("the driver's own")
+    harness = harnesses.make("execute", OwnFault(), [CORPUS])
+    with pytest.raises(OverflowError, match="the driver's own"):
+        harness(harness.seed_inputs()[0])
+
+
+def test_reference_bug_gets_its_own_artifact_and_fuzzing_goes_on(tmp_path, capsys):
+    """The engine saves a reference bug as reference-bug-<sha1> (once per kind of exception)
+    and keeps fuzzing: no finding against the driver, exit status 0."""
+    def harness(data):
+        if len(data) > 3:
+            try:
+                raise OverflowError("in the reference")
+            except OverflowError as e:
+                raise harnesses.ReferenceBug("the reference driver itself raises OverflowError") from e
+    harness.seed_inputs = lambda: [b"ab"]
+    recorded = engine.Recorded(harness, str(tmp_path / "pending"), str(tmp_path / "h-"))
+    args = argparse.Namespace(seed=1, corpus=None, runs=200, max_time=0, timeout=5,
+                              artifact_prefix=str(tmp_path / "h-"))
+    assert engine.plain_loop(recorded, args) == 0
+    out = capsys.readouterr().out
+    written = glob.glob(str(tmp_path / "h-reference-bug-*"))
+    assert len(written) == 1 and f"Reference bug written to {written[0]}" in out
+    assert "OverflowError: in the reference" in out and not glob.glob(str(tmp_path / "h-crash-*"))

@@ -349,3 +349,22 @@ def test_pooling_filter_far_wider_than_the_input(operation, expected, monkeypatc
                           [hal.RequestArgument(hal.ArgumentLifetime.POOL, 0, 32, 8)], [pool])
     prepared.execute_synchronously(request, False, None, 10**9)
     np.testing.assert_allclose(pool.buffer[32:].view(np.float32), [expected, expected], rtol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [3.0e38, 1.0e30, -3.0e38])
+def test_resize_scale_overflowing_the_output_size_is_invalid_argument(scale):
+    """execute harness, against every driver built on the reference: RESIZE_BILINEAR with a float
+    scale whose product with the image size overflows float32 (or any dimension) raised
+    OverflowError (int() of infinity) out of prepare_model instead of INVALID_ARGUMENT."""
+    operands = [hal.Operand(T.TENSOR_FLOAT32, (1, 4, 4, 1), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.FLOAT32, lifetime=Lifetime.CONSTANT_COPY, value=np.float32(scale)),
+                hal.Operand(T.FLOAT32, lifetime=Lifetime.CONSTANT_COPY, value=np.float32(1.0)),
+                hal.Operand(T.BOOL, lifetime=Lifetime.CONSTANT_COPY, value=np.bool_(False)),
+                hal.Operand(T.TENSOR_FLOAT32, (0, 0, 0, 0), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+    model = hal.Model(hal.Subgraph(operands, [hal.Operation(OperationCode.RESIZE_BILINEAR, (0, 1, 2, 3), (4,))],
+                                   (0,), (4,)))
+    with pytest.raises(HalError) as e:
+        ReferenceDevice().prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, None, [], [],
+                                        None)
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT
+    assert "output" in e.value.message

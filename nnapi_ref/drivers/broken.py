@@ -38,6 +38,15 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
                           prepare raises struct.error instead of working
 ``accepts_unsupported_extension`` the example extension's driver, taking any extension's
                           operation and operand type 0 for org.nnts.example's
+``dilated_depthwise_multiplier`` DEPTHWISE_CONV_2D with a dilation factor above 1 and a depth
+                          multiplier above 1 together leaves out the bias (a special-cased
+                          kernel for that rare form); every other form is right
+``wrong_on_large_tensors`` an operation output of more than ``LARGE_ELEMENTS`` (16384) elements
+                          has every element past the first 16384 taken from one element further
+                          on (a second tile read one element off); smaller outputs are right
+``relaxed_bfloat16``      a relaxed model's TENSOR_FLOAT32 outputs rounded to bfloat16 (8
+                          significant bits: below the float16 precision relaxed computation
+                          must keep); models that are not relaxed are right
 ========================  ==================================================================
 
 Each fault is a wrapper around the reference implementation: a prepared model whose execution
@@ -401,6 +410,83 @@ class KeepsFirstShape(BrokenDevice):
 
 # Factories for ``--driver nnapi_ref.drivers.broken:<name>``.
 wrong_add_quant8 = WrongAddQuant8
+# -- dilated_depthwise_multiplier ---------------------------------------------------------------
+
+def _depthwise_dilated_with_multiplier(call: Call) -> bool:
+    """Whether a DEPTHWISE_CONV_2D call has a dilation factor above 1 and a depth multiplier above
+    1 (implicit padding: multiplier at 6, dilation at 9 and 10; explicit: at 9, 12 and 13)."""
+    ins = call.ins
+    implicit = len(ins) <= 8 or ins[8].type == T.BOOL
+    multiplier, dilation = (6, 9) if implicit else (9, 12)
+    if len(ins) < dilation + 2:
+        return False
+    return int(ins[multiplier].scalar()) > 1 and max(int(ins[dilation].scalar()), int(ins[dilation + 1].scalar())) > 1
+
+
+class DilatedDepthwiseMultiplier(BrokenDevice):
+    FAULT = "dilated_depthwise_multiplier"
+
+    def operation_fault(self, code, impl):
+        if code != OperationCode.DEPTHWISE_CONV_2D:
+            return impl
+
+        def without_bias(call: Call) -> Call:
+            if not _depthwise_dilated_with_multiplier(call):
+                return call
+            bias = call.ins[2]
+            zeros = Arg(bias.type, bias.shape, bias.scale, bias.zero_point, bias.channel_quant,
+                        np.zeros_like(bias.value))
+            return Call(call.ins[:2] + [zeros] + call.ins[3:], call.outs, call.relaxed, call.runner)
+        return _WrappedOperation(impl, lambda call, outputs: outputs, without_bias)
+
+
+# -- wrong_on_large_tensors ---------------------------------------------------------------------
+
+LARGE_ELEMENTS = 16384
+
+
+class WrongOnLargeTensors(BrokenDevice):
+    FAULT = "wrong_on_large_tensors"
+
+    def operation_fault(self, code, impl):
+        if code in (OperationCode.IF, OperationCode.WHILE):
+            return impl
+
+        def fault(call: Call, outputs):
+            wrong = []
+            for o in outputs:
+                o = np.array(o)
+                if o.size > LARGE_ELEMENTS + 1:
+                    flat = o.reshape(-1)
+                    flat[LARGE_ELEMENTS:-1] = flat[LARGE_ELEMENTS + 1:].copy()
+                wrong.append(o)
+            return wrong
+        return _WrappedOperation(impl, fault)
+
+
+# -- relaxed_bfloat16 ---------------------------------------------------------------------------
+
+def _to_bfloat16(value: np.ndarray) -> np.ndarray:
+    """float32 values rounded (to nearest, ties to even) to bfloat16's 8 significant bits."""
+    bits = np.ascontiguousarray(value, np.float32).view(np.uint32)
+    rounded = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+class RelaxedBfloat16(BrokenDevice):
+    FAULT = "relaxed_bfloat16"
+
+    def operation_fault(self, code, impl):
+        if code in (OperationCode.IF, OperationCode.WHILE):
+            return impl
+
+        def fault(call: Call, outputs):
+            if not call.relaxed:
+                return outputs
+            return [_to_bfloat16(o) if a.type == T.TENSOR_FLOAT32 else o for a, o in zip(call.outs, outputs)]
+        return _WrappedOperation(impl, fault)
+
+
 wrong_add_quant8_by_one = WrongAddQuant8ByOne
 wrong_add_quant8_sparse = WrongAddQuant8Sparse
 off_by_one_rounding = OffByOneRounding
@@ -412,6 +498,9 @@ bad_timing = BadTiming
 burst_caches_pool = BurstCachesPool
 shared_scratch = SharedScratch
 keeps_first_shape = KeepsFirstShape
+dilated_depthwise_multiplier = DilatedDepthwiseMultiplier
+wrong_on_large_tensors = WrongOnLargeTensors
+relaxed_bfloat16 = RelaxedBfloat16
 
 # -- vendor extensions ------------------------------------------------------------------------------
 
@@ -476,4 +565,5 @@ accepts_unsupported_extension = AcceptsUnsupportedExtension
 ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQuant8Sparse, OffByOneRounding,
                                   Float16Arithmetic, WrongOutputShape, AcceptsInvalidModel, RaisesOnInvalidModel,
                                   BadTiming, BurstCachesPool, SharedScratch, KeepsFirstShape, IgnoresExtensionPrefix,
-                                  CrashesOnExtensionData, AcceptsUnsupportedExtension)}
+                                  CrashesOnExtensionData, AcceptsUnsupportedExtension, DilatedDepthwiseMultiplier,
+                                  WrongOnLargeTensors, RelaxedBfloat16)}

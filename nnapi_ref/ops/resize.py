@@ -28,6 +28,7 @@ from .common import round_half_away
 from ..types import DTYPES
 
 _F32 = np.float32
+MAX_DIMENSION = 2**31 - 1  # AOSP computes output sizes as int32
 
 
 def _bilinear_signatures() -> list[Signature]:
@@ -89,8 +90,13 @@ class _Resize(Operation):
         else:
             sw, sh = _F32(wp.scalar()), _F32(hp.scalar())
             check(np.isfinite(sw) and np.isfinite(sh), f"{self.name}: scale factors must be finite")
-            out_w = int(np.floor(_F32(w) * sw))
-            out_h = int(np.floor(_F32(h) * sh))
+            with np.errstate(over="ignore"):
+                sizes = np.floor(_F32(w) * sw), np.floor(_F32(h) * sh)
+            # A finite scale may still overflow float32 (or a dimension) once multiplied by the size.
+            check(all(np.isfinite(s) and s <= MAX_DIMENSION for s in sizes),
+                  f"{self.name}: scale factors {float(sw):g} x {float(sh):g} give an output size beyond "
+                  f"{MAX_DIMENSION} for a {h}x{w} image")
+            out_w, out_h = int(sizes[0]), int(sizes[1])
         check(out_h > 0 and out_w > 0, f"{self.name}: output height and width must be positive, got {out_h}x{out_w}")
         return [(n, c, out_h, out_w) if nchw else (n, out_h, out_w, c)]
 

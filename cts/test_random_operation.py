@@ -1,0 +1,58 @@
+"""Single-operation random tests (AOSP's SingleOperationTest): each case is one operation of a
+random form (padding, layout, dilation, optional inputs, operand types at the driver's feature
+level) on random values, run on the driver under test and on the reference, and compared with
+the accuracy tier AOSP assigns the operation (:mod:`fuzz.single`):
+
+* strict (data movement, comparisons: RESHAPE, GATHER, EQUAL, ARGMAX, TOPK_V2...): float32
+  |diff| <= 1e-6 + 1e-6 |expected|, bias 1e-7, MSE 1e-10; float16 1e-3 + 1e-3 |expected|, bias
+  1e-4, MSE 1e-8; quant8 1 step, bias 0.1, MSE 0.1;
+* medium (ADD, MUL, FLOOR, RELU*, CONCATENATION, QUANTIZE, CAST, DIV from level 30...): float32
+  1e-5 + 1e-5 |expected|, bias 1e-6, MSE 1e-8; float16 1e-2 + 1e-2 |expected|, bias 1e-3, MSE
+  1e-5; quant8 2 steps, bias 1.2, MSE 1.2;
+* relaxed (LOGISTIC, TANH, SOFTMAX, pools, FULLY_CONNECTED, REDUCE_*, MEAN, RESIZE_*...): float32
+  1e-3 + 1e-3 |expected|, bias 3e-5, MSE 1e-6; float16 1 + |expected|, bias 5e-3, MSE 1e-3;
+  quant8 10 steps, bias 1.5, MSE 1.5;
+* conv (CONV_2D, DEPTHWISE_CONV_2D, GROUPED_CONV_2D, TRANSPOSE_CONV_2D): float32 2e-2 + 2e-2
+  |expected|, bias 4e-4, MSE 1e-5; float16 1 + |expected|, bias 5e-2, MSE 1e-2; quant8 10 steps,
+  bias 1.5, MSE 1.5;
+* every tier: int32 within 1, bool8 at most ceil(10%) of the elements differing, relaxed float32
+  judged by the tier's float16 figures.
+
+One case in four starts from a tensor of dimensions up to 1000 (at most 300,000 elements).
+
+``--random-ops N`` cases from seed ``--random-seed S`` (ids ``<OPERATION>-seed<S>``: case S tests
+operation S modulo the operation count, so N cases give each operation about N / 92 of them). A
+failing case is shrunk by dimension cuts and saved under ``--reproducers`` with the replay
+command.
+"""
+from __future__ import annotations
+
+import pytest
+
+from nnts.fuzz.single import case_operation, run_single
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.runtime import Device
+
+
+def pytest_generate_tests(metafunc):
+    if "operation_seed" in metafunc.fixturenames:
+        base, n = metafunc.config.getoption("random_seed"), metafunc.config.getoption("random_ops")
+        seeds = range(base, base + n)
+        metafunc.parametrize("operation_seed", seeds, ids=[f"{case_operation(s).name}-seed{s}" for s in seeds])
+
+
+@pytest.fixture(scope="session")
+def reference_devices():
+    return [Device(ReferenceDevice())]
+
+
+def test_random_operation(operation_seed, devices, reference_devices, request, driver_spec):
+    level = min(d.feature_level for d in devices)
+    if request.config.getoption("feature_level") is not None:
+        level = min(level, request.config.getoption("feature_level"))
+    result = run_single(operation_seed, devices, reference_devices, level, request.config.getoption("reproducers"),
+                        driver_spec)
+    if result.status == "skip":
+        pytest.skip(result.message)
+    if result.status != "pass":
+        pytest.fail(result.message, pytrace=False)

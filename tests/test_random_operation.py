@@ -1,0 +1,91 @@
+"""Single-operation random tests (fuzz/single.py, cts/test_random_operation.py): every operation
+has AOSP's tier, cases pass on the reference, a share is wide, and the broken drivers that the
+graph tests and the corpus let pass are caught: a fault in DEPTHWISE_CONV_2D's rare form (dilation
+and depth multiplier above 1 together), a fault on large tensors only, and relaxed float32 below
+float16 precision (while a driver computing relaxed models in float16 passes)."""
+from __future__ import annotations
+
+import math
+
+
+from nnts.fuzz import single
+from nnts.fuzz.coverage import features
+from nnts.fuzz.families import FAMILIES
+from nnts.fuzz.graphs import F16, F32, MAX_LEVEL
+from nnapi_ref.drivers import broken
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.runtime import Device
+from nnapi_ref.types import OperationCode as Op
+
+REFERENCE = [Device(ReferenceDevice())]
+COUNT = len(single.operations())
+
+
+def test_every_operation_has_aosps_tier():
+    assert set(single.TIERS) == set(FAMILIES)
+    assert single.tier(Op.ADD, 30) is single.MEDIUM and single.tier(Op.RESHAPE, 30) is single.STRICT
+    assert single.tier(Op.LOGISTIC, 30) is single.RELAXED and single.tier(Op.DEPTHWISE_CONV_2D, 30) is single.CONV
+    assert single.tier(Op.DIV, 29) is single.RELAXED and single.tier(Op.DIV, 30) is single.MEDIUM
+    assert single.STRICT[F32].mse == 1e-10 and single.CONV[F32].atol == 2e-2 and single.MEDIUM[F16].bias == 1e-3
+
+
+def test_cases_pass_on_the_reference(tmp_path):
+    for seed in range(0, 2 * COUNT, 3):
+        result = single.run_single(seed, REFERENCE, REFERENCE, MAX_LEVEL, tmp_path, "reference")
+        assert result.status in ("pass", "skip"), result.message
+
+
+def test_a_share_of_cases_is_wide():
+    """One case in four (per operation) starts from dimensions up to 1000: some reach 100,000
+    elements and more; the others stay below 6**4."""
+    wide = [s for s in range(4 * COUNT) if single.is_wide(s)]
+    assert len(wide) == COUNT
+    sizes = [max(math.prod(v.shape) for v in single.generate_case(s, MAX_LEVEL).values.values())
+             for s in wide[:40]]
+    assert max(sizes) >= 100_000 and sum(n > 4096 for n in sizes) >= 10
+    narrow = [max(math.prod(v.shape) for v in single.generate_case(s, MAX_LEVEL).values.values()) for s in range(20)]
+    assert max(narrow) < 6 ** 5
+
+
+def caught(driver, seeds, level=MAX_LEVEL, tmp=None):
+    """The first seed whose case fails on ``driver``, or None."""
+    for seed in seeds:
+        if single.run_single(seed, [Device(driver)], REFERENCE, level, tmp, "broken").status == "fail":
+            return seed
+    return None
+
+
+def test_fault_in_the_rare_depthwise_form_is_caught(tmp_path):
+    """Within the first 40 DEPTHWISE_CONV_2D cases, one with dilation and a depth multiplier
+    above 1 fails on the broken driver; the cases without that combination pass."""
+    index = single.operations().index(Op.DEPTHWISE_CONV_2D)
+    seeds = [index + k * COUNT for k in range(40)]
+    seed = caught(broken.DilatedDepthwiseMultiplier(), seeds, tmp=tmp_path)
+    assert seed is not None
+    graph = single.generate_case(seed, MAX_LEVEL)
+    assert "depth multiplier > 1 with dilation > 1" in features(graph.operations[0], graph.operands)
+    for other in seeds[:seeds.index(seed)]:
+        graph = single.generate_case(other, MAX_LEVEL)
+        assert "depth multiplier > 1 with dilation > 1" not in features(graph.operations[0], graph.operands)
+
+
+def test_fault_on_large_tensors_is_caught_by_wide_cases(tmp_path):
+    driver = broken.WrongOnLargeTensors()
+    narrow = [s for s in range(2 * COUNT) if not single.is_wide(s)]
+    assert caught(driver, narrow[::4], tmp=tmp_path) is None
+    assert caught(driver, [s for s in range(4 * COUNT) if single.is_wide(s)], tmp=tmp_path) is not None
+
+
+def test_relaxed_float32_below_float16_precision_is_caught(tmp_path):
+    """Among relaxed cases of strict and medium operations, bfloat16 results fail and float16
+    results (what relaxed computation allows) pass."""
+    relaxed = []
+    for seed in range(6 * COUNT):
+        code = single.case_operation(seed)
+        if single.TIERS[code] in (id(single.STRICT), id(single.MEDIUM)) and not single.is_wide(seed):
+            graph = single.generate_case(seed, MAX_LEVEL)
+            if graph.relaxed:
+                relaxed.append(seed)
+    assert len(relaxed) >= 20
+    assert caught(broken.Float16Arithmetic(), relaxed, tmp=tmp_path) is None
+    assert caught(broken.RelaxedBfloat16(), relaxed, tmp=tmp_path) is not None
