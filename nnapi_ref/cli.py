@@ -99,9 +99,25 @@ def cmd_fuzz(args) -> int:
     if missing:
         print(f"nnts: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
+    if args.vectors:
+        _check_seed_vectors(args.vectors)
     _devices(args.driver or DEFAULT_DRIVER)  # a bad --driver: one line here, not a child's traceback
     return engine.run(args.harness, args.driver or DEFAULT_DRIVER, args.runs, args.max_time, args.corpus, args.seed,
                       args.artifacts, args.vectors, args.timeout, args.rss_limit)
+
+
+def _check_seed_vectors(paths: list[str]) -> None:
+    """``--vectors`` must give the fuzzer seeds: a file that is not test vectors is a usage error
+    (the child would skip it without a word and fuzz from nothing)."""
+    from . import vectors
+    files = list(vectors.find_files(paths))
+    if not files:
+        raise UsageError(f"--vectors {' '.join(paths)}: no .json test-vector files there")
+    for path in files:
+        try:
+            vectors.load_file(path)
+        except NnapiError as e:
+            raise UsageError(f"--vectors: {e.message}") from None
 
 
 def cmd_ops(args) -> int:

@@ -95,7 +95,7 @@ def _enum(enum, name, what):
 
 # What reading a field of the wrong JSON type raises (a string where a number belongs, a list
 # where an object does, an integer too large for a float): a malformed file, never a traceback.
-MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError)
+MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError, RecursionError)
 
 
 def _subgraph_from_json(d: dict, what: str, is_main: bool):
@@ -184,13 +184,20 @@ def load_file(path: str | os.PathLike) -> list[TestModel]:
             doc = json.load(f)
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise FormatError(f"{path}: cannot read test vectors: {e}") from None
+    except RecursionError:
+        raise FormatError(f"{path}: cannot read test vectors: JSON nested too deeply") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise FormatError(f"{path}: not an {FORMAT} file")
     source = str(doc.get("source", path.name))
     tests = doc.get("tests", [])
     if not isinstance(tests, list):
         raise FormatError(f"{path}: 'tests' is a JSON {type(tests).__name__}, not a list")
-    return [test_from_json(t, source) for t in tests]
+    try:
+        return [test_from_json(t, source) for t in tests]
+    except FormatError as e:
+        raise FormatError(f"{path}: {e.message}") from None
+    except RecursionError:
+        raise FormatError(f"{path}: a test nested too deeply") from None
 
 
 def find_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:

@@ -53,6 +53,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    _check_options(config)
     if config.getoption("call_timeout"):
         os.environ["NNTS_CALL_TIMEOUT"] = str(config.getoption("call_timeout"))  # xdist workers inherit it
     for code in OperationCode:
@@ -63,11 +64,26 @@ def pytest_configure(config):
     config.pluginmanager.register(ConformanceResults(), "nnts-results")
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_modifyitems(session, config, items):
+    from nnts.vector_errors import add_items
+    add_items(session, items)  # a test-vector file that cannot be read: a failing test, not the end
     vts = Path(str(resources.files("nnts.vts")))
     for item in items:
         if vts in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.vts)
+
+
+def _check_options(config) -> None:
+    """Options that name files or numbers: one usage line before collection, not a traceback."""
+    from nnapi_ref import usage
+    try:
+        usage.input_file("--expected-failures", config.getoption("expected_failures"))
+        usage.positive("--call-timeout", config.getoption("call_timeout"))
+        for path in config.getoption("report"):  # its folder is created
+            if not path or os.path.isdir(path):
+                raise usage.UsageError(f"--report {path!r}: a folder or an empty path, not a file")
+    except usage.UsageError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 @pytest.fixture(scope="session")
@@ -106,7 +122,7 @@ def pytest_runtest_setup(item):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if "drivers" in item.fixturenames and (report.when == "call" or (report.when == "setup" and not report.passed)):
+    if "drivers" in getattr(item, "fixturenames", ()) and (report.when == "call" or (report.when == "setup" and not report.passed)):
         from nnapi_ref.remote.client import incidents
         new = incidents()[getattr(item, "nnts_incidents", 0):]
         if new:  # the driver died or hung in this test: its verdict, whatever the test concluded
