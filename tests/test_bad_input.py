@@ -276,3 +276,13 @@ def test_operand_dimensions_past_uint32_and_a_string_scale_are_bad_data():
     with pytest.raises(NnapiError) as e:
         OperandType(T.TENSOR_QUANT8_ASYMM, [1], "abc")
     assert e.value.code == ResultCode.BAD_DATA
+
+
+# -- driver strings -------------------------------------------------------------------------------------
+
+def test_a_factory_that_raises_and_an_unparsable_remote_command_are_one_line(tmp_path, capsys, monkeypatch):
+    (tmp_path / "badfactory.py").write_text("def make():\n    raise RuntimeError('factory broke')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    err = usage_error(capsys, ["devices", "--driver", "badfactory:make"], "", "factory broke")
+    assert "UNAVAILABLE_DEVICE" in err
+    usage_error(capsys, ["devices", "--driver", 'remote:"unbalanced'], "", "does not parse")

@@ -47,14 +47,19 @@ def load_driver(spec: str, isolate: bool = False) -> Device:
         raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: expected 'reference' or 'module.path:factory'")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise NnapiError(ResultCode.UNAVAILABLE_DEVICE, f"driver {spec!r}: cannot import {module_name}: {e}") from None
+    except Exception as e:  # ImportError, or the module's own failure on import (a SyntaxError, ...)
+        raise NnapiError(ResultCode.UNAVAILABLE_DEVICE,
+                         f"driver {spec!r}: cannot import {module_name}: {type(e).__name__}: {e}") from None
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise NnapiError(ResultCode.UNAVAILABLE_DEVICE, f"driver {spec!r}: {module_name} has no {attr}")
         obj = getattr(obj, part)
-    driver = obj if isinstance(obj, Device) else obj() if callable(obj) else obj
+    try:
+        driver = obj if isinstance(obj, Device) else obj() if callable(obj) else obj
+    except Exception as e:  # the vendor's factory failed: the driver is not available, one line says why
+        raise NnapiError(ResultCode.UNAVAILABLE_DEVICE,
+                         f"driver {spec!r}: {attr}() raised {type(e).__name__}: {e}") from None
     if not isinstance(driver, Device):
         raise NnapiError(ResultCode.UNAVAILABLE_DEVICE,
                          f"driver {spec!r}: {attr} gave a {type(driver).__name__}, not an nnapi_ref.hal.Device")
@@ -67,6 +72,11 @@ def _load_remote(spec: str) -> Device:
     kind, _, target = spec.partition(":")
     if not target.strip():
         raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: expected {kind}:{'COMMAND' if kind == 'remote' else 'PATH'}")
+    if kind == "remote":
+        try:
+            shlex.split(target)
+        except ValueError as e:  # remote:"unbalanced
+            raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: the command does not parse: {e}") from None
     try:
         return start_process(target) if kind == "remote" else attach_socket(target)
     except HalError as e:

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import hal
-from ..errors import NnapiError, check
+from ..errors import HostResourceError, NnapiError, check
 from ..types import (DTYPES, LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, SCALAR_TYPES, DurationCode,
                      ResultCode, type_name)
 from .compilation import RESULT_OF_STATUS, Burst, Compilation, Step, call_driver, nnapi_error
@@ -440,6 +440,8 @@ class Execution:
             step = plan.steps[0]
             try:
                 result = self._execute_single(step, deadline, burst)
+            except HostResourceError:  # the host's failure, not the driver's
+                raise
             except Exception as e:
                 error = self._recover(e, step, deadline)
                 if error is not None:

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from .. import ops
-from ..errors import NnapiError, check
+from ..errors import HostResourceError, NnapiError, check
 from ..hal import ChannelQuant, Model as HalModel, Operand, Operation, Subgraph
 from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
                      OperationCode, ResultCode, type_name)
@@ -303,6 +303,8 @@ class Model:
         for device in devices:
             try:
                 flags = device.driver.get_supported_operations(self._hal)
+            except HostResourceError:  # the host's failure, not the driver's
+                raise
             except Exception as e:  # a driver failing the query supports nothing
                 raise NnapiError(ResultCode.OP_FAILED, f"get_supported_operations on {device.name}: {e}") from None
             if len(flags) != len(supported):
