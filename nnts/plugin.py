@@ -139,6 +139,18 @@ def pytest_runtest_makereport(item, call):
             report.user_properties += [("nnts_op", op), ("nnts_dtype", dtype or "-")]
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem, report, sched):
+    """pytest-xdist: a worker died in a test (an in-process driver crashed, without --isolate).
+    The test's verdict is CRASH, as under --isolate; xdist starts a new worker and goes on."""
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    name = getattr(worker, "id", "?")
+    report.longrepr = (f"CRASH: the pytest-xdist worker {name} died while running this test (an in-process "
+                       "driver that crashes takes its worker with it; --isolate runs the driver in a process "
+                       "of its own and reports its exit status)")
+    report.user_properties.append(("nnts_verdict", "crash"))
+
+
 class ConformanceResults:
     """Outcomes per operation and data type, gathered from test reports (on the xdist
     controller too, which receives every worker's reports)."""

@@ -283,6 +283,19 @@ def test_operand_dimensions_past_uint32_and_a_string_scale_are_bad_data():
 def test_a_factory_that_raises_and_an_unparsable_remote_command_are_one_line(tmp_path, capsys, monkeypatch):
     (tmp_path / "badfactory.py").write_text("def make():\n    raise RuntimeError('factory broke')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    err = usage_error(capsys, ["devices", "--driver", "badfactory:make"], "", "factory broke")
-    assert "UNAVAILABLE_DEVICE" in err
-    usage_error(capsys, ["devices", "--driver", 'remote:"unbalanced'], "", "does not parse")
+    for driver, fragment in (("badfactory:make", "make() raised RuntimeError: factory broke"),
+                             ('remote:"unbalanced', "does not parse")):
+        assert cli.main(["devices", "--driver", driver]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("nnts: ") and err.count("\n") == 1 and fragment in err, err
+
+
+def test_under_xdist_a_worker_killed_by_an_in_process_driver_is_a_crash_verdict():
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
+                           "cts/test_generated.py", "--no-shared-vectors", "--driver", FAULTY + "aborts_on_mul",
+                           "-k", "(nnts_mul_broadcast_float32 or nnts_add_float32) and sync"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "CRASH: the pytest-xdist worker" in done.stdout, done.stdout[-3000:]
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+    assert failed and all("nnts_mul_broadcast_float32" in line for line in failed), done.stdout[-3000:]
+    assert " passed" in done.stdout.splitlines()[-1]  # the ADD tests ran on the restarted workers
