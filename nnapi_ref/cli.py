@@ -406,16 +406,22 @@ def check_arguments(args) -> None:
         usage.positive("--call-timeout", args.call_timeout)
     if getattr(args, "driver", None) is not None and not args.driver.strip():
         raise UsageError("--driver: an empty driver string")
-    for option in ("json", "junit", "html"):
-        usage.output_path(f"--{option}", getattr(args, option, None))
+    for option in ("json", "junit", "html"):  # nnts bench creates its output folders
+        usage.output_path(f"--{option}", getattr(args, option, None), creates_folder=args.command == "bench")
     if args.command == "stress":
         usage.positive("--duration", args.duration)
     elif args.command == "bench":
         usage.positive("--max-time", args.max_time)
         usage.positive("--runs", args.runs)
         usage.positive("--warmup", args.warmup, allow_zero=True)
+        from nnts.reports.bench import included
         for path in args.include or ():
             usage.input_file("--include", path)
+            try:
+                included(path)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+                raise UsageError(f"--include {path}: not a stress, conformance or vectors JSON file "
+                                 f"({type(e).__name__}: {e})") from None
     elif args.command == "gate":
         usage.input_file("results", args.results)
         usage.input_file("--baseline", args.baseline)

@@ -18,8 +18,9 @@ class UsageError(Exception):
     """A bad argument of the command line, found before the run; the message names it."""
 
 
-def output_path(option: str, path: str | None) -> None:
-    """``path`` can be created or replaced as a file: its folder exists and it is not a folder."""
+def output_path(option: str, path: str | None, creates_folder: bool = False) -> None:
+    """``path`` can be created or replaced as a file: its folder exists (or, where the command
+    creates it, ``creates_folder``, can be created) and it is not a folder."""
     if not path:
         if path is not None:
             raise UsageError(f"{option}: an empty path")
@@ -27,6 +28,11 @@ def output_path(option: str, path: str | None) -> None:
     if os.path.isdir(path):
         raise UsageError(f"{option} {path}: is a folder, not a file")
     folder = os.path.dirname(os.path.abspath(path))
+    if creates_folder:
+        while not os.path.exists(folder):
+            folder = os.path.dirname(folder)
+        if not os.path.isdir(folder):
+            raise UsageError(f"{option} {path}: {folder} is not a folder")
     if not os.path.isdir(folder):
         raise UsageError(f"{option} {path}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK):

@@ -124,4 +124,5 @@ def _failing(row: dict) -> bool:
 def write_report(path: str, results: dict, includes: list[str]) -> None:
     page = render(results, includes)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(page, encoding="utf-8")
+    from nnapi_ref.usage import write_atomic
+    write_atomic(path, page)

@@ -299,3 +299,38 @@ def test_under_xdist_a_worker_killed_by_an_in_process_driver_is_a_crash_verdict(
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
     assert failed and all("nnts_mul_broadcast_float32" in line for line in failed), done.stdout[-3000:]
     assert " passed" in done.stdout.splitlines()[-1]  # the ADD tests ran on the restarted workers
+
+
+@pytest.mark.parametrize("content", ["[1", "[" * 100000, '{"schema": 5}', '{"results": 1, "passed": 1}', "[1, 2]"])
+def test_bench_include_files_are_checked_before_the_run(tmp_path, capsys, content):
+    bad = tmp_path / "include.json"
+    bad.write_text(content)
+    usage_error(capsys, ["bench", "--include", str(bad)], "bench", "--include", "include.json")
+
+
+def test_results_files_are_written_atomically(tmp_path, monkeypatch):
+    from nnapi_ref import usage
+    target = tmp_path / "r.json"
+    target.write_text("old, complete")
+
+    real_fdopen = os.fdopen
+
+    class FullDisk:
+        def __init__(self, fd, *args, **kwargs):
+            self.file = real_fdopen(fd, *args, **kwargs)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+        def write(self, text):
+            self.file.write(text[:2])
+            raise OSError("disk full")
+    monkeypatch.setattr(usage.os, "fdopen", FullDisk)
+    with pytest.raises(OSError):
+        usage.write_atomic(target, "new")
+    monkeypatch.undo()
+    assert target.read_text() == "old, complete"  # never half a file
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # and no temporary left behind
