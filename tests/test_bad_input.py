@@ -334,3 +334,17 @@ def test_results_files_are_written_atomically(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert target.read_text() == "old, complete"  # never half a file
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # and no temporary left behind
+
+
+@pytest.mark.parametrize("option, value, fragment", [("--expected-failures", "{tmp}/missing.txt", "no such file"),
+                                                     ("--expected-failures", "{tmp}/binary", "not a text file"),
+                                                     ("--call-timeout", "-5", "--call-timeout"),
+                                                     ("--report", "{tmp}", "a folder")])
+def test_pytest_options_naming_bad_files_are_usage_errors(tmp_path, option, value, fragment):
+    (tmp_path / "binary").write_bytes(bytes(range(256)))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+                           "cts/test_generated.py", "--no-shared-vectors", "-k", "nothing_matches_this",
+                           option, value.replace("{tmp}", str(tmp_path))],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]  # pytest's usage error
+    assert fragment in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
