@@ -98,6 +98,13 @@ def _enum(enum, name, what):
 MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError, RecursionError)
 
 
+def _dimensions(value) -> tuple[int, ...]:
+    """A JSON list of integers (not a string of digits, not booleans, not 2.5)."""
+    if not isinstance(value, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+        raise TypeError(f"dimensions {value!r} are not a list of integers")
+    return tuple(value)
+
+
 def _subgraph_from_json(d: dict, what: str, is_main: bool):
     """A Subgraph plus, for main, the input values and expected outputs."""
     operands = []
@@ -108,7 +115,7 @@ def _subgraph_from_json(d: dict, what: str, is_main: bool):
             where = f"{what} operand {i}"
             code = OperandCode.SUBGRAPH if o["type"] in ("SUBGRAPH", "MODEL") else _enum(OperandCode, o["type"], where)
             life = _enum(Lifetime, o["lifetime"], where)
-            dims = tuple(int(x) for x in o["dimensions"])
+            dims = _dimensions(o["dimensions"])
             cq = o.get("channel_quant")
             channel_quant = ChannelQuant(tuple(float(np.float32(s)) for s in cq["scales"]), int(cq["channel_dim"])) \
                 if cq else None
@@ -205,7 +212,12 @@ def find_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            yield from sorted(q for q in p.rglob("*.json") if q.is_file())
+            found = []
+            # A folder that cannot be listed is yielded itself: reading it fails, and that names it
+            # (an error row), instead of the folder's tests silently missing from the run.
+            for folder, _, names in os.walk(p, onerror=lambda e: found.append(Path(e.filename))):
+                found += [Path(folder) / n for n in names if n.endswith(".json") and (Path(folder) / n).is_file()]
+            yield from sorted(found)
         else:
             yield p
 

@@ -348,3 +348,31 @@ def test_pytest_options_naming_bad_files_are_usage_errors(tmp_path, option, valu
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]  # pytest's usage error
     assert fragment in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("dimensions", ["12", [1, "2"], [True], [2.5]])
+def test_test_vector_dimensions_must_be_a_list_of_integers(tmp_path, dimensions):
+    doc = json.loads(ARITHMETIC.read_text())
+    doc["tests"] = doc["tests"][:1]
+    doc["tests"][0]["main"]["operands"][0]["dimensions"] = dimensions
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(vectors.FormatError, match="not a list of integers"):
+        vectors.load_file(path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every folder")
+def test_an_unreadable_subfolder_is_an_error_row_not_silence(tmp_path):
+    (tmp_path / "ok").mkdir()
+    (tmp_path / "ok" / "a.json").write_text(ARITHMETIC.read_text())
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "b.json").write_text(ARITHMETIC.read_text())
+    locked.chmod(0)
+    try:
+        files = list(vectors.find_files([tmp_path]))
+        assert locked in files
+        with pytest.raises(vectors.FormatError, match="locked"):
+            vectors.load_file(locked)
+    finally:
+        locked.chmod(0o755)
