@@ -147,9 +147,9 @@ def accuracy_failures(model: str, acc: dict, thresholds: dict) -> list[str]:
     for key, limit in (("top1_agreement", "top1_agreement_min"), ("top5_agreement", "top5_agreement_min"),
                        ("frame_cosine_min", "frame_cosine_min")):
         # "not >=", never "<": a NaN misses every criterion instead of passing it
-        if key in acc and not acc[key] >= c[limit]:
+        if acc.get(key) is not None and not acc[key] >= c[limit]:
             failures.append(f"{key} {acc[key]:.4g} < {c[limit]:g}")
-    if not acc.get("max_error_steps", 0) <= c["max_error_steps"]:
+    if acc.get("max_error_steps") is not None and not acc["max_error_steps"] <= c["max_error_steps"]:
         failures.append(f"max_error_steps {acc['max_error_steps']} > {c['max_error_steps']:g}")
     if acc["snr_db"] is not None and not acc["snr_db"] >= c["snr_db_min"]:
         failures.append(f"snr_db {acc['snr_db']:.1f} < {c['snr_db_min']:g}")

@@ -338,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("fuzz", help="coverage-guided fuzzing (atheris) of a harness against a driver, or a replay")
     add_driver_options(p)
     p.set_defaults(driver=None)  # --replay takes the driver from the artifact unless one is given
-    p.add_argument("--harness", choices=("model", "execute", "request", "vectors", "remote"))
+    p.add_argument("--harness", choices=("model", "execute", "request", "vectors", "remote",
+                                         "tflite", "gate", "include", "sidecar"))
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--max-time", type=float, help="seconds to fuzz (default 60 unless --runs is given)")
     budget.add_argument("--runs", type=int, help="number of inputs to run")

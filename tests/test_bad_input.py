@@ -301,7 +301,9 @@ def test_under_xdist_a_worker_killed_by_an_in_process_driver_is_a_crash_verdict(
     assert " passed" in done.stdout.splitlines()[-1]  # the ADD tests ran on the restarted workers
 
 
-@pytest.mark.parametrize("content", ["[1", "[" * 100000, '{"schema": 5}', '{"results": 1, "passed": 1}', "[1, 2]"])
+@pytest.mark.parametrize("content", ["[1", "[" * 100000, '{"schema": 5}', '{"results": 1, "passed": 1}', "[1, 2]",
+                                     '{"schema": "nnts-conformance/1", "driver": "d"}',  # fuzz: KeyError 'totals'
+                                     '{"results": [1], "passed": 1}'])
 def test_bench_include_files_are_checked_before_the_run(tmp_path, capsys, content):
     bad = tmp_path / "include.json"
     bad.write_text(content)
@@ -376,3 +378,25 @@ def test_an_unreadable_subfolder_is_an_error_row_not_silence(tmp_path):
             vectors.load_file(locked)
     finally:
         locked.chmod(0o755)
+
+
+def test_gate_takes_a_null_accuracy_figure_as_absent(tmp_path, capsys):
+    """gate harness finding: "top1_agreement": null compared with a float (TypeError)."""
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"models": [bench_row(accuracy={"snr_db": 40.0, "top1_agreement": None,
+                                                               "max_error_steps": None})]}))
+    assert cli.main(["gate", str(path)]) == 0, capsys.readouterr()
+
+
+@pytest.mark.parametrize("name", ["tflite", "gate", "include", "sidecar"])
+def test_the_input_format_harnesses_find_nothing_in_a_short_campaign(name, monkeypatch):
+    import random
+
+    from nnts.fuzz import harnesses
+    monkeypatch.setattr(harnesses, "FuzzedDataProvider", None)  # the plain provider: no atheris needed
+    harness = harnesses.make(name)
+    rng = random.Random(0)
+    seeds = harness.seed_inputs()
+    assert seeds
+    for _ in range(300):
+        harness(rng.choice(seeds) + bytes(rng.randrange(256) for _ in range(rng.randrange(64))))
