@@ -296,12 +296,13 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
                   f"the input is saved as {path}", file=out)
             found.append(path)
     elapsed = time.monotonic() - start
+    from nnapi_ref.usage import write_atomic
     for folder in reversed(created):  # made for findings there were none of
         if not os.listdir(folder):
             os.rmdir(folder)
     for path in found + reference_bugs:
-        with open(path + ".json", "w", encoding="utf-8") as f:
-            json.dump({"harness": harness, "driver": driver, "vectors": vector_paths, "provider": PROVIDER}, f)
+        write_atomic(path + ".json", json.dumps({"harness": harness, "driver": driver, "vectors": vector_paths,
+                                                 "provider": PROVIDER}))
     executions = stats.get("number_of_executed_units", int(progress.group(1)) if progress else 0)
     rate = stats.get("average_exec_per_sec", int(progress.group(5)) if progress else 0)
     if not rate and executions:  # libFuzzer's rate counts whole seconds: 0 for a run under one
@@ -324,13 +325,36 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
     return 0
 
 
+def read_sidecar(path: str) -> dict:
+    """An artifact's ``.json`` sidecar (harness, driver, vectors, provider), or {} without one;
+    a UsageError when it is there but not such an object."""
+    from nnapi_ref.usage import UsageError
+    sidecar = path + ".json"
+    if not os.path.exists(sidecar):
+        return {}
+    try:
+        with open(sidecar, encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError, RecursionError) as e:
+        raise UsageError(f"--replay {path}: its sidecar {sidecar} is not readable JSON ({e})") from None
+    kinds = {"harness": str, "driver": str, "provider": str, "vectors": list}
+    if not isinstance(meta, dict) or any(k in meta and meta[k] is not None and not isinstance(meta[k], kind)
+                                         for k, kind in kinds.items()) \
+            or not all(isinstance(v, str) for v in meta.get("vectors") or ()):
+        raise UsageError(f"--replay {path}: its sidecar {sidecar} is not an object of harness, driver, provider "
+                         "(strings) and vectors (a list of paths)")
+    return meta
+
+
 def replay(path: str, harness: str | None = None, driver: str | None = None, vector_paths=None) -> int:
     """``nnts fuzz --replay FILE``: run one artifact again, in this process, and show the traceback."""
-    meta = {}
-    if os.path.exists(path + ".json"):
-        with open(path + ".json", encoding="utf-8") as f:
-            meta = json.load(f)
+    from nnapi_ref.usage import UsageError
+    from nnts.fuzz.harnesses import HARNESSES
+    meta = read_sidecar(path)
     harness = harness or meta.get("harness") or os.path.basename(path).split("-")[0]
+    if harness not in HARNESSES:
+        raise UsageError(f"--replay {path}: no harness named by its sidecar or its name ({harness!r} is not one "
+                         f"of {', '.join(HARNESSES)}); give --harness NAME")
     driver = driver or meta.get("driver") or "reference"
     if meta.get("provider", PROVIDER) != PROVIDER:
         print(f"nnts fuzz: warning: found with the {meta['provider']} byte provider, replayed with {PROVIDER}")

@@ -761,3 +761,9 @@ def make(name: str, driver: hal.Device | None = None, vector_paths=None) -> Harn
     harness = HARNESSES[name](driver, vector_paths)
     harness.setup()
     return harness
+
+# The suite's own input formats (.tflite, gate files, --include JSON, artifact sidecars): built on
+# Harness above, so imported here, at the end.
+from nnts.fuzz.input_harnesses import INPUT_HARNESSES  # noqa: E402
+
+HARNESSES.update(INPUT_HARNESSES)

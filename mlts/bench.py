@@ -59,7 +59,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nnts.mlts.tflite import TFLiteImportError, load_tflite, parse_tflite
+from nnts.mlts.tflite import TFLiteImportError, check_io, load_tflite, parse_tflite
+from nnts.mlts.tflite_probe import crash_reason
 from nnapi_ref.cases import SHARED
 from nnapi_ref import Burst, Compilation, Execution, NnapiError, get_devices, trace, trace_summary
 from nnapi_ref.types import OperationCode
@@ -382,11 +383,25 @@ def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_d
                  "status": "ok", "reason": None, "driver": None, "baseline": None, "accuracy": None,
                  "operations": None, "time_on_driver": None}
     base = None
+    try:
+        graph = parse_tflite(path.read_bytes())
+    except TFLiteImportError:
+        graph = None  # the importer says why below; TFLite may still take the file
+    try:
+        if graph is not None:
+            check_io(graph)
+    except TFLiteImportError as e:  # no inputs, or inputs no one should allocate: neither runtime tries
+        row.update(status="import_error", reason=f"importer: {e}")
+        return row
     if settings.baseline == "tflite" and tflite_interpreter_class()[0] is not None:
-        try:
-            base = TfliteRunner(path)
-        except (ValueError, RuntimeError) as e:   # TFLite refuses the file: no baseline, the driver still runs
-            row["baseline_error"] = str(e)
+        crashed = crash_reason(path)  # in a child: a crash there is this row's reason, not the run's end
+        if crashed:
+            row["baseline_error"] = crashed
+        else:
+            try:
+                base = TfliteRunner(path)
+            except (ValueError, RuntimeError) as e:   # TFLite refuses the file: no baseline, the driver still runs
+                row["baseline_error"] = str(e)
     ours = info = None
     try:
         model, info = load_tflite(path)
@@ -572,7 +587,10 @@ def run(models: list[tuple[Path, Path | None]], driver: str, settings: Settings,
             if progress:
                 progress.start(path.name)
             started = trace.now()
-            rows.append(bench_model(path, models_dir, settings, cache_dir))
+            try:
+                rows.append(bench_model(path, models_dir, settings, cache_dir))
+            except Exception as e:  # a bug of ours on one model: its row, the others still run
+                rows.append(error_row(path, f"nnts bench failed on it: {type(e).__name__}: {e}"))
             if trace.on:  # nnts bench --trace: this model's timing summary and operation times
                 rows[-1]["trace"] = trace_summary.window(started, trace.now())
             if progress:
@@ -583,6 +601,12 @@ def run(models: list[tuple[Path, Path | None]], driver: str, settings: Settings,
             "settings": {"warmup": settings.warmup, "runs": settings.runs, "max_time_s": settings.max_time,
                          "inflight": INFLIGHT, "samples": settings.samples},
             "environment": env, "models": rows}
+
+
+def error_row(path: Path, reason: str) -> dict:
+    return {"model": path.name, "path": str(path), "sha256": None, "family": family(path.name), "origin": "real",
+            "status": "error", "reason": reason, "driver": None, "baseline": None, "accuracy": None,
+            "operations": None, "time_on_driver": None}
 
 
 def summary_line(row: dict) -> str:
@@ -675,8 +699,9 @@ class Progress:
 
 
 def write_json(path: str, results: dict) -> None:
+    from nnapi_ref.usage import write_atomic
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    write_atomic(path, json.dumps(results, indent=1) + "\n")
 
 
 def main(driver: str, model_specs, baseline: str, warmup: int, runs: int, max_time: float,
@@ -704,5 +729,9 @@ def main(driver: str, model_specs, baseline: str, warmup: int, runs: int, max_ti
         from nnts.reports.bench import write_report
         write_report(html_path, results, includes or [])
         print(f"nnts bench: report written to {html_path}", file=sys.stderr)
-    bad = [r for r in results["models"] if r["status"] == "driver_error" or (r.get("accuracy") or {}).get("failures")]
+    rows = results["models"]
+    if rows and all(r["status"] in ("import_error", "error") for r in rows):
+        print(f"nnts bench: none of the {len(rows)} model(s) could be imported", file=sys.stderr)
+        return 1
+    bad = [r for r in rows if r["status"] in ("driver_error", "error") or (r.get("accuracy") or {}).get("failures")]
     return 1 if bad else 0

@@ -36,6 +36,8 @@ from __future__ import annotations
 import copy
 import fnmatch
 import json
+import math
+import numbers
 import sys
 import tomllib
 
@@ -53,13 +55,18 @@ def load_thresholds(path: str | None) -> dict:
     thresholds = copy.deepcopy(DEFAULT_THRESHOLDS)
     if not path:
         return thresholds
-    with open(path, "rb") as f:
-        given = tomllib.load(f)
+    try:
+        with open(path, "rb") as f:
+            given = tomllib.load(f)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{path}: not a TOML file ({e})") from None
     for section, values in given.items():
         if section not in thresholds or not isinstance(values, dict):
             raise ValueError(f"{path}: unknown section [{section}] (expected accuracy, latency, models)")
         if section == "models":
             for pattern, overrides in values.items():
+                if not isinstance(overrides, dict):
+                    raise ValueError(f'{path}: models."{pattern}" is not a table of [accuracy] keys')
                 _check_keys(path, f'models."{pattern}"', overrides, DEFAULT_THRESHOLDS["accuracy"])
             thresholds["models"].update(values)
         else:
@@ -73,6 +80,60 @@ def _check_keys(path, section, values, known) -> None:
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} in [{section}]; "
                          f"known: {', '.join(known)}")
+    for key, value in values.items():  # nan would switch the check off: every comparison is false
+        if not _is_number(value) or not math.isfinite(value):
+            raise ValueError(f"{path}: [{section}] {key} = {value!r} is not a finite number")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def load_results(path: str, what: str) -> dict:
+    """A results file of ``nnts bench --json``, its shape checked (a clean error naming the file
+    and the field, never a traceback in the middle of the gate)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError, RecursionError) as e:
+        raise ValueError(f"{what} {path}: not readable JSON ({type(e).__name__}: {e})") from None
+    problem = results_problem(doc)
+    if problem:
+        raise ValueError(f"{what} {path}: not nnts bench results: {problem}")
+    return doc
+
+
+def results_problem(doc) -> str | None:
+    """What makes ``doc`` something other than nnts bench results (mlts/bench.py's schema), or None."""
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__} at the top, not an object"
+    models = doc.get("models")
+    if not isinstance(models, list):
+        return f"'models' is {type(models).__name__ if models is not None else 'missing'}, not a list"
+    for i, row in enumerate(models):
+        where = f"models[{i}]"
+        if not isinstance(row, dict):
+            return f"{where} is a JSON {type(row).__name__}, not an object"
+        for key in ("model", "status"):
+            if not isinstance(row.get(key), str):
+                return f"{where} has no string '{key}'"
+        if row.get("sha256") is not None and not isinstance(row["sha256"], str):
+            return f"{where}.sha256 is not a string"
+        acc = row.get("accuracy")
+        if acc is not None:
+            if not isinstance(acc, dict):
+                return f"{where}.accuracy is not an object"
+            for key in ("snr_db", "max_error_steps", "top1_agreement", "top5_agreement", "frame_cosine_min"):
+                if acc.get(key) is not None and not _is_number(acc[key]):
+                    return f"{where}.accuracy.{key} is {acc[key]!r}, not a number"
+            if "snr_db" not in acc:
+                return f"{where}.accuracy has no snr_db"
+        driver = row.get("driver")
+        if driver is not None:
+            latency = driver.get("latency_ms") if isinstance(driver, dict) else None
+            if not isinstance(latency, dict) or not _is_number(latency.get("p50")):
+                return f"{where}.driver.latency_ms.p50 is not a number"
+    return None
 
 
 def criteria_for(model: str, thresholds: dict) -> dict:
@@ -89,11 +150,12 @@ def accuracy_failures(model: str, acc: dict, thresholds: dict) -> list[str]:
     failures = []
     for key, limit in (("top1_agreement", "top1_agreement_min"), ("top5_agreement", "top5_agreement_min"),
                        ("frame_cosine_min", "frame_cosine_min")):
-        if key in acc and acc[key] < c[limit]:
+        # "not >=", never "<": a NaN misses every criterion instead of passing it
+        if acc.get(key) is not None and not acc[key] >= c[limit]:
             failures.append(f"{key} {acc[key]:.4g} < {c[limit]:g}")
-    if acc.get("max_error_steps", 0) > c["max_error_steps"]:
+    if acc.get("max_error_steps") is not None and not acc["max_error_steps"] <= c["max_error_steps"]:
         failures.append(f"max_error_steps {acc['max_error_steps']} > {c['max_error_steps']:g}")
-    if acc["snr_db"] is not None and acc["snr_db"] < c["snr_db_min"]:
+    if acc["snr_db"] is not None and not acc["snr_db"] >= c["snr_db_min"]:
         failures.append(f"snr_db {acc['snr_db']:.1f} < {c['snr_db_min']:g}")
     return failures
 
@@ -118,15 +180,15 @@ def violations(results: dict, earlier: dict | None, thresholds: dict) -> list[st
         name = row["model"]
         old = before.get((name, row.get("sha256")))
         if row["status"] == "driver_error":
-            lines.append(f"{name}: the driver failed: {row['reason']}")
+            lines.append(f"{name}: the driver failed: {row.get('reason')}")
         elif row["status"] != "ok" and old is not None and old.get("driver"):
-            lines.append(f"{name}: ran on the driver in the earlier results, now {row['status']}: {row['reason']}")
+            lines.append(f"{name}: ran on the driver in the earlier results, now {row['status']}: {row.get('reason')}")
         if row.get("accuracy"):
             lines += [f"{name}: accuracy: {f}" for f in model_accuracy_failures(name, row["accuracy"], thresholds)]
         if old and old.get("driver") and row.get("driver"):
             was, now = old["driver"]["latency_ms"]["p50"], row["driver"]["latency_ms"]["p50"]
             limit = was * (1 + lat["median_regression_max"]) + lat["noise_floor_ms"]
-            if now > limit:
+            if not now <= limit:  # a NaN median is a violation, not a pass
                 lines.append(f"{name}: latency: median {now:.3f} ms > {limit:.3f} ms (earlier {was:.3f} ms "
                              f"+{lat['median_regression_max']:.0%} +{lat['noise_floor_ms']:g} ms)")
     return lines
@@ -134,12 +196,8 @@ def violations(results: dict, earlier: dict | None, thresholds: dict) -> list[st
 
 def main(results_path: str, baseline_path: str | None, thresholds_path: str | None) -> int:
     try:
-        with open(results_path, encoding="utf-8") as f:
-            results = json.load(f)
-        earlier = None
-        if baseline_path:
-            with open(baseline_path, encoding="utf-8") as f:
-                earlier = json.load(f)
+        results = load_results(results_path, "results")
+        earlier = load_results(baseline_path, "--baseline") if baseline_path else None
         thresholds = load_thresholds(thresholds_path)
     except (OSError, ValueError) as e:
         print(f"nnts gate: {e}", file=sys.stderr)

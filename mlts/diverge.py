@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -166,8 +167,26 @@ def main(argv=None) -> int:
         parser.error("--convention applies to the reference driver; give --driver or --convention, not both")
     convention = args.convention or "nnapi"
     driver = args.driver or reference_driver_string(convention)
-    print(f"{args.model.name} on {driver} against TFLite's reference kernels:", flush=True)
-    return 1 if report(diverge(args.model, driver, inputs_file=args.inputs, convention=convention)) else 0
+    from nnapi_ref import usage
+    from nnapi_ref.errors import NnapiError
+    from nnts.mlts.tflite import TFLiteImportError
+    from nnts.mlts.tflite_probe import crash_reason
+    try:
+        usage.input_file("model", str(args.model), text=False)
+        usage.input_file("--inputs", args.inputs, text=False)
+        crashed = crash_reason(args.model)  # TFLite runs it in this process below: not if it crashes
+        if crashed:
+            raise usage.UsageError(f"{args.model}: {crashed}")
+        print(f"{args.model.name} on {driver} against TFLite's reference kernels:", flush=True)
+        diffs = diverge(args.model, driver, inputs_file=args.inputs, convention=convention)
+    except (usage.UsageError, TFLiteImportError, NnapiError) as e:
+        print(f"mlts.diverge: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # an --inputs file that is not an .npz
+        print(f"mlts.diverge: {args.inputs}: not a readable .npz of inputs ({type(e).__name__}: {e})",
+              file=sys.stderr)
+        return 2
+    return 1 if report(diffs) else 0
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import numpy as np
 
 from nnts.mlts.bench import TfliteRunner, accuracy, tflite_interpreter_class
 from nnts.mlts.tflite import TFLiteImportError, infer, load_tflite, parse_tflite, unmapped_operators
+from nnts.mlts.tflite_probe import crash_reason
 from nnapi_ref import Compilation
 from nnapi_ref.errors import NnapiError
 
@@ -51,6 +52,9 @@ def tflite_baseline(path: Path):
     """(runner, kernels) for TFLite's interpreter, or (None, why) when TFLite cannot load the model."""
     if tflite_interpreter_class()[0] is None:
         return None, "ai-edge-litert is not installed"
+    crashed = crash_reason(path)  # in a child: its crash is this row's detail, not the end of the run
+    if crashed:
+        return None, crashed
     try:
         return TfliteRunner(path, reference_kernels=True), "reference"
     except (ValueError, RuntimeError):
@@ -144,13 +148,29 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=2, help="seeded inputs per model (default 2)")
     parser.add_argument("--json", help="also write the rows as JSON to this file")
     args = parser.parse_args(argv)
+    from nnapi_ref import usage
+    missing = [p for p in args.paths if not Path(p).exists()]
+    if missing:
+        parser.error(f"no such file or folder: {', '.join(missing)}")
+    if args.samples < 1:
+        parser.error(f"--samples {args.samples}: must be 1 or more")
+    try:
+        usage.output_path("--json", args.json)
+    except usage.UsageError as e:
+        parser.error(str(e))
     files = model_files(args.paths)
     if not files:
         parser.error("no .tflite files found")
-    rows = [cover(f, args.samples) for f in files]
+    rows = []
+    for f in files:
+        try:
+            rows.append(cover(f, args.samples))
+        except Exception as e:  # a bug of ours on one model: its row, the others still run
+            rows.append({"model": str(f), "operators": None, "status": "failed", "refused": [],
+                         "detail": f"import_coverage failed on it: {type(e).__name__}: {e}"})
     print_table(rows)
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        usage.write_atomic(args.json, json.dumps(rows, indent=1))
     return 0
 
 

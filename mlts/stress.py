@@ -837,8 +837,8 @@ def run_tests(driver: str, names: list[str] | None = None, duration: float = DEF
 
 
 def write_json(path: str, results: list[Result]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump([asdict(r) for r in results], f, indent=1)
+    from nnapi_ref.usage import write_atomic
+    write_atomic(path, json.dumps([asdict(r) for r in results], indent=1))
 
 
 def write_junit(path: str, results: list[Result]) -> None:
@@ -855,8 +855,8 @@ def write_junit(path: str, results: list[Result]) -> None:
             lines.append(f'{head}><failure type="{r.verdict}" message={quoteattr(text[:500])}>{escape(text)}'
                          f'</failure></testcase>')
     lines.append("</testsuite></testsuites>")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+    from nnapi_ref.usage import write_atomic
+    write_atomic(path, "\n".join(lines) + "\n")
 
 
 def console_progress(stream=None) -> Callable:

@@ -76,6 +76,8 @@ or truncated file raises it too, never a crash deep inside.
 """
 from __future__ import annotations
 
+import math
+
 import functools
 import inspect
 import struct
@@ -1646,10 +1648,28 @@ def unmapped_operators(g: TfGraph) -> list[str]:
     return sorted({op.name for op in g.operators if converter.handler(op.name) is None})
 
 
+MAX_IO_ELEMENTS = 1 << 28  # 1 GiB of float32: an input or output past it is refused, not allocated
+
+
+def check_io(g: TfGraph) -> None:
+    """A model whose inputs and outputs callers can allocate: at least one input, none past
+    MAX_IO_ELEMENTS elements (a file can declare 1x100000x100000x3, and every caller would
+    allocate it before anything else could refuse it)."""
+    if not g.inputs:
+        raise TFLiteImportError("unsupported .tflite: the model has no inputs")
+    for role, indexes in (("input", g.inputs), ("output", g.outputs)):
+        for k in indexes:
+            shape = g.tensors[k].shape
+            if math.prod(max(d, 1) for d in shape) > MAX_IO_ELEMENTS:
+                raise TFLiteImportError(f"unsupported .tflite: {role} tensor {k} ({g.tensors[k].name!r}) of shape "
+                                        f"{list(shape)} has more than {MAX_IO_ELEMENTS} elements")
+
+
 def convert(g: TfGraph, extra_outputs=(), convention: str = "nnapi") -> tuple[Model, TFLiteInfo]:
     """Convert a parsed graph (see :func:`parse_tflite`) into a finished nnapi_ref Model."""
     if convention not in ("nnapi", "tflite"):
         raise ValueError(f"unknown convention {convention!r}; expected 'nnapi' or 'tflite'")
+    check_io(g)
     try:
         return _Converter(g, convention).convert(extra_outputs)
     except TFLiteImportError:

@@ -78,6 +78,7 @@ def applicable(test: vectors.TestModel, variant: str) -> vectors.TestModel | Non
 
 
 _cases_cache: dict[tuple, list[Case]] = {}
+LOAD_ERRORS: dict[str, str] = {}  # test-vector file -> why it could not be read (a failing test each)
 
 
 def collect_cases(config) -> list[Case]:
@@ -88,7 +89,12 @@ def collect_cases(config) -> list[Case]:
         level = config.getoption("feature_level")
         cases = []
         for path in vectors.find_files(paths):
-            for test in vectors.load_file(path):
+            try:
+                tests = vectors.load_file(path)
+            except vectors.FormatError as e:  # one bad file is one failing test, the others still run
+                LOAD_ERRORS[str(path)] = str(e)
+                continue
+            for test in tests:
                 if level is not None and (test.min_feature_level or 0) > level:
                     continue
                 for variant in (MODES if test.expect_failure else VARIANTS):

@@ -10,7 +10,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from xml.sax.saxutils import escape, quoteattr
 
+from . import usage
 from .errors import NnapiError
+from .usage import UsageError
 
 DEFAULT_DRIVER = os.environ.get("NNTS_DRIVER", "reference")
 STATUSES = ("pass", "fail", "skip", "error", "crash", "hang")
@@ -101,9 +103,25 @@ def cmd_fuzz(args) -> int:
     if missing:
         print(f"nnts: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
+    if args.vectors:
+        _check_seed_vectors(args.vectors)
     _devices(args.driver or DEFAULT_DRIVER)  # a bad --driver: one line here, not a child's traceback
     return engine.run(args.harness, args.driver or DEFAULT_DRIVER, args.runs, args.max_time, args.corpus, args.seed,
                       args.artifacts, args.vectors, args.timeout, args.rss_limit)
+
+
+def _check_seed_vectors(paths: list[str]) -> None:
+    """``--vectors`` must give the fuzzer seeds: a file that is not test vectors is a usage error
+    (the child would skip it without a word and fuzz from nothing)."""
+    from . import vectors
+    files = list(vectors.find_files(paths))
+    if not files:
+        raise UsageError(f"--vectors {' '.join(paths)}: no .json test-vector files there")
+    for path in files:
+        try:
+            vectors.load_file(path)
+        except NnapiError as e:
+            raise UsageError(f"--vectors: {e.message}") from None
 
 
 def cmd_ops(args) -> int:
@@ -127,25 +145,29 @@ def cmd_ops(args) -> int:
     return 0
 
 
-def _run_files(job) -> list[dict]:
-    """Worker: run every test of some files; returns plain result dicts."""
+def _run_file(path, start, progress_path, driver, isolate, pattern, mode, dynamic, device_memory,
+              cache_dir, part) -> list[dict]:
+    """Worker: run the tests of one file from test ``start`` on; returns plain result dicts, and
+    writes each to ``progress_path`` as it goes (nnapi_ref.contained: a worker that dies keeps
+    them, and the test it died in is named)."""
     from . import vectors
-    from .harness import ERROR, run_test
+    from .contained import Progress
     from . import shard
+    from .harness import run_test
     from .remote.client import incidents
-    files, driver, isolate, pattern, mode, dynamic, device_memory, cache_dir, part = job
-    devices = _devices(driver, isolate)
-    regex = re.compile(pattern) if pattern else None
-    results = []
-    for path in files:
+    progress = Progress(progress_path)
+    try:
+        devices = _devices(driver, isolate)
+        regex = re.compile(pattern) if pattern else None
+        results = []
         try:
             tests = vectors.load_file(path)
         except NnapiError as e:
-            results.append({"name": os.path.basename(path), "source": str(path), "status": ERROR, "message": str(e)})
-            continue
-        for test in tests:
-            if regex and not regex.search(test.name) or not shard.selects(part, test.name):
+            return [{"name": os.path.basename(path), "source": str(path), "status": "error", "message": str(e)}]
+        for index, test in enumerate(tests):
+            if index < start or (regex and not regex.search(test.name)) or not shard.selects(part, test.name):
                 continue
+            progress.start(index, test.name)
             seen = len(incidents())
             r = run_test(test, devices, mode, dynamic_outputs=dynamic, device_memory=device_memory,
                          cache_dir=cache_dir)
@@ -154,8 +176,11 @@ def _run_files(job) -> list[dict]:
             if new:  # the driver process died or hung: that is the verdict, whatever the runtime made of it
                 result.update(status="hang" if any(i.kind == "hang" for i in new) else "crash",
                               message="\n".join(i.message for i in new))
+            progress.result(result)
             results.append(result)
-    return results
+        return results
+    finally:
+        progress.close()
 
 
 def write_junit(path: str, results: list[dict], elapsed: float) -> None:
@@ -173,53 +198,58 @@ def write_junit(path: str, results: list[dict], elapsed: float) -> None:
                    "skip": "skipped"}[r["status"]]
             lines.append(f'{head}><{tag} message={quoteattr(r["message"][:500])}>{escape(r["message"])}</{tag}></testcase>')
     lines.append("</testsuite></testsuites>")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+    usage.write_atomic(path, "\n".join(lines) + "\n")
 
 
 def cmd_vectors_run(args) -> int:
+    from .contained import run_contained
     from .vectors import find_files
     if not args.paths:
         from .cases import CORPUS
         args.paths = [str(CORPUS)]
     start = time.monotonic()
-    files = [str(p) for p in find_files(args.paths)]
     missing = [p for p in args.paths if not os.path.exists(p)]
     if missing:
-        print(f"nnts: no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        print(f"nnts vectors run: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
+    files = [str(p) for p in find_files(args.paths)]
+    known = load_known_failures(args.known_failures) if args.known_failures else None  # bad: one line, now
     _devices(args.driver, args.isolate)
     jobs = args.jobs or os.cpu_count() or 1
-    tasks = [([f], args.driver, args.isolate, args.filter, args.mode, args.dynamic, args.device_memory, args.cache_dir,
-              args.shard) for f in files]
-    results: list[dict] = []
-    if jobs > 1 and len(tasks) > 1:
-        with ProcessPoolExecutor(jobs) as pool:
-            for part in pool.map(_run_files, tasks, chunksize=4):
-                _report(part, args.verbose, args.quiet)
-                results += part
-    else:
-        for task in tasks:
-            part = _run_files(task)
-            _report(part, args.verbose, args.quiet)
-            results += part
-    known = _apply_known_failures(results, args.known_failures) if args.known_failures else 0
+    job_args = (args.driver, args.isolate, args.filter, args.mode, args.dynamic, args.device_memory, args.cache_dir,
+                args.shard)
+    reported: list[list[dict]] = []
+
+    def report(part):
+        reported.append(part)
+        _report(part, args.verbose, args.quiet)
+
+    interrupted = False
+    try:
+        results = run_contained(_run_file, job_args, files, jobs, report)
+    except KeyboardInterrupt:  # Ctrl-C: write what is done
+        interrupted = True
+        results = [r for part in reported for r in part]
+    n_known = _apply_known_failures(results, args.known_failures, known) if known is not None else 0
     elapsed = time.monotonic() - start
     counts = {s: sum(r["status"] == s for r in results) for s in STATUSES}
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"passed": counts["pass"], "failed": counts["fail"], "skipped": counts["skip"],
-                       "errors": counts["error"], "crashed": counts["crash"], "hung": counts["hang"],
-                       "results": results}, f, indent=1)
+        usage.write_atomic(args.json, json.dumps(
+            {"passed": counts["pass"], "failed": counts["fail"], "skipped": counts["skip"],
+             "errors": counts["error"], "crashed": counts["crash"], "hung": counts["hang"],
+             "interrupted": interrupted, "results": results}, indent=1))
     if args.junit:
         write_junit(args.junit, results, elapsed)
+    if interrupted:
+        print(f"nnts vectors run: interrupted after {len(results)} results", file=sys.stderr)
+        return 130
     if not results:
         print("nnts: no test models found", file=sys.stderr)
         return 5
     extra = "".join(f", {counts[s]} {word}" for s, word in (("error", "errors"), ("crash", "crashed"),
                                                               ("hang", "hung")) if counts[s])
-    if known:
-        print(f"({known} of the skipped are known failures listed in {args.known_failures})")
+    if n_known:
+        print(f"({n_known} of the skipped are known failures listed in {args.known_failures})")
     print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped{extra} in {elapsed:.1f}s")
     return 1 if any(counts[s] for s in ("fail", "error", "crash", "hang")) else 0
 
@@ -227,17 +257,19 @@ def cmd_vectors_run(args) -> int:
 def load_known_failures(path: str) -> dict[str, str]:
     """Test names (one per line, '#' starts a comment giving the reason) expected to fail."""
     known = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            name, _, reason = line.partition("#")
-            if name.strip():
-                known[name.strip()] = reason.strip()
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                name, _, reason = line.partition("#")
+                if name.strip():
+                    known[name.strip()] = reason.strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--expected-failures {path}: cannot read it: {e}") from None
     return known
 
 
-def _apply_known_failures(results: list[dict], path: str) -> int:
+def _apply_known_failures(results: list[dict], path: str, known: dict[str, str]) -> int:
     """Report listed failures as skips naming the file; warn about listed tests that pass."""
-    known = load_known_failures(path)
     count = 0
     for r in results:
         if r["name"] not in known:
@@ -361,10 +393,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("fuzz", help="coverage-guided fuzzing (atheris) of a harness against a driver, or a replay")
     add_driver_options(p)
     p.set_defaults(driver=None)  # --replay takes the driver from the artifact unless one is given
-    p.add_argument("--harness", choices=("model", "execute", "request", "vectors", "remote"),
+    p.add_argument("--harness", choices=("model", "execute", "request", "vectors", "remote",
+                                         "tflite", "gate", "include", "sidecar"),
                    help="what the fuzzer mutates: model (models built through the NDK calls), execute (models run "
                         "on the driver), request (requests to a prepared model), vectors (test-vector files), "
-                        "remote (remote-driver protocol messages)")
+                        "remote (remote-driver protocol messages); the suite's own inputs: tflite (the .tflite "
+                        "importer), gate (nnts gate's files), include (nnts bench --include files), sidecar "
+                        "(fuzz artifacts' sidecars)")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--max-time", type=float, help="seconds to fuzz (default 60 unless --runs is given)")
     budget.add_argument("--runs", type=int, help="number of inputs to run")
@@ -416,6 +451,12 @@ def main(argv: list[str] | None = None) -> int:
                                                   "with the imported one of the same name (exit 1 on a difference)")
     r.set_defaults(func=cmd_vectors_import_aosp)
     args = parser.parse_args(argv)
+    command = f"vectors {args.vectors_command}" if args.command == "vectors" else args.command
+    try:
+        check_arguments(args)
+    except UsageError as e:
+        print(f"nnts {command}: {e}", file=sys.stderr)
+        return 2
     if trace_cli.apply(args) is not None:
         return 2
     if getattr(args, "call_timeout", None):
@@ -427,6 +468,62 @@ def main(argv: list[str] | None = None) -> int:
     except NnapiError as e:  # a bad driver string, a driver that does not start: one line, not a traceback
         print(f"nnts: {e}", file=sys.stderr)
         return 2
+    except UsageError as e:  # found once the run's inputs were read (a socket path's folder)
+        print(f"nnts {command}: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `nnts ops | head`: the reader left; end quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+        return 141
+    except KeyboardInterrupt:
+        print(f"nnts {command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def check_arguments(args) -> None:
+    """The arguments that can be checked before the run (paths, files, numbers), so that a typo
+    is one line at once rather than a traceback or lost results at the end."""
+    if hasattr(args, "call_timeout"):
+        usage.positive("--call-timeout", args.call_timeout)
+    if getattr(args, "driver", None) is not None and not args.driver.strip():
+        raise UsageError("--driver: an empty driver string")
+    for option, flag in (("json", "--json"), ("junit", "--junitxml"), ("html", "--html")):  # bench makes folders
+        usage.output_path(flag, getattr(args, option, None), creates_folder=args.command == "bench")
+    if args.command == "stress":
+        usage.positive("--duration", args.duration)
+    elif args.command == "bench":
+        usage.positive("--max-time", args.max_time)
+        usage.positive("--runs", args.runs)
+        usage.positive("--warmup", args.warmup, allow_zero=True)
+        from nnts.reports.bench import included
+        for path in args.include or ():
+            usage.input_file("--include", path)
+            try:
+                included(path)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+                raise UsageError(f"--include {path}: not a stress, conformance or vectors JSON file "
+                                 f"({type(e).__name__}: {e})") from None
+    elif args.command == "gate":
+        usage.input_file("results", args.results)
+        usage.input_file("--baseline", args.baseline)
+        usage.input_file("--thresholds", args.thresholds)
+    elif args.command == "fuzz":
+        usage.positive("--max-time", args.max_time)
+        usage.positive("--runs", args.runs)
+        usage.positive("--timeout", args.timeout)
+        usage.positive("--rss-limit", args.rss_limit)
+        usage.folder("--corpus", args.corpus)
+        usage.folder("--artifacts", args.artifacts)
+        usage.input_file("--replay", args.replay, text=False)
+    elif args.command == "serve" and args.socket is not None:
+        from .remote.server import check_socket_path
+        check_socket_path(args.socket)
+    elif args.command == "vectors" and args.vectors_command == "run":
+        usage.regex("--filter", args.filter)
+        usage.folder("--cache-dir", args.cache_dir)
+        usage.input_file("--expected-failures", args.known_failures)
+        if args.jobs < 0:
+            raise UsageError(f"--jobs {args.jobs}: must be 0 (one per core) or more")
 
 
 if __name__ == "__main__":

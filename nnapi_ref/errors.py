@@ -17,6 +17,12 @@ class NnapiError(Exception):
         self.output_shapes: list = []  # with OUTPUT_INSUFFICIENT_SIZE: the shapes a driver reported
 
 
+class HostResourceError(Exception):
+    """The host ran out of a resource the suite itself needs (shared memory for a remote driver's
+    tensors): the run's environment failed, not the driver; reported as such, never as the
+    driver's failure."""
+
+
 def bad_data(message: str) -> NnapiError:
     return NnapiError(ResultCode.BAD_DATA, message)
 

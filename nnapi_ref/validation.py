@@ -32,6 +32,8 @@ def operand_type_problem(code, dimensions, scale: float, zero_point: int, channe
     for d in dimensions:
         if not isinstance(d, (int, np.integer)) or d < 0:
             return f"dimensions {list(dimensions)} must be non-negative integers"
+        if d > 0xFFFFFFFF:
+            return f"dimension {d} does not fit NNAPI's uint32_t dimensions"
     if not math.isfinite(scale):
         return f"scale {scale} is not finite"
     if code in ZERO_POINT_RANGE or code in (T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM):

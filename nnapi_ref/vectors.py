@@ -106,7 +106,14 @@ def _enum(enum, name, what):
 
 # What reading a field of the wrong JSON type raises (a string where a number belongs, a list
 # where an object does, an integer too large for a float): a malformed file, never a traceback.
-MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError)
+MALFORMED = (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError, RecursionError)
+
+
+def _dimensions(value) -> tuple[int, ...]:
+    """A JSON list of integers (not a string of digits, not booleans, not 2.5)."""
+    if not isinstance(value, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+        raise TypeError(f"dimensions {value!r} are not a list of integers")
+    return tuple(value)
 
 
 def _prefixes_from_json(d: dict, what: str) -> list[ExtensionNameAndPrefix]:
@@ -160,7 +167,7 @@ def _subgraph_from_json(d: dict, what: str, is_main: bool, prefixes=()):
                 code = OperandCode.SUBGRAPH if o["type"] in ("SUBGRAPH", "MODEL") else \
                     _enum(OperandCode, o["type"], where)
             life = _enum(Lifetime, o["lifetime"], where)
-            dims = tuple(int(x) for x in o["dimensions"])
+            dims = _dimensions(o["dimensions"])
             cq = o.get("channel_quant")
             channel_quant = ChannelQuant(tuple(float(np.float32(s)) for s in cq["scales"]), int(cq["channel_dim"])) \
                 if cq else None
@@ -254,6 +261,8 @@ def load_file(path: str | os.PathLike) -> list[TestModel]:
             doc = json.load(f)
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise FormatError(f"{path}: cannot read test vectors: {e}") from None
+    except RecursionError:
+        raise FormatError(f"{path}: cannot read test vectors: JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise FormatError(f"{path}: not a test-vector file (the top level is a JSON {type(doc).__name__}, "
                           f"not an object with \"format\": \"{FORMAT}\")")
@@ -262,7 +271,12 @@ def load_file(path: str | os.PathLike) -> list[TestModel]:
     tests = doc.get("tests", [])
     if not isinstance(tests, list):
         raise FormatError(f"{path}: 'tests' is a JSON {type(tests).__name__}, not a list")
-    return [test_from_json(t, source) for t in tests]
+    try:
+        return [test_from_json(t, source) for t in tests]
+    except FormatError as e:
+        raise FormatError(f"{path}: {e.message}") from None
+    except RecursionError:
+        raise FormatError(f"{path}: a test nested too deeply") from None
 
 
 def find_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
@@ -270,7 +284,12 @@ def find_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            yield from sorted(q for q in p.rglob("*.json") if q.is_file())
+            found = []
+            # A folder that cannot be listed is yielded itself: reading it fails, and that names it
+            # (an error row), instead of the folder's tests silently missing from the run.
+            for folder, _, names in os.walk(p, onerror=lambda e: found.append(Path(e.filename))):
+                found += [Path(folder) / n for n in names if n.endswith(".json") and (Path(folder) / n).is_file()]
+            yield from sorted(found)
         else:
             yield p
 

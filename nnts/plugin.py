@@ -69,6 +69,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    _check_options(config)
     path = config.getoption("nnts_trace")
     if path and not os.environ.get("PYTEST_XDIST_WORKER"):
         from nnapi_ref import trace
@@ -126,7 +127,9 @@ def _checked_drivers(config):
     return drivers
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_modifyitems(session, config, items):
+    from nnts.vector_errors import add_items
+    add_items(session, items)  # a test-vector file that cannot be read: a failing test, not the end
     vts = Path(str(resources.files("nnts.vts")))
     in_vts: dict[str, bool] = {}  # per file: Path.parents of 48k items took seconds
     for item in items:
@@ -153,6 +156,19 @@ def _select_shard(config, items) -> None:
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _check_options(config) -> None:
+    """Options that name files or numbers: one usage line before collection, not a traceback."""
+    from nnapi_ref import usage
+    try:
+        usage.input_file("--expected-failures", config.getoption("expected_failures"))
+        usage.positive("--call-timeout", config.getoption("call_timeout"))
+        for path in config.getoption("report"):  # its folder is created
+            if not path or os.path.isdir(path):
+                raise usage.UsageError(f"--report {path!r}: a folder or an empty path, not a file")
+    except usage.UsageError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 @pytest.fixture(scope="session")
@@ -192,7 +208,7 @@ def pytest_runtest_setup(item):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if "drivers" in item.fixturenames and (report.when == "call" or (report.when == "setup" and not report.passed)):
+    if "drivers" in getattr(item, "fixturenames", ()) and (report.when == "call" or (report.when == "setup" and not report.passed)):
         from nnapi_ref.remote.client import incidents
         new = incidents()[getattr(item, "nnts_incidents", 0):]
         if new:  # the driver died or hung in this test: its verdict, whatever the test concluded
@@ -233,6 +249,18 @@ def _describe_run_once(item, report):
     from nnts.reports.results import corpus_facts, driver_facts
     facts = {"drivers": driver_facts(item.funcargs["drivers"]), "corpora": corpus_facts(item.config)}
     report.user_properties = [*report.user_properties, ("nnts_run", json.dumps(facts))]  # this report's only
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem, report, sched):
+    """pytest-xdist: a worker died in a test (an in-process driver crashed, without --isolate).
+    The test's verdict is CRASH, as under --isolate; xdist starts a new worker and goes on."""
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    name = getattr(worker, "id", "?")
+    report.longrepr = (f"CRASH: the pytest-xdist worker {name} died while running this test (an in-process "
+                       "driver that crashes takes its worker with it; --isolate runs the driver in a process "
+                       "of its own and reports its exit status)")
+    report.user_properties.append(("nnts_verdict", "crash"))
 
 
 class ConformanceResults:

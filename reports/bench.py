@@ -83,19 +83,27 @@ def ratio_svg(rows: list[dict]) -> str:
 
 def included(path: str) -> dict:
     """An --include file as {kind, title, ...} for the template: stress (a list of results with
-    verdicts), conformance (reports/results.py's JSON, schema 2 or 1) or vectors (nnts vectors run --json)."""
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    verdicts), conformance (reports/results.py's JSON, schema 2 or 1) or vectors (nnts vectors run --json).
+    ValueError for anything else, or for one of them with fields of the wrong JSON types."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{path}: not a JSON file ({type(e).__name__})") from None
     name = Path(path).name
-    if isinstance(data, list) and all(isinstance(r, dict) and "verdict" in r for r in data):
+    if isinstance(data, list) and all(isinstance(r, dict) and isinstance(r.get("verdict"), str) for r in data):
         counts = {v: sum(r["verdict"] == v for r in data) for v in dict.fromkeys(r["verdict"] for r in data)}
         return {"kind": "stress", "title": f"Stress tests ({name})", "rows": data, "counts": counts,
                 "ok": all(r["verdict"] == "SUCCESS" for r in data)}
     if isinstance(data, dict) and str(data.get("schema", "")).startswith("nnts-conformance/"):
+        if not isinstance(data.get("totals"), dict) or not isinstance(data.get("driver"), str):
+            raise ValueError(f"{path}: a conformance JSON without 'driver' and 'totals'")
         if data["schema"] == "nnts-conformance/1":
             data = upgrade_v1(data)
         return {"kind": "conformance", "title": f"Conformance ({name}, driver {data['driver']})", "data": data,
                 "ok": not any(data["totals"].get(o) for o in FAILING)}
-    if isinstance(data, dict) and "results" in data and "passed" in data:
+    if isinstance(data, dict) and isinstance(data.get("results"), list) and "passed" in data:
+        if not all(isinstance(r, dict) and isinstance(r.get("status"), str) for r in data["results"]):
+            raise ValueError(f"{path}: a vectors JSON whose results are not objects with a status")
         bad = [r for r in data["results"] if r["status"] in ("fail", "error", "crash", "hang")]
         return {"kind": "vectors", "title": f"Test vectors / fuzz reproducers ({name})", "data": data, "bad": bad,
                 "ok": not bad}
@@ -127,4 +135,5 @@ def _failing(row: dict) -> bool:
 def write_report(path: str, results: dict, includes: list[str]) -> None:
     page = render(results, includes)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(page, encoding="utf-8")
+    from nnapi_ref.usage import write_atomic
+    write_atomic(path, page)

@@ -32,18 +32,20 @@ def test_required_scalar_without_a_value_is_invalid_argument():
 
 
 def test_enormous_constant_is_not_taken_for_an_empty_one():
-    """model harness: dimensions whose product overflows int64 (2**32 x 2**32) made the size
-    numpy computed 0, so an empty value was accepted for a constant of 2**64 elements."""
+    """model harness: dimensions whose product overflows int64 (2**32 x 2**32, now refused as
+    past uint32; (2**32 - 1) x (2**32 - 1) still overflows) made the size numpy computed 0, so an
+    empty value was accepted for a constant of 2**64 elements."""
+    big = 2**32 - 1
     m = Model()
-    k = m.add_operand(OperandType(T.TENSOR_FLOAT32, (2**32, 2**32)))
+    k = m.add_operand(OperandType(T.TENSOR_FLOAT32, (big, big)))
     with pytest.raises(NnapiError) as e:
         m.set_operand_value(k, b"")
-    assert e.value.code == ResultCode.BAD_DATA and str(4 * 2**64) in e.value.message
-    operands = [hal.Operand(T.TENSOR_FLOAT32, (2**32, 2**32), lifetime=Lifetime.CONSTANT_COPY,
+    assert e.value.code == ResultCode.BAD_DATA and str(4 * big * big) in e.value.message
+    operands = [hal.Operand(T.TENSOR_FLOAT32, (big, big), lifetime=Lifetime.CONSTANT_COPY,
                             value=np.zeros(0, np.float32)),
-                hal.Operand(T.TENSOR_FLOAT32, (2**32, 2**32), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.TENSOR_FLOAT32, (big, big), lifetime=Lifetime.SUBGRAPH_INPUT),
                 hal.Operand(T.INT32, lifetime=Lifetime.CONSTANT_COPY, value=np.zeros(1, np.int32)),
-                hal.Operand(T.TENSOR_FLOAT32, (2**32, 2**32), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+                hal.Operand(T.TENSOR_FLOAT32, (big, big), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
     model = hal.Model(hal.Subgraph(operands, [hal.Operation(OperationCode.ADD, (0, 1, 2), (3,))], (1,), (3,)))
     with pytest.raises(NnapiError, match="constant has 0 values"):
         validate_model(model)

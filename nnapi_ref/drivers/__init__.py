@@ -56,7 +56,7 @@ def load_driver(spec: str, isolate: bool = False) -> Device:
     _current_folder_importable()
     try:
         module = importlib.import_module(module_name)
-    except Exception as e:  # ImportError, or whatever the module's own code raises while importing
+    except Exception as e:  # ImportError, or the module's own failure on import (a SyntaxError, ...)
         raise NnapiError(ResultCode.UNAVAILABLE_DEVICE,
                          f"driver {spec!r}: cannot import {module_name}: {type(e).__name__}: {e}") from None
     obj = module
@@ -66,7 +66,7 @@ def load_driver(spec: str, isolate: bool = False) -> Device:
         obj = getattr(obj, part)
     try:
         driver = obj if isinstance(obj, Device) else obj() if callable(obj) else obj
-    except Exception as e:
+    except Exception as e:  # the vendor's factory failed: the driver is not available, one line says why
         raise NnapiError(ResultCode.UNAVAILABLE_DEVICE,
                          f"driver {spec!r}: {attr}() raised {type(e).__name__}: {e}") from None
     if not isinstance(driver, Device):
@@ -92,8 +92,8 @@ def _load_remote(spec: str) -> Device:
     if kind == "remote":
         try:
             shlex.split(target)
-        except ValueError as e:
-            raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: cannot split the command line: {e}") from None
+        except ValueError as e:  # remote:"unbalanced
+            raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: the command does not parse: {e}") from None
     try:
         return start_process(target) if kind == "remote" else attach_socket(target)
     except HalError as e:

@@ -9,7 +9,7 @@ operations, prepare, allocate) starts a fresh process; objects of the dead one k
 DEAD_OBJECT.
 
 Time budgets, in seconds: ``NNTS_CALL_TIMEOUT`` (default 60) for each call and
-``NNTS_PREPARE_TIMEOUT`` (default 120, under pytest-timeout's 300) for starting, querying and preparing.
+``NNTS_PREPARE_TIMEOUT`` (default 120, under pytest-timeout's 300) for starting and preparing.
 """
 from __future__ import annotations
 
@@ -40,6 +40,12 @@ from .wire import EncodeError, Msg, ProtocolError, Reader, Writer
 DEFAULT_CALL_TIMEOUT_S = 60.0
 DEFAULT_PREPARE_TIMEOUT_S = 120.0
 STDERR_LINES = 20
+STDERR_LINE_CHARS = 400
+
+
+def _clip(line: bytes) -> str:
+    text = line.decode("utf-8", "replace").rstrip()
+    return text if len(text) <= STDERR_LINE_CHARS else f"...{text[-STDERR_LINE_CHARS:]}"
 
 # The replies each request may get (besides ERROR).
 _REPLIES = {
@@ -49,7 +55,7 @@ _REPLIES = {
     Msg.BURST_RELEASE_MEMORY: Msg.OK, Msg.ALLOCATE: Msg.BUFFER, Msg.BUFFER_COPY_TO: Msg.OK,
     Msg.BUFFER_COPY_FROM: Msg.OK, Msg.TRACE_START: Msg.TRACE_CLOCK, Msg.TRACE_COLLECT: Msg.TRACE_SPANS,
 }
-_SLOW = frozenset({Msg.HELLO, Msg.GET_SUPPORTED_OPERATIONS, Msg.PREPARE_MODEL, Msg.PREPARE_MODEL_FROM_CACHE})
+_SLOW = frozenset({Msg.HELLO, Msg.PREPARE_MODEL, Msg.PREPARE_MODEL_FROM_CACHE})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,8 +116,23 @@ class ProcessTransport:
         self._stderr_done.start()
 
     def _drain_stderr(self) -> None:
-        for line in self.proc.stderr:
-            self._stderr.append(line.decode("utf-8", "replace").rstrip())
+        """Keep the last STDERR_LINES lines, each cut to STDERR_LINE_CHARS, read in large chunks
+        (a driver writing one 20 MB line costs a few hundred reads, not twenty million)."""
+        fd = self.proc.stderr.fileno()
+        partial = b""
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            *lines, partial = (partial + chunk).split(b"\n")
+            for line in lines[-STDERR_LINES:]:
+                self._stderr.append(_clip(line))
+            partial = partial[-4 * STDERR_LINE_CHARS:]  # a line's tail is what says why
+        if partial:
+            self._stderr.append(_clip(partial))
 
     def send(self, data: bytes) -> None:
         self.proc.stdin.write(data)
@@ -220,6 +241,7 @@ class Connection:
         self.call_timeout_s = call_timeout_s
         self.prepare_timeout_s = prepare_timeout_s
         self.dead: str | None = None
+        self._stopped = threading.Event()  # set once ``dead`` holds the final reason
         self.arena = shm.StagingArena()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -286,6 +308,9 @@ class Connection:
         self._released.append(handle)
 
     def dead_error(self) -> HalError:
+        # Another thread may be in fail(), between marking the connection dead and recording
+        # why (it waits for the process to exit): wait for the real reason, not the placeholder.
+        self._stopped.wait(10)
         return HalError(ErrorStatus.DEAD_OBJECT, self.dead or "")
 
     def call(self, msg: Msg, w: Writer, what: str, regions=(),
@@ -307,11 +332,13 @@ class Connection:
         call_id = next(self._ids)
         waiter = _Waiter(msg)
         with self._lock:  # registered before the connection dies, or refused: never stranded
-            if self.dead:
-                raise self.dead_error()
-            self._pending[call_id] = waiter
-            if async_execution is not None:
-                self._async[call_id] = async_execution
+            dead = bool(self.dead)
+            if not dead:
+                self._pending[call_id] = waiter
+                if async_execution is not None:
+                    self._async[call_id] = async_execution
+        if dead:
+            raise self.dead_error()
         self._send(w.finish(msg, call_id), regions)
         timeout_s = self.prepare_timeout_s if msg in _SLOW else self.call_timeout_s
         if not waiter.event.wait(timeout_s):
@@ -443,6 +470,7 @@ class Connection:
         else:
             message += f" ({death})"
         self.dead = message
+        self._stopped.set()
         _record(Incident(kind, self.driver, message))
         if vlog.on["manager"]:
             vlog.info("Manager", "%s: driver died: %s", self.driver, message)
@@ -468,6 +496,7 @@ class Connection:
             if self.dead:
                 return
             self.dead = "closed by the client"
+        self._stopped.set()
         self.transport.kill()
         self._completions.put(None)
 

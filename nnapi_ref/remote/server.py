@@ -14,6 +14,7 @@ import itertools
 import mmap
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -482,9 +483,30 @@ def serve_stdio(device: hal.Device) -> None:
     Session(device, _fd_reader(protocol_in), _fd_writer(protocol_out)).serve()
 
 
+SOCKET_PATH_MAX = 107  # bytes of sockaddr_un.sun_path (108 on Linux) less the terminating NUL
+
+
+def check_socket_path(path: str) -> None:
+    """A path ``serve_socket`` can listen on: its folder exists, it fits in a socket address, and
+    nothing but a socket (an earlier server's) is there; a UsageError naming the problem."""
+    from ..usage import UsageError
+    if not path:
+        raise UsageError("--socket: an empty path")
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+        raise UsageError(f"--socket {path}: {len(os.fsencode(path))} bytes, over the {SOCKET_PATH_MAX}-byte "
+                         "limit of a Unix socket path (use a shorter or relative path)")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"--socket {path}: the folder {folder} does not exist")
+    if os.path.lexists(path) and not stat.S_ISSOCK(os.lstat(path).st_mode):
+        raise UsageError(f"--socket {path}: exists and is not a socket (refusing to replace it)")
+
+
 def serve_socket(device: hal.Device, path: str) -> None:
-    """Serve clients on a Unix socket, each in its own session, until interrupted."""
-    if os.path.exists(path):
+    """Serve clients on a Unix socket, each in its own session, until interrupted. Only a socket
+    left by an earlier server is replaced: anything else at ``path`` is a UsageError."""
+    check_socket_path(path)
+    if os.path.lexists(path):
         os.unlink(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)

@@ -9,6 +9,7 @@ with no copy; anything else is copied into a staging region for the call.
 from __future__ import annotations
 
 import bisect
+import errno
 import itertools
 import mmap
 import os
@@ -18,6 +19,8 @@ import threading
 import weakref
 
 import numpy as np
+
+from ..errors import HostResourceError
 
 SHM_DIR = os.environ.get("NNTS_SHM_DIR") or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
 _PREFIX = "nnts-"
@@ -37,17 +40,32 @@ class Region:
         self.size = size
 
 
+_HOST_ERRNOS = frozenset({errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EMFILE, errno.ENFILE, errno.EDQUOT})
+
+
+def _host_error(e: OSError, size: int) -> Exception:
+    if e.errno not in _HOST_ERRNOS:
+        return e
+    return HostResourceError(f"the host is out of shared memory: {size} bytes cannot be reserved in {SHM_DIR} "
+                             f"({e.strerror}); a resource of the host, not the driver's failure")
+
+
 def allocate(size: int) -> np.ndarray:
     """``size`` zeroed bytes of shared memory; the region lives as long as the array (or a view
     of it) does."""
     path = os.path.join(SHM_DIR, f"{_PREFIX}{os.getpid()}-{next(_names)}")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        raise _host_error(e, size) from None
     try:
         # Reserved now: a full /dev/shm is an error here, not a SIGBUS when a page is first touched.
         os.posix_fallocate(fd, 0, max(size, 1))
         mapped = mmap.mmap(fd, max(size, 1))
-    except BaseException:
+    except BaseException as e:
         os.unlink(path)
+        if isinstance(e, OSError) and e.errno in _HOST_ERRNOS:
+            raise _host_error(e, size) from None
         raise
     finally:
         os.close(fd)

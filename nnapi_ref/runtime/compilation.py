@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import extensions as ext, hal, trace, vlog
-from ..errors import NnapiError, check
+from ..errors import HostResourceError, NnapiError, check
 from ..hal import Model as HalModel, Operand, Operation, Subgraph
 from ..types import (BYTE_SIZE_OF_CACHE_TOKEN, Lifetime, OperandCode, OperationCode, PreferenceCode, PriorityCode,
                      ResultCode)
@@ -54,6 +54,8 @@ def call_driver(device: Device, what: str, fn, *args):
     """Call into a driver, turning any failure into an NnapiError."""
     try:
         return fn(*args)
+    except HostResourceError:  # the host's, not the driver's: the caller reports it as such
+        raise
     except Exception as e:  # a driver is foreign code: any exception is its failure
         raise nnapi_error(e, device, what) from None
 
@@ -151,6 +153,8 @@ def partition(model: HalModel, devices: list[Device], preference: PreferenceCode
         try:
             flags = device.driver.get_supported_operations(model)
             supported[id(device)] = list(flags) if len(flags) == len(main.operations) else [False] * len(main.operations)
+        except HostResourceError:
+            raise
         except Exception:  # a driver that can't answer supports nothing
             supported[id(device)] = [False] * len(main.operations)
     cpu = MANAGER.cpu

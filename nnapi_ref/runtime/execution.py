@@ -16,9 +16,9 @@ from typing import Sequence
 import numpy as np
 
 from .. import hal, trace, vlog
-from ..errors import NnapiError, check
+from ..errors import HostResourceError, NnapiError, check
 from ..extensions import uses_extensions
-from ..types import (LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, DurationCode,
+from ..types import (DTYPES, LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, SCALAR_TYPES, DurationCode,
                      ResultCode, type_name)
 from .compilation import RESULT_OF_STATUS, Burst, Compilation, Step, call_driver, nnapi_error
 from .devices import MANAGER
@@ -446,6 +446,8 @@ class Execution:
             step = plan.steps[0]
             try:
                 result = self._execute_single(step, deadline, burst)
+            except HostResourceError:  # the host's failure, not the driver's
+                raise
             except Exception as e:
                 error = self._recover(e, step, deadline)
                 if error is not None:

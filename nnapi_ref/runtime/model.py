@@ -15,7 +15,7 @@ import threading
 import numpy as np
 
 from .. import extensions as ext, ops, trace, vlog
-from ..errors import NnapiError, check
+from ..errors import HostResourceError, NnapiError, check
 from ..hal import ChannelQuant, ExtensionNameAndPrefix, Model as HalModel, Operand, Operation, Subgraph
 from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
                      OperationCode, ResultCode, type_name)
@@ -38,10 +38,37 @@ class OperandType:
     zero_point: int = 0
 
     def __init__(self, type, dimensions=(), scale=0.0, zero_point=0):
+        dims, scale, zero_point = _converted(dimensions, scale, zero_point, "OperandType")
         object.__setattr__(self, "type", type)
-        object.__setattr__(self, "dimensions", tuple(int(d) for d in dimensions) if dimensions is not None else ())
-        object.__setattr__(self, "scale", float(scale))
-        object.__setattr__(self, "zero_point", int(zero_point))
+        object.__setattr__(self, "dimensions", dims)
+        object.__setattr__(self, "scale", scale)
+        object.__setattr__(self, "zero_point", zero_point)
+
+
+def _converted(dimensions, scale, zero_point, call: str) -> tuple[tuple[int, ...], float, int]:
+    """The C types of ANeuralNetworksOperandType (uint32_t dimensions, float scale, int32_t zero
+    point) from Python values; anything that is not one (a string, nan, None, a bare number
+    where the dimensions belong) is BAD_DATA, as a wrong value passed to the NDK is."""
+    try:
+        if dimensions is None:
+            dims = ()
+        elif isinstance(dimensions, (str, bytes)) or not hasattr(dimensions, "__iter__"):
+            raise TypeError(f"dimensions {dimensions!r} are not a sequence of integers")
+        else:
+            dims = tuple(_integer(d, "dimension") for d in dimensions)
+        scale_ = float(scale)
+        zero_point_ = _integer(zero_point, "zero point")
+    except (TypeError, ValueError, OverflowError) as e:
+        raise NnapiError(ResultCode.BAD_DATA, f"{call}: {e}") from None
+    return dims, scale_, zero_point_
+
+
+def _integer(value, what: str) -> int:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        return int(value)  # 2.0 is 2, as a C conversion would take it
+    raise TypeError(f"{what} {value!r} is not an integer")
 
 
 _TYPE_PROBLEMS: dict[tuple, str | None] = {}  # (code, dims, scale, zero point) -> operand_type_problem's answer
@@ -129,8 +156,8 @@ class Model:
             code, dims = operand_type.type, operand_type.dimensions
             scale, zero_point = operand_type.scale, operand_type.zero_point
         else:  # OperandType's conversions, without building one
-            code, dims = operand_type, tuple(int(d) for d in dimensions) if dimensions else ()
-            scale, zero_point = float(scale), int(zero_point)
+            code = operand_type
+            dims, scale, zero_point = _converted(dimensions, scale, zero_point, "add_operand")
         if isinstance(code, (int, np.integer)) and ext.is_extension_type(code):
             return self._add_extension_operand(int(code), dims, scale, zero_point)
         problem = _operand_type_problem(code, dims, scale, zero_point)
@@ -400,6 +427,8 @@ class Model:
         for device in devices:
             try:
                 flags = device.driver.get_supported_operations(self._hal)
+            except HostResourceError:  # the host's failure, not the driver's
+                raise
             except Exception as e:  # a driver failing the query supports nothing
                 raise NnapiError(ResultCode.OP_FAILED, f"get_supported_operations on {device.name}: {e}") from None
             if len(flags) != len(supported):

@@ -1,0 +1,216 @@
+"""``nnts vectors run``'s workers, contained: the test-vector files run in a pool of worker
+processes, and a test that kills its worker (an in-process driver calling ``abort()``) or never
+returns (a driver stuck in a loop) becomes a CRASH or HANG row of that test; the pool is started
+again and every other test still runs and is reported.
+
+Each task (one file, from one test on) writes a progress file as it goes: a ``start`` line before
+each test (with the worker's pid and the time) and a ``result`` line after it, so results already
+computed survive their worker, and the test a worker died in is the one started and not finished.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+
+DEFAULT_TEST_BUDGET_S = 180.0  # a test's prepare (120 s) and its executions, on an in-process driver
+
+
+def test_budget_s() -> float:
+    """Seconds one test may take in a worker before it is declared hung: three call budgets when
+    ``--call-timeout`` is given, else DEFAULT_TEST_BUDGET_S."""
+    given = os.environ.get("NNTS_CALL_TIMEOUT")
+    return 3 * float(given) if given else DEFAULT_TEST_BUDGET_S
+
+
+@dataclass
+class Task:
+    path: str
+    start: int = 0                         # index of the first test to run
+    results: list[dict] = field(default_factory=list)
+    progress: str = ""
+
+
+def _read_progress(path: str) -> tuple[list[dict], dict | None]:
+    """The results a task wrote, and the test it started and did not finish (or None)."""
+    results, started = [], None
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return results, None
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:  # a line cut short by the worker's death
+            continue
+        if entry["kind"] == "start":
+            started = entry
+        else:
+            results.append(entry["result"])
+            started = None
+    return results, started
+
+
+def run_contained(run_file, job_args: tuple, files: list[str], jobs: int, report) -> list[dict]:
+    """Every test of ``files`` through ``run_file(path, start, progress, *job_args)`` in worker
+    processes; ``report(results)`` is called with each file's results as it completes. Returns all
+    results, in file order; a worker's death or a test over budget is a row of its own."""
+    budget = test_budget_s()
+    done: dict[str, list[dict]] = {}
+    pending = [Task(p) for p in files]
+    serial = False  # after a death we could not pin on one test: one worker until we can
+    with tempfile.TemporaryDirectory(prefix="nnts-progress-") as folder:
+        counter = 0
+        while pending:
+            workers = 1 if serial else max(1, min(jobs, len(pending)))
+            pool = ProcessPoolExecutor(workers)
+            futures = {}
+            for task in pending:
+                counter += 1
+                task.progress = os.path.join(folder, f"{counter}.jsonl")
+                futures[pool.submit(run_file, task.path, task.start, task.progress, *job_args)] = task
+            pending = []
+            hung_pid = None
+            broken = False
+            processes = {}
+            not_done = set(futures)
+            try:
+                while not_done:
+                    finished, not_done = wait(not_done, timeout=0.5, return_when=FIRST_COMPLETED)
+                    processes.update(getattr(pool, "_processes", None) or {})
+                    for future in finished:
+                        task = futures[future]
+                        try:
+                            part = task.results + future.result()
+                        except BrokenProcessPool:
+                            broken = True
+                            continue
+                        done[task.path] = part
+                        report(part)
+                    if broken:
+                        break
+                    if hung_pid is None:
+                        hung_pid = _kill_hung(futures, not_done, budget)
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+            if not broken and hung_pid is None:
+                break
+            # The pool is broken: keep what each unfinished task wrote, find the test that died.
+            in_flight, outside = [], []
+            for future, task in futures.items():
+                if task.path in done:
+                    continue
+                results, started = _read_progress(task.progress)
+                task.results += results
+                task.start = started["index"] if started else task.start + len(results)
+                if started:
+                    in_flight.append((task, started))
+                elif os.path.exists(task.progress):
+                    outside.append(task)  # its worker had begun the file, between tests
+                pending.append(task)
+            culprits = _culprits(in_flight, processes, hung_pid)
+            for task, started, verdict in culprits:
+                task.results.append({"name": started["name"], "source": task.path, "status": verdict,
+                                     "message": _death_message(verdict, started, processes, budget)})
+                task.start = started["index"] + 1
+            serial = not culprits and len(in_flight) + len(outside) > 1
+            if not culprits and not serial:
+                # Died outside any test (loading the file or the driver): a row for the file(s).
+                blamed = outside or ([] if in_flight else list(pending))
+                for task in blamed:
+                    task.results.append({"name": os.path.basename(task.path), "source": task.path,
+                                         "status": "crash",
+                                         "message": f"CRASH: the worker process died "
+                                                    f"({_exitcode_text(processes.values())}) outside any test "
+                                                    "of this file (loading it or the driver)"})
+                    done[task.path] = task.results
+                    report(task.results)
+                pending = [t for t in pending if all(t is not b for b in blamed)]
+    return [r for p in files for r in done.get(p, [])]
+
+
+def _kill_hung(futures, not_done, budget: float) -> int | None:
+    """Kill the worker of a test that has run past ``budget``; its pid, or None."""
+    now = time.time()
+    for future in not_done:
+        _, started = _read_progress(futures[future].progress)
+        if started and now - started["t"] > budget:
+            try:
+                os.kill(started["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return started["pid"]
+    return None
+
+
+def _culprits(in_flight, processes, hung_pid) -> list[tuple]:
+    """The in-flight tests to blame: the hung one we killed, else the one whose worker died of
+    something other than the pool's own termination (SIGTERM), else the only one in flight."""
+    if hung_pid is not None:
+        return [(t, s, "hang") for t, s in in_flight if s["pid"] == hung_pid]
+    died = []
+    for task, started in in_flight:
+        process = processes.get(started["pid"])
+        code = process.exitcode if process is not None else None
+        if code is not None and code != -signal.SIGTERM:
+            died.append((task, started, "crash"))
+    if len(died) == 1:
+        return died
+    if len(in_flight) == 1:
+        return [(*in_flight[0], "crash")]
+    return []
+
+
+def _exitcode_text(processes) -> str:
+    for process in processes:
+        code = process.exitcode
+        if code is not None and code != -signal.SIGTERM:
+            return _code_text(code)
+    return "no exit status"
+
+
+def _code_text(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def _death_message(verdict: str, started: dict, processes, budget: float) -> str:
+    if verdict == "hang":
+        return (f"HANG: the test ran for more than {budget:g} s in its worker process (in-process driver; "
+                "the per-test budget is 3 x --call-timeout, else 180 s); the worker was killed")
+    process = processes.get(started["pid"])
+    return (f"CRASH: the worker process running this test died "
+            f"({_code_text(process.exitcode if process is not None else None)}; in-process driver, "
+            "use --isolate for the driver's own exit status)")
+
+
+class Progress:
+    """The worker's side: one JSON line before and after each test, flushed at once."""
+
+    def __init__(self, path: str):
+        self._file = open(path, "a", encoding="utf-8")
+
+    def start(self, index: int, name: str) -> None:
+        self._write({"kind": "start", "index": index, "name": name, "pid": os.getpid(), "t": time.time()})
+
+    def result(self, result: dict) -> None:
+        self._write({"kind": "result", "result": result})
+
+    def _write(self, entry: dict) -> None:
+        self._file.write(json.dumps(entry) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
