@@ -54,5 +54,7 @@ def test_random_operation(operation_seed, devices, reference_devices, request, d
                         driver_spec)
     if result.status == "skip":
         pytest.skip(result.message)
+    if result.status != "pass" and result.explained:  # a documented class of the driver (fuzz.known_classes)
+        pytest.xfail(f"{result.explained}: {result.message}")
     if result.status != "pass":
         pytest.fail(result.message, pytrace=False)

@@ -7,7 +7,6 @@ import os
 import re
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from xml.sax.saxutils import escape, quoteattr
 
 from . import usage

@@ -1,17 +1,13 @@
 """The documented failure classes as random-graph matchers (fuzz.known_classes): a class explains
 a failure only where it applies in the failing model and its semantics reproduce what the driver
-gave; nothing else is explained; a seed found failing on TFLite keeps its class through
-shrinking (issue 22)."""
-import json
-
+gave; nothing else is explained (issue 22)."""
 import numpy as np
-import pytest
 
 from nnapi_ref import hal
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
-from nnts.fuzz.differential import Failure, Outcome, run_case
+from nnts.fuzz.differential import Failure, Outcome
 from nnts.fuzz.graphs import Q8, Graph
 from nnts.fuzz.known_classes import CLASSES, classes_for, explain, simulate
 
@@ -81,20 +77,6 @@ def test_every_class_names_its_page_and_operations():
     for c in CLASSES:
         assert c.operations and c.drivers and (c.semantics is None) != (c.fails is None)
         assert c.name(c.drivers[0]).startswith(("onnxruntime class", "tflite class"))
-
-
-def test_seed_2002178_on_tflite_shrinks_to_quantized_mean_rounding(tmp_path):
-    """Found failing with class 8 (quantized MEAN rounding); the shrunk reproducer must show
-    that class, not another bug (it showed PRELU's broadcasting before)."""
-    pytest.importorskip("ai_edge_litert")
-    from nnapi_ref.drivers import load_driver
-    devices = [Device(load_driver("tflite"))]
-    level = min(d.feature_level for d in devices)
-    result = run_case(2002178, devices, REFERENCE, level, tmp_path, "tflite")
-    assert result.status == "fail" and result.explained.startswith("tflite class 8"), result.message
-    assert "MEAN" in result.shrunk.operation_names, result.message
-    record = json.loads(result.reproducer.read_text())["tests"][0]["failure"]
-    assert record["original"] == record["shrunk"] and record["class"].startswith("tflite class 8")
 
 
 def test_quantize_of_nan_is_explained_on_the_drivers_that_give_the_minimum():
