@@ -50,7 +50,6 @@ import hashlib
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import threading

@@ -18,7 +18,7 @@ import numpy as np
 from .. import hal, trace, vlog
 from ..errors import HostResourceError, NnapiError, check
 from ..extensions import uses_extensions
-from ..types import (DTYPES, LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, SCALAR_TYPES, DurationCode,
+from ..types import (LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, DurationCode,
                      ResultCode, type_name)
 from .compilation import RESULT_OF_STATUS, Burst, Compilation, Step, call_driver, nnapi_error
 from .devices import MANAGER
