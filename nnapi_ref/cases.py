@@ -118,6 +118,20 @@ def vector_paths(config) -> list[Path]:
     return paths
 
 
+PUBLISHED_EXPECTED_FAILURES = ("onnxruntime", "tflite", "tflite-ref")
+
+
+def expected_failures_file(value: str) -> str:
+    """``--expected-failures FILE``, or the name of a published list (``onnxruntime``, ``tflite``,
+    ``tflite-ref``: ``docs/conformance/NAME-expected-failures.txt``, installed with nnts)."""
+    if value in PUBLISHED_EXPECTED_FAILURES and not Path(value).exists():
+        # Installed: nnts/conformance (pyproject.toml maps docs/conformance there); a clone: docs/conformance.
+        installed = REPOSITORY / "nnts" / "conformance"
+        folder = installed if installed.is_dir() else REPOSITORY / "docs" / "conformance"
+        return str(folder / f"{value}-expected-failures.txt")
+    return value
+
+
 def load_expected_failures(config) -> dict[str, str]:
     """``--expected-failures``: test ids or model names, with their reasons."""
     path = config.getoption("expected_failures")

@@ -322,6 +322,11 @@ def cmd_vectors_import_aosp(args) -> int:
     return status
 
 
+def _expected_failures(value: str) -> str:
+    from .cases import expected_failures_file
+    return expected_failures_file(value)
+
+
 def _shard(text: str) -> tuple[int, int]:
     from .shard import parse
     try:
@@ -429,8 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--json", help="write results as JSON to this file")
     r.add_argument("--junitxml", dest="junit", help="write results as JUnit XML to this file")
     r.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: one per core)")
-    r.add_argument("--expected-failures", dest="known_failures",
-                   help="file of test names expected to fail (reported as skips)")
+    r.add_argument("--expected-failures", dest="known_failures", type=_expected_failures,
+                   help="file of test names expected to fail (reported as skips), or a published list: "
+                        "onnxruntime, tflite, tflite-ref")
     r.add_argument("--shard", type=_shard, metavar="K/N",
                    help="run only the K-th of N deterministic parts of the tests (the N parts are the whole run)")
     r.add_argument("-v", "--verbose", action="store_true", help="also print skipped tests")

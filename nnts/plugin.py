@@ -42,7 +42,9 @@ def pytest_addoption(parser):
                     help="extra test-vector files or folders (default: ../shared/vectors when present)")
     group.addoption("--no-shared-vectors", action="store_true", help="do not add ../shared/vectors")
     group.addoption("--feature-level", type=int, default=None, help="test only what this feature level requires")
-    group.addoption("--expected-failures", default=None, help="file of test ids expected to fail (xfail)")
+    group.addoption("--expected-failures", default=None, type=_expected_failures,
+                    help="file of test ids expected to fail (xfail), or a published list: onnxruntime, tflite, "
+                         "tflite-ref")
     group.addoption("--report", action="append", default=[],
                     help="write the conformance report to this path: HTML, or JSON for a .json path (repeatable)")
     group.addoption("--baseline", default=None,
@@ -66,6 +68,11 @@ def pytest_addoption(parser):
     group.addoption("--nnts-trace", default=None, metavar="PATH",  # pytest's own --trace starts pdb
                     help="write a Chrome trace-event JSON of the run (NNTS_TRACE; xdist workers write PATH.PID.json)")
     ordering.add_options(group)
+
+
+def _expected_failures(value: str) -> str:
+    from nnapi_ref.cases import expected_failures_file
+    return expected_failures_file(value)
 
 
 def pytest_configure(config):
