@@ -182,6 +182,18 @@ def _run_file(path, start, progress_path, driver, isolate, pattern, mode, dynami
         progress.close()
 
 
+def _run_here(files: list[str], job_args: tuple, report) -> list[dict]:
+    """The files in this process, one after the other (``--trace``: uncontained, every span kept)."""
+    import tempfile
+    results = []
+    with tempfile.TemporaryDirectory(prefix="nnts-progress-") as folder:
+        for i, path in enumerate(files):
+            part = _run_file(path, 0, os.path.join(folder, str(i)), *job_args)
+            report(part)
+            results += part
+    return results
+
+
 def write_junit(path: str, results: list[dict], elapsed: float) -> None:
     counts = {s: sum(r["status"] == s for r in results) for s in STATUSES}
     failures = counts["fail"] + counts["crash"] + counts["hang"]
@@ -225,7 +237,10 @@ def cmd_vectors_run(args) -> int:
 
     interrupted = False
     try:
-        results = run_contained(_run_file, job_args, files, jobs, report)
+        if getattr(args, "trace", None):  # a worker process's spans would not reach the trace: run here
+            results = _run_here(files, job_args, report)
+        else:
+            results = run_contained(_run_file, job_args, files, jobs, report)
     except KeyboardInterrupt:  # Ctrl-C: write what is done
         interrupted = True
         results = [r for part in reported for r in part]
@@ -493,7 +508,9 @@ def check_arguments(args) -> None:
     if getattr(args, "driver", None) is not None and not args.driver.strip():
         raise UsageError("--driver: an empty driver string")
     for option, flag in (("json", "--json"), ("junit", "--junitxml"), ("html", "--html")):  # bench makes folders
-        usage.output_path(flag, getattr(args, option, None), creates_folder=args.command == "bench")
+        value = getattr(args, option, None)
+        if isinstance(value, str):  # (nnts trace summary --json is a switch, not a path)
+            usage.output_path(flag, value, creates_folder=args.command == "bench")
     if args.command == "stress":
         usage.positive("--duration", args.duration)
     elif args.command == "bench":

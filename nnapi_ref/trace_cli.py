@@ -22,8 +22,6 @@ def apply(args) -> int | None:
     except ValueError as e:
         print(f"nnts: --trace: {e}", file=sys.stderr)
         return 2
-    if getattr(args, "jobs", None) is not None:
-        args.jobs = 1  # one process: worker processes' spans would not reach the trace
     command = args.func
 
     def traced(args) -> int:

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import hal
-from ..errors import NnapiError, check
+from ..errors import HostResourceError, NnapiError, check
 from ..remote import shm
 from ..types import ResultCode, combine_dimensions
 
@@ -57,7 +57,7 @@ class Memory:
         try:
             try:
                 buffer = shm.allocate(size)
-            except OSError:  # no room in /dev/shm, or none: plain memory, copied for remote drivers
+            except (OSError, HostResourceError):  # no room in /dev/shm, or none: plain memory, copied for remote drivers
                 buffer = np.zeros(size, np.uint8)
             return cls(hal.SharedMemory(buffer))
         except MemoryError:
