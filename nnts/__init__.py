@@ -19,5 +19,10 @@ if os.path.isfile(os.path.join(_CLONE, "pyproject.toml")) and os.path.isfile(os.
 
 try:
     __version__ = metadata.version("nnts")
-except metadata.PackageNotFoundError:  # a clone run without installing
-    __version__ = "0+unknown"
+except metadata.PackageNotFoundError:  # a clone run without installing: its pyproject.toml says
+    import tomllib
+    try:
+        with open(os.path.join(_CLONE, "pyproject.toml"), "rb") as f:
+            __version__ = tomllib.load(f)["project"]["version"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        __version__ = "0+unknown"

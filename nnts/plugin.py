@@ -282,12 +282,12 @@ class ConformanceResults:
 
     def pytest_runtest_logreport(self, report):
         import json
-        from nnts.reports.results import record_of_report
+        from nnts.reports.results import record_of_report, unique_facts
         props = dict(report.user_properties)
         if "nnts_run" in props:
             facts = json.loads(props["nnts_run"])
             for key in ("drivers", "corpora"):
-                self.run_facts[key] += [f for f in facts[key] if f not in self.run_facts[key]]
+                self.run_facts[key] = unique_facts(key, self.run_facts[key] + facts[key])
         record = record_of_report(report, props)
         if record is not None:
             self.tests.append(record)

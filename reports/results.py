@@ -139,6 +139,13 @@ def record_of_report(report, props: dict) -> dict | None:
 
 # -- the run's facts -----------------------------------------------------------------------------
 
+def unique_facts(kind: str, facts: list[dict]) -> list[dict]:
+    """Drivers (by name, version, type and feature level: each worker measures its own
+    performance figures) or corpora (by path and size) named once, the first of each kept."""
+    keys = DRIVER_KEYS[:4] if kind == "drivers" else ("path", "models")
+    return list({tuple(f.get(k) for k in keys): f for f in reversed(facts)}.values())[::-1]
+
+
 def driver_facts(drivers) -> list[dict]:
     """Name, version, type, feature level and a capabilities summary of loaded HAL drivers."""
     out = []
@@ -394,8 +401,8 @@ def merge(files: list[dict], names: list[str]) -> tuple[dict, list[dict]]:
     meta.update({"started": min(starts).isoformat(timespec="seconds") if starts else None,
                  "duration_s": round((max(ends) - min(starts)).total_seconds(), 1) if starts else None,
                  "command": " ; ".join(dict.fromkeys(m.get("command", "") for m in metas)),
-                 "drivers": list({json.dumps(d, sort_keys=True): d for m in metas for d in m.get("drivers", [])}.values()),
-                 "corpora": list({json.dumps(c, sort_keys=True): c for m in metas for c in m.get("corpora", [])}.values()),
+                 "drivers": unique_facts("drivers", [d for m in metas for d in m.get("drivers", [])]),
+                 "corpora": unique_facts("corpora", [c for m in metas for c in m.get("corpora", [])]),
                  "driver_spec": ",".join(dict.fromkeys(str(m.get("driver_spec")) for m in metas)),
                  "merged_from": names})
     return meta, tests
