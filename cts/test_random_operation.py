@@ -32,6 +32,7 @@ import pytest
 from nnts.fuzz.single import case_operation, run_single
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
+from nnapi_ref.types import type_name
 
 
 def pytest_generate_tests(metafunc):
@@ -50,8 +51,12 @@ def test_random_operation(operation_seed, devices, reference_devices, request, d
     level = min(d.feature_level for d in devices)
     if request.config.getoption("feature_level") is not None:
         level = min(level, request.config.getoption("feature_level"))
+    request.node.nnts_op = case_operation(operation_seed).name  # the report's support matrix
     result = run_single(operation_seed, devices, reference_devices, level, request.config.getoption("reproducers"),
                         driver_spec)
+    if result.graph is not None and result.graph.operations:
+        graph = result.graph
+        request.node.nnts_dtype = type_name(graph.operands[graph.operations[0].inputs[0]].type)
     if result.status == "skip":
         pytest.skip(result.message)
     if result.status != "pass" and result.explained:  # a documented class of the driver (fuzz.known_classes)

@@ -63,6 +63,7 @@ MODULE_PARTS = {
     ("cts", "test_runtime"): "CTS API and runtime",
     ("cts", "test_sequences"): "execution sequences",
     ("cts", "test_random_graph"): "random graphs",
+    ("cts", "test_random_operation"): "random single operations",
     ("vts", "test_generated"): "VTS generated",
     ("vts", "test_basic"): "VTS capabilities",
     ("vts", "test_validate_model"): "VTS model and request validation",
@@ -74,7 +75,7 @@ MODULE_PARTS = {
 }
 EXTENSION_PART = "vendor extensions"  # tests marked ``extension``, wherever they are
 PARTS = tuple(dict.fromkeys(MODULE_PARTS.values())) + (EXTENSION_PART, "other")
-VALUE_PARTS = ("CTS generated", "VTS generated", "random graphs")  # the tests that compute values
+VALUE_PARTS = ("CTS generated", "VTS generated", "random graphs", "random single operations")  # compute values
 VALIDATION_PART = "VTS model and request validation"
 DRIVER_KEYS = ("name", "version", "type", "feature_level", "capabilities")
 TEST_KEYS = ("id", "part", "op", "dtype", "variant", "status", "phase", "duration_s", "message", "reproducer",
