@@ -60,7 +60,7 @@ def import_checkout(checkout: str, out: str, versions: list[str] | None = None, 
         for folder in version_folders(specs):
             if versions and folder.name not in versions:
                 continue
-            target = Path(out) / (generator.parent.parent.name if several else "") / folder.name
+            target = (Path(out) / (generator.parent.parent.name if several else "") / folder.name).resolve()
             target.mkdir(parents=True, exist_ok=True)
             done = subprocess.run([sys.executable, "-m", "nnapi_ref.aosp_import", str(generator), str(folder),
                                    str(target)], capture_output=True, text=True, cwd=str(target))

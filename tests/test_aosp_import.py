@@ -19,15 +19,16 @@ pytestmark = pytest.mark.skipif(not (AOSP.is_dir() and VECTORS.is_dir()),
                                 reason="needs ../shared/aosp and ../shared/vectors (the AOSP snapshots and the corpus made from them)")
 
 
-def nnts(*args) -> subprocess.CompletedProcess:
+def nnts(*args, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "nnapi_ref.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, cwd=cwd)
 
 
 @pytest.mark.parametrize("snapshot, version", [("frameworks_ml", "V1_0"), ("modules", "AIDL_V3")])
 def test_import_reproduces_the_shared_corpus_and_passes_on_the_reference(tmp_path, snapshot, version):
     out = tmp_path / "imported"
-    done = nnts("vectors", "import-aosp", AOSP / snapshot, "--out", out, "--versions", version, "--check", VECTORS)
+    done = nnts("vectors", "import-aosp", AOSP / snapshot, "--out", "imported", "--versions", version, "--check", VECTORS,
+                cwd=tmp_path)  # a relative --out: the generator's process runs elsewhere
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"compared, 0 differ" in done.stdout and "test models of" in done.stdout
     assert len(list((out / version).glob("*.json"))) >= len(list((VECTORS / version).glob("*.json"))) > 0
