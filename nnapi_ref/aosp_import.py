@@ -99,9 +99,11 @@ def differences(imported: str, expected: str, versions: list[str] | None = None)
             other = ours.get(test["name"])
             if other is None:
                 found.append(f"{rel}: {test['name']}: not imported")
-            elif _normal(test) != _normal(other):
-                field = next(k for k in test if _normal(test).get(k) != _normal(other).get(k))
-                found.append(f"{rel}: {test['name']}: {field} differs")
+            else:
+                theirs, ours_normal = _normal(test), _normal(other)
+                field = next((k for k in theirs if theirs[k] != ours_normal.get(k)), None)
+                if field is not None:
+                    found.append(f"{rel}: {test['name']}: {field} differs")
     return compared, found
 
 
