@@ -320,3 +320,23 @@ def test_remote_and_in_process_drivers_partition_one_model(tmp_path, monkeypatch
         np.testing.assert_array_equal(execute_chain(compilation), chain(A, B))
     finally:
         drivers[0].close()
+
+
+@pytest.mark.parametrize("option, threads", [("", 1), (" --blas-threads 2", 2)])
+def test_served_driver_holds_blas_to_the_threads_asked(tmp_path, monkeypatch, option, threads):
+    # The factory names its device after the BLAS threads it finds: the server's limit is in force.
+    (tmp_path / "blasprobe.py").write_text(
+        "from threadpoolctl import threadpool_info\n"
+        "from nnapi_ref.drivers.variants import SubsetDevice\n"
+        "from nnapi_ref.types import OperationCode\n"
+        "def make():\n"
+        "    counts = sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'})\n"
+        "    return SubsetDevice('blas-' + '-'.join(map(str, counts)), [OperationCode.ADD], 0.5)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    device = load_driver(f"remote:nnts serve blasprobe:make{option}")
+    try:
+        assert device.get_name() == f"blas-{threads}"
+    finally:
+        device.close()
