@@ -6,6 +6,7 @@ file, readable without JavaScript (a small script adds the operation filter and 
 The figures come from reports/results.py, which also writes the JSON (``.json`` paths)."""
 from __future__ import annotations
 
+import base64
 import collections
 from pathlib import Path
 
@@ -42,6 +43,29 @@ def anchor(*parts) -> str:
     return "c-" + "-".join(str(p) for p in parts).replace(" ", "_").replace("(", "").replace(")", "")
 
 
+PICTURE_LIMIT = 1 << 20  # bytes of one embedded graph: a reproducer is small; a bigger file is no picture of one
+
+
+def picture(test: dict) -> str | None:
+    """The reproducer's graph as a data URI for an ``<img>`` (the page stays one self-contained
+    file, and an image runs no script): the SVG the failure named, else one drawn now where
+    Graphviz exists. Only a small file that is an SVG is embedded: the path comes from JSON."""
+    path = test.get("graph")
+    if not path and test.get("reproducer"):
+        from nnapi_ref.graph import picture_beside
+        path = picture_beside(test["reproducer"]) if Path(test["reproducer"]).is_file() else None
+    if not path or not str(path).endswith(".svg"):
+        return None
+    try:
+        with open(path, "rb") as f:
+            svg = f.read(PICTURE_LIMIT + 1)
+    except OSError:
+        return None
+    if len(svg) > PICTURE_LIMIT or b"<svg" not in svg[:4096]:
+        return None
+    return "data:image/svg+xml;base64," + base64.b64encode(svg).decode("ascii")
+
+
 def render(data: dict, others: list[dict] = ()) -> str:
     """The page of a schema-2 results dict (results.to_json); ``others``: the driver's other
     results (reports/driver_page.py), summarized at the top and detailed at the end."""
@@ -65,6 +89,7 @@ def render(data: dict, others: list[dict] = ()) -> str:
         statuses=[s for s in STATUSES if data["totals"].get(s) or s in ("passed", "failed")],  # columns that occur
         labels=STATUS_LABELS, failing=FAILING, dtypes=dtypes,
         abbrev=lambda d: DTYPE_ABBREVIATIONS.get(d, d.replace("TENSOR_", "")), cell_class=cell_class, anchor=anchor,
+        picture=picture,
         cells=dict(sorted(in_matrix.items())), failure_groups=dict(sorted(groups.items())),
         pytest_line=", ".join(f"{n} {k}" for k, n in data["pytest"].items() if n))
 

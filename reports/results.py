@@ -28,7 +28,8 @@ JSON schema ``nnts-conformance/2`` (``--report out/conformance.json``)::
             ("setup", "call" or "teardown": the report that decided), "duration_s",
             "message" (failures: the trimmed report text; skips: the reason), "reproducer" (the
             saved model, where one was), "replay" (failures: ``nnts vectors run REPRODUCER ...``
-            where a model was saved, else the ``pytest TEST-ID --driver ...`` command that reruns it)}
+            where a model was saved, else the ``pytest TEST-ID --driver ...`` command that reruns it),
+            "graph" (the reproducer's picture, an SVG beside it, where Graphviz drew one)}
 
 Statuses: passed, failed, crashed and hung (the driver, out of process, died or did not answer:
 failed in pytest's terms), error (a setup or teardown failure, pytest's "error"), xfailed, xpassed,
@@ -79,7 +80,7 @@ VALUE_PARTS = ("CTS generated", "VTS generated", "random graphs", "random single
 VALIDATION_PART = "VTS model and request validation"
 DRIVER_KEYS = ("name", "version", "type", "feature_level", "capabilities")
 TEST_KEYS = ("id", "part", "op", "dtype", "variant", "status", "phase", "duration_s", "message", "reproducer",
-             "replay")
+             "replay", "graph")
 MESSAGE_LIMIT = 4000  # characters of a failure's report text kept
 
 
@@ -103,6 +104,12 @@ def reproducer_of(message: str) -> tuple[str | None, str | None]:
     if replay and not path:
         path = re.match(r"nnts vectors run (\S+)", replay.group(1))
     return (path.group(1).strip().strip("'") if path else None), (replay.group(1).strip() if replay else None)
+
+
+def graph_of(message: str) -> str | None:
+    """The reproducer's SVG picture, where the failure names one (``graph: PATH``)."""
+    found = re.search(r"^graph: (.+\.svg)$", message, re.M)
+    return found.group(1).strip() if found else None
 
 
 def record_of_report(report, props: dict) -> dict | None:
@@ -130,11 +137,12 @@ def record_of_report(report, props: dict) -> dict | None:
               "dtype": props.get("nnts_dtype"),
               "variant": (props.get("nnts_variant") or "").replace("-", "_") or None, "status": status, "phase": when,
               "duration_s": round(getattr(report, "duration", 0.0), 4), "message": None, "reproducer": None,
-              "replay": None}
+              "replay": None, "graph": None}
     if status != "passed":
         record["message"] = trim(text, MESSAGE_LIMIT if status in FAILING else 300) or None
     if status in FAILING and record["message"]:
         record["reproducer"], record["replay"] = reproducer_of(record["message"])
+        record["graph"] = graph_of(record["message"])
     return record
 
 

@@ -112,3 +112,44 @@ def test_failure_picture_beside_the_reproducer(reproducer, tmp_path, monkeypatch
         assert picture == copy.with_suffix(".svg") and len(operation_nodes(picture)) == len(g.operation_names)
     monkeypatch.setattr(graph, "dot_program", lambda: None)
     assert graph.picture_beside(copy) is None
+
+
+def failure_record(message, reproducer=None):
+    from nnts.reports import results
+    record = {"id": "cts/test_random_graph.py::test_random_graph[seed7]", "part": "random graphs", "op": None,
+              "dtype": None, "variant": None, "status": "failed", "phase": "call", "duration_s": 0.0,
+              "message": message, "reproducer": reproducer, "replay": None}
+    record["graph"] = results.graph_of(message)
+    return record
+
+
+def embedded_pictures(page: str) -> list[bytes]:
+    import base64
+    import re
+    return [base64.b64decode(b) for b in re.findall(r'<img alt="the reproducer\'s graph" '
+                                                    r'src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"', page)]
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+def test_conformance_page_shows_the_reproducers_graph(reproducer, tmp_path):
+    """The failure's SVG (named in its message, or drawn from its reproducer when the report is
+    written) is embedded in the page, whose nodes are the shrunk model's operations; a file that
+    is not an SVG, named in a results file, is never embedded."""
+    from nnts.reports import conformance, results
+    path, g = reproducer
+    named, drawn = tmp_path / "named.json", tmp_path / "drawn.json"
+    for copy in (named, drawn):
+        copy.write_bytes(path.read_bytes())
+    not_svg = tmp_path / "secret.svg"
+    not_svg.write_text("not a picture")
+    tests = [failure_record(f"random graph seed 7\nreproducer: {named}\ngraph: {graph.picture_beside(named)}"),
+             failure_record(f"random graph seed 8\nreproducer: {drawn}", reproducer=str(drawn)),
+             failure_record(f"random graph seed 9\ngraph: {not_svg}")]
+    assert tests[0]["graph"] == str(named.with_suffix(".svg")) and tests[1]["graph"] is None
+    page = conformance.render(results.to_json({"driver_spec": "broken"}, tests))
+    pictures = embedded_pictures(page)
+    assert len(pictures) == 2 and b"not a picture" not in b"".join(pictures)
+    for k, svg in enumerate(pictures):
+        (tmp_path / f"embedded{k}.svg").write_bytes(svg)
+        assert [t for t, _ in operation_nodes(tmp_path / f"embedded{k}.svg")] == \
+            [f"op{j}" for j in range(len(g.operation_names))]
