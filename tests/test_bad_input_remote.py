@@ -4,7 +4,6 @@ full /dev/shm is the host's failure, not the driver's; and a call that finds the
 being stopped reports the real cause, not the placeholder."""
 import errno
 import sys
-import textwrap
 import threading
 import time
 
@@ -21,42 +20,11 @@ from nnapi_ref.runtime import get_devices, set_drivers
 from nnapi_ref.runtime.devices import drivers_restored
 
 from .test_bad_input import ARITHMETIC
-from .test_remote import hal_chain_model
-
-# A server with a correct HELLO that then misbehaves: "silent" never answers, "stderr" writes one
-# 20 MB line to stderr and exits.
-SERVER = textwrap.dedent("""
-    import os, sys, time
-    from nnapi_ref.drivers.reference import ReferenceDevice
-    from nnapi_ref.remote import wire
-    mode = sys.argv[1]
-    out = os.dup(1); os.dup2(2, 1)
-    def read(n):
-        data = b""
-        while len(data) < n:
-            chunk = os.read(0, n - len(data))
-            if not chunk:
-                sys.exit(0)
-            data += chunk
-        return data
-    def request():
-        length, msg, call_id = wire.HEADER.unpack(read(16))
-        return msg, call_id, read(length - 12)
-    msg, call_id, _ = request()
-    w = wire.Writer(); w.u32(wire.VERSION); wire.write_device_info(w, ReferenceDevice())
-    os.write(out, w.finish(wire.Msg.DEVICE_INFO, call_id))
-    request()
-    if mode == "silent":
-        time.sleep(600)
-    sys.stderr.write("x" * (20 << 20) + " the end\\n")
-    sys.stderr.flush()
-    sys.exit(3)
-""")
-
+from .test_remote import MISBEHAVING_SERVER, hal_chain_model
 
 def serve(tmp_path, mode: str):
     script = tmp_path / "server.py"
-    script.write_text(SERVER)
+    script.write_text(MISBEHAVING_SERVER)  # modes "silent" (never answers) and "stderr" (a 20 MB line)
     return load_driver(f"remote:{sys.executable} {script} {mode}")
 
 

@@ -113,9 +113,10 @@ def test_a_driver_that_does_not_start_is_a_clean_error():
 
 
 # -- a server that misbehaves after a correct HELLO ----------------------------------------------
+# (tests/test_bad_input_remote.py uses its "silent" and "stderr" modes)
 
 MISBEHAVING_SERVER = textwrap.dedent("""
-    import os, struct, sys
+    import os, struct, sys, time
     from nnapi_ref.drivers.reference import ReferenceDevice
     from nnapi_ref.remote import wire
     mode = sys.argv[1]
@@ -155,6 +156,12 @@ MISBEHAVING_SERVER = textwrap.dedent("""
             sys.exit(3)
         elif mode == "abort":
             os.abort()
+        elif mode == "silent":
+            time.sleep(600)
+        elif mode == "stderr":  # one 20 MB line
+            sys.stderr.write("x" * (20 << 20) + " the end\\n")
+            sys.stderr.flush()
+            sys.exit(3)
 """)
 
 EXPECTED_MESSAGE = {
