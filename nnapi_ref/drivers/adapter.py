@@ -26,7 +26,7 @@ from ..errors import NnapiError
 from ..executor import Plan, prepare_plans
 from ..hal import ErrorStatus, HalError
 from ..ops.base import Arg, Call, ValueUnknown
-from ..ops.convolution import Spatial, parse_spatial
+from ..ops.spatial import Spatial, parse_spatial
 from ..types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op
 from ..vectors import FormatError, model_from_json, model_to_json
 from .reference import (ReferenceDevice, ReferencePreparedModel, check_cache_files, check_deadline,

@@ -35,7 +35,7 @@ from ..errors import NnapiError
 from ..ops.base import Arg, ValueUnknown
 from ..ops import requantization
 from ..ops.common import activation_range_quant
-from ..ops.convolution import resolve_padding
+from ..ops.spatial import resolve_padding
 from ..types import DTYPES, FuseCode, OperandCode as T, OperationCode as Op, PaddingCode, ResultCode
 from .adapter import AdapterDevice, AdapterPreparedModel, Mappings, SubgraphView, Unsupported, with_static_shapes
 

@@ -22,8 +22,9 @@ from ..types import DTYPES
 from . import requantization
 from .base import Call, Operation, OperationCode, Signature, T, check, register
 from .common import activation_range_quant, broadcast_shape, check_fuse_code
-from .convolution import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype, output_multipliers,
-                          prepare_quant, quant_fast_ok, quant_magnitudes, requant_block, requant_params, requantize)
+from .conv_fast_paths import prepare_quant, quant_fast_ok, requant_block, requant_params
+from .conv_quantization import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype, output_multipliers,
+                                quant_magnitudes, requantize)
 from .requantization import product_multipliers, wrap_int32
 
 F32, F16, Q8, S8, I32, BOOL, TI32 = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,

@@ -518,7 +518,7 @@ def _finish_quant_cases():
 
 @pytest.mark.parametrize("case,signed,zp,scale,real,n_ch,per_channel,fuse", list(_finish_quant_cases()))
 def test_finish_quant_fast_paths_are_exact(case, signed, zp, scale, real, n_ch, per_channel, fuse):
-    from nnapi_ref.ops import convolution as conv
+    from nnapi_ref.ops import conv_quantization as conv
     from nnapi_ref.ops.base import Arg
     rng = np.random.default_rng(case)
     out = Arg(T.TENSOR_QUANT8_ASYMM_SIGNED if signed else T.TENSOR_QUANT8_ASYMM, (1,), scale, zp)
@@ -544,7 +544,7 @@ def test_finish_quant_with_real_model_scales(case, signed, relu, big_bias):
     1e-7 and int32 biases up to ~1e9. The affine requantization, proven per channel (in float64
     where float32 is not exact enough; with the ramp at v = 0 where steps lie on both sides, as in
     linear layers), is found and agrees with the direct fixed-point path."""
-    from nnapi_ref.ops import convolution as conv
+    from nnapi_ref.ops import conv_quantization as conv
     from nnapi_ref.ops.base import Arg
     rng = np.random.default_rng(100 + case)
     n_ch = int(rng.integers(1, 40))
@@ -566,7 +566,7 @@ def test_finish_quant_with_real_model_scales(case, signed, relu, big_bias):
     fast = conv.finish_quant(acc.copy(), bias.astype(np.int32), mult, shift, out, fuse, float(bound))
     np.testing.assert_array_equal(fast, direct)
     act_lo, act_hi = conv.activation_range_quant(fuse, out)
-    affine = conv._requant_affine(mult.tobytes(), shift.tobytes(), zp, act_lo, act_hi,
+    affine = conv.requant_affine(mult.tobytes(), shift.tobytes(), zp, act_lo, act_hi,
                                   np.dtype(np.int8 if signed else np.uint8).str, bias.astype(np.int64).tobytes(), bound)
     assert affine is not None
     if not relu and not big_bias:  # steps on both sides of v = 0 in some channel: the ramp is used
@@ -578,7 +578,7 @@ def test_affine_requantization_without_a_right_shift(signed):
     """Multipliers in [0.5, 1) have no RoundingDivideByPOT (q = floor(v * real + 1/2), no
     sign-dependent nudge), and those >= 1 shift left: ReLU-like outputs still get the proven
     affine path, and it agrees with the direct fixed-point path."""
-    from nnapi_ref.ops import convolution as conv
+    from nnapi_ref.ops import conv_quantization as conv
     from nnapi_ref.ops.base import Arg
     rng = np.random.default_rng(9)
     reals = np.array([0.72, 0.5, 0.99, 0.3, 1.3, 0.06])
@@ -588,7 +588,7 @@ def test_affine_requantization_without_a_right_shift(signed):
     out = Arg(S8 if signed else Q8, (1,), 0.05, lo)
     bias = rng.integers(-5000, 5000, 6)
     acc = rng.integers(-20000, 20000, (20000, 6)).astype(np.float32)
-    affine = conv._requant_affine(mult.tobytes(), shift.tobytes(), lo, lo, lo + 255,
+    affine = conv.requant_affine(mult.tobytes(), shift.tobytes(), lo, lo, lo + 255,
                                   np.dtype(np.int8 if signed else np.uint8).str, bias.astype(np.int64).tobytes(), 20000)
     assert affine is not None
     direct = conv.finish_quant(acc.copy(), bias.astype(np.int32), mult, shift, out, 1, None)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import hal
-from ...ops.convolution import resolve_padding
+from ...ops.spatial import resolve_padding
 from ...types import DTYPES, OperandCode as T, OperationCode as Op, PaddingCode
 from ..adapter import Mappings, SubgraphView, Unsupported
 from .writer import GraphBuilder, options
