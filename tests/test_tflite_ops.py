@@ -887,7 +887,8 @@ def test_flatc_layout_truncations_and_corruptions_are_clear_errors():
 
 
 def test_missing_ai_edge_litert_is_named(monkeypatch):
-    monkeypatch.setattr(tflite, "schema", None)
+    from nnts.mlts import tflite_format
+    monkeypatch.setattr(tflite_format, "schema", None)
     with pytest.raises(TFLiteImportError, match="needs the ai-edge-litert package"):
         parse_tflite(b"\x00" * 64)
 
