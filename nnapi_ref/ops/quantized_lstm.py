@@ -13,7 +13,7 @@ AOSP and TFLite
 QUANTIZED_16BIT_LSTM: AOSP's QuantizedLSTM runs TFLite's uint8 basic LSTM cell
 (LstmCell), so identical to TFLite's 8x8->16 basic LSTM kernel (read, not measured: the
 importer does not produce it). QUANTIZED_LSTM: TFLite's integer LSTM (lstm_eval's 8x8->16
-path) is organised differently (gate biases outside layer normalization, see mlts/tflite.py);
+path) is organised differently (gate biases outside layer normalization, see mlts/tflite_recurrent.py);
 no TFLite convention is defined for it, AOSP's arithmetic in both.
 """
 from __future__ import annotations
