@@ -30,6 +30,7 @@ from nnapi_ref.ops.common import QUANT_RANGE, activation_range_quant
 from nnapi_ref.ops.base import Arg
 from nnapi_ref.types import DTYPES, SCALAR_TYPES, Lifetime, OperandCode as T, OperationCode as Op
 
+from . import runtime_arithmetic
 from .graphs import F32, I32, QUANT8, Graph, Out, Reject, run_operation
 
 Semantics = Callable[[Graph, hal.Operation, dict], list]  # the operation's results, or None: as NNAPI
@@ -157,6 +158,24 @@ def _tflite_convention(g: Graph, op: hal.Operation, values: dict):
         return nnapi(g, op, values)
 
 
+def _ort_resize_bilinear(g: Graph, op: hal.Operation, values: dict):
+    """ONNX Runtime's quantized RESIZE_BILINEAR, bit-exact (the driver's DequantizeLinear ->
+    Resize -> QuantizeLinear, :func:`fuzz.runtime_arithmetic.ort_quantized_resize_bilinear`)."""
+    x, out = g.operands[op.inputs[0]], g.operands[op.outputs[0]]
+    if x.type not in QUANT8:
+        return None
+    flags = [bool(operand_value(g, values, op.inputs[i])) if i < len(op.inputs) else False for i in (3, 4, 5)]
+    nchw, align, half = flags
+    shape = nnapi(g, op, values)[0].shape
+    out_h, out_w = (shape[2], shape[3]) if nchw else (shape[1], shape[2])
+    mode = "align_corners" if align else "half_pixel" if half else "asymmetric"
+    low, high = QUANT_RANGE[out.type]
+    result = runtime_arithmetic.ort_quantized_resize_bilinear(
+        operand_value(g, values, op.inputs[0]), x.scale, x.zero_point, out_h, out_w, mode, out.scale,
+        out.zero_point, low, high, nchw)
+    return [result.astype(DTYPES[out.type])]
+
+
 def _elementwise(fn):
     """Semantics computing a float output from the inputs' values with ``fn`` where a NaN
     reaches them (MAXIMUM and MINIMUM: both inputs; RELU*: the one)."""
@@ -275,7 +294,7 @@ CLASSES: list[KnownClass] = [
     KnownClass(ORT, 3, "requantization rounds once, half to even", ORT_REQUANTIZED, _half_to_even),
     KnownClass(ORT, 4, "quantized MEAN truncates in NNAPI", frozenset({Op.MEAN}), _half_to_even),
     KnownClass(ORT, 5, "quantized RESIZE_BILINEAR truncates in NNAPI", frozenset({Op.RESIZE_BILINEAR}),
-               _half_to_even),
+               _ort_resize_bilinear),
     KnownClass(ORT, 7, "QUANTIZE of NaN gives the type's minimum", frozenset({Op.QUANTIZE}), _with_nan_as(_type_min)),
     KnownClass(TFLITE, 1, "NaN position in MAXIMUM and MINIMUM", frozenset({Op.MAXIMUM, Op.MINIMUM}),
                _elementwise(_nan_max_tflite)),
