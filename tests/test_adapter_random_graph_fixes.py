@@ -142,3 +142,29 @@ def test_tflite_dequantize_of_a_constant_is_unsupported(spec):
     device = driver(spec)
     assert device.get_supported_operations(model(Lifetime.CONSTANT_COPY)) == [False]
     assert device.get_supported_operations(model(Lifetime.SUBGRAPH_INPUT)) == [True]
+
+
+@pytest.mark.parametrize("code", [Op.CONV_2D, Op.DEPTHWISE_CONV_2D])
+def test_onnxruntime_uint8_convolution_with_int8_channel_weights_accumulates_exactly(code):
+    """A uint8 image of 255s, per-channel int8 weights of -127 and 127 (scale 0.01), 8 products a
+    channel: accumulator -+259,080, times 0.01 / 1000 = -+2.59 -> 197 and 203 about zero point
+    200. MLAS's u8s8 kernel (x86 without VNNI) adds pairs of products in saturating int16
+    (-32,768 each, 4 pairs: -1.31 -> 199 and 201); the driver runs the weights as uint8 with zero
+    point 128 (seeds 3002630, 3003740)."""
+    per_channel = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+    if code == Op.CONV_2D:  # one 1x1 filter of 8 input channels per output channel
+        image, weights = np.full((1, 1, 1, 8), 255, np.uint8), np.array([-127, 127], np.int8).reshape(2, 1, 1, 1)
+        weights, extra = np.repeat(weights, 8, axis=3), []
+        channel_dim = 0
+    else:  # a 2x4 window on one channel, depth multiplier 2
+        image, weights = np.full((1, 2, 4, 1), 255, np.uint8), np.tile(np.array([-127, 127], np.int8), (1, 2, 4, 1))
+        extra, channel_dim = [scalar(T.INT32, 2)], 3
+    inputs = [tensor(Q8, image, 1.0, 0),
+              tensor(per_channel, weights, as_input=False, channel_scales=[0.01, 0.01], channel_dim=channel_dim),
+              tensor(I32, np.zeros(2, np.int32), 0.0, 0, as_input=False),
+              *[scalar(T.INT32, 0) for _ in range(4)], scalar(T.INT32, 1), scalar(T.INT32, 1), *extra,
+              scalar(T.INT32, 0)]
+    outputs = [output(Q8, (1, 1, 1, 2), 1000.0, 200)]
+    out, = run_on("onnxruntime", code, inputs, outputs)
+    assert out.ravel().tolist() == [197, 203]
+    assert _reference(code, inputs, outputs)[0].ravel().tolist() == [197, 203]
