@@ -277,9 +277,10 @@ def _nan_skipping_reduction(g, op, values):
     return [np.asarray(result, x.dtype).reshape(nnapi(g, op, values)[0].shape)]
 
 
-# Operations ONNX Runtime computes as DequantizeLinear -> float -> QuantizeLinear (or QLinearConv)
+# Operations ONNX Runtime computes as DequantizeLinear -> float -> QuantizeLinear (or QLinearConv;
+# quantized AVERAGE_POOL_2D and FULLY_CONNECTED are computed as NNAPI does)
 ORT_REQUANTIZED = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D,
-                             Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.TRANSPOSE_CONV_2D, Op.QUANTIZE, Op.RELU,
+                             Op.MAX_POOL_2D, Op.TRANSPOSE_CONV_2D, Op.QUANTIZE, Op.RELU,
                              Op.RELU1, Op.RELU6, Op.LOGISTIC, Op.TANH, Op.HARD_SWISH, Op.SOFTMAX, Op.PRELU,
                              Op.CONCATENATION, Op.L2_NORMALIZATION, Op.REDUCE_MAX, Op.REDUCE_MIN,
                              Op.DEPTH_TO_SPACE, Op.SPACE_TO_DEPTH, Op.RESIZE_NEAREST_NEIGHBOR})

@@ -168,3 +168,40 @@ def test_onnxruntime_uint8_convolution_with_int8_channel_weights_accumulates_exa
     out, = run_on("onnxruntime", code, inputs, outputs)
     assert out.ravel().tolist() == [197, 203]
     assert _reference(code, inputs, outputs)[0].ravel().tolist() == [197, 203]
+
+
+def test_onnxruntime_quantized_average_pool_rounds_stored_values_half_away_from_zero():
+    """Seed 3008336: int8 at zero point 3, a 2x1 window over 20 and -27: NNAPI averages the
+    stored values, -3.5 -> -4 (halves away from zero); ORT's DequantizeLinear -> AveragePool ->
+    QuantizeLinear averages the real ones, (17 - 30) / 2 = -6.5 -> -6 (half to even), stored -3.
+    uint8 17 and 18 at zero point 16: NNAPI 17.5 -> 18, real 1.5 -> 2 and 18 too; 18 and 19:
+    18.5 -> 19, real 2.5 -> 2 (stored 18)."""
+    def pool(type_, column, zero_point):
+        x = np.asarray(column).reshape(1, len(column), 1, 1)
+        inputs = [tensor(type_, x, 0.25, zero_point), *[scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 1, 2, 0)]]
+        return [run_on("onnxruntime", Op.AVERAGE_POOL_2D, inputs, [output(type_, (1, len(column) - 1, 1, 1), 0.25,
+                                                                            zero_point)])[0].ravel().tolist(),
+                _reference(Op.AVERAGE_POOL_2D, inputs, [output(type_, (1, len(column) - 1, 1, 1), 0.25,
+                                                                zero_point)])[0].ravel().tolist()]
+    assert pool(S8, np.array([20, -27, 12], np.int8), 3) == [[-4, -8], [-4, -8]]  # -7.5 -> -8
+    assert pool(Q8, np.array([17, 18, 19], np.uint8), 16) == [[18, 19], [18, 19]]
+
+
+@pytest.mark.parametrize("type_", [Q8, S8])
+def test_onnxruntime_quantized_average_pool_matches_the_reference(type_):
+    """Random windows, strides, explicit paddings (never averaged in) and fused activations:
+    every element as the reference's integer kernel."""
+    rng = np.random.default_rng(3008336)
+    low, high = (0, 256) if type_ == Q8 else (-128, 128)
+    for _ in range(12):
+        h, w, c = (int(v) for v in rng.integers(1, 7, 3))
+        fh, fw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+        pads = [min(int(v), f - 1) for v, f in zip(rng.integers(0, 3, 4), (fw, fw, fh, fh))]  # left right top bottom
+        stride_w, stride_h = (int(v) for v in rng.integers(1, 3, 2))
+        x = rng.integers(low, high, (2, h, w, c)).astype(np.uint8 if type_ == Q8 else np.int8)
+        out_h, out_w = (h + pads[2] + pads[3] - fh) // stride_h + 1, (w + pads[0] + pads[1] - fw) // stride_w + 1
+        inputs = [tensor(type_, x, 0.1, int(rng.integers(low, high))),
+                  *[scalar(T.INT32, v) for v in (*pads, stride_w, stride_h, fw, fh, int(rng.integers(0, 4)))]]
+        outputs = [output(type_, (2, out_h, out_w, c), 0.1, inputs[0].zero_point)]
+        np.testing.assert_array_equal(run_on("onnxruntime", Op.AVERAGE_POOL_2D, inputs, outputs)[0],
+                                      _reference(Op.AVERAGE_POOL_2D, inputs, outputs)[0])
