@@ -176,6 +176,21 @@ def _ort_resize_bilinear(g: Graph, op: hal.Operation, values: dict):
     return [result.astype(DTYPES[out.type])]
 
 
+def _xnnpack_mean(g: Graph, op: hal.Operation, values: dict):
+    """XNNPACK's quantized MEAN, bit-exact (:func:`fuzz.runtime_arithmetic.xnnpack_quantized_mean`:
+    float32 scaling, the output zero point added before rounding halves to even)."""
+    x, out = g.operands[op.inputs[0]], g.operands[op.outputs[0]]
+    if x.type not in QUANT8:
+        return None
+    value = np.asarray(operand_value(g, values, op.inputs[0]))
+    rank = value.ndim
+    axes = tuple(sorted({int(a) % rank for a in np.asarray(operand_value(g, values, op.inputs[1])).reshape(-1)})) if rank else ()
+    low, high = QUANT_RANGE[out.type]
+    result = runtime_arithmetic.xnnpack_quantized_mean(value, axes, x.scale, x.zero_point, out.scale, out.zero_point,
+                                                       low, high)
+    return [result.astype(DTYPES[out.type]).reshape(nnapi(g, op, values)[0].shape)]
+
+
 def _elementwise(fn):
     """Semantics computing a float output from the inputs' values with ``fn`` where a NaN
     reaches them (MAXIMUM and MINIMUM: both inputs; RELU*: the one)."""
@@ -310,6 +325,7 @@ CLASSES: list[KnownClass] = [
                error="div"),
     KnownClass(TFLITE, 7, "CAST of NaN to INT32", frozenset({Op.CAST}), _with_nan_as(_int32_max)),
     KnownClass(TFLITE, 8, "quantized MEAN rounds in TFLite", frozenset({Op.MEAN}), _tflite_convention),
+    KnownClass(("tflite",), 8, "quantized MEAN rounds in TFLite", frozenset({Op.MEAN}), _xnnpack_mean),
     KnownClass(TFLITE, 9, "quantized RESIZE_BILINEAR rounds in TFLite", frozenset({Op.RESIZE_BILINEAR}),
                _tflite_convention),
     KnownClass(("tflite",), 10, "XNNPACK's RSQRT of 0 and -0 is NaN", frozenset({Op.RSQRT}), _rsqrt_zero_nan),

@@ -14,6 +14,8 @@ float32, the same order of additions), each checked against the runtime in
   QuantizeLinear, the driver's mapping of a quantized RESIZE_BILINEAR (onnxruntime's
   ``SetupUpsampleBilinear`` weights and ``UpsampleBilinear`` sum, MLAS's QuantizeLinear: float32
   division, halves to even).
+* :func:`xnnpack_quantized_mean`: XNNPACK's quantized MEAN (the ``tflite`` driver), float32
+  scaling with the output zero point added before rounding halves to even.
 """
 from __future__ import annotations
 
@@ -94,3 +96,21 @@ def ort_quantized_resize_bilinear(q: np.ndarray, scale: float, zero_point: int, 
         image = image.transpose(0, 2, 3, 1)
     result = ort_quantize(ort_resize_bilinear(image, out_h, out_w, mode), out_scale, out_zero_point, low, high)
     return result.transpose(0, 3, 1, 2) if nchw else result
+
+
+def xnnpack_quantized_mean(q: np.ndarray, axes: tuple, scale: float, zero_point: int, out_scale: float,
+                           out_zero_point: int, low: int, high: int, keep_dims: bool = False) -> np.ndarray:
+    """XNNPACK's quantized MEAN (the tflite driver's delegate): the exact sum less ``count``
+    input zero points, converted to float32, times the float32 scale
+    (input_scale / output_scale) * (1 / count), plus the output zero point, then rounded half
+    to even (so a tie goes to the even *stored* value: 29.5 at zero point 29 is stored 58, where
+    rounding before adding the zero point gives 59), clamped to [low, high]. NNAPI truncates the
+    mean of the stored values; TFLite's reference kernel rounds halves away from zero in fixed
+    point."""
+    q = np.asarray(q)
+    count = int(np.prod([q.shape[a] for a in axes], dtype=np.int64)) if axes else 1
+    acc = np.sum(q.astype(np.int64), axis=axes, keepdims=keep_dims) - np.int64(zero_point) * count
+    factor = _F(_F(scale) / _F(out_scale)) * _F(_F(1) / _F(max(count, 1)))
+    with np.errstate(all="ignore"):
+        result = np.rint(acc.astype(_F) * _F(factor) + _F(out_zero_point)).astype(np.float64)
+    return np.clip(result, low, high)

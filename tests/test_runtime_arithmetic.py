@@ -103,8 +103,80 @@ def _seed_outcome(driver: str, seed: int):
 
 @pytest.mark.parametrize("driver, seed, number", [
     ("onnxruntime", 3002408, 5),  # RESIZE_BILINEAR -> FULLY_CONNECTED -> L2_NORMALIZATION: one step amplified
+    ("tflite", 3017529, 8),  # XNNPACK's MEAN -> PAD -> LOGISTIC
+    ("tflite", 2007012, 8),  # MIRROR_PAD -> XNNPACK's MEAN -> DEQUANTIZE
 ])
 def test_campaign_seed_is_explained_by_its_class(driver, seed, number):
     graph, outcome = _seed_outcome(driver, seed)
     assert outcome.status == "fail"
     assert explain(graph, outcome, driver) == next(c for c in classes_for(driver) if c.number == number).name(driver)
+
+
+def xnnpack_mean(x: np.ndarray, axes: tuple, scale: float, zero_point: int, keep: bool) -> np.ndarray:
+    """Quantized MEAN on the tflite driver (XNNPACK), the output quantized as the input (NNAPI)."""
+    pytest.importorskip("ai_edge_litert")
+    from nnapi_ref import using_drivers
+    from nnapi_ref.drivers import load_driver
+    from nnapi_ref.testing import output, run_operation, scalar, tensor
+    type_ = Q8 if x.dtype == np.uint8 else T.TENSOR_QUANT8_ASYMM_SIGNED
+    shape = tuple(1 if a in axes else d for a, d in enumerate(x.shape) if keep or a not in axes)
+    inputs = [tensor(type_, x, scale, zero_point), tensor(T.TENSOR_INT32, np.array(axes, np.int32), as_input=False),
+              scalar(T.INT32, int(keep))]
+    with using_drivers([load_driver("tflite")]) as devices:
+        return run_operation(Op.MEAN, inputs, [output(type_, shape, scale, zero_point)], devices=devices)[0]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_xnnpack_quantized_mean_is_bit_exact(dtype):
+    """Random shapes, axes and quantizations (ties included: small counts of small integers):
+    the model gives XNNPACK's every value; NNAPI's truncation and TFLite's reference rounding
+    (halves away from zero) do not."""
+    rng = np.random.default_rng(2007012)
+    info = np.iinfo(dtype)
+    for _ in range(40):
+        rank = int(rng.integers(1, 5))
+        x = rng.integers(info.min, int(info.max) + 1, tuple(int(d) for d in rng.integers(1, 5, rank))).astype(dtype)
+        axes = tuple(sorted({int(a) for a in rng.integers(0, rank, int(rng.integers(1, rank + 1)))}))
+        keep = bool(rng.integers(0, 2))
+        scale, zero_point = float(np.float32(rng.uniform(0.01, 1.0))), int(rng.integers(info.min, int(info.max) + 1))
+        model = runtime_arithmetic.xnnpack_quantized_mean(x, axes, scale, zero_point, scale, zero_point,
+                                                          int(info.min), int(info.max), keep)
+        actual = xnnpack_mean(x, axes, scale, zero_point, keep)
+        np.testing.assert_array_equal(actual, model.reshape(actual.shape))
+
+
+def test_xnnpack_quantized_mean_ties_go_to_the_even_stored_value():
+    """uint8 [58, 59] (mean 58.5) at zero point 29 and [0, 1] at 0: XNNPACK stores 58 and 0 (even),
+    where rounding 29.5 before adding the zero point would give 59."""
+    x = np.array([[58, 59]], np.uint8)
+    assert xnnpack_mean(x, (1,), 0.5, 29, False).tolist() == [58]
+    assert runtime_arithmetic.xnnpack_quantized_mean(x, (1,), 0.5, 29, 0.5, 29, 0, 255).tolist() == [58]
+    assert xnnpack_mean(np.array([[0, 1]], np.uint8), (1,), 0.5, 0, False).tolist() == [0]
+
+
+def mean_then_dequantize(x) -> Graph:
+    """MEAN over axis 1 of a quantized [2, 2] input (scale 0.5, zero point 0), then DEQUANTIZE."""
+    operands = [hal.Operand(Q8, (2, 2), 0.5, 0, Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.TENSOR_INT32, (1,), 0.0, 0, Lifetime.CONSTANT_COPY, np.array([1], np.int32)),
+                hal.Operand(T.INT32, (), 0.0, 0, Lifetime.CONSTANT_COPY, np.array(0, np.int32)),
+                hal.Operand(Q8, (2,), 0.5, 0, Lifetime.TEMPORARY_VARIABLE),
+                hal.Operand(F32, (2,), 0.0, 0, Lifetime.SUBGRAPH_OUTPUT)]
+    operations = [hal.Operation(Op.MEAN, (0, 1, 2), (3,)), hal.Operation(Op.DEQUANTIZE, (3,), (4,))]
+    return Graph(operands, operations, [0], [4], {0: np.asarray(x, np.uint8)})
+
+
+def test_xnnpack_mean_class_accepts_its_instance_and_rejects_others():
+    """MEAN of [1, 2] and [3, 6]: 1.5 and 4.5 steps. NNAPI truncates (1, 4), TFLite's reference
+    rounds halves away from zero (2, 5), XNNPACK to even (2, 4): the tflite driver's class 8
+    explains XNNPACK's [1.0, 2.0]; tflite-ref's (the reference kernels) does not; a result
+    matching no rounding ([1.0, 1.5]) is explained by neither."""
+    graph = mean_then_dequantize([[1, 2], [3, 6]])
+    assert simulate(graph, [])[0][0].tolist() == [0.5, 2.0]
+
+    def outcome(actual):
+        return Outcome("fail", "", simulate(graph, [])[0], [np.array(actual, np.float32)],
+                       failure=Failure("mismatch", "DEQUANTIZE", "values"), mismatched=[0])
+    assert explain(graph, outcome([1.0, 2.0]), "tflite").startswith("tflite class 8")
+    assert explain(graph, outcome([1.0, 2.0]), "tflite-ref") is None
+    assert explain(graph, outcome([1.0, 2.5]), "tflite-ref").startswith("tflite class 8")
+    assert explain(graph, outcome([1.0, 1.5]), "tflite") is None
