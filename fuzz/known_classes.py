@@ -183,8 +183,8 @@ def _xnnpack_mean(g: Graph, op: hal.Operation, values: dict):
     if x.type not in QUANT8:
         return None
     value = np.asarray(operand_value(g, values, op.inputs[0]))
-    rank = value.ndim
-    axes = tuple(sorted({int(a) % rank for a in np.asarray(operand_value(g, values, op.inputs[1])).reshape(-1)})) if rank else ()
+    listed = np.asarray(operand_value(g, values, op.inputs[1])).reshape(-1)
+    axes = tuple(sorted({int(a) % value.ndim for a in listed})) if value.ndim else ()
     low, high = QUANT_RANGE[out.type]
     result = runtime_arithmetic.xnnpack_quantized_mean(value, axes, x.scale, x.zero_point, out.scale, out.zero_point,
                                                        low, high)
