@@ -30,6 +30,7 @@ from nnapi_ref.ops.common import QUANT_RANGE, activation_range_quant
 from nnapi_ref.ops.base import Arg
 from nnapi_ref.types import DTYPES, SCALAR_TYPES, Lifetime, OperandCode as T, OperationCode as Op
 
+from . import runtime_arithmetic
 from .graphs import F32, I32, QUANT8, Graph, Out, Reject, run_operation
 
 Semantics = Callable[[Graph, hal.Operation, dict], list]  # the operation's results, or None: as NNAPI
@@ -157,6 +158,39 @@ def _tflite_convention(g: Graph, op: hal.Operation, values: dict):
         return nnapi(g, op, values)
 
 
+def _ort_resize_bilinear(g: Graph, op: hal.Operation, values: dict):
+    """ONNX Runtime's quantized RESIZE_BILINEAR, bit-exact (the driver's DequantizeLinear ->
+    Resize -> QuantizeLinear, :func:`fuzz.runtime_arithmetic.ort_quantized_resize_bilinear`)."""
+    x, out = g.operands[op.inputs[0]], g.operands[op.outputs[0]]
+    if x.type not in QUANT8:
+        return None
+    flags = [bool(operand_value(g, values, op.inputs[i])) if i < len(op.inputs) else False for i in (3, 4, 5)]
+    nchw, align, half = flags
+    shape = nnapi(g, op, values)[0].shape
+    out_h, out_w = (shape[2], shape[3]) if nchw else (shape[1], shape[2])
+    mode = "align_corners" if align else "half_pixel" if half else "asymmetric"
+    low, high = QUANT_RANGE[out.type]
+    result = runtime_arithmetic.ort_quantized_resize_bilinear(
+        operand_value(g, values, op.inputs[0]), x.scale, x.zero_point, out_h, out_w, mode, out.scale,
+        out.zero_point, low, high, nchw)
+    return [result.astype(DTYPES[out.type])]
+
+
+def _xnnpack_mean(g: Graph, op: hal.Operation, values: dict):
+    """XNNPACK's quantized MEAN, bit-exact (:func:`fuzz.runtime_arithmetic.xnnpack_quantized_mean`:
+    float32 scaling, the output zero point added before rounding halves to even)."""
+    x, out = g.operands[op.inputs[0]], g.operands[op.outputs[0]]
+    if x.type not in QUANT8:
+        return None
+    value = np.asarray(operand_value(g, values, op.inputs[0]))
+    listed = np.asarray(operand_value(g, values, op.inputs[1])).reshape(-1)
+    axes = tuple(sorted({int(a) % value.ndim for a in listed})) if value.ndim else ()
+    low, high = QUANT_RANGE[out.type]
+    result = runtime_arithmetic.xnnpack_quantized_mean(value, axes, x.scale, x.zero_point, out.scale, out.zero_point,
+                                                       low, high)
+    return [result.astype(DTYPES[out.type]).reshape(nnapi(g, op, values)[0].shape)]
+
+
 def _elementwise(fn):
     """Semantics computing a float output from the inputs' values with ``fn`` where a NaN
     reaches them (MAXIMUM and MINIMUM: both inputs; RELU*: the one)."""
@@ -258,9 +292,10 @@ def _nan_skipping_reduction(g, op, values):
     return [np.asarray(result, x.dtype).reshape(nnapi(g, op, values)[0].shape)]
 
 
-# Operations ONNX Runtime computes as DequantizeLinear -> float -> QuantizeLinear (or QLinearConv)
+# Operations ONNX Runtime computes as DequantizeLinear -> float -> QuantizeLinear (or QLinearConv;
+# quantized AVERAGE_POOL_2D and FULLY_CONNECTED are computed as NNAPI does)
 ORT_REQUANTIZED = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D,
-                             Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.TRANSPOSE_CONV_2D, Op.QUANTIZE, Op.RELU,
+                             Op.MAX_POOL_2D, Op.TRANSPOSE_CONV_2D, Op.QUANTIZE, Op.RELU,
                              Op.RELU1, Op.RELU6, Op.LOGISTIC, Op.TANH, Op.HARD_SWISH, Op.SOFTMAX, Op.PRELU,
                              Op.CONCATENATION, Op.L2_NORMALIZATION, Op.REDUCE_MAX, Op.REDUCE_MIN,
                              Op.DEPTH_TO_SPACE, Op.SPACE_TO_DEPTH, Op.RESIZE_NEAREST_NEIGHBOR})
@@ -275,7 +310,7 @@ CLASSES: list[KnownClass] = [
     KnownClass(ORT, 3, "requantization rounds once, half to even", ORT_REQUANTIZED, _half_to_even),
     KnownClass(ORT, 4, "quantized MEAN truncates in NNAPI", frozenset({Op.MEAN}), _half_to_even),
     KnownClass(ORT, 5, "quantized RESIZE_BILINEAR truncates in NNAPI", frozenset({Op.RESIZE_BILINEAR}),
-               _half_to_even),
+               _ort_resize_bilinear),
     KnownClass(ORT, 7, "QUANTIZE of NaN gives the type's minimum", frozenset({Op.QUANTIZE}), _with_nan_as(_type_min)),
     KnownClass(TFLITE, 1, "NaN position in MAXIMUM and MINIMUM", frozenset({Op.MAXIMUM, Op.MINIMUM}),
                _elementwise(_nan_max_tflite)),
@@ -290,6 +325,7 @@ CLASSES: list[KnownClass] = [
                error="div"),
     KnownClass(TFLITE, 7, "CAST of NaN to INT32", frozenset({Op.CAST}), _with_nan_as(_int32_max)),
     KnownClass(TFLITE, 8, "quantized MEAN rounds in TFLite", frozenset({Op.MEAN}), _tflite_convention),
+    KnownClass(("tflite",), 8, "quantized MEAN rounds in TFLite", frozenset({Op.MEAN}), _xnnpack_mean),
     KnownClass(TFLITE, 9, "quantized RESIZE_BILINEAR rounds in TFLite", frozenset({Op.RESIZE_BILINEAR}),
                _tflite_convention),
     KnownClass(("tflite",), 10, "XNNPACK's RSQRT of 0 and -0 is NaN", frozenset({Op.RSQRT}), _rsqrt_zero_nan),

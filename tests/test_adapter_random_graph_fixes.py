@@ -142,3 +142,66 @@ def test_tflite_dequantize_of_a_constant_is_unsupported(spec):
     device = driver(spec)
     assert device.get_supported_operations(model(Lifetime.CONSTANT_COPY)) == [False]
     assert device.get_supported_operations(model(Lifetime.SUBGRAPH_INPUT)) == [True]
+
+
+@pytest.mark.parametrize("code", [Op.CONV_2D, Op.DEPTHWISE_CONV_2D])
+def test_onnxruntime_uint8_convolution_with_int8_channel_weights_accumulates_exactly(code):
+    """A uint8 image of 255s, per-channel int8 weights of -127 and 127 (scale 0.01), 8 products a
+    channel: accumulator -+259,080, times 0.01 / 1000 = -+2.59 -> 197 and 203 about zero point
+    200. MLAS's u8s8 kernel (x86 without VNNI) adds pairs of products in saturating int16
+    (-32,768 each, 4 pairs: -1.31 -> 199 and 201); the driver runs the weights as uint8 with zero
+    point 128 (seeds 3002630, 3003740)."""
+    per_channel = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+    if code == Op.CONV_2D:  # one 1x1 filter of 8 input channels per output channel
+        image, weights = np.full((1, 1, 1, 8), 255, np.uint8), np.array([-127, 127], np.int8).reshape(2, 1, 1, 1)
+        weights, extra = np.repeat(weights, 8, axis=3), []
+        channel_dim = 0
+    else:  # a 2x4 window on one channel, depth multiplier 2
+        image, weights = np.full((1, 2, 4, 1), 255, np.uint8), np.tile(np.array([-127, 127], np.int8), (1, 2, 4, 1))
+        extra, channel_dim = [scalar(T.INT32, 2)], 3
+    inputs = [tensor(Q8, image, 1.0, 0),
+              tensor(per_channel, weights, as_input=False, channel_scales=[0.01, 0.01], channel_dim=channel_dim),
+              tensor(I32, np.zeros(2, np.int32), 0.0, 0, as_input=False),
+              *[scalar(T.INT32, 0) for _ in range(4)], scalar(T.INT32, 1), scalar(T.INT32, 1), *extra,
+              scalar(T.INT32, 0)]
+    outputs = [output(Q8, (1, 1, 1, 2), 1000.0, 200)]
+    out, = run_on("onnxruntime", code, inputs, outputs)
+    assert out.ravel().tolist() == [197, 203]
+    assert _reference(code, inputs, outputs)[0].ravel().tolist() == [197, 203]
+
+
+def test_onnxruntime_quantized_average_pool_rounds_stored_values_half_away_from_zero():
+    """Seed 3008336: int8 at zero point 3, a 2x1 window over 20 and -27: NNAPI averages the
+    stored values, -3.5 -> -4 (halves away from zero); ORT's DequantizeLinear -> AveragePool ->
+    QuantizeLinear averages the real ones, (17 - 30) / 2 = -6.5 -> -6 (half to even), stored -3.
+    uint8 17 and 18 at zero point 16: NNAPI 17.5 -> 18, real 1.5 -> 2 and 18 too; 18 and 19:
+    18.5 -> 19, real 2.5 -> 2 (stored 18)."""
+    def pool(type_, column, zero_point):
+        x = np.asarray(column).reshape(1, len(column), 1, 1)
+        inputs = [tensor(type_, x, 0.25, zero_point), *[scalar(T.INT32, v) for v in (0, 0, 0, 0, 1, 1, 1, 2, 0)]]
+        return [run_on("onnxruntime", Op.AVERAGE_POOL_2D, inputs, [output(type_, (1, len(column) - 1, 1, 1), 0.25,
+                                                                            zero_point)])[0].ravel().tolist(),
+                _reference(Op.AVERAGE_POOL_2D, inputs, [output(type_, (1, len(column) - 1, 1, 1), 0.25,
+                                                                zero_point)])[0].ravel().tolist()]
+    assert pool(S8, np.array([20, -27, 12], np.int8), 3) == [[-4, -8], [-4, -8]]  # -7.5 -> -8
+    assert pool(Q8, np.array([17, 18, 19], np.uint8), 16) == [[18, 19], [18, 19]]
+
+
+@pytest.mark.parametrize("type_", [Q8, S8])
+def test_onnxruntime_quantized_average_pool_matches_the_reference(type_):
+    """Random windows, strides, explicit paddings (never averaged in) and fused activations:
+    every element as the reference's integer kernel."""
+    rng = np.random.default_rng(3008336)
+    low, high = (0, 256) if type_ == Q8 else (-128, 128)
+    for _ in range(12):
+        h, w, c = (int(v) for v in rng.integers(1, 7, 3))
+        fh, fw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+        pads = [min(int(v), f - 1) for v, f in zip(rng.integers(0, 3, 4), (fw, fw, fh, fh))]  # left right top bottom
+        stride_w, stride_h = (int(v) for v in rng.integers(1, 3, 2))
+        x = rng.integers(low, high, (2, h, w, c)).astype(np.uint8 if type_ == Q8 else np.int8)
+        out_h, out_w = (h + pads[2] + pads[3] - fh) // stride_h + 1, (w + pads[0] + pads[1] - fw) // stride_w + 1
+        inputs = [tensor(type_, x, 0.1, int(rng.integers(low, high))),
+                  *[scalar(T.INT32, v) for v in (*pads, stride_w, stride_h, fw, fh, int(rng.integers(0, 4)))]]
+        outputs = [output(type_, (2, out_h, out_w, c), 0.1, inputs[0].zero_point)]
+        np.testing.assert_array_equal(run_on("onnxruntime", Op.AVERAGE_POOL_2D, inputs, outputs)[0],
+                                      _reference(Op.AVERAGE_POOL_2D, inputs, outputs)[0])

@@ -210,7 +210,15 @@ def _conv(g, op):
     image = _nchw(g, g.tensor(x), p.nchw)
     if g.operand(x).type in QUANT8:
         wq = g.operand(w)
-        if wq.channel_quant is not None:
+        if wq.channel_quant is not None and g.operand(x).type == Q8:
+            # uint8 image, int8 weights: MLAS's u8s8 kernel on x86 without VNNI sums pairs of
+            # products in saturating int16 (vpmaddubsw), far off NNAPI's exact int32
+            # accumulator (random graphs, seeds 3002630, 3003740); the same weights as uint8
+            # with zero point 128 run on the exact u8u8 kernel.
+            scales = np.asarray(wq.channel_quant.scales, np.float32)
+            weights = _as_uint8_weights(g, weights)
+            wscale, wzero = g.const(scales), g.const(np.full(len(scales), 128, np.uint8))
+        elif wq.channel_quant is not None:
             scales = np.asarray(wq.channel_quant.scales, np.float32)
             wscale, wzero = g.const(scales), g.const(np.zeros(len(scales), np.int8))
         else:
@@ -222,6 +230,15 @@ def _conv(g, op):
     else:
         y = g.node("Conv", [image, weights, g.tensor(b)], **attrs)
         g.store(out, _nhwc(g, y, p.nchw), p.fuse)
+
+
+def _as_uint8_weights(g: Graph, weights: str) -> str:
+    """int8 weights (a constant or a node's output) plus 128, as uint8."""
+    if weights in g.initializers:
+        value = numpy_helper.to_array(g.initializers[weights]).astype(np.int16) + 128
+        return g.const(value.astype(np.uint8))
+    wide = g.node("Add", [g.node("Cast", [weights], to=onnx.TensorProto.INT16), g.const(np.int16(128))])
+    return g.node("Cast", [wide], to=onnx.TensorProto.UINT8)
 
 
 @maps(Op.TRANSPOSE_CONV_2D, {F32} | QUANT8)
@@ -259,12 +276,45 @@ def _pool(g, op):
     filter_h, filter_w = int(p.extra[1]), int(p.extra[0])
     attrs = dict(_window(g, op.inputs[0], p, filter_h, filter_w), strides=[p.stride_h, p.stride_w],
                  kernel_shape=[filter_h, filter_w])
+    if op.type == Op.AVERAGE_POOL_2D and g.operand(op.inputs[0]).type in QUANT8:
+        _average_pool_quant(g, op, p, attrs, filter_h * filter_w)
+        return
     x = _nchw(g, g.real(op.inputs[0]), p.nchw)
     if op.type == Op.L2_POOL_2D:
         y = g.node("Sqrt", [g.node("AveragePool", [g.node("Mul", [x, x])], **attrs)])
     else:
         y = g.node("AveragePool" if op.type == Op.AVERAGE_POOL_2D else "MaxPool", [x], **attrs)
     g.store(op.outputs[0], _nhwc(g, y, p.nchw), p.fuse)
+
+
+# Window areas up to this keep a sum of stored values (below 255 * area) under 2**22, where
+# AveragePool's average times the area rounds back to the exact sum.
+_MAX_EXACT_AREA = (1 << 22) // 256
+
+
+def _average_pool_quant(g, op, p, attrs: dict, area: int):
+    """Quantized AVERAGE_POOL_2D as NNAPI computes it on the stored values (AOSP's and TFLite's
+    integer kernels): the exact sum ``acc`` of the covered elements divided by their count with
+    halves away from zero, ``sign(acc) * ((|acc| + count / 2) / count)`` in integers, the output
+    sharing the input's quantization. Dequantize -> AveragePool -> QuantizeLinear rounds the real
+    average half to even instead, one step off at halves (random graph seed 3008336). The sum and
+    the count are AveragePool's averages (padding counted in) times the window area, rounded."""
+    if area > _MAX_EXACT_AREA:
+        raise Unsupported(f"quantized AVERAGE_POOL_2D with a window of {area} elements")
+    stored = _nchw(g, g.node("Cast", [g.tensor(op.inputs[0])], to=onnx.TensorProto.FLOAT), p.nchw)
+    ones = g.node("Add", [g.node("Mul", [stored, g.const(np.float32(0))]), g.const(np.float32(1))])
+
+    def window_sum(image: str) -> str:
+        mean = g.node("AveragePool", [image], count_include_pad=1, **attrs)
+        exact = g.node("Round", [g.node("Mul", [mean, g.const(np.float32(area))])])
+        return g.node("Cast", [exact], to=onnx.TensorProto.INT32)
+    acc, count = window_sum(stored), window_sum(ones)
+    half = g.node("Div", [count, g.const(np.int32(2))])
+    quotient = g.node("Div", [g.node("Add", [g.node("Abs", [acc]), half]), count])
+    q = g.node("Mul", [quotient, g.node("Sign", [acc])])
+    out = op.outputs[0]
+    to = onnx.TensorProto.UINT8 if g.operand(out).type == Q8 else onnx.TensorProto.INT8
+    g.store(out, _nhwc(g, g.node("Cast", [q], to=to), p.nchw), p.fuse, raw=True)
 
 
 @maps(Op.FULLY_CONNECTED, NUMERIC)

@@ -1,0 +1,182 @@
+"""The bit-exact models of the runtimes' quantized arithmetic (fuzz.runtime_arithmetic) against the
+runtimes themselves, and the rounding classes built on them deciding the random-graph seeds they
+were made for (issue 22): each class accepts its instance and rejects a non-instance."""
+import numpy as np
+import pytest
+
+from nnapi_ref import hal
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.runtime import Device
+from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
+from nnts.fuzz import runtime_arithmetic
+from nnts.fuzz.differential import Failure, Outcome, case_size, check
+from nnts.fuzz.graphs import Graph, generate
+from nnts.fuzz.known_classes import explain, simulate, classes_for
+
+REFERENCE = [Device(ReferenceDevice())]
+Q8, F32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_FLOAT32
+
+
+def _ort_session(nodes, inputs, outputs, initializers):
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import helper
+    model = helper.make_model(helper.make_graph(nodes, "m", inputs, outputs, initializers),
+                              opset_imports=[helper.make_opsetid("", 21)])
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.disable_quant_qdq", "1")  # as the driver
+    options.intra_op_num_threads = 1
+    return onnx, ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def ort_quantized_resize(x: np.ndarray, scale: float, zero_point: int, out_h: int, out_w: int, mode: str):
+    """DequantizeLinear -> Resize (linear, ``mode``) -> QuantizeLinear of uint8 NCHW ``x`` on
+    ONNX Runtime."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["real"]),
+             helper.make_node("Resize", ["real", "", "", "sizes"], ["resized"], mode="linear",
+                              coordinate_transformation_mode=mode),
+             helper.make_node("QuantizeLinear", ["resized", "s", "z"], ["y"])]
+    constants = [numpy_helper.from_array(np.array(np.float32(scale)), "s"),
+                 numpy_helper.from_array(np.array(np.uint8(zero_point)), "z"),
+                 numpy_helper.from_array(np.array([*x.shape[:2], out_h, out_w], np.int64), "sizes")]
+    _, session = _ort_session(nodes, [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], constants)
+    return session.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("mode", ["align_corners", "half_pixel", "asymmetric"])
+def test_ort_quantized_resize_bilinear_is_bit_exact(mode):
+    """Random images, sizes and quantizations: the model gives ONNX Runtime's every value (the
+    half-to-even rounding of the exact result does not: a float32 sum lands beside the half)."""
+    rng = np.random.default_rng(22)
+    for _ in range(60):
+        shape = tuple(int(d) for d in rng.integers(1, 5, 4))
+        out_h, out_w = (int(d) for d in rng.integers(1, 9, 2))
+        scale, zero_point = float(np.float32(rng.uniform(0.01, 1.0))), int(rng.integers(0, 256))
+        x = rng.integers(0, 256, shape).astype(np.uint8)
+        model = runtime_arithmetic.ort_quantized_resize_bilinear(x, scale, zero_point, out_h, out_w, mode, scale,
+                                                                 zero_point, 0, 255, nchw=True)
+        assert np.array_equal(model, ort_quantized_resize(x, scale, zero_point, out_h, out_w, mode))
+
+
+def resize_then_dequantize(image, width: int) -> Graph:
+    """RESIZE_BILINEAR of a quantized [1, 1, n, 1] image (scale 0.5) to ``width`` columns, then
+    DEQUANTIZE (so that one step is a float difference the criteria see)."""
+    image = np.asarray(image, np.uint8).reshape(1, 1, -1, 1)
+    operands = [hal.Operand(Q8, image.shape, 0.5, 0, Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.INT32, (), 0.0, 0, Lifetime.CONSTANT_COPY, np.array(width, np.int32)),
+                hal.Operand(T.INT32, (), 0.0, 0, Lifetime.CONSTANT_COPY, np.array(1, np.int32)),
+                hal.Operand(Q8, (1, 1, width, 1), 0.5, 0, Lifetime.TEMPORARY_VARIABLE),
+                hal.Operand(F32, (1, 1, width, 1), 0.0, 0, Lifetime.SUBGRAPH_OUTPUT)]
+    operations = [hal.Operation(Op.RESIZE_BILINEAR, (0, 1, 2), (3,)), hal.Operation(Op.DEQUANTIZE, (3,), (4,))]
+    return Graph(operands, operations, [0], [4], {0: image})
+
+
+def float_mismatch(graph: Graph, actual) -> Outcome:
+    expected = simulate(graph, [])[0]
+    return Outcome("fail", "", expected, [np.asarray(actual, np.float32).reshape(expected[0].shape)],
+                   failure=Failure("mismatch", "DEQUANTIZE", "values"), mismatched=[0])
+
+
+def test_ort_resize_class_accepts_its_instance_and_rejects_others():
+    """[0, 3] (stored, scale 0.5) to 4 columns samples 0, 1.5, 3, 3: NNAPI truncates 1.5 to 1,
+    ONNX Runtime rounds to 2 (class 5's reproducer); a result off elsewhere is no instance."""
+    graph = resize_then_dequantize([0, 3], 4)
+    assert simulate(graph, [])[0][0].ravel().tolist() == [0, 0.5, 1.5, 1.5]
+    assert explain(graph, float_mismatch(graph, [0, 1, 1.5, 1.5]), "onnxruntime").startswith("onnxruntime class 5")
+    assert explain(graph, float_mismatch(graph, [0, 0.5, 1.0, 1.5]), "onnxruntime") is None
+
+
+def _seed_outcome(driver: str, seed: int):
+    if driver == "onnxruntime":
+        pytest.importorskip("onnxruntime")
+        pytest.importorskip("onnx")
+    else:
+        pytest.importorskip("ai_edge_litert")
+    from nnapi_ref.drivers import load_driver
+    devices = [Device(load_driver(driver))]
+    graph = generate(seed, case_size(seed), level=min(d.feature_level for d in devices))
+    return graph, check(graph, devices, REFERENCE)
+
+
+@pytest.mark.parametrize("driver, seed, number", [
+    ("onnxruntime", 3002408, 5),  # RESIZE_BILINEAR -> FULLY_CONNECTED -> L2_NORMALIZATION: one step amplified
+    ("tflite", 3017529, 8),  # XNNPACK's MEAN -> PAD -> LOGISTIC
+    ("tflite", 2007012, 8),  # MIRROR_PAD -> XNNPACK's MEAN -> DEQUANTIZE
+])
+def test_campaign_seed_is_explained_by_its_class(driver, seed, number):
+    graph, outcome = _seed_outcome(driver, seed)
+    assert outcome.status == "fail"
+    assert explain(graph, outcome, driver) == next(c for c in classes_for(driver) if c.number == number).name(driver)
+
+
+def xnnpack_mean(x: np.ndarray, axes: tuple, scale: float, zero_point: int, keep: bool) -> np.ndarray:
+    """Quantized MEAN on the tflite driver (XNNPACK), the output quantized as the input (NNAPI)."""
+    pytest.importorskip("ai_edge_litert")
+    from nnapi_ref import using_drivers
+    from nnapi_ref.drivers import load_driver
+    from nnapi_ref.testing import output, run_operation, scalar, tensor
+    type_ = Q8 if x.dtype == np.uint8 else T.TENSOR_QUANT8_ASYMM_SIGNED
+    shape = tuple(1 if a in axes else d for a, d in enumerate(x.shape) if keep or a not in axes)
+    inputs = [tensor(type_, x, scale, zero_point), tensor(T.TENSOR_INT32, np.array(axes, np.int32), as_input=False),
+              scalar(T.INT32, int(keep))]
+    with using_drivers([load_driver("tflite")]) as devices:
+        return run_operation(Op.MEAN, inputs, [output(type_, shape, scale, zero_point)], devices=devices)[0]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_xnnpack_quantized_mean_is_bit_exact(dtype):
+    """Random shapes, axes and quantizations (ties included: small counts of small integers):
+    the model gives XNNPACK's every value; NNAPI's truncation and TFLite's reference rounding
+    (halves away from zero) do not."""
+    rng = np.random.default_rng(2007012)
+    info = np.iinfo(dtype)
+    for _ in range(40):
+        rank = int(rng.integers(1, 5))
+        x = rng.integers(info.min, int(info.max) + 1, tuple(int(d) for d in rng.integers(1, 5, rank))).astype(dtype)
+        axes = tuple(sorted({int(a) for a in rng.integers(0, rank, int(rng.integers(1, rank + 1)))}))
+        keep = bool(rng.integers(0, 2))
+        scale, zero_point = float(np.float32(rng.uniform(0.01, 1.0))), int(rng.integers(info.min, int(info.max) + 1))
+        model = runtime_arithmetic.xnnpack_quantized_mean(x, axes, scale, zero_point, scale, zero_point,
+                                                          int(info.min), int(info.max), keep)
+        actual = xnnpack_mean(x, axes, scale, zero_point, keep)
+        np.testing.assert_array_equal(actual, model.reshape(actual.shape))
+
+
+def test_xnnpack_quantized_mean_ties_go_to_the_even_stored_value():
+    """uint8 [58, 59] (mean 58.5) at zero point 29 and [0, 1] at 0: XNNPACK stores 58 and 0 (even),
+    where rounding 29.5 before adding the zero point would give 59."""
+    x = np.array([[58, 59]], np.uint8)
+    assert xnnpack_mean(x, (1,), 0.5, 29, False).tolist() == [58]
+    assert runtime_arithmetic.xnnpack_quantized_mean(x, (1,), 0.5, 29, 0.5, 29, 0, 255).tolist() == [58]
+    assert xnnpack_mean(np.array([[0, 1]], np.uint8), (1,), 0.5, 0, False).tolist() == [0]
+
+
+def mean_then_dequantize(x) -> Graph:
+    """MEAN over axis 1 of a quantized [2, 2] input (scale 0.5, zero point 0), then DEQUANTIZE."""
+    operands = [hal.Operand(Q8, (2, 2), 0.5, 0, Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.TENSOR_INT32, (1,), 0.0, 0, Lifetime.CONSTANT_COPY, np.array([1], np.int32)),
+                hal.Operand(T.INT32, (), 0.0, 0, Lifetime.CONSTANT_COPY, np.array(0, np.int32)),
+                hal.Operand(Q8, (2,), 0.5, 0, Lifetime.TEMPORARY_VARIABLE),
+                hal.Operand(F32, (2,), 0.0, 0, Lifetime.SUBGRAPH_OUTPUT)]
+    operations = [hal.Operation(Op.MEAN, (0, 1, 2), (3,)), hal.Operation(Op.DEQUANTIZE, (3,), (4,))]
+    return Graph(operands, operations, [0], [4], {0: np.asarray(x, np.uint8)})
+
+
+def test_xnnpack_mean_class_accepts_its_instance_and_rejects_others():
+    """MEAN of [1, 2] and [3, 6]: 1.5 and 4.5 steps. NNAPI truncates (1, 4), TFLite's reference
+    rounds halves away from zero (2, 5), XNNPACK to even (2, 4): the tflite driver's class 8
+    explains XNNPACK's [1.0, 2.0]; tflite-ref's (the reference kernels) does not; a result
+    matching no rounding ([1.0, 1.5]) is explained by neither."""
+    graph = mean_then_dequantize([[1, 2], [3, 6]])
+    assert simulate(graph, [])[0][0].tolist() == [0.5, 2.0]
+
+    def outcome(actual):
+        return Outcome("fail", "", simulate(graph, [])[0], [np.array(actual, np.float32)],
+                       failure=Failure("mismatch", "DEQUANTIZE", "values"), mismatched=[0])
+    assert explain(graph, outcome([1.0, 2.0]), "tflite").startswith("tflite class 8")
+    assert explain(graph, outcome([1.0, 2.0]), "tflite-ref") is None
+    assert explain(graph, outcome([1.0, 2.5]), "tflite-ref").startswith("tflite class 8")
+    assert explain(graph, outcome([1.0, 1.5]), "tflite") is None
