@@ -12,8 +12,10 @@ process, as apps share a driver service. Two criteria, each robust to a machine 
   a time ends no short execution while it runs the long one: within each long execution there
   is a stretch as long as the long one's own work with no short execution ending, whatever the
   machine's load. A concurrent driver ends short ones all along. A long execution whose longest
-  stretch without a short one ending is over ``MAX_QUIET_SHARE`` (half) of its time counts as
-  serialized; more than half of them serialized is a FAILURE.
+  stretch without a short one ending is over ``MAX_QUIET_SHARE`` (0.3) of its time counts as
+  serialized; more than half of them serialized is a FAILURE. (Measured on a 2-core machine at
+  load 10: the reference's stretches at most 0.15 of a long execution, a serializing driver's at
+  least 0.64, the rest of its time being the wait for the lock, when short ones do end.)
 
 The clients are processes of their own (``python -m nnts.mlts.stress client load DRIVER SEED``),
 each with its own connection to the driver's socket server, so that client-side work runs in
@@ -48,7 +50,7 @@ SHORT_SHAPE = (8, 8)
 LONG_SHAPE = (512, 512)            # 1 MiB tensors: ~0.1 ms per operation on the reference
 LONG_OPERATIONS = 800              # ~70 ms alone on the reference (an unloaded machine)
 PROBE_LONG = 4                     # long executions while the other clients run short ones
-MAX_QUIET_SHARE = 0.5              # a long execution with no short one ending for longer: serialized
+MAX_QUIET_SHARE = 0.3              # a long execution with no short one ending for longer: serialized
 MIN_OVERLAPPED_SHARE = 0.5         # of the long executions, at least this share not serialized
 
 
@@ -265,7 +267,7 @@ def degradation_under_load(run: stress.Run) -> str:
     problems = []
     if overlapped < math.ceil(MIN_OVERLAPPED_SHARE * longs):
         problems.append("the driver serializes executions: no short execution of another client ended during "
-                        f"more than half of {longs - overlapped} of {longs} long executions")
+                        f"over {MAX_QUIET_SHARE:g} of {longs - overlapped} of {longs} long executions")
     if ratio < MIN_THROUGHPUT_RATIO:
         problems.append(f"throughput collapses under concurrent load (ratio at least {MIN_THROUGHPUT_RATIO:g})")
     if problems:
