@@ -39,7 +39,7 @@ from nnapi_ref.runtime import Device
 from nnapi_ref.types import OperationCode as Op
 
 from .differential import QUANTIZED, CaseResult, Criterion, run_case
-from .families import FAMILIES
+from .families import FAMILIES, SINGLE_FAMILIES
 from .graphs import F16, F32, I32, generate
 
 STRICT = {F32: Criterion(1e-6, 1e-6, 1e-7, 1e-10), F16: Criterion(1e-3, 1e-3, 1e-4, 1e-8), I32: Criterion(1),
@@ -70,7 +70,9 @@ TIERS = _tiers({
                  "MAX_POOL_2D RESIZE_BILINEAR FULLY_CONNECTED MEAN EXP LOG RSQRT SIN SQRT POW REDUCE_ALL REDUCE_ANY "
                  "REDUCE_MAX REDUCE_MIN REDUCE_PROD REDUCE_SUM INSTANCE_NORMALIZATION LOG_SOFTMAX "
                  "RESIZE_NEAREST_NEIGHBOR ROI_ALIGN ROI_POOLING HEATMAP_MAX_KEYPOINT"
-                 " BATCH_MATMUL RNN SVDF UNIDIRECTIONAL_SEQUENCE_RNN AXIS_ALIGNED_BBOX_TRANSFORM",  # not in AOSP
+                 " BATCH_MATMUL RNN SVDF UNIDIRECTIONAL_SEQUENCE_RNN AXIS_ALIGNED_BBOX_TRANSFORM"  # not in AOSP
+                 " LSTM UNIDIRECTIONAL_SEQUENCE_LSTM BIDIRECTIONAL_SEQUENCE_LSTM BIDIRECTIONAL_SEQUENCE_RNN"
+                 " QUANTIZED_16BIT_LSTM",
     id(CONV): "CONV_2D DEPTHWISE_CONV_2D GROUPED_CONV_2D TRANSPOSE_CONV_2D",
 })
 _TABLES = {id(t): t for t in (STRICT, MEDIUM, RELAXED, CONV)}
@@ -78,7 +80,8 @@ WIDE_EVERY = 4  # one case in WIDE_EVERY draws wide dimensions
 
 
 def operations() -> list[Op]:
-    return sorted(FAMILIES)
+    """The random-graph generator's operations and those drawn only singly (SINGLE_FAMILIES)."""
+    return sorted(FAMILIES.keys() | SINGLE_FAMILIES.keys())
 
 
 def tier(code: Op, level: int) -> dict:
