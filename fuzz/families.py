@@ -31,9 +31,6 @@ from .graphs import BOOL8, FLOATS, I32, Q8, Q8S, QUANT8, Builder, Out, Reject, T
 INT32, BOOL = T.INT32, T.BOOL
 
 NOT_COVERED = {
-    Op.QUANTIZED_LSTM: "recurrent, with per-gate intermediate scales, a hidden-state quantization and "
-                       "layer-norm weights NNAPI ties together: not generated yet (the reference is bit-exact, "
-                       "so it could be compared element by element)",
     Op.LSH_PROJECTION: "sign hashes: any rounding difference flips an output bit",
     Op.RANDOM_MULTINOMIAL: "random samples: compared by distribution, not element by element",
     Op.HASHTABLE_LOOKUP: "needs sorted unique keys and a hits output of fixed quantization",

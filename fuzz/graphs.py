@@ -229,8 +229,9 @@ class Builder:
         return self.scalar(T.FLOAT16 if x.type == F16 else T.FLOAT32, value)
 
     def omitted(self, type_: T) -> int:
-        """An optional input left out (no value)."""
-        self.operands.append(hal.Operand(type_, (), 0.0, 0, Lifetime.NO_VALUE, None))
+        """An optional input left out (no value; a quantized type keeps a valid scale)."""
+        self.operands.append(hal.Operand(type_, (), 1.0 if "QUANT" in T(type_).name else 0.0, 0, Lifetime.NO_VALUE,
+                                         None))
         return len(self.operands) - 1
 
     def ints(self, values) -> int:

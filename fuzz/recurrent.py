@@ -1,6 +1,7 @@
 """Family declarations (:mod:`fuzz.families`) for the recurrent operations whose many inputs are
-tied to a few sizes: LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM and
-BIDIRECTIONAL_SEQUENCE_RNN. One draw picks the sizes (units, output size, input size, batch,
+tied to a few sizes: LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM,
+BIDIRECTIONAL_SEQUENCE_RNN, and the integer QUANTIZED_16BIT_LSTM (NNAPI's fixed quantizations)
+and QUANTIZED_LSTM. One draw picks the sizes (units, output size, input size, batch,
 time steps), then each optional part of a cell present or omitted: the input gate (CIFG when
 omitted), peephole weights, the projection and its bias, layer normalization, the auxiliary
 input (none, parallel or cross-linked). Weights are scaled by their fan-in so states stay in
@@ -16,8 +17,17 @@ import numpy as np
 from nnapi_ref.ops.lstm import CELL, GATE_ACTIVATIONS
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
-from .families import BOOL, INT32, declare, fuse
+from .families import BOOL, INT32, declare, fuse, primary_types
 from .graphs import F16, Builder, Out, Tensor, like
+
+
+def _sequence(rank: int):
+    """A start for a graph of one recurrent operation: its input, of a type the operation takes
+    at the level (None: none) and ``rank`` dimensions (small or wide), values in [-1, 1]."""
+    def start(b: Builder, code: Op) -> Tensor | None:
+        types = sorted(primary_types(code, b.level, 0))
+        return b.fresh(b.pick(types), b.start_shape(rank), low=-1.0, high=1.0) if types else None
+    return start
 
 
 def _weights(b: Builder, x: Tensor, shape: tuple, fan_in: int) -> int:
@@ -73,7 +83,7 @@ def _params(b: Builder, x: Tensor) -> list[int]:
     return [b.scalar(INT32, b.pick(list(GATE_ACTIVATIONS)))] + [b.scalar(scalar, c) for c in clips]
 
 
-@declare([Op.LSTM], ranks=(2,), single_only=True)
+@declare([Op.LSTM], ranks=(2,), single_only=True, start=_sequence(2))
 def lstm(b: Builder, x: Tensor, code: Op) -> None:
     """One time step; from feature level 29 sometimes with the four layer-norm inputs (present
     or omitted). The scratch buffer (gate values) is the driver's own: not compared."""
@@ -87,7 +97,7 @@ def lstm(b: Builder, x: Tensor, code: Op) -> None:
     b.ignored.add(scratch.index)
 
 
-@declare([Op.UNIDIRECTIONAL_SEQUENCE_LSTM], ranks=(3,), single_only=True)
+@declare([Op.UNIDIRECTIONAL_SEQUENCE_LSTM], ranks=(3,), single_only=True, start=_sequence(3))
 def unidirectional_sequence_lstm(b: Builder, x: Tensor, code: Op) -> None:
     time_major = b.chance(0.5)
     batch = x.shape[1] if time_major else x.shape[0]
@@ -108,7 +118,7 @@ def _aux_input(b: Builder, x: Tensor, time_major: bool) -> tuple[str, Tensor | N
     return mode, b.fresh(x.type, x.shape[:2] + (b.dim(),), low=-1, high=1)
 
 
-@declare([Op.BIDIRECTIONAL_SEQUENCE_LSTM], ranks=(3,), single_only=True)
+@declare([Op.BIDIRECTIONAL_SEQUENCE_LSTM], ranks=(3,), single_only=True, start=_sequence(3))
 def bidirectional_sequence_lstm(b: Builder, x: Tensor, code: Op) -> None:
     time_major, merge = b.chance(0.5), b.chance(0.5)
     batch = x.shape[1] if time_major else x.shape[0]
@@ -130,7 +140,7 @@ def bidirectional_sequence_lstm(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, ins, [like(x)] * count)
 
 
-@declare([Op.BIDIRECTIONAL_SEQUENCE_RNN], ranks=(3,), single_only=True)
+@declare([Op.BIDIRECTIONAL_SEQUENCE_RNN], ranks=(3,), single_only=True, start=_sequence(3))
 def bidirectional_sequence_rnn(b: Builder, x: Tensor, code: Op) -> None:
     time_major, merge = b.chance(0.5), b.chance(0.5)
     batch = x.shape[1] if time_major else x.shape[0]
@@ -192,3 +202,50 @@ def quantized_16bit_lstm(b: Builder, x: Tensor, code: Op) -> None:
                      *LSTM_IO_QUANT)
     b.add(code, [x] + weights + biases + [cell, previous],
           [Out(Q16, *LSTM_CELL_QUANT), Out(T.TENSOR_QUANT8_ASYMM, *LSTM_IO_QUANT)])
+
+
+Q8_SYMM = T.TENSOR_QUANT8_SYMM
+GATE_SCALE = 2.0 ** -12  # the gates' intermediate int16 scale: Q3.12, the range the fixed-point logistic takes
+
+
+@declare([Op.QUANTIZED_LSTM], ranks=(2,), single_only=True, start=_sequence(2))
+def quantized_lstm(b: Builder, x: Tensor, code: Op) -> None:
+    """One step of the integer LSTM: int8 symmetric weights scaled by their fan-in, int16
+    peephole and layer-norm weights, a cell state scale of 2**-9 to 2**-12, each optional part
+    (CIFG, peephole, projection and its bias, layer normalization) present or omitted; output
+    state and cell state in the quantization of the states given."""
+    batch, n_input = x.shape
+    parts = _parts(b, True)
+    units, n_output = _sizes(b, parts)
+    cifg = parts["cifg"]
+
+    def symmetric(type_, shape, scale, reach):
+        dtype = np.int8 if type_ == Q8_SYMM else np.int16 if type_ == Q16 else np.int32
+        return _data(b, type_, b.rng.integers(-reach, reach + 1, shape).astype(dtype), scale, 0)
+
+    def weights(rows, fan_in):
+        return symmetric(Q8_SYMM, (rows, fan_in), float(np.float32(1 / (127 * np.sqrt(fan_in)))), 127)
+
+    gates = "ifco"
+    ins = [x]
+    ins += [b.omitted(Q8_SYMM) if g == "i" and cifg else weights(units, n_input) for g in gates]
+    ins += [b.omitted(Q8_SYMM) if g == "i" and cifg else weights(units, n_output) for g in gates]
+    ins += [symmetric(Q16, (units,), 2.0 ** -10, 512) if parts["peephole"] and not (g == "i" and cifg)
+            else b.omitted(Q16) for g in "ifo"]
+    ins += [b.omitted(T.TENSOR_INT32) if g == "i" and cifg else symmetric(T.TENSOR_INT32, (units,), 2.0 ** -20, 1 << 9)
+            for g in gates]
+    ins.append(weights(n_output, units) if parts["projection"] else b.omitted(Q8_SYMM))
+    ins.append(symmetric(T.TENSOR_INT32, (n_output,), 2.0 ** -20, 1 << 9) if parts["projection_bias"]
+               else b.omitted(T.TENSOR_INT32))
+    out_quant = (float(np.float32(2.0 ** b.rng.uniform(-8, -6))), int(b.rng.integers(-20, 21)))
+    cell_quant = (2.0 ** -int(b.rng.integers(9, 13)), 0)
+    ins.append(_data(b, T.TENSOR_QUANT8_ASYMM_SIGNED, b.rng.integers(-128, 128, (batch, n_output)).astype(np.int8),
+                     *out_quant))
+    ins.append(symmetric(Q16, (batch, units), cell_quant[0], 1 << 13))
+    ins += [symmetric(Q16, (units,), 2.0 ** -10, 1536) if parts["layer_norm"] and not (g == "i" and cifg)
+            else b.omitted(Q16) for g in gates]
+    clips = [0.0 if b.chance(0.5) else float(b.rng.uniform(0.5, 3.0)) for _ in range(2)]
+    ins += [b.scalar(T.FLOAT32, c) for c in clips] + [b.scalar(T.FLOAT32, GATE_SCALE) for _ in gates]
+    ins += [b.scalar(INT32, 0), b.scalar(T.FLOAT32, 2.0 ** -7)]  # hidden state: zero point, scale
+    state = Out(T.TENSOR_QUANT8_ASYMM_SIGNED, *out_quant)
+    b.add(code, ins, [state, Out(Q16, *cell_quant), state])
