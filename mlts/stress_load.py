@@ -203,10 +203,20 @@ class _Clients:
             into.extend(dict(e, client=self.procs.index(proc)) for e in proc.check() if e["event"] == "exec")
 
 
-def _throughput(events: list[dict], start: float, stop: float) -> tuple[float, list[float]]:
-    """Executions per second that started and ended within [start, stop]; their latencies."""
+def _throughput(events: list[dict], start: float, stop: float) -> tuple[float, list[dict]]:
+    """Executions per second that started and ended within [start, stop]; those executions."""
     inside = [e for e in events if e["start"] >= start and e["end"] <= stop]
-    return len(inside) / (stop - start), [e["end"] - e["start"] for e in inside]
+    return len(inside) / (stop - start), inside
+
+
+def _latencies(events: list[dict]) -> list[float]:
+    return [e["end"] - e["start"] for e in events]
+
+
+def _per_client_ms(events: list[dict]) -> list[float]:
+    """The median latency of each client (process and lane), in ms."""
+    clients = sorted({(e["client"], e["lane"]) for e in events})
+    return [_ms(_latencies([e for e in events if (e["client"], e["lane"]) == c]), 0.5) for c in clients]
 
 
 def quiet_shares(events: list[dict]) -> list[float]:
@@ -232,19 +242,20 @@ def degradation_under_load(run: stress.Run) -> str:
     span = max(MIN_PHASE_S, run.duration / (2 * ROUNDS + 1))
     clients.phase(n, seconds=WARMUP_S)
     alone, together, ratios = [], [], []
-    latency = {"alone": [], "together": []}
+    executed = {"alone": [], "together": []}
     for r in range(ROUNDS + 1):
-        rate, lat = _throughput(*clients.phase(1, seconds=span))
+        rate, inside = _throughput(*clients.phase(1, seconds=span))
         alone.append(rate)
-        latency["alone"] += lat
+        executed["alone"] += inside
         if r < ROUNDS:
-            rate, lat = _throughput(*clients.phase(n, seconds=span))
+            rate, inside = _throughput(*clients.phase(n, seconds=span))
             together.append(rate)
-            latency["together"] += lat
+            executed["together"] += inside
     for r in range(ROUNDS):
         single = (alone[r] + alone[r + 1]) / 2
         ratios.append(together[r] / single if single else 0.0)
     ratio = float(np.median(ratios))
+    latency = {phase: _latencies(events) for phase, events in executed.items()}
 
     events, _, stop = clients.phase(n - 1, long=1, longs=PROBE_LONG)
     shares = quiet_shares([e for e in events if e["end"] <= stop])  # not the ones after the others stopped
@@ -259,11 +270,13 @@ def degradation_under_load(run: stress.Run) -> str:
                        latency_alone_ms=_ms(latency["alone"], 0.5), latency_alone_p95_ms=_ms(latency["alone"], 0.95),
                        latency_together_ms=_ms(latency["together"], 0.5),
                        latency_together_p95_ms=_ms(latency["together"], 0.95),
+                       latency_per_client_ms=_per_client_ms(executed["together"]),
                        long_ms=round(long_ms, 1), long_executions=longs, overlapped_longs=overlapped,
                        quiet_shares=[round(x, 3) for x in shares])
     figures = (f"{n} {how}: {np.median(together):.0f} executions/s in all, one alone {np.median(alone):.0f}/s "
                f"(median ratio of {ROUNDS} alternating rounds {ratio:.2f}); latency {run.metrics['latency_alone_ms']:g} ms "
-               f"alone, {run.metrics['latency_together_ms']:g} ms together (p95 {run.metrics['latency_together_p95_ms']:g}); "
+               f"alone, {run.metrics['latency_together_ms']:g} ms together (p95 {run.metrics['latency_together_p95_ms']:g}; "
+               f"per client {'/'.join(f'{x:g}' for x in run.metrics['latency_per_client_ms'])}); "
                f"short executions of other clients kept ending during {overlapped} of {longs} long executions "
                f"({LONG_OPERATIONS} operations, {long_ms:.0f} ms)")
     problems = []

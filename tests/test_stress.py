@@ -43,6 +43,7 @@ def test_the_stress_set_ends_success_on_the_reference(tmp_path, capsys):
     load = by_name["degradation_under_load"]["metrics"]
     assert load["ratio"] >= stress_load.MIN_THROUGHPUT_RATIO and load["processes"] == stress_load.CONCURRENT_CLIENTS
     assert load["overlapped_longs"] == load["long_executions"] >= stress_load.PROBE_LONG, load
+    assert len(load["latency_per_client_ms"]) == stress_load.CONCURRENT_CLIENTS and min(load["latency_per_client_ms"]) > 0
     assert by_name["client_killed_during_compilation"]["metrics"]["kills"] == stress.KILLS
     assert by_name["multi_process_random_kills"]["metrics"]["verified_executions"] > 0
     suite = ET.parse(junit).getroot().find("testsuite")
@@ -82,9 +83,11 @@ def test_a_leaking_driver_fails_the_memory_tests_and_only_those():
 
 
 def test_a_driver_slowing_down_under_concurrency_fails_the_degradation_test():
+    """Its executions take turns (one lock) and pay for the others in flight: serialized, by count,
+    whatever the load; its throughput collapses too, which a loaded machine can blur (one client
+    alone slows down as much), so that is not what the verdict rests on here."""
     result, = stress.run_tests(FAULTY + "slows_down", ["degradation_under_load"], SHORT_S)
-    assert result.verdict == "FAILURE" and "throughput collapses under concurrent load" in result.message
-    assert result.metrics["ratio"] < stress_load.MIN_THROUGHPUT_RATIO
+    assert result.verdict == "FAILURE" and "the driver serializes executions" in result.message, result.message
     assert result.metrics["single_per_s"] > 0 and result.metrics["concurrent_per_s"] > 0
 
 
@@ -95,6 +98,7 @@ def test_a_driver_serializing_its_executions_fails_the_degradation_test_by_count
     assert result.verdict == "FAILURE" and "the driver serializes executions" in result.message, result.message
     metrics = result.metrics
     assert metrics["processes"] == stress_load.CONCURRENT_CLIENTS  # clients in processes of their own
+    assert len(metrics["latency_per_client_ms"]) == stress_load.CONCURRENT_CLIENTS
     assert metrics["overlapped_longs"] < metrics["long_executions"] / 2, metrics
     assert sum(share > stress_load.MAX_QUIET_SHARE for share in metrics["quiet_shares"]) > len(metrics["quiet_shares"]) / 2
 
