@@ -103,6 +103,15 @@ def test_a_driver_serializing_its_executions_fails_the_degradation_test_by_count
     assert sum(share > stress_load.MAX_QUIET_SHARE for share in metrics["quiet_shares"]) > len(metrics["quiet_shares"]) / 2
 
 
+def test_a_stdio_driver_is_loaded_by_threads_of_one_client_process():
+    """A driver that speaks only stdio cannot be shared by processes: the clients are threads of
+    one process on one connection, and serialization is caught all the same."""
+    stdio_only = f"remote:{sys.executable} -m nnapi_ref.cli serve {FAULTY}serializes_executions"
+    result, = stress.run_tests(stdio_only, ["degradation_under_load"], SHORT_S)
+    assert result.verdict == "FAILURE" and "the driver serializes executions" in result.message, result.message
+    assert result.metrics["processes"] == 1 and "client threads of one process" in result.message
+
+
 def test_quiet_shares_count_the_longest_stretch_without_a_short_execution_ending():
     long = {"kind": "long", "start": 10.0, "end": 11.0}
     shorts = [{"kind": "short", "start": t - 0.01, "end": t} for t in (9.9, 10.1, 10.2, 10.3, 11.5)]
