@@ -462,6 +462,10 @@ class Run:
             client.proc.kill()
             client.proc.wait()
             client.stderr.close()
+            try:
+                client.proc.stdin.close()  # its commands (the load role); nothing is left unwritten
+            except OSError:
+                pass
             if self.per_client_drivers and client.driver_pid and process_alive(client.driver_pid):
                 os.kill(client.driver_pid, signal.SIGKILL)  # the test has ended: no orphan left behind
         if self._clients:
