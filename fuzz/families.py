@@ -34,8 +34,8 @@ NOT_COVERED = {
     Op.LSH_PROJECTION: "sign hashes: any rounding difference flips an output bit",
     Op.RANDOM_MULTINOMIAL: "random samples: compared by distribution, not element by element",
     Op.HASHTABLE_LOOKUP: "needs sorted unique keys and a hits output of fixed quantization",
-    Op.IF: "needs referenced subgraphs, which generated graphs do not have yet (one subgraph each)",
-    Op.WHILE: "needs referenced subgraphs (see IF) and a condition that terminates",
+    Op.WHILE: "needs a condition subgraph that terminates and a body keeping its loop variables' types and "
+              "shapes: not generated yet (IF is: fuzz/control_flow.py)",
     Op.BOX_WITH_NMS_LIMIT: "which boxes are kept, and in what order, hangs on scores against thresholds and "
                            "on overlaps against the IoU threshold (after soft NMS rescoring): comparable element "
                            "by element only with scores and overlaps drawn clear of them, not generated yet",
@@ -730,4 +730,4 @@ def cast(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, [x], [like(x) if target == x.type else Out(target, 1.0, 0) if target in QUANT8 else Out(target)])
 
 
-from . import boxes, recurrent  # noqa: E402,F401  (declare the box, shape-source and recurrent operations)
+from . import boxes, control_flow, recurrent  # noqa: E402,F401  (declare the box, shape-source, IF and recurrent operations)

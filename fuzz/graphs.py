@@ -83,6 +83,7 @@ class Graph:
     seed: int = 0
     level: int = MAX_LEVEL
     ignored: frozenset = frozenset()  # outputs whose values NNAPI leaves to the driver (LSTM's scratch buffer)
+    referenced: tuple = ()  # the subgraphs IF and WHILE operations run (SUBGRAPH operands index them)
 
     @property
     def operation_names(self) -> list[str]:
@@ -116,7 +117,7 @@ class Graph:
         main = hal.Subgraph(operands, list(self.operations), tuple(self.inputs), tuple(self.outputs))
         if expected is None:
             expected = [self.values[k] for k in self.outputs]
-        return TestModel(name=name, model=hal.Model(main, [], self.relaxed),
+        return TestModel(name=name, model=hal.Model(main, list(self.referenced), self.relaxed),
                          inputs=[self.values[k] for k in self.inputs], expected=list(expected),
                          ignored=[k in self.ignored for k in self.outputs], min_feature_level=self.min_level(),
                          output_dims=[tuple(self.values[k].shape) for k in self.outputs])
@@ -156,19 +157,20 @@ class Builder:
     values: dict[int, np.ndarray] = field(default_factory=dict)
     tensors: list[Tensor] = field(default_factory=list)  # what later operations may consume
     ignored: set = field(default_factory=set)  # outputs whose values are the driver's own (not compared)
+    referenced: list = field(default_factory=list)  # subgraphs of IF and WHILE operations
 
     # -- undo -------------------------------------------------------------------------------
 
     def checkpoint(self) -> tuple:
-        return len(self.operands), len(self.operations), len(self.inputs), len(self.tensors)
+        return len(self.operands), len(self.operations), len(self.inputs), len(self.tensors), len(self.referenced)
 
     def rollback(self, mark: tuple) -> None:
-        n_operands, n_operations, n_inputs, n_tensors = mark
+        n_operands, n_operations, n_inputs, n_tensors, n_referenced = mark
         for k in range(n_operands, len(self.operands)):
             self.values.pop(k, None)
             self.ignored.discard(k)
         del self.operands[n_operands:], self.operations[n_operations:], self.inputs[n_inputs:]
-        del self.tensors[n_tensors:]
+        del self.tensors[n_tensors:], self.referenced[n_referenced:]
 
     # -- randomness -------------------------------------------------------------------------
 
@@ -439,7 +441,7 @@ def _finish(b: Builder, seed: int, relaxed: bool) -> Graph:
             operand.dimensions = () if b.chance(0.2) and k in outputs else tuple(
                 0 if b.chance(0.5) else d for d in dims)
     return Graph(b.operands, b.operations, list(b.inputs), outputs, b.values, relaxed, seed, b.level,
-                 frozenset(b.ignored))
+                 frozenset(b.ignored), tuple(b.referenced))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,7 +489,7 @@ def _compact(g: Graph, operations, inputs, outputs) -> Graph:
                             for op in operations],
                  [new[k] for k in inputs], [new[k] for k in outputs],
                  {new[k]: v for k, v in g.values.items() if k in new}, g.relaxed, g.seed, g.level,
-                 frozenset(new[k] for k in g.ignored if k in new))
+                 frozenset(new[k] for k in g.ignored if k in new), g.referenced)
 
 
 # Data a dimension cut slices: model inputs, and constants of these types (TENSOR_INT32 constants
@@ -510,6 +512,8 @@ def with_dimension_cut(g: Graph, axis: int, size: int, new_size: int) -> Graph |
     ``new_size`` entries, and every operation rerun on the reference's registry for the new
     values and shapes. None when an operation refuses them, or a float result leaves the range
     random graphs compare."""
+    if g.referenced:  # IF and WHILE run subgraphs, which operations rerun one at a time cannot
+        return None
     registry = ops.load_all()
     operands = [hal.Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant)
                 for o in g.operands]

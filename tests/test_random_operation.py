@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 
-from nnts.fuzz import single
+from nnts.fuzz import coverage, single
 from nnts.fuzz.coverage import features
-from nnts.fuzz import coverage
 from nnts.fuzz.families import FAMILIES, SINGLE_FAMILIES
 from nnts.fuzz.graphs import generate
 from nnts.fuzz.graphs import F16, F32, MAX_LEVEL
@@ -93,10 +93,10 @@ def test_relaxed_float32_below_float16_precision_is_caught(tmp_path):
     assert caught(broken.RelaxedBfloat16(), relaxed, tmp=tmp_path) is not None
 
 
-def test_recurrent_operations_draw_every_form_and_optional_part():
-    """LSTM's 23- and 27-input forms, the sequence forms with and without final states, and each
-    optional part present and omitted (CIFG, peephole, projection, layer normalization, the
-    auxiliary input) over 60 draws of each; the cases pass on the reference."""
+def test_single_only_operations_draw_every_form_and_optional_part():
+    """The recurrent operations and IF: LSTM's 23- and 27-input forms, the sequence forms with and
+    without final states, and each optional part present and omitted (CIFG, peephole,
+    projection, layer normalization, the auxiliary input) over 60 draws of each."""
     for code in sorted(SINGLE_FAMILIES):
         drawn = coverage.Coverage()
         for seed in range(60):
@@ -114,3 +114,23 @@ def test_lstms_scratch_buffer_is_the_drivers_own():
     scratch = graph.operations[0].outputs[0]
     assert graph.ignored == {scratch}
     assert graph.to_test("lstm").ignored == [k == scratch for k in graph.outputs]
+
+
+def test_if_runs_the_branch_its_condition_names():
+    """IF's branches are a random graph and the same graph with its outputs negated: the cases
+    pass on the reference, and the other condition changes the outputs (a driver taking the wrong
+    branch fails)."""
+    from nnts.fuzz.differential import run
+    flipped = 0
+    for seed in range(12):
+        graph = generate(seed, 1, operations=[Op.IF])
+        assert graph.operation_names == ["IF"] and len(graph.referenced) == 2
+        test = graph.to_test("if")
+        expected = run(REFERENCE, test)
+        assert all(np.array_equal(e, graph.values[k]) for e, k in zip(expected, graph.outputs))
+        condition = graph.operations[0].inputs[0]
+        if condition in graph.inputs:
+            test.inputs[graph.inputs.index(condition)] = ~test.inputs[graph.inputs.index(condition)]
+            assert any(not np.array_equal(e, a) for e, a in zip(expected, run(REFERENCE, test)))
+            flipped += 1
+    assert flipped >= 4
