@@ -22,11 +22,12 @@ One case in four starts from a tensor of dimensions up to 1000 (at most 300,000 
 
 Besides the random-graph generator's 92 operations, the recurrent operations the graphs leave out
 (LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_RNN,
-QUANTIZED_16BIT_LSTM, QUANTIZED_LSTM: :mod:`fuzz.recurrent`) and IF with generated branches
-(:mod:`fuzz.control_flow`), relaxed tier; LSTM's scratch buffer is not compared.
+QUANTIZED_16BIT_LSTM, QUANTIZED_LSTM: :mod:`fuzz.recurrent`), IF with generated branches and
+WHILE with a generated body and a counted condition (:mod:`fuzz.control_flow`), relaxed tier;
+LSTM's scratch buffer is not compared.
 
 ``--random-ops N`` cases from seed ``--random-seed S`` (ids ``<OPERATION>-seed<S>``: case S tests
-operation S modulo the operation count, so N cases give each operation about N / 99 of them). A
+operation S modulo the operation count, so N cases give each operation about N / 100 of them). A
 failing case is shrunk by dimension cuts and saved under ``--reproducers`` with the replay
 command.
 """

@@ -1,8 +1,12 @@
-"""Family declaration (:mod:`fuzz.families`) for IF with generated branches: the then-branch is a
-random graph of 1-3 operations of the random-graph generator (float inputs; the convolutions,
-with their looser tier, left out), the else-branch the same graph with each output negated
-(NEG, LOGICAL_NOT for booleans), so that a driver taking the wrong branch, or passing operands
-to it wrongly, shows. The condition is a random TENSOR_BOOL8 [1].
+"""Family declarations (:mod:`fuzz.families`) for the control-flow operations:
+
+* IF with generated branches: the then-branch is a random graph of 1-3 operations of the
+  random-graph generator (float inputs; the convolutions, with their looser tier, left out), the
+  else-branch the same graph with each output negated (NEG, LOGICAL_NOT for booleans), so that a
+  driver taking the wrong branch, or passing operands to it wrongly, shows. The condition is a
+  random TENSOR_BOOL8 [1].
+* WHILE with a terminating condition: a counter from 0 below a limit of 0-4, the body stepping a
+  float32 state through x + c and TANH or LOGISTIC (in range however often it runs).
 
 Declared ``single_only``: the single-operation tests draw it by name; the random-graph generator
 (every existing seed) does not. Not shrunk by dimension cuts (a cut reruns operations one at a
@@ -77,3 +81,56 @@ def if_(b: Builder, x: Tensor, code: Op) -> None:
     b.operations.append(hal.Operation(code, tuple([x.index] + branches + ins), tuple(outs)))
     b.tensors += [Tensor(k, b.operands[k].type, b.values[k], b.operands[k].scale, b.operands[k].zero_point)
                   for k in outs]
+
+
+# -- WHILE ------------------------------------------------------------------------------------------
+
+BOUNDED = (Op.TANH, Op.LOGISTIC)  # a body step whose result stays in range however many times it runs
+MAX_ITERATIONS = 4
+
+
+def _state(b: Builder, code: Op) -> Tensor:
+    return b.fresh(F32, b.start_shape(int(b.rng.integers(1, 5))), low=-1.0, high=1.0)
+
+
+def _operand(type_: T, dims: tuple, lifetime: Lifetime, value=None) -> hal.Operand:
+    return hal.Operand(type_, tuple(dims), 0.0, 0, lifetime, value)
+
+
+@declare([Op.WHILE], single_only=True, start=_state, position=2)
+def while_(b: Builder, x: Tensor, code: Op) -> None:
+    """Loop variables: the state x and a counter from 0; the condition: counter < a limit of 0-4
+    (so the body runs 0-4 times); the body: x + c (a random constant) through TANH or LOGISTIC, and
+    counter + 1. Outputs: the final state, and sometimes the final counter."""
+    if b.level < 30:
+        raise Reject("WHILE: feature level 30")
+    iterations = int(b.rng.integers(0, MAX_ITERATIONS + 1))
+    step = b.pick(list(BOUNDED))
+    c = b.rng.uniform(-1.0, 1.0, x.shape).astype(np.float32)
+    IN, OUT, TMP, CONST = Lifetime.SUBGRAPH_INPUT, Lifetime.SUBGRAPH_OUTPUT, Lifetime.TEMPORARY_VARIABLE, \
+        Lifetime.CONSTANT_COPY
+    one = np.ones(1, np.int32)
+    body = hal.Subgraph(
+        [_operand(F32, x.shape, IN), _operand(I32, (1,), IN), _operand(F32, x.shape, CONST, c),
+         _operand(T.INT32, (), CONST, np.array(0, np.int32)), _operand(F32, x.shape, TMP), _operand(F32, x.shape, OUT),
+         _operand(I32, (1,), CONST, one), _operand(I32, (1,), OUT)],
+        [hal.Operation(Op.ADD, (0, 2, 3), (4,)), hal.Operation(step, (4,), (5,)), hal.Operation(Op.ADD, (1, 6, 3), (7,))],
+        (0, 1), (5, 7))
+    condition = hal.Subgraph(
+        [_operand(F32, x.shape, IN), _operand(I32, (1,), IN), _operand(I32, (1,), CONST, np.array([iterations], np.int32)),
+         _operand(BOOL8, (1,), OUT)],
+        [hal.Operation(Op.LESS, (1, 2), (3,))], (0, 1), (3,))
+    b.referenced += [condition, body]
+    first = len(b.referenced) - 2
+    subgraphs = []
+    for index in (first, first + 1):
+        b.operands.append(hal.Operand(T.SUBGRAPH, (), 0.0, 0, Lifetime.SUBGRAPH, index))
+        subgraphs.append(len(b.operands) - 1)
+    counter = _operand_like(b, _operand(I32, (1,), IN), np.zeros(1, np.int32), True)
+    state = x.value.astype(np.float64)
+    for _ in range(iterations):
+        state = np.tanh(state + c) if step == Op.TANH else 1.0 / (1.0 + np.exp(-(state + c)))
+    finals = [state.astype(np.float32), np.array([iterations], np.int32)][:int(b.rng.integers(1, 3))]
+    outs = [_operand_like(b, _operand(t, v.shape, OUT), v, False) for t, v in zip((F32, I32), finals)]
+    b.operations.append(hal.Operation(code, tuple(subgraphs + [x.index, counter]), tuple(outs)))
+    b.tensors += [Tensor(k, b.operands[k].type, b.values[k]) for k in outs]

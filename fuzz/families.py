@@ -34,8 +34,6 @@ NOT_COVERED = {
     Op.LSH_PROJECTION: "sign hashes: any rounding difference flips an output bit",
     Op.RANDOM_MULTINOMIAL: "random samples: compared by distribution, not element by element",
     Op.HASHTABLE_LOOKUP: "needs sorted unique keys and a hits output of fixed quantization",
-    Op.WHILE: "needs a condition subgraph that terminates and a body keeping its loop variables' types and "
-              "shapes: not generated yet (IF is: fuzz/control_flow.py)",
     Op.BOX_WITH_NMS_LIMIT: "which boxes are kept, and in what order, hangs on scores against thresholds and "
                            "on overlaps against the IoU threshold (after soft NMS rescoring): comparable element "
                            "by element only with scores and overlaps drawn clear of them, not generated yet",

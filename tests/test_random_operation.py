@@ -11,6 +11,7 @@ import numpy as np
 
 from nnts.fuzz import coverage, single
 from nnts.fuzz.coverage import features
+from nnts.fuzz.differential import run
 from nnts.fuzz.families import FAMILIES, SINGLE_FAMILIES
 from nnts.fuzz.graphs import generate
 from nnts.fuzz.graphs import F16, F32, MAX_LEVEL
@@ -120,7 +121,6 @@ def test_if_runs_the_branch_its_condition_names():
     """IF's branches are a random graph and the same graph with its outputs negated: the cases
     pass on the reference, and the other condition changes the outputs (a driver taking the wrong
     branch fails)."""
-    from nnts.fuzz.differential import run
     flipped = 0
     for seed in range(12):
         graph = generate(seed, 1, operations=[Op.IF])
@@ -134,3 +134,23 @@ def test_if_runs_the_branch_its_condition_names():
             assert any(not np.array_equal(e, a) for e, a in zip(expected, run(REFERENCE, test)))
             flipped += 1
     assert flipped >= 4
+
+
+def test_while_runs_its_body_as_often_as_its_condition_says():
+    """WHILE: a counter from 0 against a limit of 0-4, the state through TANH or LOGISTIC each
+    time: the reference's outputs are the state after exactly that many steps (computed here in
+    numpy) and the limit; every limit is drawn."""
+    limits = set()
+    for seed in range(30):
+        graph = generate(seed, 1, operations=[Op.WHILE])
+        condition, body = graph.referenced
+        limit = int(condition.operands[2].value[0])
+        limits.add(limit)
+        state = graph.values[graph.operations[0].inputs[2]].astype(np.float64)  # an input or a constant
+        step = np.tanh if body.operations[1].type == Op.TANH else (lambda v: 1 / (1 + np.exp(-v)))
+        for _ in range(limit):
+            state = step(state + body.operands[2].value)
+        outputs = run(REFERENCE, graph.to_test("while"))
+        assert np.allclose(outputs[0], state, atol=1e-5)
+        assert len(outputs) == 1 or outputs[1].tolist() == [limit]
+    assert limits == set(range(5))
