@@ -20,8 +20,14 @@ the accuracy tier AOSP assigns the operation (:mod:`fuzz.single`):
 
 One case in four starts from a tensor of dimensions up to 1000 (at most 300,000 elements).
 
+Besides the random-graph generator's 92 operations, the recurrent operations the graphs leave out
+(LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_RNN,
+QUANTIZED_16BIT_LSTM, QUANTIZED_LSTM: :mod:`fuzz.recurrent`), IF with generated branches and
+WHILE with a generated body and a counted condition (:mod:`fuzz.control_flow`), relaxed tier;
+LSTM's scratch buffer is not compared.
+
 ``--random-ops N`` cases from seed ``--random-seed S`` (ids ``<OPERATION>-seed<S>``: case S tests
-operation S modulo the operation count, so N cases give each operation about N / 92 of them). A
+operation S modulo the operation count, so N cases give each operation about N / 100 of them). A
 failing case is shrunk by dimension cuts and saved under ``--reproducers`` with the replay
 command.
 """

@@ -82,6 +82,8 @@ class Graph:
     relaxed: bool = False
     seed: int = 0
     level: int = MAX_LEVEL
+    ignored: frozenset = frozenset()  # outputs whose values NNAPI leaves to the driver (LSTM's scratch buffer)
+    referenced: tuple = ()  # the subgraphs IF and WHILE operations run (SUBGRAPH operands index them)
 
     @property
     def operation_names(self) -> list[str]:
@@ -115,9 +117,9 @@ class Graph:
         main = hal.Subgraph(operands, list(self.operations), tuple(self.inputs), tuple(self.outputs))
         if expected is None:
             expected = [self.values[k] for k in self.outputs]
-        return TestModel(name=name, model=hal.Model(main, [], self.relaxed),
+        return TestModel(name=name, model=hal.Model(main, list(self.referenced), self.relaxed),
                          inputs=[self.values[k] for k in self.inputs], expected=list(expected),
-                         ignored=[False] * len(self.outputs), min_feature_level=self.min_level(),
+                         ignored=[k in self.ignored for k in self.outputs], min_feature_level=self.min_level(),
                          output_dims=[tuple(self.values[k].shape) for k in self.outputs])
 
     def has_unknown_outputs(self) -> bool:
@@ -154,18 +156,21 @@ class Builder:
     inputs: list[int] = field(default_factory=list)
     values: dict[int, np.ndarray] = field(default_factory=dict)
     tensors: list[Tensor] = field(default_factory=list)  # what later operations may consume
+    ignored: set = field(default_factory=set)  # outputs whose values are the driver's own (not compared)
+    referenced: list = field(default_factory=list)  # subgraphs of IF and WHILE operations
 
     # -- undo -------------------------------------------------------------------------------
 
     def checkpoint(self) -> tuple:
-        return len(self.operands), len(self.operations), len(self.inputs), len(self.tensors)
+        return len(self.operands), len(self.operations), len(self.inputs), len(self.tensors), len(self.referenced)
 
     def rollback(self, mark: tuple) -> None:
-        n_operands, n_operations, n_inputs, n_tensors = mark
+        n_operands, n_operations, n_inputs, n_tensors, n_referenced = mark
         for k in range(n_operands, len(self.operands)):
             self.values.pop(k, None)
+            self.ignored.discard(k)
         del self.operands[n_operands:], self.operations[n_operations:], self.inputs[n_inputs:]
-        del self.tensors[n_tensors:]
+        del self.tensors[n_tensors:], self.referenced[n_referenced:]
 
     # -- randomness -------------------------------------------------------------------------
 
@@ -224,6 +229,12 @@ class Builder:
     def float_scalar(self, x: Tensor, value: float) -> int:
         """A FLOAT16 scalar for a float16 tensor, FLOAT32 otherwise (NNAPI's convention)."""
         return self.scalar(T.FLOAT16 if x.type == F16 else T.FLOAT32, value)
+
+    def omitted(self, type_: T) -> int:
+        """An optional input left out (no value; a quantized type keeps a valid scale)."""
+        self.operands.append(hal.Operand(type_, (), 1.0 if "QUANT" in T(type_).name else 0.0, 0, Lifetime.NO_VALUE,
+                                         None))
+        return len(self.operands) - 1
 
     def ints(self, values) -> int:
         """A TENSOR_INT32 constant (axes, shapes, paddings ...)."""
@@ -321,6 +332,9 @@ def run_operation(impl, operands: list[hal.Operand], values: dict, inputs: list[
     ins = []
     for k in inputs:
         o = operands[k]
+        if o.lifetime == Lifetime.NO_VALUE:  # an omitted optional input
+            ins.append(Arg(o.type, None, omitted=True))
+            continue
         value = o.value if o.lifetime == Lifetime.CONSTANT_COPY else values[k]
         shape = () if o.type in SCALAR_TYPES else value.shape
         ins.append(Arg(o.type, shape, o.scale, o.zero_point, o.channel_quant, value))
@@ -371,24 +385,25 @@ def generate(seed: int, num_operations: int = 10, types=None, operations=None, l
 
     Only ``num_operations`` stops the loop, so the graph for n - 1 operations is the graph for n
     without its last operation: shrinking the size shrinks the graph."""
-    from .families import FAMILIES
+    from .families import FAMILIES, SINGLE_FAMILIES
+    families = FAMILIES if operations is None else {**FAMILIES, **SINGLE_FAMILIES}  # those only by name
     rng = np.random.default_rng(seed)
     b = Builder(rng, level, max_dim, wide)
     types = [T(t) for t in (types or DATA_TYPES)]
     codes = sorted(FAMILIES if operations is None else (OperationCode(c) for c in operations))
-    codes = [c for c in codes if c in FAMILIES]
+    codes = [c for c in codes if c in families]
     for _ in range(num_operations * 25):
         if len(b.operations) >= num_operations:
             break
         mark = b.checkpoint()
-        start = FAMILIES[codes[0]].start if len(codes) == 1 else None
+        start = families[codes[0]].start if len(codes) == 1 else None
         x = start(b, codes[0]) if start is not None and not b.operations else _pick_start(b, types)
-        candidates = [] if x is None else [c for c in codes if FAMILIES[c].accepts(x, level)]
+        candidates = [] if x is None else [c for c in codes if families[c].accepts(x, level)]
         try:
             if not candidates:
                 raise Reject("no operation takes this tensor")
-            weights = np.array([FAMILIES[c].weight for c in candidates])
-            FAMILIES[candidates[int(b.rng.choice(len(candidates), p=weights / weights.sum()))]].build(b, x)
+            weights = np.array([families[c].weight for c in candidates])
+            families[candidates[int(b.rng.choice(len(candidates), p=weights / weights.sum()))]].build(b, x)
         except Reject:
             b.rollback(mark)
     if relaxed is None:
@@ -425,7 +440,8 @@ def _finish(b: Builder, seed: int, relaxed: bool) -> Graph:
             dims = operand.dimensions
             operand.dimensions = () if b.chance(0.2) and k in outputs else tuple(
                 0 if b.chance(0.5) else d for d in dims)
-    return Graph(b.operands, b.operations, list(b.inputs), outputs, b.values, relaxed, seed, b.level)
+    return Graph(b.operands, b.operations, list(b.inputs), outputs, b.values, relaxed, seed, b.level,
+                 frozenset(b.ignored), tuple(b.referenced))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -472,7 +488,8 @@ def _compact(g: Graph, operations, inputs, outputs) -> Graph:
     return Graph(operands, [hal.Operation(op.type, tuple(new[k] for k in op.inputs), tuple(new[k] for k in op.outputs))
                             for op in operations],
                  [new[k] for k in inputs], [new[k] for k in outputs],
-                 {new[k]: v for k, v in g.values.items() if k in new}, g.relaxed, g.seed, g.level)
+                 {new[k]: v for k, v in g.values.items() if k in new}, g.relaxed, g.seed, g.level,
+                 frozenset(new[k] for k in g.ignored if k in new), g.referenced)
 
 
 # Data a dimension cut slices: model inputs, and constants of these types (TENSOR_INT32 constants
@@ -495,6 +512,8 @@ def with_dimension_cut(g: Graph, axis: int, size: int, new_size: int) -> Graph |
     ``new_size`` entries, and every operation rerun on the reference's registry for the new
     values and shapes. None when an operation refuses them, or a float result leaves the range
     random graphs compare."""
+    if g.referenced:  # IF and WHILE run subgraphs, which operations rerun one at a time cannot
+        return None
     registry = ops.load_all()
     operands = [hal.Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant)
                 for o in g.operands]
@@ -526,4 +545,5 @@ def with_dimension_cut(g: Graph, axis: int, size: int, new_size: int) -> Graph |
                 return None
             values[k] = result
             operands[k].dimensions = tuple(0 if d == 0 else n for d, n in zip(declared, result.shape))
-    return Graph(operands, list(g.operations), list(g.inputs), list(g.outputs), values, g.relaxed, g.seed, g.level)
+    return Graph(operands, list(g.operations), list(g.inputs), list(g.outputs), values, g.relaxed, g.seed, g.level,
+                 g.ignored)

@@ -22,8 +22,11 @@ of its own and ends SUCCESS, FAILURE, HANG or CRASH with a message.
 ``random_graphs``                  random models from ``fuzz.graphs`` of the operations and types the
                                    driver supports (probed with one-operation graphs), the in-process
                                    reference as oracle (AOSP RandomGraphTest criteria)
-``degradation_under_load``         executions per second of 4 concurrent clients in all against
-                                   one client alone: FAILURE below ``MIN_THROUGHPUT_RATIO`` (0.5)
+``degradation_under_load``         4 client processes on one driver process (mlts/stress_load.py):
+                                   FAILURE when their executions per second in all fall below half
+                                   of one client's alone (alternating phases), or when the driver
+                                   runs one execution at a time (no short execution of a client
+                                   ends inside a long one of another)
 ``memory_soak``                    two threads executing for the duration: the driver's VmRSS,
                                    after the first quarter, may grow by ``SOAK_BUDGET_MIB`` (8 MiB)
 =================================  ==============================================================
@@ -38,7 +41,7 @@ graphs, degradation, soak): the whole set takes about five times it plus 5-10 s.
 The client side of the multi-client tests runs in processes of its own: ``python -m nnts.mlts.stress
 client ROLE DRIVER SEED`` prints one JSON line per event (``driver`` with the driver's pid,
 ``start``/``end`` of a call, ``ok`` per verified execution, ``error`` with its kind) until it is
-killed.
+killed; the ``load`` role takes commands on its standard input (``stress_load.client_load``).
 """
 from __future__ import annotations
 
@@ -99,8 +102,6 @@ LOAD_UNLOAD_WARMUP, LOAD_UNLOAD_MEASURED = 32, 64      # cycles, at least
 SOAK_BUDGET_MIB = 8.0
 SOAK_WARMUP, SOAK_MEASURED = 500, 1000                 # executions, at least
 CONSTANT_ELEMENTS = 64 * 1024      # each of a loaded model's two constants: 256 KiB
-CONCURRENT_CLIENTS = 4
-MIN_THROUGHPUT_RATIO = 0.5
 MIN_RANDOM_GRAPHS = 4
 PROBES_PER_OPERATION = 4           # one-operation graphs tried before an operation counts unsupported
 DRIVER_EXIT_S = 5.0                # a stdio driver must exit this soon after its client is killed
@@ -269,7 +270,8 @@ class Client:
         self.run = run
         self.stderr = open(os.path.join(run.folder(), f"client-{role}-{seed}.stderr"), "w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "nnts.mlts.stress", "client", role, driver, str(seed)],
-                                     stdout=subprocess.PIPE, stderr=self.stderr, env=run.env(), text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=run.env(),
+                                     text=True)
         self.events: queue.Queue = queue.Queue()
         self.oks = 0
         self.driver_pid: int | None = None
@@ -307,14 +309,24 @@ class Client:
             if self._take(event)["event"] != "driver":
                 return event
 
-    def check(self) -> None:
-        """Take the events printed so far, without waiting: an error (or an exit) raises."""
+    def check(self) -> list[dict]:
+        """Take the events printed so far, without waiting, and return them: an error (or an exit)
+        raises."""
+        taken = []
         while True:
             try:
                 event = self.events.get_nowait()
             except queue.Empty:
-                return
-            self._take(event)
+                return taken
+            taken.append(self._take(event))
+
+    def send(self, command: dict) -> None:
+        """A command to a client that reads them (the ``load`` role), one JSON line."""
+        try:
+            self.proc.stdin.write(json.dumps(command) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            self.next()  # the client has exited: its error (or its exit) is the test's
 
     def kill(self) -> list[dict]:
         """SIGKILL the client; returns the events it printed before it died."""
@@ -450,6 +462,10 @@ class Run:
             client.proc.kill()
             client.proc.wait()
             client.stderr.close()
+            try:
+                client.proc.stdin.close()  # its commands (the load role); nothing is left unwritten
+            except OSError:
+                pass
             if self.per_client_drivers and client.driver_pid and process_alive(client.driver_pid):
                 os.kill(client.driver_pid, signal.SIGKILL)  # the test has ended: no orphan left behind
         if self._clients:
@@ -709,42 +725,9 @@ def random_graphs(run: Run) -> str:
             f"({operations} operations), {counts['skip']} skipped as unsupported")
 
 
-def _throughput(compilations: list[Compilation], seconds: float) -> float:
-    """Verified executions per second of all ``compilations`` together, one client thread each."""
-    stop = time.monotonic() + seconds
-    counts = [0] * len(compilations)
-
-    def work(i: int) -> None:
-        rng = np.random.default_rng(i)
-        while time.monotonic() < stop:
-            run_chain(compilations[i], rng, (8, 8))
-            counts[i] += 1
-    start = time.monotonic()
-    parallel(len(compilations), work)
-    return sum(counts) / (time.monotonic() - start)
-
-
 def degradation_under_load(run: Run) -> str:
-    """One client alone, then ``CONCURRENT_CLIENTS`` at once, then one alone again (drift affects
-    both alike). On a machine with fewer cores than clients the fair share of each client is a
-    fraction of one alone, so the aggregate throughput is what must not fall by more than half."""
-    device = Device(run.device())
-    compilations = [compile_for(device, chain_model((8, 8), (8, 8))) for _ in range(CONCURRENT_CLIENTS)]
-    span = run.duration / 3
-    _throughput(compilations[:1], 0.2)  # warm-up
-    before = _throughput(compilations[:1], span)
-    together = _throughput(compilations, span)
-    after = _throughput(compilations[:1], span)
-    single = (before + after) / 2
-    ratio = together / single
-    run.metrics.update(single_per_s=round(single, 1), concurrent_per_s=round(together, 1),
-                       per_client_per_s=round(together / CONCURRENT_CLIENTS, 1), ratio=round(ratio, 3),
-                       clients=CONCURRENT_CLIENTS, min_ratio=MIN_THROUGHPUT_RATIO)
-    figures = (f"{CONCURRENT_CLIENTS} concurrent clients: {together:.0f} executions/s in all "
-               f"({together / CONCURRENT_CLIENTS:.0f} each); one client alone: {single:.0f}/s; ratio {ratio:.2f}")
-    if ratio < MIN_THROUGHPUT_RATIO:
-        raise Failure(f"throughput collapses under concurrent load: {figures} (at least {MIN_THROUGHPUT_RATIO:g})")
-    return figures
+    from .stress_load import degradation_under_load as measure  # it builds on this module
+    return measure(run)
 
 
 def memory_soak(run: Run) -> str:
@@ -925,7 +908,12 @@ def _client_infer(device: Device, rng: np.random.Generator) -> None:
         _emit("ok")
 
 
-CLIENT_ROLES = {"compile": _client_compile, "execute": _client_execute, "infer": _client_infer}
+def _client_load(device: Device, rng: np.random.Generator) -> None:
+    from .stress_load import client_load
+    client_load(device, rng)
+
+
+CLIENT_ROLES = {"compile": _client_compile, "execute": _client_execute, "infer": _client_infer, "load": _client_load}
 
 
 def client_main(role: str, driver: str, seed: int) -> int:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 
-from nnts.fuzz import single
+from nnts.fuzz import coverage, single
 from nnts.fuzz.coverage import features
-from nnts.fuzz.families import FAMILIES
+from nnts.fuzz.differential import run
+from nnts.fuzz.families import FAMILIES, SINGLE_FAMILIES
+from nnts.fuzz.graphs import generate
 from nnts.fuzz.graphs import F16, F32, MAX_LEVEL
 from nnapi_ref.drivers import broken
 from nnapi_ref.drivers.reference import ReferenceDevice
@@ -22,7 +25,7 @@ COUNT = len(single.operations())
 
 
 def test_every_operation_has_aosps_tier():
-    assert set(single.TIERS) == set(FAMILIES)
+    assert set(single.TIERS) == set(FAMILIES) | set(SINGLE_FAMILIES)
     assert single.tier(Op.ADD, 30) is single.MEDIUM and single.tier(Op.RESHAPE, 30) is single.STRICT
     assert single.tier(Op.LOGISTIC, 30) is single.RELAXED and single.tier(Op.DEPTHWISE_CONV_2D, 30) is single.CONV
     assert single.tier(Op.DIV, 29) is single.RELAXED and single.tier(Op.DIV, 30) is single.MEDIUM
@@ -89,3 +92,65 @@ def test_relaxed_float32_below_float16_precision_is_caught(tmp_path):
     assert len(relaxed) >= 20
     assert caught(broken.Float16Arithmetic(), relaxed, tmp=tmp_path) is None
     assert caught(broken.RelaxedBfloat16(), relaxed, tmp=tmp_path) is not None
+
+
+def test_single_only_operations_draw_every_form_and_optional_part():
+    """The recurrent operations and IF: LSTM's 23- and 27-input forms, the sequence forms with and
+    without final states, and each optional part present and omitted (CIFG, peephole,
+    projection, layer normalization, the auxiliary input) over 60 draws of each."""
+    for code in sorted(SINGLE_FAMILIES):
+        drawn = coverage.Coverage()
+        for seed in range(60):
+            drawn.add(generate(seed, 2, operations=[code]))
+        assert not drawn.missing_forms(code), (code.name, [str(f) for f in drawn.missing_forms(code)])
+        assert not drawn.missing_features(code), (code.name, drawn.missing_features(code))
+
+
+def test_lstms_scratch_buffer_is_the_drivers_own():
+    """NNAPI leaves LSTM's scratch buffer to the driver: the output is declared ignored and not
+    compared; the three others are."""
+    first = single.operations().index(Op.LSTM)
+    graph = next(g for g in (single.generate_case(s, MAX_LEVEL) for s in range(first, 40 * COUNT, COUNT))
+                 if g.operations)
+    scratch = graph.operations[0].outputs[0]
+    assert graph.ignored == {scratch}
+    assert graph.to_test("lstm").ignored == [k == scratch for k in graph.outputs]
+
+
+def test_if_runs_the_branch_its_condition_names():
+    """IF's branches are a random graph and the same graph with its outputs negated: the cases
+    pass on the reference, and the other condition changes the outputs (a driver taking the wrong
+    branch fails)."""
+    flipped = 0
+    for seed in range(12):
+        graph = generate(seed, 1, operations=[Op.IF])
+        assert graph.operation_names == ["IF"] and len(graph.referenced) == 2
+        test = graph.to_test("if")
+        expected = run(REFERENCE, test)
+        assert all(np.array_equal(e, graph.values[k]) for e, k in zip(expected, graph.outputs))
+        condition = graph.operations[0].inputs[0]
+        if condition in graph.inputs:
+            test.inputs[graph.inputs.index(condition)] = ~test.inputs[graph.inputs.index(condition)]
+            assert any(not np.array_equal(e, a) for e, a in zip(expected, run(REFERENCE, test)))
+            flipped += 1
+    assert flipped >= 4
+
+
+def test_while_runs_its_body_as_often_as_its_condition_says():
+    """WHILE: a counter from 0 against a limit of 0-4, the state through TANH or LOGISTIC each
+    time: the reference's outputs are the state after exactly that many steps (computed here in
+    numpy) and the limit; every limit is drawn."""
+    limits = set()
+    for seed in range(30):
+        graph = generate(seed, 1, operations=[Op.WHILE])
+        condition, body = graph.referenced
+        limit = int(condition.operands[2].value[0])
+        limits.add(limit)
+        state = graph.values[graph.operations[0].inputs[2]].astype(np.float64)  # an input or a constant
+        step = np.tanh if body.operations[1].type == Op.TANH else (lambda v: 1 / (1 + np.exp(-v)))
+        for _ in range(limit):
+            state = step(state + body.operands[2].value)
+        outputs = run(REFERENCE, graph.to_test("while"))
+        assert np.allclose(outputs[0], state, atol=1e-5)
+        assert len(outputs) == 1 or outputs[1].tolist() == [limit]
+    assert limits == set(range(5))

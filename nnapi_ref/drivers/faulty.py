@@ -13,6 +13,12 @@ the first two would take the test run down with them.
                        ``SLOWDOWN_PER_EXECUTION_IN_FLIGHT_S`` (5 ms) for every other execution
                        in flight: as fast as the reference for one client, a fraction of it
                        under concurrent load
+``serializes_executions`` one execution at a time in the whole driver, behind one lock taken
+                       with a try-lock and a backoff: an execution finding the driver busy
+                       sleeps ``SERIALIZE_BACKOFF_S`` (1 ms, doubling up to 16 ms) and tries
+                       again. Right results, as fast as the reference for one client; concurrent
+                       clients wait behind each other (a short execution behind a long one), and
+                       the lock sits idle while they sleep
 =====================  ==========================================================================
 """
 from __future__ import annotations
@@ -30,6 +36,7 @@ from .reference import ReferencePreparedModel
 LEAK_PER_PREPARED_BYTES = 1 << 20
 LEAK_PER_EXECUTION_BYTES = 64 << 10
 SLOWDOWN_PER_EXECUTION_IN_FLIGHT_S = 0.005
+SERIALIZE_BACKOFF_S = (0.001, 0.016)  # the first wait for the busy driver, and the longest
 
 
 class AbortsOnMul(BrokenDevice):
@@ -117,7 +124,38 @@ class SlowsDown(BrokenDevice):
         return _Contended(prepared, self)
 
 
+class _Serialized(ReferencePreparedModel):
+    def __init__(self, prepared: ReferencePreparedModel, lock: threading.Lock):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+        self.lock = lock
+
+    def _run(self, request, measure, deadline_ns, loop_timeout_ns):
+        wait, longest = SERIALIZE_BACKOFF_S
+        while not self.lock.acquire(blocking=False):
+            time.sleep(wait)
+            wait = min(2 * wait, longest)
+        try:
+            return super()._run(request, measure, deadline_ns, loop_timeout_ns)
+        finally:
+            self.lock.release()
+
+
+class SerializesExecutions(BrokenDevice):
+    """A driver guarding its one accelerator queue with a try-lock and a backoff: every
+    execution of every model and client runs alone, the others sleeping and retrying."""
+
+    FAULT = "serializes_executions"
+
+    def __init__(self):
+        super().__init__()
+        self.lock = threading.Lock()
+
+    def wrap_prepared(self, prepared):
+        return _Serialized(prepared, self.lock)
+
+
 aborts_on_mul = AbortsOnMul
 hangs_on_mul = HangsOnMul
 leaks = Leaks
 slows_down = SlowsDown
+serializes_executions = SerializesExecutions

@@ -219,9 +219,9 @@ class Lstm(Operation):
     code = OperationCode.LSTM
     signatures = [
         Signature(27, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32], [F32] * 4, omittable=optional_cell_inputs(1)),
-        Signature(29, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32] + [F32] * 4, [F32] * 4, optional=4,
+        Signature(29, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32] + [F32] * 4, [F32] * 4, optional=(0, 4),
                   omittable=optional_cell_inputs(1) + [23, 24, 25, 26]),
-        Signature(29, [F16] * 20 + [T.INT32, T.FLOAT16, T.FLOAT16] + [F16] * 4, [F16] * 4, optional=4,
+        Signature(29, [F16] * 20 + [T.INT32, T.FLOAT16, T.FLOAT16] + [F16] * 4, [F16] * 4, optional=(0, 4),
                   omittable=optional_cell_inputs(1) + [23, 24, 25, 26]),
     ]
 
