@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from . import ops, vectors
+from . import ops, vector_cache, vectors
 from .harness import MODES, outputs_fully_specified, supports_dynamic_outputs
 from .types import OperandCode, OperationCode, type_name
 
@@ -90,7 +90,7 @@ def collect_cases(config) -> list[Case]:
         cases = []
         for path in vectors.find_files(paths):
             try:
-                tests = vectors.load_file(path)
+                tests = vector_cache.load_file(path)  # parsed once, not in every run and worker
             except vectors.FormatError as e:  # one bad file is one failing test, the others still run
                 LOAD_ERRORS[str(path)] = str(e)
                 continue
