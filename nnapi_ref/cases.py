@@ -97,10 +97,12 @@ def collect_cases(config) -> list[Case]:
             for test in tests:
                 if level is not None and (test.min_feature_level or 0) > level:
                     continue
+                described = describe(test)  # the variants but "signed" run the test itself
                 for variant in (MODES if test.expect_failure else VARIANTS):
                     case_test = applicable(test, variant)
                     if case_test is not None:
-                        cases.append(Case(case_test, variant, *describe(case_test), path))
+                        cases.append(Case(case_test, variant, *(described if case_test is test else
+                                                                describe(case_test)), path))
         _cases_cache[key] = cases
     return _cases_cache[key]
 

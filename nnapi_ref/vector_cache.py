@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import struct
 import tempfile
@@ -108,9 +109,7 @@ def _read(entry: Path, path: Path) -> list[vectors.TestModel] | None:
         def resolve(values, decode):
             if isinstance(values, dict) and BLOB_KEY in values:
                 offset, dtype, shape = values[BLOB_KEY]
-                dtype = np.dtype(dtype)
-                count = int(np.prod(shape, dtype=np.int64))
-                return np.frombuffer(blob, dtype, count, int(offset)).reshape(shape).copy()
+                return np.frombuffer(blob, dtype, math.prod(shape), offset).reshape(shape).copy()
             return decode()
 
         token = vectors.DATA_HOOK.set(resolve)
