@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import threading
+import weakref
 
 import numpy as np
 
@@ -240,6 +242,35 @@ def validate_model(model: Model, extensions=(), strict: bool = False) -> int:
         level = max(level, validate_subgraph(model, sg, f"subgraph {k}", types))
     _check_no_recursion(model)
     return int(level)
+
+
+# HAL models the runtime validated (ModelBuilder::finish) and hands to its drivers unchanged, by
+# identity: id -> (weak reference, feature level). A driver need not validate such a model again.
+_runtime_validated: dict[int, tuple[weakref.ref, int]] = {}
+_runtime_validated_lock = threading.Lock()
+
+
+def note_runtime_validated(model: Model, level: int) -> None:
+    """``model`` (built by the runtime, never changed after) passed ``validate_model`` at ``level``."""
+    key = id(model)
+
+    def forget(_ref, key=key):
+        with _runtime_validated_lock:
+            entry = _runtime_validated.get(key)
+            if entry is not None and entry[0] is _ref:
+                del _runtime_validated[key]
+
+    with _runtime_validated_lock:
+        _runtime_validated[key] = (weakref.ref(model, forget), level)
+
+
+def runtime_validated_level(model: Model) -> int | None:
+    """The feature level of a model the runtime validated and that uses no extension (for which a
+    driver's check of its own extensions could differ); None for any other model."""
+    entry = _runtime_validated.get(id(model))
+    if entry is None or entry[0]() is not model or model.extension_name_to_prefix:
+        return None
+    return entry[1]
 
 
 def _check_no_recursion(model: Model) -> None:
