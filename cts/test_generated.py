@@ -9,6 +9,7 @@ test-vector file with the one command that replays it.
 """
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from pathlib import Path
@@ -25,13 +26,19 @@ def pytest_generate_tests(metafunc):
     expected = load_expected_failures(metafunc.config)
     params = []
     for case in collect_cases(metafunc.config):
-        marks = [getattr(pytest.mark, f"op_{case.operation}"), getattr(pytest.mark, f"dtype_{case.dtype}")
-                 if case.dtype != "TENSOR_FLOAT32_RELAXED" else pytest.mark.dtype_TENSOR_FLOAT32]
+        marks = [_mark(f"op_{case.operation}"), _mark(f"dtype_{case.dtype}")
+                 if case.dtype != "TENSOR_FLOAT32_RELAXED" else _mark("dtype_TENSOR_FLOAT32")]
         reason = expected.get(case.id, expected.get(case.test.name))
         if reason is not None:
             marks.append(pytest.mark.xfail(reason=reason or "listed in --expected-failures", strict=False))
         params.append(pytest.param(case, id=case.id, marks=marks))
     metafunc.parametrize("case", params)
+
+
+@functools.lru_cache(maxsize=None)
+def _mark(name: str):
+    """``pytest.mark.<name>``, made once (each lookup checks the registered markers; 35k cases)."""
+    return getattr(pytest.mark, name)
 
 
 def save_reproducer(case: Case, folder: str) -> Path:

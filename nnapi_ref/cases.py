@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from . import ops, vectors
+from . import ops, vector_cache, vectors
 from .harness import MODES, outputs_fully_specified, supports_dynamic_outputs
 from .types import OperandCode, OperationCode, type_name
 
@@ -90,17 +90,19 @@ def collect_cases(config) -> list[Case]:
         cases = []
         for path in vectors.find_files(paths):
             try:
-                tests = vectors.load_file(path)
+                tests = vector_cache.load_file(path)  # parsed once, not in every run and worker
             except vectors.FormatError as e:  # one bad file is one failing test, the others still run
                 LOAD_ERRORS[str(path)] = str(e)
                 continue
             for test in tests:
                 if level is not None and (test.min_feature_level or 0) > level:
                     continue
+                described = describe(test)  # the variants but "signed" run the test itself
                 for variant in (MODES if test.expect_failure else VARIANTS):
                     case_test = applicable(test, variant)
                     if case_test is not None:
-                        cases.append(Case(case_test, variant, *describe(case_test), path))
+                        cases.append(Case(case_test, variant, *(described if case_test is test else
+                                                                describe(case_test)), path))
         _cases_cache[key] = cases
     return _cases_cache[key]
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import threading
+import weakref
 
 import numpy as np
 
@@ -199,6 +201,8 @@ def topological_order(sg: Subgraph, name: str = "model") -> list[int]:
     lowest-indexed ready operation next, so a subgraph already in order keeps its order."""
     ready = {k for k, o in enumerate(sg.operands) if o.lifetime not in
              (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT)}
+    if _in_order(sg, ready):  # the usual case (the runtime hands drivers sorted models): no sorting
+        return list(range(len(sg.operations)))
     writer_of = {k: j for j, op in enumerate(sg.operations) for k in op.outputs}
     waiting = {j: sum(1 for k in set(op.inputs) if k not in ready) for j, op in enumerate(sg.operations)}
     consumers: dict[int, list[int]] = {}
@@ -225,6 +229,16 @@ def topological_order(sg: Subgraph, name: str = "model") -> list[int]:
     return order
 
 
+def _in_order(sg: Subgraph, ready: set[int]) -> bool:
+    """Whether each operation reads only operands in ``ready`` or written by an earlier one."""
+    written = set(ready)
+    for op in sg.operations:
+        if not written.issuperset(op.inputs):
+            return False
+        written.update(op.outputs)
+    return True
+
+
 def validate_model(model: Model, extensions=(), strict: bool = False) -> int:
     """Validate the main subgraph and every referenced one; return the model's feature level.
 
@@ -240,6 +254,35 @@ def validate_model(model: Model, extensions=(), strict: bool = False) -> int:
         level = max(level, validate_subgraph(model, sg, f"subgraph {k}", types))
     _check_no_recursion(model)
     return int(level)
+
+
+# HAL models the runtime validated (ModelBuilder::finish) and hands to its drivers unchanged, by
+# identity: id -> (weak reference, feature level). A driver need not validate such a model again.
+_runtime_validated: dict[int, tuple[weakref.ref, int]] = {}
+_runtime_validated_lock = threading.Lock()
+
+
+def note_runtime_validated(model: Model, level: int) -> None:
+    """``model`` (built by the runtime, never changed after) passed ``validate_model`` at ``level``."""
+    key = id(model)
+
+    def forget(_ref, key=key):
+        with _runtime_validated_lock:
+            entry = _runtime_validated.get(key)
+            if entry is not None and entry[0] is _ref:
+                del _runtime_validated[key]
+
+    with _runtime_validated_lock:
+        _runtime_validated[key] = (weakref.ref(model, forget), level)
+
+
+def runtime_validated_level(model: Model) -> int | None:
+    """The feature level of a model the runtime validated and that uses no extension (for which a
+    driver's check of its own extensions could differ); None for any other model."""
+    entry = _runtime_validated.get(id(model))
+    if entry is None or entry[0]() is not model or model.extension_name_to_prefix:
+        return None
+    return entry[1]
 
 
 def _check_no_recursion(model: Model) -> None:

@@ -6,6 +6,7 @@ and replayed with ``nnts vectors run FILE``. Reading never executes anything fro
 """
 from __future__ import annotations
 
+import contextvars
 import json
 import math
 import os
@@ -142,7 +143,18 @@ def _extension_bytes(value, byte_size: int, what: str) -> np.ndarray:
     return np.frombuffer(raw, np.uint8).copy().view(np.dtype((np.void, byte_size)))
 
 
+# Set by ``nnapi_ref.vector_cache`` while it reads or records a file: (data, decode) -> array.
+DATA_HOOK: contextvars.ContextVar = contextvars.ContextVar("nnts_vector_data_hook", default=None)
+
+
 def _decode(values, code, sizes: dict, what: str) -> np.ndarray:
+    hook = DATA_HOOK.get()
+    if hook is not None:
+        return hook(values, lambda: _decode_data(values, code, sizes, what))
+    return _decode_data(values, code, sizes, what)
+
+
+def _decode_data(values, code, sizes: dict, what: str) -> np.ndarray:
     if ext.is_extension_type(code):
         if code not in sizes:
             raise FormatError(f"{what}: extension data without the type's byte_size")
@@ -256,13 +268,22 @@ def check_format(value, path) -> None:
 def load_file(path: str | os.PathLike) -> list[TestModel]:
     """Every test model of one test-vector file."""
     path = Path(path)
+    return tests_of_document(read_document(path), path)
+
+
+def read_document(path: Path):
+    """A test-vector file's JSON document."""
     try:
         with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+            return json.load(f)
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise FormatError(f"{path}: cannot read test vectors: {e}") from None
     except RecursionError:
         raise FormatError(f"{path}: cannot read test vectors: JSON nested too deeply") from None
+
+
+def tests_of_document(doc, path: Path) -> list[TestModel]:
+    """The test models of a test-vector file's document (``path`` names it in errors)."""
     if not isinstance(doc, dict):
         raise FormatError(f"{path}: not a test-vector file (the top level is a JSON {type(doc).__name__}, "
                           f"not an object with \"format\": \"{FORMAT}\")")

@@ -143,7 +143,7 @@ def pytest_collection_modifyitems(session, config, items):
         path = str(item.path)
         if path not in in_vts:
             in_vts[path] = vts in Path(path).parents
-        if in_vts[path]:
+        if in_vts[path] and not any(mark.name == "vts" for mark in item.own_markers):  # most carry it already
             item.add_marker(pytest.mark.vts)
     _select_shard(config, items)
 

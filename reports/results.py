@@ -180,10 +180,13 @@ def corpus_facts(config) -> list[dict]:
     from nnapi_ref import cases
     roots = [cases.CORPUS, *cases.vector_paths(config)]
     models: dict[str, set] = {str(r): set() for r in roots}
+    root_of: dict[str, Path | None] = {}  # per file (a few hundred), not per case (tens of thousands)
     for c in cases.collect_cases(config) if cases._cases_cache else []:
-        root = next((r for r in roots if Path(c.path) == r or r in Path(c.path).parents), None)
-        if root is not None:
-            models[str(root)].add((str(c.path), c.test.name))
+        path = str(c.path)
+        if path not in root_of:
+            root_of[path] = next((r for r in roots if Path(path) == r or r in Path(path).parents), None)
+        if root_of[path] is not None:
+            models[str(root_of[path])].add((path, c.test.name))
     return [{"path": p, "models": len(m)} for p, m in models.items()]
 
 

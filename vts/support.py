@@ -5,6 +5,7 @@ execution path that returns the outcome (status, output shapes, timing) whatever
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Callable
@@ -71,7 +72,13 @@ def mark_node(request, case) -> None:
 
 def case_marks(case) -> list:
     dtype = "TENSOR_FLOAT32" if case.dtype == "TENSOR_FLOAT32_RELAXED" else case.dtype
-    return [getattr(pytest.mark, f"op_{case.operation}"), getattr(pytest.mark, f"dtype_{dtype}"), pytest.mark.vts]
+    return [_mark(f"op_{case.operation}"), _mark(f"dtype_{dtype}"), _mark("vts")]
+
+
+@functools.lru_cache(maxsize=None)
+def _mark(name: str):
+    """``pytest.mark.<name>``, made once (each lookup checks the registered markers; 13k cases)."""
+    return getattr(pytest.mark, name)
 
 
 # -- models --------------------------------------------------------------------------------------

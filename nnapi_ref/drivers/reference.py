@@ -20,7 +20,7 @@ from ..executor import Executor, Plan, prepare_plans
 from ..hal import ErrorStatus, HalError
 from ..types import (DTYPES, MAX_NUMBER_OF_CACHE_FILES, SCALAR_TYPES, DeviceTypeCode, FeatureLevel, Lifetime,
                      OperandCode, PreferenceCode, PriorityCode, ResultCode, combine_dimensions)
-from ..validation import validate_model
+from ..validation import runtime_validated_level, validate_model
 
 # How the executor's result codes travel back across the driver interface.
 STATUS_OF_RESULT = {
@@ -80,6 +80,9 @@ class _ValidatedModels:
         self._lock = threading.Lock()
 
     def level(self, model: hal.Model, extensions: Sequence[hal.Extension] = ()) -> int:
+        known = runtime_validated_level(model)  # the runtime's own model, validated and in execution order
+        if known is not None:
+            return known
         with self._lock:
             for known, level in self._entries:
                 if known is model:

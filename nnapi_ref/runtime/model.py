@@ -19,7 +19,8 @@ from ..errors import HostResourceError, NnapiError, check
 from ..hal import ChannelQuant, ExtensionNameAndPrefix, Model as HalModel, Operand, Operation, Subgraph
 from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
                      OperationCode, ResultCode, type_name)
-from ..validation import operand_type_problem, topological_order, validate_model, validate_operand_type
+from ..validation import (note_runtime_validated, operand_type_problem, topological_order, validate_model,
+                          validate_operand_type)
 
 UNEXPECTED_NULL = ResultCode.UNEXPECTED_NULL
 BAD_STATE = ResultCode.BAD_STATE
@@ -409,6 +410,7 @@ class Model:
         hal.main.operations = [hal.main.operations[j] for j in self._run_order]
         for sg in hal.referenced:
             sg.operations = [sg.operations[j] for j in topological_order(sg)]
+        note_runtime_validated(hal, self.feature_level)  # drivers it is handed to need not validate it again
         self._hal = hal
         self._finished = True
         if vlog.on["model"]:
