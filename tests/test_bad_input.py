@@ -4,9 +4,11 @@ lost run, a CRASH or HANG row instead of a dead run, NnapiError(BAD_DATA) from t
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -400,3 +402,41 @@ def test_the_input_format_harnesses_find_nothing_in_a_short_campaign(name, monke
     assert seeds
     for _ in range(300):
         harness(rng.choice(seeds) + bytes(rng.randrange(256) for _ in range(rng.randrange(64))))
+
+
+def started_tests(folder: Path) -> list[str]:
+    """The tests ``nnts vectors run``'s workers have started, from their progress files."""
+    lines = [line for p in folder.glob("nnts-progress-*/*.jsonl") for line in p.read_text().splitlines()]
+    return [json.loads(line)["name"] for line in lines if line.endswith("}") and '"kind": "start"' in line]
+
+
+def test_ctrl_c_inside_a_file_keeps_its_completed_tests(tmp_path):
+    """Ctrl-C while a worker is in the middle of a file: the tests of that file that completed are
+    rows, the one running and the one not yet run are skip rows saying so; JSON and JUnit written."""
+    out, junit = tmp_path / "r.json", tmp_path / "r.xml"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    run = subprocess.Popen([sys.executable, "-m", "nnapi_ref.cli", "vectors", "run", str(ARITHMETIC), "-j", "1",
+                            "-q", "--driver", FAULTY + "hangs_on_mul", "--json", str(out), "--junitxml", str(junit)],
+                           cwd=ROOT, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while "nnts_mul_broadcast_float32" not in started_tests(tmp_path):
+            assert run.poll() is None and time.monotonic() < deadline, "the hanging test was never reached"
+            time.sleep(0.2)
+        os.killpg(run.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole process group
+        err = run.communicate(timeout=120)[1]
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 130, err
+    assert "Traceback" not in err, err
+    results = json.loads(out.read_text())
+    rows = {r["name"]: r for r in results["results"]}
+    assert results["interrupted"] and results["passed"] == 2
+    assert rows["nnts_add_float32"]["status"] == rows["nnts_add_quant8_relu"]["status"] == "pass"
+    assert rows["nnts_mul_broadcast_float32"]["status"] == "skip"
+    assert "interrupted (Ctrl-C) while this test ran" in rows["nnts_mul_broadcast_float32"]["message"]
+    assert rows["nnts_add_then_mul_float32"]["status"] == "skip"
+    assert "not run" in rows["nnts_add_then_mul_float32"]["message"]
+    assert len(list(ET.parse(junit).getroot().iter("testcase"))) == 4
+    assert not list(tmp_path.glob("nnts-progress-*"))  # its temporary folder removed
