@@ -292,15 +292,22 @@ def test_a_factory_that_raises_and_an_unparsable_remote_command_are_one_line(tmp
         assert err.startswith("nnts: ") and err.count("\n") == 1 and fragment in err, err
 
 
-def test_under_xdist_a_worker_killed_by_an_in_process_driver_is_a_crash_verdict():
+def test_under_xdist_a_worker_killed_by_an_in_process_driver_is_a_crash_verdict(tmp_path):
+    report = tmp_path / "report.json"
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
                            "cts/test_generated.py", "--no-shared-vectors", "--driver", FAULTY + "aborts_on_mul",
-                           "-k", "(nnts_mul_broadcast_float32 or nnts_add_float32) and sync"],
+                           "-k", "(nnts_mul_broadcast_float32 or nnts_add_float32) and sync", "--report", str(report)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "CRASH: the pytest-xdist worker" in done.stdout, done.stdout[-3000:]
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
     assert failed and all("nnts_mul_broadcast_float32" in line for line in failed), done.stdout[-3000:]
     assert " passed" in done.stdout.splitlines()[-1]  # the ADD tests ran on the restarted workers
+    tests = json.loads(report.read_text())["tests"]
+    crashed = [t for t in tests if t["status"] == "crashed"]
+    assert crashed and all("nnts_mul_broadcast_float32" in t["id"] for t in crashed)
+    for t in crashed:  # named like every other row: its operation, operand type and part
+        assert (t["op"], t["dtype"], t["part"]) == ("MUL", "TENSOR_FLOAT32", "CTS generated"), t
+    assert {(t["op"], t["dtype"]) for t in tests if t["status"] == "passed"} == {("ADD", "TENSOR_FLOAT32")}
 
 
 @pytest.mark.parametrize("content", ["[1", "[" * 100000, '{"schema": 5}', '{"results": 1, "passed": 1}', "[1, 2]",
