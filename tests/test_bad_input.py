@@ -153,6 +153,17 @@ def test_pytest_vectors_with_a_bad_file_runs_the_good_ones(tmp_path):
     assert "deep.json" in done.stdout and "nested too deeply" in done.stdout
 
 
+def test_pytest_vectors_with_only_a_bad_file_selected_is_one_failure(tmp_path):
+    """The bad file's test the first (here the only) one run: the run's description, taken from
+    the first test's setup, must not ask it for fixtures it does not have (INTERNALERROR)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+                           "cts/test_generated.py", "--vectors", str(deep_json(tmp_path / "deep.json")),
+                           "--no-shared-vectors", "-k", "vectors"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "INTERNALERROR" not in done.stdout + done.stderr, done.stdout[-3000:]
+    assert "1 failed" in done.stdout and "nested too deeply" in done.stdout, done.stdout[-3000:]
+
+
 # -- drivers that crash or hang in process ------------------------------------------------------------
 
 @pytest.mark.parametrize("fault, status, extra", [("aborts_on_mul", "crash", []),
