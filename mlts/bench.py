@@ -5,7 +5,9 @@ Every model is imported by :func:`mlts.tflite.load_tflite` and run through nnapi
 the driver under test (``Compilation(model)`` over the drivers given, with CPU fallback, as an
 app would), and, for the baseline, in TFLite's own Interpreter (``ai_edge_litert``, one thread,
 default op resolver with XNNPACK) on the same inputs, the two timed alternately input by input so
-that a shared machine's drift affects both alike. Accuracy is judged against TFLite's reference
+that a shared machine's drift affects both alike. TFLite runs in a child process
+(:mod:`mlts.tflite_baseline`, each inference timed there): a model that crashes it is a row's
+``baseline_error``. Accuracy is judged against TFLite's reference
 kernels (``OpResolverType.BUILTIN_REF``), whose arithmetic NNAPI's is specified by; agreement with
 XNNPACK, which may round differently, is reported beside it.
 
@@ -22,7 +24,7 @@ The JSON (``--json``; ``schema: "nnts-bench/1"``), all times in milliseconds::
         "model", "path", "sha256", "family", "origin": "real"|"seeded", "inputs": "real"|"synthetic",
         "input_source", "samples", "kind": "classifier"|"sequence"|"other", "precision": output type,
         "status": "ok" | "import_error" | "driver_error", "reason": null | why (also partial support),
-        "baseline_error": present when TFLite cannot load the file,
+        "baseline_error": present when TFLite refuses the file or crashes on it,
         "operations": {"total", "on_driver", "by_device": {name: n}, "unsupported": {NNAPI op: n}},
         "time_on_driver": share of execution time on the driver's devices (null: one step, all or none),
         "driver" and "baseline": null | {
@@ -59,7 +61,7 @@ from pathlib import Path
 import numpy as np
 
 from nnts.mlts.tflite import TFLiteImportError, check_io, load_tflite, parse_tflite
-from nnts.mlts.tflite_probe import crash_reason
+from nnts.mlts.tflite_baseline import BaselineCrashed, TfliteProcess
 from nnapi_ref.cases import SHARED
 from nnapi_ref import Burst, Compilation, Execution, NnapiError, get_devices, trace, trace_summary
 from nnapi_ref.types import OperationCode
@@ -375,7 +377,6 @@ class Settings:
 
 def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_dir: str) -> dict:
     """One row of the results (see the module docstring); never raises for a model that cannot run."""
-    from nnts.mlts import bench_gate
     digest = sha256(path)
     row: dict = {"model": path.name, "path": str(path), "sha256": digest, "family": family(path.name),
                  "origin": "seeded" if any(fnmatch.fnmatch(path.name, p) for p in SEEDED_WEIGHTS) else "real",
@@ -393,14 +394,19 @@ def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_d
         row.update(status="import_error", reason=f"importer: {e}")
         return row
     if settings.baseline == "tflite" and tflite_interpreter_class()[0] is not None:
-        crashed = crash_reason(path)  # in a child: a crash there is this row's reason, not the run's end
-        if crashed:
-            row["baseline_error"] = crashed
-        else:
-            try:
-                base = TfliteRunner(path)
-            except (ValueError, RuntimeError) as e:   # TFLite refuses the file: no baseline, the driver still runs
-                row["baseline_error"] = str(e)
+        try:  # in a child (mlts/tflite_baseline.py): a crash there is this row's reason, not the run's end
+            base = TfliteProcess(path)
+        except (ValueError, RuntimeError, BaselineCrashed) as e:  # refused or crashed: the driver still runs
+            row["baseline_error"] = str(e)
+    try:
+        return _bench_loaded(row, path, digest, base, models_dir, settings, cache_dir)
+    finally:
+        if base is not None:
+            base.close()
+
+
+def _bench_loaded(row: dict, path: Path, digest: str, base, models_dir, settings: Settings, cache_dir: str) -> dict:
+    from nnts.mlts import bench_gate
     ours = info = None
     try:
         model, info = load_tflite(path)
@@ -425,6 +431,8 @@ def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_d
         return row
     samples, row["inputs"], row["input_source"] = inputs_for(models_dir, specs, settings.samples)
     row["samples"] = len(samples)
+    if base is not None:
+        base = _baseline_step(row, base, base.set_samples, samples)
     if ours is not None and row["operations"]["unsupported"]:
         ops = row["operations"]
         row["reason"] = (f"the driver reported {sum(ops['unsupported'].values())} of {ops['total']} operations "
@@ -435,17 +443,23 @@ def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_d
     except NnapiError as e:
         row.update(status="driver_error", reason=f"execution: {e}")
         row["driver"] = None
-    if row["status"] == "ok" and base is not None and row.get("driver"):
-        ref = TfliteRunner(path, reference_kernels=True)
+    if row["status"] == "ok" and row.get("baseline") and row.get("driver"):
+        try:
+            with TfliteProcess(path, reference_kernels=True) as ref:
+                ref.set_samples(samples)
+                theirs = ref.first_outputs()
+            xnnpack = base.first_outputs()
+        except (ValueError, RuntimeError, BaselineCrashed) as e:
+            row["baseline_error"] = f"accuracy: {e}"
+            return row
         classifier, sequence = "SOFTMAX" in info.operators[-2:], len(info.outputs[0].shape) == 3
         outs = [ours.run(x)[0] for x in samples]
-        acc = accuracy(info.outputs[0], outs, [ref.run(x)[0] for x in samples], classifier, sequence)
-        xnn = accuracy(info.outputs[0], outs, [base.run(x)[0] for x in samples], classifier, False)
+        acc = accuracy(info.outputs[0], outs, theirs, classifier, sequence)
+        xnn = accuracy(info.outputs[0], outs, xnnpack, classifier, False)
         acc["against"] = "tflite-reference-kernels"
         acc["xnnpack"] = {k: xnn[k] for k in ("max_abs_error", "max_error_steps", "top1_agreement") if k in xnn}
         acc["failures"] = bench_gate.accuracy_failures(row["model"], acc, bench_gate.DEFAULT_THRESHOLDS)
         if acc["failures"] and info.outputs[0].quantized:
-            theirs = [ref.run(x)[0] for x in samples]
             acc["nnapi_convention"] = nnapi_convention(row["model"], model, info, samples, outs, theirs,
                                                        classifier, sequence)
             acc["failures"] = bench_gate.model_accuracy_failures(row["model"], acc, bench_gate.DEFAULT_THRESHOLDS)
@@ -454,18 +468,38 @@ def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_d
     return row
 
 
-def _measure(row: dict, ours: DriverRunner | None, base: TfliteRunner | None, samples, settings: Settings) -> None:
-    """Latency of both, alternately; then burst and throughput (the figures of the docstring)."""
+def _baseline_step(row: dict, base, step, *args):
+    """``step(*args)`` of the baseline's child, or None (with the row's ``baseline_error``) when
+    it crashed or TFLite refused: the driver's figures go on without it."""
+    try:
+        step(*args)
+        return base
+    except (RuntimeError, BaselineCrashed) as e:
+        row["baseline_error"] = str(e)
+        base.close()
+        return None
+
+
+def _measure(row: dict, ours: DriverRunner | None, base: TfliteProcess | None, samples, settings: Settings) -> None:
+    """Latency of both, alternately (the baseline's times measured in its child process); then
+    burst and throughput (the figures of the docstring)."""
     first = {}
+    baseline_times: list[float] = []
+
+    def baseline(i: int) -> None:  # one timed inference of the baseline; stops it for good if it crashes
+        nonlocal base
+        if base is not None:
+            base = _baseline_step(row, base, lambda: baseline_times.append(base.time(i % len(samples))))
+
     if ours is not None:
         first["driver"] = timed(ours.run, samples[0])[0]
-    if base is not None:
-        first["baseline"] = timed(base.run, samples[0])[0]
+    baseline(0)
+    first["baseline"] = baseline_times.pop() if baseline_times else None
     for i in range(settings.warmup):
         if ours is not None:
             ours.run(samples[i % len(samples)])
-        if base is not None:
-            base.run(samples[i % len(samples)])
+        baseline(i)
+    baseline_times.clear()
     if ours is not None:
         ours.time_per_device()
     times: dict[str, list[float]] = {"driver": [], "baseline": []}
@@ -474,8 +508,7 @@ def _measure(row: dict, ours: DriverRunner | None, base: TfliteRunner | None, sa
         x = samples[i % len(samples)]
         if ours is not None:
             times["driver"].append(timed(ours.run, x)[0])
-        if base is not None:
-            times["baseline"].append(timed(base.run, x)[0])
+        baseline(i)
         if time.monotonic() > deadline and i + 1 >= MIN_RUNS:
             break
     extra = max(MIN_RUNS, min(settings.runs, 20))
@@ -488,11 +521,15 @@ def _measure(row: dict, ours: DriverRunner | None, base: TfliteRunner | None, sa
         if ours.spent:
             on_driver = {d.name for d in get_devices()}
             row["time_on_driver"] = sum(t for d, t in ours.spent.items() if d in on_driver) / sum(ours.spent.values())
+    per_s = []
     if base is not None:
+        base = _baseline_step(row, base, lambda: per_s.append(base.throughput(2 * extra)))
+    if base is not None:
+        times["baseline"] = baseline_times
         row["baseline"] = {"first_ms": first["baseline"] * 1e3, "latency_ms": latency(times["baseline"]),
                            "histogram": histogram(times["baseline"]),
                            "compile_ms": {"cold": base.compile_ms, "cached": None}, "burst_ms": None,
-                           "throughput": {"inflight": INFLIGHT, "per_s": base.throughput(samples, 2 * extra)}}
+                           "throughput": {"inflight": INFLIGHT, "per_s": per_s[0]}}
 
 
 # -- the model set ---------------------------------------------------------------------------------

@@ -167,9 +167,10 @@ def _run_file(path, start, progress_path, driver, isolate, pattern, mode, dynami
             tests = vectors.load_file(path)
         except NnapiError as e:
             return [{"name": os.path.basename(path), "source": str(path), "status": "error", "message": str(e)}]
-        for index, test in enumerate(tests):
-            if index < start or (regex and not regex.search(test.name)) or not shard.selects(part, test.name):
-                continue
+        selected = [(index, test) for index, test in enumerate(tests) if index >= start
+                    and not (regex and not regex.search(test.name)) and shard.selects(part, test.name)]
+        progress.plan([(index, test.name) for index, test in selected])
+        for index, test in selected:
             progress.start(index, test.name)
             seen = len(incidents())
             r = run_test(test, devices, mode, dynamic_outputs=dynamic, device_memory=device_memory,

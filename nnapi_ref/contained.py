@@ -3,9 +3,11 @@ processes, and a test that kills its worker (an in-process driver calling ``abor
 returns (a driver stuck in a loop) becomes a CRASH or HANG row of that test; the pool is started
 again and every other test still runs and is reported.
 
-Each task (one file, from one test on) writes a progress file as it goes: a ``start`` line before
-each test (with the worker's pid and the time) and a ``result`` line after it, so results already
-computed survive their worker, and the test a worker died in is the one started and not finished.
+Each task (one file, from one test on) writes a progress file as it goes: a ``plan`` line naming
+the tests it will run, a ``start`` line before each test (with the worker's pid and the time) and a
+``result`` line after it, so results already computed survive their worker, and the test a worker
+died in is the one started and not finished. Ctrl-C keeps them too: the tests of a file that
+completed are its rows, the one running and those not yet run are ``skip`` rows saying so.
 """
 from __future__ import annotations
 
@@ -36,8 +38,9 @@ class Task:
     progress: str = ""
 
 
-def _read_progress(path: str) -> tuple[list[dict], dict | None]:
-    """The results a task wrote, and the test it started and did not finish (or None)."""
+def _read_progress(path: str, plan: list | None = None) -> tuple[list[dict], dict | None]:
+    """The results a task wrote, and the test it started and did not finish (or None); ``plan``
+    receives the (index, name) of every test the task meant to run."""
     results, started = [], None
     try:
         with open(path, encoding="utf-8") as f:
@@ -49,7 +52,10 @@ def _read_progress(path: str) -> tuple[list[dict], dict | None]:
             entry = json.loads(line)
         except ValueError:  # a line cut short by the worker's death
             continue
-        if entry["kind"] == "start":
+        if entry["kind"] == "plan":
+            if plan is not None:
+                plan += [tuple(t) for t in entry["tests"]]
+        elif entry["kind"] == "start":
             started = entry
         else:
             results.append(entry["result"])
@@ -97,6 +103,13 @@ def run_contained(run_file, job_args: tuple, files: list[str], jobs: int, report
                         break
                     if hung_pid is None:
                         hung_pid = _kill_hung(futures, not_done, budget)
+            except KeyboardInterrupt:  # Ctrl-C: stop the workers, keep what each file completed
+                _stop_workers(pool)
+                for future, task in futures.items():
+                    if task.path not in done and os.path.exists(task.progress):
+                        done[task.path] = _interrupted_rows(task)
+                        report(done[task.path])
+                raise
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
             if not broken and hung_pid is None:
@@ -133,6 +146,32 @@ def run_contained(run_file, job_args: tuple, files: list[str], jobs: int, report
                     report(task.results)
                 pending = [t for t in pending if all(t is not b for b in blamed)]
     return [r for p in files for r in done.get(p, [])]
+
+
+def _stop_workers(pool) -> None:
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            process.kill()
+        except (OSError, ValueError):
+            pass
+        process.join(5)
+
+
+def _interrupted_rows(task: Task) -> list[dict]:
+    """A file cut short by Ctrl-C: the rows of its completed tests, then a ``skip`` row for the test
+    that was running and for each one not yet run."""
+    plan: list = []
+    results, started = _read_progress(task.progress, plan)
+    rows = task.results + results
+    finished = {r["name"] for r in rows}
+    for index, name in plan:
+        if name in finished:
+            continue
+        running = started is not None and started["index"] == index
+        rows.append({"name": name, "source": task.path, "status": "skip",
+                     "message": "interrupted (Ctrl-C) while this test ran" if running
+                     else "not run: the run was interrupted (Ctrl-C)"})
+    return rows
 
 
 def _kill_hung(futures, not_done, budget: float) -> int | None:
@@ -201,6 +240,9 @@ class Progress:
 
     def __init__(self, path: str):
         self._file = open(path, "a", encoding="utf-8")
+
+    def plan(self, tests: list[tuple[int, str]]) -> None:
+        self._write({"kind": "plan", "tests": tests})
 
     def start(self, index: int, name: str) -> None:
         self._write({"kind": "start", "index": index, "name": name, "pid": os.getpid(), "t": time.time()})

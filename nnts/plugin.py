@@ -227,19 +227,38 @@ def pytest_runtest_makereport(item, call):
             report.user_properties.append(("nnts_verdict", kind))
             item.nnts_incidents += len(new)
     if report.when == "call" or not report.passed:
-        case = item.callspec.params.get("case") if hasattr(item, "callspec") else None
-        op = getattr(item, "nnts_op", getattr(case, "operation", None))
-        dtype = getattr(item, "nnts_dtype", getattr(case, "dtype", None))
-        if op is not None:
-            report.user_properties += [("nnts_op", op), ("nnts_dtype", dtype or "-")]
-        if item.get_closest_marker("extension") is not None:  # the report counts these apart
-            report.user_properties.append(("nnts_section", "extension"))
-        if getattr(case, "variant", None):
-            report.user_properties.append(("nnts_variant", case.variant))
-        module = Path(str(item.fspath))  # the part of the suite, also where --pyargs shortens test ids
-        report.user_properties = [*report.user_properties, ("nnts_module", f"{module.parent.name}/{module.stem}")]
+        report.user_properties += _test_properties(item)  # item.user_properties too: JUnit's properties
+    elif report.when == "setup":  # for the xdist controller, should the worker die in the call (pytest_handlecrashitem)
+        report.user_properties = [*report.user_properties, *_test_properties(item)]
     if report.when == "setup":  # before the test drives the driver: a driver it crashes is not asked
         _describe_run_once(item, report)
+
+
+def _test_properties(item) -> list[tuple]:
+    """What the report says of a test besides its verdict: its operation and operand type, its
+    section and variant, the module it is in."""
+    case = item.callspec.params.get("case") if hasattr(item, "callspec") else None
+    op = getattr(item, "nnts_op", getattr(case, "operation", None))
+    dtype = getattr(item, "nnts_dtype", getattr(case, "dtype", None))
+    properties = [("nnts_op", op), ("nnts_dtype", dtype or "-")] if op is not None else []
+    if item.get_closest_marker("extension") is not None:  # the report counts these apart
+        properties.append(("nnts_section", "extension"))
+    if getattr(case, "variant", None):
+        properties.append(("nnts_variant", case.variant))
+    module = Path(str(item.fspath))  # the part of the suite, also where --pyargs shortens test ids
+    properties.append(("nnts_module", f"{module.parent.name}/{module.stem}"))
+    return properties
+
+
+_TEST_PROPERTIES = ("nnts_op", "nnts_dtype", "nnts_section", "nnts_variant", "nnts_module")
+_running: dict[str, list[tuple]] = {}  # xdist controller: the properties of each test set up and not torn down
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "setup" and report.passed:
+        _running[report.nodeid] = [(k, v) for k, v in report.user_properties if k in _TEST_PROPERTIES]
+    elif report.when == "teardown":
+        _running.pop(report.nodeid, None)
 
 
 _run_described = False
@@ -249,7 +268,7 @@ def _describe_run_once(item, report):
     """The drivers (as loaded in this process) and corpora, sent once per process with a report,
     so that the xdist controller, which loads no driver, can name them in the report."""
     global _run_described
-    if _run_described or "drivers" not in item.funcargs:
+    if _run_described or "drivers" not in getattr(item, "funcargs", {}):  # a vector-file error item has none
         return
     _run_described = True
     import json
@@ -268,6 +287,7 @@ def pytest_handlecrashitem(crashitem, report, sched):
                        "driver that crashes takes its worker with it; --isolate runs the driver in a process "
                        "of its own and reports its exit status)")
     report.user_properties.append(("nnts_verdict", "crash"))
+    report.user_properties += _running.pop(crashitem, [])  # its operation and type, as its setup report gave them
 
 
 class ConformanceResults:

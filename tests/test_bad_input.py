@@ -4,9 +4,11 @@ lost run, a CRASH or HANG row instead of a dead run, NnapiError(BAD_DATA) from t
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -72,7 +74,7 @@ def wrong_types(path: Path) -> Path:
 def test_bad_arguments_are_one_usage_line(tmp_path, capsys, argv, command, fragments):
     (tmp_path / "binary").write_bytes(bytes(range(256)) * 4)
     deep_json(tmp_path / "deep.json")
-    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    argv = [str(ARITHMETIC) if a == "X" else a.replace("{tmp}", str(tmp_path)) for a in argv]
     usage_error(capsys, argv, command, *fragments)
 
 
@@ -91,13 +93,14 @@ def test_serve_replaces_an_earlier_socket(tmp_path):
     check_socket_path(str(path))  # a socket left behind: allowed (serve_socket replaces it)
 
 
-def test_a_bad_known_failures_file_is_found_before_the_run(tmp_path, capsys, monkeypatch):
-    import nnapi_ref.contained
-    ran = []
-    monkeypatch.setattr(nnapi_ref.contained, "run_contained", lambda *a: ran.append(1) or [])
-    usage_error(capsys, ["vectors", "run", str(ARITHMETIC), "--expected-failures", str(tmp_path / "none.txt")],
-                "vectors run", "none.txt")
-    assert not ran
+def test_a_bad_known_failures_file_is_found_before_the_run(tmp_path):
+    out = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-m", "nnapi_ref.cli", "vectors", "run", str(ARITHMETIC), "-v", "-j", "1",
+                           "--expected-failures", str(tmp_path / "none.txt"), "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.startswith("nnts vectors run: ") and "none.txt" in done.stderr, done.stderr
+    assert done.stdout == "" and not out.exists()  # no test ran (-v names each one that does)
 
 
 def test_ops_into_a_closed_pipe_ends_quietly():
@@ -148,6 +151,17 @@ def test_pytest_vectors_with_a_bad_file_runs_the_good_ones(tmp_path):
     assert done.returncode == 1, done.stdout[-3000:]
     assert "1 failed" in done.stdout and "passed" in done.stdout, done.stdout[-3000:]
     assert "deep.json" in done.stdout and "nested too deeply" in done.stdout
+
+
+def test_pytest_vectors_with_only_a_bad_file_selected_is_one_failure(tmp_path):
+    """The bad file's test the first (here the only) one run: the run's description, taken from
+    the first test's setup, must not ask it for fixtures it does not have (INTERNALERROR)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+                           "cts/test_generated.py", "--vectors", str(deep_json(tmp_path / "deep.json")),
+                           "--no-shared-vectors", "-k", "vectors"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "INTERNALERROR" not in done.stdout + done.stderr, done.stdout[-3000:]
+    assert "1 failed" in done.stdout and "nested too deeply" in done.stdout, done.stdout[-3000:]
 
 
 # -- drivers that crash or hang in process ------------------------------------------------------------
@@ -290,15 +304,22 @@ def test_a_factory_that_raises_and_an_unparsable_remote_command_are_one_line(tmp
         assert err.startswith("nnts: ") and err.count("\n") == 1 and fragment in err, err
 
 
-def test_under_xdist_a_worker_killed_by_an_in_process_driver_is_a_crash_verdict():
+def test_under_xdist_a_worker_killed_by_an_in_process_driver_is_a_crash_verdict(tmp_path):
+    report = tmp_path / "report.json"
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
                            "cts/test_generated.py", "--no-shared-vectors", "--driver", FAULTY + "aborts_on_mul",
-                           "-k", "(nnts_mul_broadcast_float32 or nnts_add_float32) and sync"],
+                           "-k", "(nnts_mul_broadcast_float32 or nnts_add_float32) and sync", "--report", str(report)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "CRASH: the pytest-xdist worker" in done.stdout, done.stdout[-3000:]
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
     assert failed and all("nnts_mul_broadcast_float32" in line for line in failed), done.stdout[-3000:]
     assert " passed" in done.stdout.splitlines()[-1]  # the ADD tests ran on the restarted workers
+    tests = json.loads(report.read_text())["tests"]
+    crashed = [t for t in tests if t["status"] == "crashed"]
+    assert crashed and all("nnts_mul_broadcast_float32" in t["id"] for t in crashed)
+    for t in crashed:  # named like every other row: its operation, operand type and part
+        assert (t["op"], t["dtype"], t["part"]) == ("MUL", "TENSOR_FLOAT32", "CTS generated"), t
+    assert {(t["op"], t["dtype"]) for t in tests if t["status"] == "passed"} == {("ADD", "TENSOR_FLOAT32")}
 
 
 @pytest.mark.parametrize("content", ["[1", "[" * 100000, '{"schema": 5}', '{"results": 1, "passed": 1}', "[1, 2]",
@@ -363,21 +384,27 @@ def test_test_vector_dimensions_must_be_a_list_of_integers(tmp_path, dimensions)
         vectors.load_file(path)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every folder")
-def test_an_unreadable_subfolder_is_an_error_row_not_silence(tmp_path):
+def test_an_unreadable_subfolder_is_an_error_row_not_silence(tmp_path, monkeypatch):
     (tmp_path / "ok").mkdir()
     (tmp_path / "ok" / "a.json").write_text(ARITHMETIC.read_text())
     locked = tmp_path / "locked"
     locked.mkdir()
     (locked / "b.json").write_text(ARITHMETIC.read_text())
-    locked.chmod(0)
-    try:
-        files = list(vectors.find_files([tmp_path]))
-        assert locked in files
-        with pytest.raises(vectors.FormatError, match="locked"):
-            vectors.load_file(locked)
-    finally:
-        locked.chmod(0o755)
+    real_scandir = os.scandir
+
+    def scandir(path="."):  # what chmod 0 does, also for root (who reads every folder)
+        if not isinstance(path, int) and Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+    monkeypatch.setattr(os, "scandir", scandir)
+    files = list(vectors.find_files([tmp_path]))
+    assert locked in files
+    with pytest.raises(vectors.FormatError, match="locked"):
+        vectors.load_file(locked)
+    out = tmp_path / "r.json"
+    assert cli.main(["vectors", "run", str(tmp_path), "-j", "1", "-q", "--json", str(out)]) == 1
+    errors = [r for r in json.loads(out.read_text())["results"] if r["status"] == "error"]
+    assert [r["name"] for r in errors] == ["locked"], errors
 
 
 def test_gate_takes_a_null_accuracy_figure_as_absent(tmp_path, capsys):
@@ -400,3 +427,41 @@ def test_the_input_format_harnesses_find_nothing_in_a_short_campaign(name, monke
     assert seeds
     for _ in range(300):
         harness(rng.choice(seeds) + bytes(rng.randrange(256) for _ in range(rng.randrange(64))))
+
+
+def started_tests(folder: Path) -> list[str]:
+    """The tests ``nnts vectors run``'s workers have started, from their progress files."""
+    lines = [line for p in folder.glob("nnts-progress-*/*.jsonl") for line in p.read_text().splitlines()]
+    return [json.loads(line)["name"] for line in lines if line.endswith("}") and '"kind": "start"' in line]
+
+
+def test_ctrl_c_inside_a_file_keeps_its_completed_tests(tmp_path):
+    """Ctrl-C while a worker is in the middle of a file: the tests of that file that completed are
+    rows, the one running and the one not yet run are skip rows saying so; JSON and JUnit written."""
+    out, junit = tmp_path / "r.json", tmp_path / "r.xml"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    run = subprocess.Popen([sys.executable, "-m", "nnapi_ref.cli", "vectors", "run", str(ARITHMETIC), "-j", "1",
+                            "-q", "--driver", FAULTY + "hangs_on_mul", "--json", str(out), "--junitxml", str(junit)],
+                           cwd=ROOT, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while "nnts_mul_broadcast_float32" not in started_tests(tmp_path):
+            assert run.poll() is None and time.monotonic() < deadline, "the hanging test was never reached"
+            time.sleep(0.2)
+        os.killpg(run.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole process group
+        err = run.communicate(timeout=120)[1]
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 130, err
+    assert "Traceback" not in err, err
+    results = json.loads(out.read_text())
+    rows = {r["name"]: r for r in results["results"]}
+    assert results["interrupted"] and results["passed"] == 2
+    assert rows["nnts_add_float32"]["status"] == rows["nnts_add_quant8_relu"]["status"] == "pass"
+    assert rows["nnts_mul_broadcast_float32"]["status"] == "skip"
+    assert "interrupted (Ctrl-C) while this test ran" in rows["nnts_mul_broadcast_float32"]["message"]
+    assert rows["nnts_add_then_mul_float32"]["status"] == "skip"
+    assert "not run" in rows["nnts_add_then_mul_float32"]["message"]
+    assert len(list(ET.parse(junit).getroot().iter("testcase"))) == 4
+    assert not list(tmp_path.glob("nnts-progress-*"))  # its temporary folder removed

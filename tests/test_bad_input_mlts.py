@@ -15,6 +15,7 @@ from nnts.mlts.tflite import TFLiteImportError, load_tflite
 
 from .test_tflite_import import ADD, INT8, Scalar, build_tflite, tensor
 
+INT16 = 7  # TensorType
 needs_tflite = pytest.mark.skipif(tflite_interpreter_class()[0] is None, reason="ai-edge-litert is not installed")
 
 
@@ -51,13 +52,21 @@ def test_the_importer_refuses_huge_inputs_and_no_inputs_before_allocating(models
 
 @needs_tflite
 def test_bench_keeps_the_good_row_when_tflite_crashes_on_another(models, tmp_path, capsys):
+    """TFLite's interpreter aborts allocating an INT16 ADD with NaN scales (XNNPACK refuses the INT8
+    one cleanly): the baseline runs in a child, so the abort is that row's baseline_error."""
+    (models / "nan_scales_int16.tflite").write_bytes(add_model([1, 4], INT16, scale=math.nan))
     out = tmp_path / "bench.json"
     code = cli.main(["bench", "--models", str(models), "--runs", "3", "--warmup", "0", "--max-time", "1",
                      "--json", str(out)])
     rows = {r["model"]: r for r in json.loads(out.read_text())["models"]}
     assert code == 0, capsys.readouterr()
-    assert rows["good.tflite"]["status"] == "ok" and rows["good.tflite"]["driver"]
-    assert "crashed" in rows["nan_scales.tflite"]["baseline_error"]
+    good = rows["good.tflite"]
+    assert good["status"] == "ok" and good["driver"] and good["accuracy"]["snr_db"] is None  # identical
+    assert good["baseline"]["latency_ms"]["runs"] == good["driver"]["latency_ms"]["runs"] == 3
+    assert good["baseline"]["latency_ms"]["p50"] > 0 and good["baseline"]["throughput"]["per_s"] > 0
+    assert "crashed" in rows["nan_scales_int16.tflite"]["baseline_error"]
+    assert "SIGABRT" in rows["nan_scales_int16.tflite"]["baseline_error"]
+    assert "nan" in rows["nan_scales.tflite"]["baseline_error"]  # refused, or crashed on another setup
     assert rows["huge.tflite"]["status"] == "import_error" and "more than" in rows["huge.tflite"]["reason"]
     assert rows["noinputs.tflite"]["status"] == "import_error"
 
