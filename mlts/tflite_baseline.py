@@ -21,13 +21,14 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from nnapi_ref.contained import exit_text
 
 ANSWER_TIMEOUT_S = 600  # one request: creating the interpreter, or the throughput run of a large model
 
@@ -76,7 +77,7 @@ class TfliteProcess:
             self._process.wait()
             raise BaselineCrashed(f"TFLite's interpreter did not answer within {ANSWER_TIMEOUT_S} s (killed)")
         code = self._process.wait()
-        raise BaselineCrashed(f"TFLite's interpreter crashed on it ({_how(code)})" + self._last_stderr_line())
+        raise BaselineCrashed(f"TFLite's interpreter crashed on it ({exit_text(code)})" + self._last_stderr_line())
 
     def _last_stderr_line(self) -> str:
         self._stderr.seek(0)
@@ -116,15 +117,6 @@ class TfliteProcess:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _how(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit status {code}"
 
 
 def _serve(path: str, reference_kernels: bool) -> None:

@@ -210,11 +210,12 @@ def _exitcode_text(processes) -> str:
     for process in processes:
         code = process.exitcode
         if code is not None and code != -signal.SIGTERM:
-            return _code_text(code)
+            return exit_text(code)
     return "no exit status"
 
 
-def _code_text(code: int | None) -> str:
+def exit_text(code: int | None) -> str:
+    """How a child process ended: its exit status or the signal that killed it."""
     if code is None:
         return "no exit status"
     if code < 0:
@@ -231,7 +232,7 @@ def _death_message(verdict: str, started: dict, processes, budget: float) -> str
                 "the per-test budget is 3 x --call-timeout, else 180 s); the worker was killed")
     process = processes.get(started["pid"])
     return (f"CRASH: the worker process running this test died "
-            f"({_code_text(process.exitcode if process is not None else None)}; in-process driver, "
+            f"({exit_text(process.exitcode if process is not None else None)}; in-process driver, "
             "use --isolate for the driver's own exit status)")
 
 
