@@ -32,19 +32,12 @@ from __future__ import annotations
 import pytest
 
 from nnts.fuzz.differential import run_case
-from nnapi_ref.drivers.reference import ReferenceDevice
-from nnapi_ref.runtime import Device
 
 
 def pytest_generate_tests(metafunc):
     if "seed" in metafunc.fixturenames:
         base, n = metafunc.config.getoption("random_seed"), metafunc.config.getoption("random_graphs")
         metafunc.parametrize("seed", range(base, base + n), ids=[f"seed{s}" for s in range(base, base + n)])
-
-
-@pytest.fixture(scope="session")
-def reference_devices():
-    return [Device(ReferenceDevice())]
 
 
 def test_random_graph(seed, devices, reference_devices, request, driver_spec):

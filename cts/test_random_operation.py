@@ -36,8 +36,6 @@ from __future__ import annotations
 import pytest
 
 from nnts.fuzz.single import case_operation, run_single
-from nnapi_ref.drivers.reference import ReferenceDevice
-from nnapi_ref.runtime import Device
 from nnapi_ref.types import type_name
 
 
@@ -46,11 +44,6 @@ def pytest_generate_tests(metafunc):
         base, n = metafunc.config.getoption("random_seed"), metafunc.config.getoption("random_ops")
         seeds = range(base, base + n)
         metafunc.parametrize("operation_seed", seeds, ids=[f"{case_operation(s).name}-seed{s}" for s in seeds])
-
-
-@pytest.fixture(scope="session")
-def reference_devices():
-    return [Device(ReferenceDevice())]
 
 
 def test_random_operation(operation_seed, devices, reference_devices, request, driver_spec):

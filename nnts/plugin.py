@@ -205,6 +205,14 @@ def devices(drivers):
     return get_devices()
 
 
+@pytest.fixture(scope="session")
+def reference_devices():
+    """The reference driver as a runtime device, for the random tests' expected values."""
+    from nnapi_ref.drivers.reference import ReferenceDevice
+    from nnapi_ref.runtime import Device
+    return [Device(ReferenceDevice())]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     from nnapi_ref.remote.client import incidents
