@@ -509,8 +509,15 @@ def serve_socket(device: hal.Device, path: str) -> None:
     if os.path.lexists(path):
         os.unlink(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    # Bound under a private name and moved into place once listening: a client that sees the
+    # socket can connect (bound at ``path`` itself, it exists a moment before it accepts).
+    staging = os.path.join(os.path.dirname(path) or ".", f".nnts-serve-{os.getpid()}")
+    if len(os.fsencode(staging)) > SOCKET_PATH_MAX:
+        staging = path
+    listener.bind(staging)
     listener.listen(16)
+    if staging != path:
+        os.replace(staging, path)
     print(f"nnts serve: listening on {path}", file=sys.stderr, flush=True)
     try:
         while True:
