@@ -127,6 +127,20 @@ def chain_inputs(seed: int, shape: Sequence[int] = (2, 2)) -> tuple[np.ndarray, 
     return rng.uniform(-2, 2, shape).astype(np.float32), rng.uniform(0.5, 1.5, shape).astype(np.float32)
 
 
+def execute_chain(compilation: Compilation, a: np.ndarray, b: np.ndarray, mode: str = "sync") -> np.ndarray:
+    """The output of a finished compilation of a two-input model whose output has ``a``'s shape
+    (:func:`chain_model`, or a shorter chain), executed on ``a``, ``b`` in ``mode`` (sync,
+    async, burst, fenced)."""
+    from .harness import compute_in_mode
+    execution = Execution(compilation)
+    execution.set_input(0, a)
+    execution.set_input(1, b)
+    out = np.zeros(np.shape(a), np.float32)
+    execution.set_output(0, out)
+    compute_in_mode(execution, mode)
+    return out
+
+
 def chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """What :func:`chain_model` computes, in numpy float32."""
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)

@@ -2,12 +2,12 @@
 import numpy as np
 import pytest
 
-from nnapi_ref import (Compilation, Execution, Model, NnapiError, OperandCode as T, OperandType, OperationCode,
+from nnapi_ref import (Compilation, Model, NnapiError, OperandCode as T, OperandType, OperationCode,
                        Partitioning, PreferenceCode, ResultCode, using_drivers)
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice, SubsetDevice
 from nnapi_ref.hal import ErrorStatus
-from nnapi_ref.testing import chain_model
+from nnapi_ref.testing import chain_model, execute_chain
 
 ADD, MUL = OperationCode.ADD, OperationCode.MUL
 
@@ -15,16 +15,6 @@ ADD, MUL = OperationCode.ADD, OperationCode.MUL
 A = np.array([[1, 2], [3, 4]], np.float32)
 B = np.array([[0.5, -1], [2, 3]], np.float32)
 EXPECTED = (A + B) * B + A
-
-
-def execute(compilation):
-    execution = Execution(compilation)
-    execution.set_input(0, A)
-    execution.set_input(1, B)
-    out = np.zeros((2, 2), np.float32)
-    execution.set_output(0, out)
-    execution.compute()
-    return out
 
 
 def compile_with(drivers, devices=None, preference=PreferenceCode.FAST_SINGLE_ANSWER):
@@ -42,7 +32,7 @@ def test_operations_go_to_the_device_that_supports_them():
         steps = compilation.plan.steps
         assert [s.device.name for s in steps] == ["adder", "multiplier", "adder"]
         assert [s.operations for s in steps] == [[0], [1], [2]]
-        np.testing.assert_array_equal(execute(compilation), EXPECTED)
+        np.testing.assert_array_equal(execute_chain(compilation, A, B), EXPECTED)
 
 
 def test_faster_device_wins_and_ties_go_to_the_cpu():
@@ -74,7 +64,7 @@ def test_consecutive_operations_on_one_device_form_one_step():
         compilation = compile_with(None)
         names = [s.device.name for s in compilation.plan.steps]
         assert names == ["adders", "mul-only", "adders"]
-        np.testing.assert_array_equal(execute(compilation), EXPECTED)
+        np.testing.assert_array_equal(execute_chain(compilation, A, B), EXPECTED)
 
 
 def test_fallback_to_cpu_when_a_driver_fails_to_prepare():
@@ -82,7 +72,7 @@ def test_fallback_to_cpu_when_a_driver_fails_to_prepare():
     with using_drivers([ReferenceDevice(), broken]):
         compilation = compile_with(None)
         assert compilation.single_device.name == "nnapi-reference"
-        np.testing.assert_array_equal(execute(compilation), EXPECTED)
+        np.testing.assert_array_equal(execute_chain(compilation, A, B), EXPECTED)
 
 
 def test_step_falls_back_to_cpu_when_a_driver_fails_to_execute():
@@ -91,7 +81,7 @@ def test_step_falls_back_to_cpu_when_a_driver_fails_to_execute():
     with using_drivers([ReferenceDevice(), adder, multiplier]):
         compilation = compile_with(None)
         assert [s.device.name for s in compilation.plan.steps] == ["adder", "multiplier", "adder"]
-        np.testing.assert_array_equal(execute(compilation), EXPECTED)
+        np.testing.assert_array_equal(execute_chain(compilation, A, B), EXPECTED)
         assert multiplier.executions == 1
 
 
@@ -100,7 +90,7 @@ def test_single_step_falls_back_when_execution_fails():
     with using_drivers([ReferenceDevice(), broken]):
         compilation = compile_with(None)
         assert compilation.single_device.name == "broken"
-        np.testing.assert_array_equal(execute(compilation), EXPECTED)
+        np.testing.assert_array_equal(execute_chain(compilation, A, B), EXPECTED)
         assert broken.executions == 1
 
 
@@ -109,7 +99,7 @@ def test_no_fallback_for_an_explicit_device_list():
     with using_drivers([ReferenceDevice(), broken]) as devices:
         compilation = compile_with(None, [d for d in devices if d.name == "broken"])
         with pytest.raises(NnapiError) as e:
-            execute(compilation)
+            execute_chain(compilation, A, B)
         assert e.value.code == ResultCode.OP_FAILED
         broken_prepare = FaultyDevice("broken2", None, 0.1, fail_prepare=ErrorStatus.GENERAL_FAILURE)
     with using_drivers([broken_prepare]) as devices:
@@ -131,7 +121,7 @@ def test_explicit_pair_of_devices_partitions_without_cpu():
     with using_drivers([ReferenceDevice(), adder, multiplier]) as devices:
         compilation = compile_with(None, [d for d in devices if d.name != "nnapi-reference"])
         assert [s.device.name for s in compilation.plan.steps] == ["adder", "multiplier", "adder"]
-        np.testing.assert_array_equal(execute(compilation), EXPECTED)
+        np.testing.assert_array_equal(execute_chain(compilation, A, B), EXPECTED)
 
 
 def test_partitioning_setting_without_fallback_reports_the_failure():
@@ -139,7 +129,7 @@ def test_partitioning_setting_without_fallback_reports_the_failure():
     with using_drivers([ReferenceDevice(), broken], Partitioning.WITHOUT_FALLBACK):
         compilation = compile_with(None)
         with pytest.raises(NnapiError) as e:
-            execute(compilation)
+            execute_chain(compilation, A, B)
         assert e.value.code == ResultCode.OP_FAILED
 
 
@@ -156,7 +146,7 @@ def test_unsupported_operation_falls_back_to_cpu_with_partial_drivers():
         compilation = compile_with(None)
         names = [s.device.name for s in compilation.plan.steps]
         assert names == ["adder", "nnapi-reference", "adder"]
-        np.testing.assert_array_equal(execute(compilation), EXPECTED)
+        np.testing.assert_array_equal(execute_chain(compilation, A, B), EXPECTED)
 
 
 def test_step_models_pass_only_what_crosses_steps():
@@ -186,4 +176,4 @@ def test_operations_added_in_any_order_run_and_report_support_in_that_order():
         assert model.get_supported_operations_for_devices(devices) == [True, False]
     compilation = Compilation(model)
     compilation.finish()
-    np.testing.assert_array_equal(execute(compilation), (A + B) * B)
+    np.testing.assert_array_equal(execute_chain(compilation, A, B), (A + B) * B)

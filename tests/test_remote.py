@@ -20,12 +20,11 @@ from nnapi_ref.drivers import load_driver, load_drivers
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import ErrorStatus, HalError
-from nnapi_ref.harness import compute_in_mode
 from nnapi_ref.remote.client import RemoteDevice, incidents
 from nnapi_ref.remote.wire import Msg, Writer
 from nnapi_ref.runtime import Compilation, Execution, Memory
 from nnapi_ref.runtime.devices import Device
-from nnapi_ref.testing import add_model, chain, chain_model
+from nnapi_ref.testing import add_model, chain, chain_model, execute_chain
 from nnapi_ref.types import PreferenceCode, PriorityCode, ResultCode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,17 +43,7 @@ def remote():
 def run_chain(device: hal.Device, mode: str = "sync", a=A, b=B) -> np.ndarray:
     compilation = Compilation(chain_model(), [Device(device)])
     compilation.finish()
-    return execute_chain(compilation, mode, a, b)
-
-
-def execute_chain(compilation: Compilation, mode: str = "sync", a=A, b=B) -> np.ndarray:
-    execution = Execution(compilation)
-    execution.set_input(0, a)
-    execution.set_input(1, b)
-    out = np.zeros((2, 2), np.float32)
-    execution.set_output(0, out)
-    compute_in_mode(execution, mode)
-    return out
+    return execute_chain(compilation, a, b, mode)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async", "burst", "fenced"])
@@ -324,7 +313,7 @@ def test_remote_and_in_process_drivers_partition_one_model(tmp_path, monkeypatch
         compilation = Compilation(chain_model(), [Device(d) for d in drivers])
         compilation.finish()
         assert [step.device.name for step in compilation.plan.steps] == ["adder", "nnapi-reference", "adder"]
-        np.testing.assert_array_equal(execute_chain(compilation), chain(A, B))
+        np.testing.assert_array_equal(execute_chain(compilation, A, B), chain(A, B))
     finally:
         drivers[0].close()
 

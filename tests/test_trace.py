@@ -11,23 +11,13 @@ from nnapi_ref.drivers import load_driver
 from nnapi_ref.runtime import Compilation, Execution, Model
 from nnapi_ref.runtime.devices import Device
 from nnapi_ref.runtime.model import OperandType
+from nnapi_ref.testing import execute_chain
 from nnapi_ref.types import OperandCode, OperationCode
 
 A = np.array([[1, 2], [3, 4]], np.float32)
 B = np.array([[0.5, -1], [2, 0.25]], np.float32)
 
 
-
-def computed(compilation: Compilation) -> np.ndarray:
-    """The output of the ADD->MUL model on A and B, compiled as ``compilation`` says."""
-    compilation.finish()
-    execution = Execution(compilation)
-    execution.set_input(0, A)
-    execution.set_input(1, B)
-    out = np.zeros((2, 2), np.float32)
-    execution.set_output(0, out)
-    execution.compute()
-    return out
 
 def add_mul_model() -> Model:
     """out = (a + b) * b: two operations."""
@@ -65,7 +55,8 @@ def traced_remote_run(tmp_path_factory):
             model = add_mul_model()
             model.finish()
             compilation = Compilation(model, [Device(device)])
-            out = computed(compilation)
+            compilation.finish()
+            out = execute_chain(compilation, A, B)
         np.testing.assert_array_equal(out, (A + B) * B)
         assert trace.stop() == str(path)
     finally:
@@ -227,7 +218,9 @@ def test_a_partitioned_execution_has_a_span_per_step(tracing):
     from nnapi_ref.drivers.variants import SubsetDevice
     adder = SubsetDevice("adder", [OperationCode.ADD], 0.5)
     with using_drivers([ReferenceDevice(), adder]):
-        out = computed(Compilation(add_mul_model_finished()))
+        compilation = Compilation(add_mul_model_finished())
+        compilation.finish()
+        out = execute_chain(compilation, A, B)
     np.testing.assert_array_equal(out, (A + B) * B)
     trace.flush()
     spans = {trace.parse_tag(e["name"])[2]: e for e in json.loads(tracing.read_text())["traceEvents"]
