@@ -39,11 +39,23 @@ from nnts.fuzz.single import case_operation, run_single
 from nnapi_ref.types import type_name
 
 
+class OperationSeed(int):
+    """A case's seed that names the case's operation, so that the breadth-first order
+    (:mod:`nnts.ordering`, which groups tests by their parameter's ``operation`` and ``dtype``)
+    runs one case of every operation before a second of any, not one case per pass."""
+
+    dtype = "-"  # drawn with the case, not known at collection
+
+    @property
+    def operation(self) -> str:
+        return case_operation(self).name
+
+
 def pytest_generate_tests(metafunc):
     if "operation_seed" in metafunc.fixturenames:
         base, n = metafunc.config.getoption("random_seed"), metafunc.config.getoption("random_ops")
-        seeds = range(base, base + n)
-        metafunc.parametrize("operation_seed", seeds, ids=[f"{case_operation(s).name}-seed{s}" for s in seeds])
+        seeds = [OperationSeed(s) for s in range(base, base + n)]
+        metafunc.parametrize("operation_seed", seeds, ids=[f"{s.operation}-seed{s}" for s in seeds])
 
 
 def test_random_operation(operation_seed, devices, reference_devices, request, driver_spec):

@@ -67,6 +67,19 @@ def test_order_options_on_the_collected_suite():
     assert collect("--quick", "--order", "collection") == [t for t in collection if t in set(quick)]
 
 
+def test_quick_runs_one_single_operation_case_of_every_operation():
+    """The single-operation random tests are grouped by the operation their seed tests, so the
+    first pass holds one case of each operation (not one case in all)."""
+    command = [sys.executable, "-m", "pytest", "cts/test_random_operation.py", "--collect-only", "-q",
+               "-p", "no:cacheprovider", "--random-ops", "300"]
+    every = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
+    quick = subprocess.run(command + ["--quick"], cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
+    operation = re.compile(r"test_random_operation\[(\w+)-seed\d+\]")
+    every_ops, quick_ops = operation.findall(every), operation.findall(quick)
+    assert len(every_ops) == 300 and len(set(every_ops)) < 300
+    assert sorted(quick_ops) == sorted(set(every_ops))
+
+
 def test_xdist_workers_agree_on_the_order_and_x_stops_at_the_first_fault(tmp_path):
     # keeps_first_shape is found by the sequence tests, which collection order runs last.
     command = [sys.executable, "-m", "pytest", "cts/test_generated.py", "vts/test_sequences.py", "-q", "-n", "2",
