@@ -97,7 +97,18 @@ def gen_conv():
     model("conv_2d_float32_bad_stride", "CONV_2D",
           [I(T(F32), np.zeros((1, 2, 2, 1))), C(T(F32), np.ones((1, 1, 1, 1))), C(T(F32), [0.0]), i32(2), i32(0),
            i32(1), i32(0)], [O(T(F32), np.zeros((1, 2, 2, 1)))], fail=True)
-    # DEPTHWISE_CONV_2D: output channel k uses input channel k // multiplier
+    # DEPTHWISE_CONV_2D: output channel k uses input channel k // multiplier. The first model is
+    # the most general form (dilation, a depth multiplier above 1 and a bias together), as the
+    # breadth-first order runs a group's first model first; its own generator keeps the values of
+    # the models after it.
+    own = np.random.default_rng(91)
+    x = rnd((1, 5, 5, 2), -2, 2, rng=own)
+    w = rnd((1, 2, 2, 4), -1, 1, 0.25, rng=own)
+    b = rnd((4,), -1, 1, 0.125, rng=own)
+    y = conv_ref(x, w[0].transpose(2, 0, 1)[..., None], b, dil=(2, 2), groups=2)
+    model("depthwise_conv_2d_float32_dilation_multiplier", "DEPTHWISE_CONV_2D",
+          [I(T(F32), x), C(T(F32), w), C(T(F32), b), i32(0), i32(0), i32(0), i32(0), i32(1), i32(1), i32(2), i32(0),
+           bsc(False), i32(2), i32(2)], [O(T(F32), y)], at_least=29)
     for code, rel in variants("DEPTHWISE_CONV_2D"):
         ti, tf, tb, to = conv_types(code)
         x = ti.rt(rnd((1, 3, 3, 2), -2, 2, rng=rng))
