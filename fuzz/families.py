@@ -33,12 +33,6 @@ INT32, BOOL = T.INT32, T.BOOL
 NOT_COVERED = {
     Op.LSH_PROJECTION: "sign hashes: any rounding difference flips an output bit",
     Op.RANDOM_MULTINOMIAL: "random samples: compared by distribution, not element by element",
-    Op.HASHTABLE_LOOKUP: "needs sorted unique keys and a hits output of fixed quantization",
-    Op.BOX_WITH_NMS_LIMIT: "which boxes are kept, and in what order, hangs on scores against thresholds and "
-                           "on overlaps against the IoU threshold (after soft NMS rescoring): comparable element "
-                           "by element only with scores and overlaps drawn clear of them, not generated yet",
-    Op.DETECTION_POSTPROCESSING: "decodes boxes from anchors, then NMS (see BOX_WITH_NMS_LIMIT): not generated yet",
-    Op.GENERATE_PROPOSALS: "anchors, image sizes and deltas, then NMS (see BOX_WITH_NMS_LIMIT): not generated yet",
 }
 
 
@@ -728,4 +722,5 @@ def cast(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, [x], [like(x) if target == x.type else Out(target, 1.0, 0) if target in QUANT8 else Out(target)])
 
 
-from . import boxes, control_flow, recurrent  # noqa: E402,F401  (declare the box, shape-source, IF and recurrent operations)
+from . import boxes, control_flow, detection, recurrent  # noqa: E402,F401  (declare the box, shape-source, IF, detection
+#                                                                  and recurrent operations)
