@@ -666,6 +666,17 @@ def resize(b: Builder, x: Tensor, code: Op) -> None:
 
 # -- recurrent (float) ----------------------------------------------------------------------------
 
+def start_of_rank(rank: int):
+    """A start for a graph of one operation (``Family.start``): its input, of a type the
+    operation takes at the level (None: none) and ``rank`` dimensions (small or wide), values in
+    [-1, 1]. Without it a graph of a rank-2 or rank-3 operation alone often found no start that
+    fits in its tries (a random start has that rank and a float type one time in 18)."""
+    def start(b: Builder, code: Op) -> Tensor | None:
+        types = sorted(primary_types(code, b.level, 0))
+        return b.fresh(b.pick(types), b.start_shape(rank), low=-1.0, high=1.0) if types else None
+    return start
+
+
 def _rnn_cell(b: Builder, x: Tensor, batch: int, size: int, units: int) -> list:
     """Weights, recurrent weights, bias and hidden state of an RNN cell (model inputs or
     constants), weights scaled by the fan-in so the state stays in range; then a fuse code."""
@@ -675,13 +686,13 @@ def _rnn_cell(b: Builder, x: Tensor, batch: int, size: int, units: int) -> list:
             fuse(b, x)]
 
 
-@declare([Op.RNN], ranks=(2,))
+@declare([Op.RNN], ranks=(2,), start=start_of_rank(2))
 def rnn(b: Builder, x: Tensor, code: Op) -> None:
     batch, size = x.shape
     b.add(code, [x] + _rnn_cell(b, x, batch, size, b.dim()), [like(x), like(x)])
 
 
-@declare([Op.UNIDIRECTIONAL_SEQUENCE_RNN], ranks=(3,))
+@declare([Op.UNIDIRECTIONAL_SEQUENCE_RNN], ranks=(3,), start=start_of_rank(3))
 def unidirectional_sequence_rnn(b: Builder, x: Tensor, code: Op) -> None:
     time_major = b.chance(0.5)
     batch = x.shape[1] if time_major else x.shape[0]
@@ -689,7 +700,7 @@ def unidirectional_sequence_rnn(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, [x] + _rnn_cell(b, x, batch, x.shape[2], b.dim()) + [b.scalar(INT32, int(time_major))], outputs)
 
 
-@declare([Op.SVDF], ranks=(2,))
+@declare([Op.SVDF], ranks=(2,), start=start_of_rank(2))
 def svdf(b: Builder, x: Tensor, code: Op) -> None:
     batch, size = x.shape
     rank, units, memory = int(b.rng.integers(1, 3)), b.dim(), int(b.rng.integers(1, 4))

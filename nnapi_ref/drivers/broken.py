@@ -47,6 +47,9 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
 ``relaxed_bfloat16``      a relaxed model's TENSOR_FLOAT32 outputs rounded to bfloat16 (8
                           significant bits: below the float16 precision relaxed computation
                           must keep); models that are not relaxed are right
+``nms_limit_per_class``   BOX_WITH_NMS_LIMIT applies max_detections to each class but not to
+                          the batch's total: a batch with survivors in several classes keeps
+                          boxes too many; every other case is right
 ========================  ==================================================================
 
 Each fault is a wrapper around the reference implementation: a prepared model whose execution
@@ -487,6 +490,31 @@ class RelaxedBfloat16(BrokenDevice):
         return _WrappedOperation(impl, fault)
 
 
+# -- nms_limit_per_class -------------------------------------------------------------------------
+
+class NmsLimitPerClass(BrokenDevice):
+    FAULT = "nms_limit_per_class"
+
+    def operation_fault(self, code, impl):
+        if code != OperationCode.BOX_WITH_NMS_LIMIT:
+            return impl
+
+        def per_class_only(call: Call, outputs):
+            limit = int(call.ins[4].scalar())
+            if limit < 0:
+                return outputs
+            unlimited = Arg(call.ins[4].type, (), value=np.array(-1, np.int32))
+            scores, rois, classes, batches = impl.execute(Call(call.ins[:4] + [unlimited] + call.ins[5:], call.outs,
+                                                               call.relaxed, call.runner))
+            seen: dict = {}
+            keep = np.zeros(len(classes), bool)
+            for i, group in enumerate(zip(batches.tolist(), classes.tolist())):  # grouped, best first per class
+                seen[group] = seen.get(group, 0) + 1
+                keep[i] = seen[group] <= limit
+            return [scores[keep], rois[keep], classes[keep], batches[keep]]
+        return _WrappedOperation(impl, per_class_only)
+
+
 wrong_add_quant8_by_one = WrongAddQuant8ByOne
 wrong_add_quant8_sparse = WrongAddQuant8Sparse
 off_by_one_rounding = OffByOneRounding
@@ -501,6 +529,7 @@ keeps_first_shape = KeepsFirstShape
 dilated_depthwise_multiplier = DilatedDepthwiseMultiplier
 wrong_on_large_tensors = WrongOnLargeTensors
 relaxed_bfloat16 = RelaxedBfloat16
+nms_limit_per_class = NmsLimitPerClass
 
 # -- vendor extensions ------------------------------------------------------------------------------
 

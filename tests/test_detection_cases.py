@@ -1,0 +1,145 @@
+"""Detection operations and HASHTABLE_LOOKUP in the single-operation random tests
+(fuzz/detection.py): every form and every NMS variant is drawn, the cases pass on the reference,
+their decisions are clear (inputs moved by a rounding's worth keep the same boxes), and a driver
+wrong only in BOX_WITH_NMS_LIMIT's batch-wide limit, which the AOSP vectors and the random graphs
+let pass, is caught."""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from nnts.fuzz import coverage, single
+from nnts.fuzz.detection import iou
+from nnts.fuzz.differential import run
+from nnts.fuzz.families import FAMILIES, NOT_COVERED
+from nnts.fuzz.graphs import F16, F32, MAX_LEVEL, generate
+from nnapi_ref.drivers import broken
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.runtime import Device
+from nnapi_ref.types import Lifetime, OperationCode as Op
+
+REFERENCE = [Device(ReferenceDevice())]
+DETECTION = (Op.BOX_WITH_NMS_LIMIT, Op.GENERATE_PROPOSALS, Op.DETECTION_POSTPROCESSING)
+NEW = DETECTION + (Op.HASHTABLE_LOOKUP,)
+
+
+def test_only_the_incomparable_operations_stay_out():
+    assert set(NOT_COVERED) == {Op.LSH_PROJECTION, Op.RANDOM_MULTINOMIAL}
+    assert set(NEW) <= set(single.operations()) and not set(NEW) & set(FAMILIES)  # random graphs unchanged
+    assert all(single.tier(code, 30) is single.RELAXED for code in DETECTION)
+    assert single.tier(Op.HASHTABLE_LOOKUP, 30) is single.STRICT
+
+
+def _scalar(graph, position: int):
+    operand = graph.operands[graph.operations[0].inputs[position]]
+    return operand.value.item()
+
+
+# What each operation's draws must show besides its forms: (name, input position, reading, readings).
+VARIANTS = {
+    Op.BOX_WITH_NMS_LIMIT: [("kernel", 5, int, {0, 1, 2}), ("max detections", 4, lambda v: v < 0, {True, False})],
+    Op.GENERATE_PROPOSALS: [("NCHW", 10, bool, {False, True}), ("pre-NMS all", 6, lambda v: v < 0, {True, False}),
+                            ("post-NMS all", 7, lambda v: v < 0, {True, False})],
+    Op.DETECTION_POSTPROCESSING: [("regular NMS", 7, bool, {False, True}), ("background in label", 13, bool,
+                                                                           {False, True})],
+}
+
+
+@pytest.mark.parametrize("code", NEW, ids=lambda c: c.name)
+def test_every_form_and_variant_is_drawn(code):
+    """Over 60 draws: every form of the registry (each operand type, at its level), each NMS
+    kernel, both layouts, both NMS forms of DETECTION_POSTPROCESSING, limits on and off."""
+    drawn, seen = coverage.Coverage(), collections.defaultdict(set)
+    for seed in range(60):
+        graph = generate(seed, 1, operations=[code])
+        assert graph.operation_names == [code.name]
+        drawn.add(graph)
+        for name, position, reading, _ in VARIANTS.get(code, []):
+            seen[name].add(reading(_scalar(graph, position)))
+    assert not drawn.missing_forms(code), [str(f) for f in drawn.missing_forms(code)]
+    for name, _, _, readings in VARIANTS.get(code, []):
+        assert seen[name] == readings, name
+
+
+def test_coverage_report_lists_the_forms():
+    report = coverage.report(coverage.measure(1, levels=(MAX_LEVEL,)), codes=list(NEW))
+    assert "BOX_WITH_NMS_LIMIT: " in report and "GENERATE_PROPOSALS: " in report
+    assert "DETECTION_POSTPROCESSING: 0/2 forms" in report or "DETECTION_POSTPROCESSING: " in report
+
+
+def _seeds(code: Op, count: int) -> list[int]:
+    index, n = single.operations().index(code), len(single.operations())
+    return [index + k * n for k in range(count)]
+
+
+@pytest.mark.parametrize("code", NEW, ids=lambda c: c.name)
+def test_cases_pass_on_the_reference(code, tmp_path):
+    """Every case draws a valid operation (no skip) and passes, at the highest level and at 29."""
+    for level in (MAX_LEVEL, 29):
+        for seed in _seeds(code, 25):
+            result = single.run_single(seed, REFERENCE, REFERENCE, level, tmp_path, "reference")
+            assert result.status == "pass", (seed, level, result.message)
+
+
+def _nudged(graph, rng):
+    """The test model of ``graph`` with each float input and float constant of its operation
+    moved by a relative 2e-3 (more than float16 rounding; quantized data as it is)."""
+    test = graph.to_test("nudged")
+    for i, k in enumerate(graph.inputs):
+        if test.inputs[i].dtype.kind == "f":
+            test.inputs[i] = (test.inputs[i] * (1 + rng.uniform(-2e-3, 2e-3, test.inputs[i].shape))).astype(
+                test.inputs[i].dtype)
+    for operand in test.model.main.operands:
+        if operand.lifetime == Lifetime.CONSTANT_COPY and operand.type in (F32, F16):
+            operand.value = (operand.value * (1 + rng.uniform(-2e-3, 2e-3, operand.value.shape))).astype(
+                operand.value.dtype)
+    return test
+
+
+@pytest.mark.parametrize("code", DETECTION, ids=lambda c: c.name)
+def test_decisions_are_clear_of_rounding(code):
+    """Float cases run on inputs moved by 2e-3 of themselves (what float16 rounding or a
+    different order of operations could do, and more) keep the same boxes: the same output
+    shapes, classes and batches, the scores and boxes within 2%."""
+    rng, checked = np.random.default_rng(0), 0
+    for seed in _seeds(code, 40):
+        graph = single.generate_case(seed, MAX_LEVEL)
+        if graph.operands[graph.operations[0].inputs[0]].type not in (F32, F16):
+            continue
+        expected = [graph.values[k] for k in graph.outputs]
+        for attempt in range(3):
+            actual = run(REFERENCE, _nudged(graph, rng))
+            for e, a in zip(expected, actual):
+                assert e.shape == a.shape, (seed, e.shape, a.shape)
+                if e.dtype.kind == "i":
+                    assert np.array_equal(e, a), seed
+                else:
+                    assert np.allclose(a, e, rtol=2e-2, atol=2e-2), seed
+        checked += 1
+    assert checked >= 15
+
+
+def test_iou_of_corner_boxes():
+    boxes = np.array([[0, 0, 2, 2], [1, 1, 3, 3], [5, 5, 6, 6]], float)
+    assert np.allclose(iou(boxes, boxes), [[1, 1 / 7, 0], [1 / 7, 1, 0], [0, 0, 1]])
+
+
+def test_nms_limit_on_classes_only_is_caught(tmp_path):
+    """BOX_WITH_NMS_LIMIT keeping max detections per class but not per batch: the AOSP vectors
+    (cts/test_generated.py, 36 BOX_WITH_NMS_LIMIT tests) pass on it and the random graphs never
+    draw the operation; one of the first 40 single-operation cases fails, with the output shape
+    as the tell, and every case of the other operations passes on it."""
+    driver = [Device(broken.NmsLimitPerClass())]
+    failed = None
+    for seed in _seeds(Op.BOX_WITH_NMS_LIMIT, 40):
+        result = single.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken")
+        if result.status == "fail":
+            failed = result
+            break
+    assert failed is not None and "shape" in failed.message
+    assert Op.BOX_WITH_NMS_LIMIT not in FAMILIES
+    for code in (Op.GENERATE_PROPOSALS, Op.DETECTION_POSTPROCESSING, Op.ROI_ALIGN, Op.ADD):
+        for seed in _seeds(code, 3):
+            assert single.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken").status == "pass"
