@@ -63,10 +63,17 @@ def test_every_form_and_variant_is_drawn(code):
         assert seen[name] == readings, name
 
 
-def test_coverage_report_lists_the_forms():
-    report = coverage.report(coverage.measure(1, levels=(MAX_LEVEL,)), codes=list(NEW))
-    assert "BOX_WITH_NMS_LIMIT: " in report and "GENERATE_PROPOSALS: " in report
-    assert "DETECTION_POSTPROCESSING: 0/2 forms" in report or "DETECTION_POSTPROCESSING: " in report
+def test_coverage_report_lists_the_forms(capsys):
+    """The coverage report of the single-operation cases lists the new operations' forms: over
+    20 x 104 seeds at the highest level (20 cases of each) every one is drawn; ``--single`` on the command line."""
+    drawn = coverage.measure_single(20 * len(single.operations()), levels=(MAX_LEVEL,))
+    out = coverage.report(drawn, codes=list(NEW))
+    for code, forms in ((Op.BOX_WITH_NMS_LIMIT, 4), (Op.GENERATE_PROPOSALS, 4), (Op.DETECTION_POSTPROCESSING, 2),
+                        (Op.HASHTABLE_LOOKUP, 3)):
+        assert f"{code.name}: {forms}/{forms} forms" in out, out
+    assert "never drawn" not in out
+    assert coverage.main(["--single", "--seeds", "2", "--operation", "box_with_nms_limit"]) == 0
+    assert capsys.readouterr().out.startswith("10 graphs\nBOX_WITH_NMS_LIMIT: ")
 
 
 def _seeds(code: Op, count: int) -> list[int]:
