@@ -155,10 +155,16 @@ def _greedy_nms(scores: np.ndarray, overlaps: np.ndarray, limit: int, factor, nm
     return kept
 
 
-def _hard(iou_threshold: float):
+def _rescoring(kernel: int, iou_threshold: float, sigma: float = 1.0):
+    """The factor NMS applies to a live score overlapping a kept box: hard (kernel 0: 0 at or
+    above the IoU threshold), linear (1: 1 - IoU there) or gaussian (2: exp(-IoU**2 / sigma) at
+    any overlap); rejects an overlap near the threshold where the kernel compares with it."""
+    if kernel == 2:
+        return lambda overlap: float(np.exp(-overlap * overlap / sigma))
+
     def factor(overlap):
         _apart(overlap, iou_threshold, IOU_MARGIN, "an overlap")
-        return 0.0 if overlap >= iou_threshold else 1.0
+        return 1.0 if overlap < iou_threshold else (0.0 if kernel == 0 else 1.0 - overlap)
     return factor
 
 
@@ -196,11 +202,7 @@ def box_with_nms_limit(b: Builder, x: Tensor, code: Op) -> None:
     sigma = _stored(x, b.rng.uniform(0.2, 1.0))
     max_detections = -1 if b.chance(0.4) else int(b.rng.integers(1, 5))
 
-    def factor(overlap):
-        if kernel == 2:
-            return float(np.exp(-overlap * overlap / sigma))
-        _apart(overlap, iou_threshold, IOU_MARGIN, "an overlap")
-        return 1.0 if overlap < iou_threshold else (0.0 if kernel == 0 else 1.0 - overlap)
+    factor = _rescoring(kernel, iou_threshold, sigma)
 
     scores, total = x.real, 0
     for batch in np.unique(batches):
@@ -218,7 +220,8 @@ def box_with_nms_limit(b: Builder, x: Tensor, code: Op) -> None:
     if total == 0:
         raise Reject("BOX_WITH_NMS_LIMIT: no box kept")
     quant = x.type in QUANT8
-    rois_tensor = _tensor(b, Q16A if quant else x.type, boxes.reshape(rois, 4 * classes), BOX_QUANT if quant else (0.0, 0))
+    rois_tensor = _tensor(b, Q16A if quant else x.type, boxes.reshape(rois, 4 * classes),
+                          BOX_QUANT if quant else (0.0, 0))
     split = _tensor(b, I32, batches)
     scalars = [b.float_scalar(x, score_threshold), b.scalar(INT32, max_detections), b.scalar(INT32, kernel),
                b.float_scalar(x, iou_threshold), b.float_scalar(x, sigma), b.float_scalar(x, nms_threshold)]
@@ -228,7 +231,7 @@ def box_with_nms_limit(b: Builder, x: Tensor, code: Op) -> None:
 
 # -- GENERATE_PROPOSALS ---------------------------------------------------------------------------
 
-STRIDE = 16.0  # anchors at most 7 wide, decoded at most about 12: boxes of different positions never meet
+STRIDE = 16.0  # strides 16-24; anchors at most 7 wide, decoded at most about 12: positions never meet
 ANCHOR_SIDES = (3.0, 6.0, 7.0)
 
 
@@ -242,26 +245,27 @@ def _proposal_scores(b: Builder, code: Op) -> Tensor:
 
 @declare([Op.GENERATE_PROPOSALS], ranks=(4,), single_only=True, start=_proposal_scores)
 def generate_proposals(b: Builder, x: Tensor, code: Op) -> None:
-    """Anchors concentric at the middle of a STRIDE cell, sides from ANCHOR_SIDES (so two anchors
+    """Anchors concentric at the middle of a STRIDE cell (strides 16-24 apart), sides from ANCHOR_SIDES (so two anchors
     overlap by IoU 0.25, 0.33, 0.73, or about 1), small deltas; the image a little smaller or
     larger than the grid, so some boxes are clipped and some centres fall outside. Scores distinct
     on the grid (pre-NMS top-k and selection clear), IoU threshold 0.35-0.65. Every decoded box's
     width and height clear of the minimum size (0.5-4) and its centre clear of the image's edge by
-    SIZE_MARGIN (or one of them clearly failing), every overlap between the boxes NMS compares clear of the IoU threshold."""
+    SIZE_MARGIN (or one of them clearly failing), every overlap between the boxes NMS compares
+    clear of the IoU threshold."""
     n, nchw = x.shape[0], b.chance(0.5)
     a, h, w = (x.shape[1], x.shape[2], x.shape[3]) if nchw else (x.shape[3], x.shape[1], x.shape[2])
     quant = x.type in QUANT8
     sides = np.array([[b.pick(ANCHOR_SIDES), b.pick(ANCHOR_SIDES)] for _ in range(a)])
     centre = STRIDE / 2
     anchors = np.concatenate([centre - sides / 2, centre + sides / 2], axis=1)  # x1, y1, x2, y2
-    delta_quant = (float(np.float32(2.0 ** -7)), 0 if x.type == T.TENSOR_QUANT8_ASYMM_SIGNED else 128) if quant else (0.0, 0)
+    delta_quant = (2.0 ** -7, 0 if x.type == T.TENSOR_QUANT8_ASYMM_SIGNED else 128) if quant else (0.0, 0)
     spread = np.array([0.2, 0.2, 0.3, 0.3])
     deltas = b.rng.uniform(-1, 1, (n, h, w, a, 4)) * spread
     if quant:
         deltas = np.round(deltas / delta_quant[0]) * delta_quant[0]
-    image = np.array([[h * STRIDE, w * STRIDE]]) + b.rng.uniform(-STRIDE / 2, 4, (n, 2))
+    h_stride, w_stride = (_stored(x, v) for v in np.round(b.rng.uniform(STRIDE, 1.5 * STRIDE, 2) * 8) / 8)
+    image = np.array([[h * h_stride, w * w_stride]]) + b.rng.uniform(-STRIDE / 2, 4, (n, 2))
     image = np.round(image * 8) / 8
-    h_stride = w_stride = STRIDE
     pre_nms = -1 if b.chance(0.4) else int(b.rng.integers(1, h * w * a + 1))
     post_nms = -1 if b.chance(0.4) else int(b.rng.integers(1, h * w * a + 1))
     iou_threshold = _stored(x, b.rng.uniform(0.35, 0.65))
@@ -285,7 +289,7 @@ def generate_proposals(b: Builder, x: Tensor, code: Op) -> None:
         ok = np.all(tests > 0, axis=0)
         chosen = chosen[ok]
         kept = _greedy_nms(scores[k].reshape(-1)[chosen], iou(boxes[chosen], boxes[chosen]), post_nms,
-                           _hard(iou_threshold), _grid(x.type)[0] / 2, margin)
+                           _rescoring(0, iou_threshold), _grid(x.type)[0] / 2, margin)
         total += len(kept)
     if total == 0:
         raise Reject("GENERATE_PROPOSALS: no proposal kept")
@@ -362,12 +366,12 @@ def detection_postprocessing(b: Builder, x: Tensor, code: Op) -> None:
             for c in range(1, classes):
                 candidates = np.nonzero(scores[k, :, c] > score_threshold)[0]
                 total += len(_greedy_nms(scores[k, candidates, c], overlaps[np.ix_(candidates, candidates)], per_class,
-                                         _hard(iou_threshold), _grid(x.type)[0] / 2, margin))
+                                         _rescoring(0, iou_threshold), _grid(x.type)[0] / 2, margin))
         else:
             best = scores[k, :, 1:].max(axis=1)
             candidates = np.nonzero(best > score_threshold)[0]
             total += len(_greedy_nms(best[candidates], overlaps[np.ix_(candidates, candidates)], max_detections,
-                                     _hard(iou_threshold), _grid(x.type)[0] / 2, margin))
+                                     _rescoring(0, iou_threshold), _grid(x.type)[0] / 2, margin))
     if total == 0:
         raise Reject("DETECTION_POSTPROCESSING: no detection")
     scalars = [b.float_scalar(x, v) for v in scales] + [

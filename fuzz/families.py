@@ -11,8 +11,9 @@ difference); results that overflow or saturate are rejected by the builder.
 
 Not covered (``NOT_COVERED``): operations whose inputs need a structure random tensors don't
 have, or whose results cannot be compared element by element. ``SINGLE_FAMILIES`` (the recurrent
-operations of :mod:`fuzz.recurrent`) are drawn only when asked for by name, by the
-single-operation tests: the random graphs of existing seeds stay as they were.
+operations of :mod:`fuzz.recurrent`, IF and WHILE of :mod:`fuzz.control_flow`, the detection
+operations and HASHTABLE_LOOKUP of :mod:`fuzz.detection`) are drawn only when asked for by name,
+by the single-operation tests: the random graphs of existing seeds stay as they were.
 """
 from __future__ import annotations
 

@@ -24,7 +24,11 @@ Strict: operations that move data or compare (RESHAPE, GATHER, EQUAL, ARGMAX, TO
 medium: one simple computation per element (ADD, FLOOR, QUANTIZE...); relaxed: complex or
 accumulating computations (LOGISTIC, L2_NORMALIZATION, REDUCE_*, pools, FULLY_CONNECTED...); conv:
 the convolutions. DIV is relaxed up to feature level 29 and medium from 30, as AOSP tests it per
-HAL version. Operations AOSP does not test singly are assigned by the same rules (``TIERS``).
+HAL version. Operations AOSP does not test singly are assigned by the same rules (``TIERS``):
+PACK, MIRROR_PAD, REVERSE and HASHTABLE_LOOKUP move data (strict); the recurrent operations, IF
+and WHILE accumulate (relaxed); so do the box operations, AXIS_ALIGNED_BBOX_TRANSFORM,
+BOX_WITH_NMS_LIMIT, GENERATE_PROPOSALS and DETECTION_POSTPROCESSING (relaxed, as AOSP assigns
+ROI_ALIGN and HEATMAP_MAX_KEYPOINT: exp, IoU and soft-NMS rescoring in float32).
 
 Sizes: one case in ``WIDE_EVERY`` starts from a tensor of dimensions up to 1000 within
 ``fuzz.graphs.WIDE_ELEMENTS`` elements (AOSP's wide range; a wide draw that no form of the

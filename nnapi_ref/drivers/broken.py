@@ -595,4 +595,4 @@ ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQ
                                   Float16Arithmetic, WrongOutputShape, AcceptsInvalidModel, RaisesOnInvalidModel,
                                   BadTiming, BurstCachesPool, SharedScratch, KeepsFirstShape, IgnoresExtensionPrefix,
                                   CrashesOnExtensionData, AcceptsUnsupportedExtension, DilatedDepthwiseMultiplier,
-                                  WrongOnLargeTensors, RelaxedBfloat16)}
+                                  WrongOnLargeTensors, RelaxedBfloat16, NmsLimitPerClass)}
