@@ -246,8 +246,9 @@ def _proposal_scores(b: Builder, code: Op) -> Tensor:
 @declare([Op.GENERATE_PROPOSALS], ranks=(4,), single_only=True, start=_proposal_scores)
 def generate_proposals(b: Builder, x: Tensor, code: Op) -> None:
     """Anchors concentric at the middle of a STRIDE cell (strides 16-24 apart), sides from ANCHOR_SIDES (so two anchors
-    overlap by IoU 0.25, 0.33, 0.73, or about 1), small deltas; the image a little smaller or
-    larger than the grid, so some boxes are clipped and some centres fall outside. Scores distinct
+    overlap by IoU 0.25, 0.33, 0.73, or about 1), small deltas; the image's edges from 4 before to
+    8 past the centres of the last row and column, so that their boxes are dropped (centre
+    outside), clipped, or inside. Scores distinct
     on the grid (pre-NMS top-k and selection clear), IoU threshold 0.35-0.65. Every decoded box's
     width and height clear of the minimum size (0.5-4) and its centre clear of the image's edge by
     SIZE_MARGIN (or one of them clearly failing), every overlap between the boxes NMS compares
@@ -264,7 +265,8 @@ def generate_proposals(b: Builder, x: Tensor, code: Op) -> None:
     if quant:
         deltas = np.round(deltas / delta_quant[0]) * delta_quant[0]
     h_stride, w_stride = (_stored(x, v) for v in np.round(b.rng.uniform(STRIDE, 1.5 * STRIDE, 2) * 8) / 8)
-    image = np.array([[h * h_stride, w * w_stride]]) + b.rng.uniform(-STRIDE / 2, 4, (n, 2))
+    last_centres = np.array([[(h - 1) * h_stride + centre, (w - 1) * w_stride + centre]])
+    image = last_centres + b.rng.uniform(-4, 8, (n, 2))  # the last row and column: dropped, clipped or inside
     image = np.round(image * 8) / 8
     pre_nms = -1 if b.chance(0.4) else int(b.rng.integers(1, h * w * a + 1))
     post_nms = -1 if b.chance(0.4) else int(b.rng.integers(1, h * w * a + 1))

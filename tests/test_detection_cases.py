@@ -1,8 +1,9 @@
 """Detection operations and HASHTABLE_LOOKUP in the single-operation random tests
 (fuzz/detection.py): every form and every NMS variant is drawn, the cases pass on the reference,
-their decisions are clear (inputs moved by a rounding's worth keep the same boxes), and a driver
-wrong only in BOX_WITH_NMS_LIMIT's batch-wide limit, which the AOSP vectors and the random graphs
-let pass, is caught."""
+their decisions are clear (inputs moved by a rounding's worth keep the same boxes; a driver
+computing relaxed models in float16 passes), and two drivers wrong only in one detection
+operation, which the AOSP vectors and the random graphs let pass, are caught: BOX_WITH_NMS_LIMIT
+without its batch-wide limit, GENERATE_PROPOSALS clipping to the last pixel."""
 from __future__ import annotations
 
 import collections
@@ -128,6 +129,18 @@ def test_decisions_are_clear_of_rounding(code):
     assert checked >= 15
 
 
+def test_a_driver_computing_relaxed_models_in_float16_passes(tmp_path):
+    """Relaxed cases (float32 computed at float16 precision, as NNAPI allows) keep every decision."""
+    driver, relaxed = [Device(broken.Float16Arithmetic())], 0
+    for code in DETECTION:
+        for seed in _seeds(code, 60):
+            if single.generate_case(seed, MAX_LEVEL).relaxed:
+                relaxed += 1
+                result = single.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "float16")
+                assert result.status == "pass", result.message
+    assert relaxed >= 20
+
+
 def test_iou_of_corner_boxes():
     boxes = np.array([[0, 0, 2, 2], [1, 1, 3, 3], [5, 5, 6, 6]], float)
     assert np.allclose(iou(boxes, boxes), [[1, 1 / 7, 0], [1 / 7, 1, 0], [0, 0, 1]])
@@ -150,3 +163,16 @@ def test_nms_limit_on_classes_only_is_caught(tmp_path):
     for code in (Op.GENERATE_PROPOSALS, Op.DETECTION_POSTPROCESSING, Op.ROI_ALIGN, Op.ADD):
         for seed in _seeds(code, 3):
             assert single.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken").status == "pass"
+
+
+def test_proposals_clipped_to_the_last_pixel_are_caught(tmp_path):
+    """GENERATE_PROPOSALS clipping to [0, width - 1] x [0, height - 1] (Detectron's convention):
+    the AOSP vectors (36 GENERATE_PROPOSALS tests) pass on it; among the first 40 cases, those
+    whose image edge clips or drops a box fail (float32 cases: a pixel is within the quant8 and
+    float16 tolerances unless a box is dropped)."""
+    driver = [Device(broken.ProposalsClipLastPixel())]
+    statuses = [single.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken").status
+                for seed in _seeds(Op.GENERATE_PROPOSALS, 40)]
+    assert statuses.count("fail") >= 4 and set(statuses) == {"pass", "fail"}
+    for seed in _seeds(Op.BOX_WITH_NMS_LIMIT, 3):
+        assert single.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken").status == "pass"
