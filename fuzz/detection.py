@@ -29,7 +29,7 @@ import numpy as np
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.types import DTYPES, OperandCode as T, OperationCode as Op
 
-from .families import BOOL, INT32, declare, like, primary_types
+from .families import BOOL, INT32, declare, like, start_type
 from .graphs import F16, I32, QUANT8, Builder, Out, Reject, Tensor
 
 BOX_QUANT = (0.125, 0)  # TENSOR_QUANT16_ASYMM / _SYMM boxes: NNAPI fixes scale 0.125, zero point 0
@@ -170,9 +170,11 @@ def _rescoring(kernel: int, iou_threshold: float, sigma: float = 1.0):
 
 # -- BOX_WITH_NMS_LIMIT ---------------------------------------------------------------------------
 
-def _box_scores(b: Builder, code: Op) -> Tensor:
+def _box_scores(b: Builder, code: Op) -> Tensor | None:
     """Scores [rois, classes] of a type BOX_WITH_NMS_LIMIT takes: 2-6 rois, 2-4 classes."""
-    type_ = b.pick(sorted(primary_types(code, b.level, 0)))
+    type_ = start_type(b, code)
+    if type_ is None:
+        return None
     return _scores(b, type_, (int(b.rng.integers(2, 7)), int(b.rng.integers(2, 5))))
 
 
@@ -235,10 +237,12 @@ STRIDE = 16.0  # strides 16-24; anchors at most 7 wide, decoded at most about 12
 ANCHOR_SIDES = (3.0, 6.0, 7.0)
 
 
-def _proposal_scores(b: Builder, code: Op) -> Tensor:
+def _proposal_scores(b: Builder, code: Op) -> Tensor | None:
     """Scores of a type GENERATE_PROPOSALS takes, 4-D: 1-2 batches, then three dimensions of 1-3
     (height, width and anchors in NHWC, anchors, height and width in NCHW), at most 40 scores."""
-    type_ = b.pick(sorted(primary_types(code, b.level, 0)))
+    type_ = start_type(b, code)
+    if type_ is None:
+        return None
     shape = (int(b.rng.integers(1, 3)),) + tuple(int(d) for d in b.rng.integers(1, 4, 3))
     return _scores(b, type_, shape if np.prod(shape) <= 40 else (1,) + shape[1:])
 
@@ -321,10 +325,12 @@ def _decode_corners(anchors: np.ndarray, deltas: np.ndarray, image_hw: np.ndarra
 
 # -- DETECTION_POSTPROCESSING ---------------------------------------------------------------------
 
-def _detection_scores(b: Builder, code: Op) -> Tensor:
+def _detection_scores(b: Builder, code: Op) -> Tensor | None:
     """Scores [batches, anchors, classes] of a type DETECTION_POSTPROCESSING takes: 1-2 batches,
     1-6 anchors, 2-4 classes (class 0 the background), at most 40 scores."""
-    type_ = b.pick(sorted(primary_types(code, b.level, 0)))
+    type_ = start_type(b, code)
+    if type_ is None:
+        return None
     shape = (int(b.rng.integers(1, 3)), int(b.rng.integers(1, 7)), int(b.rng.integers(2, 5)))
     return _scores(b, type_, shape if np.prod(shape) <= 40 else (1,) + shape[1:])
 

@@ -44,6 +44,14 @@ def primary_types(code: Op, level: int, position: int) -> frozenset:
                      if sig.level <= level and len(sig.inputs) > position)
 
 
+def start_type(b, code: Op, position: int = 0):
+    """A random type input ``position`` of ``code`` takes at the builder's level, for a start
+    (``Family.start``); None where no signature of that level has one (the start then returns
+    None: at feature levels 27 and 28 a level-29 operation has no case)."""
+    types = sorted(primary_types(code, b.level, position))
+    return b.pick(types) if types else None
+
+
 @dataclass(frozen=True)
 class Family:
     """How to add operation ``code`` starting from a tensor ``x``: ``build(b, x, code)``."""
@@ -144,10 +152,10 @@ def binary(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, [x, y], [free(x)])
 
 
-def _positive(b: Builder, code: Op) -> Tensor:
+def _positive(b: Builder, code: Op) -> Tensor | None:
     """A tensor of values in [0.3, 2] (POW's base) of a type and rank POW takes."""
-    return b.fresh(b.pick(sorted(primary_types(code, b.level, 0))), b.start_shape(int(b.rng.integers(1, 5))),
-                   low=0.3, high=2.0)
+    type_ = start_type(b, code)
+    return None if type_ is None else b.fresh(type_, b.start_shape(int(b.rng.integers(1, 5))), low=0.3, high=2.0)
 
 
 @declare([Op.POW], domain=lambda x: np.min(x.real) >= 0.25, start=_positive)

@@ -176,3 +176,19 @@ def test_proposals_clipped_to_the_last_pixel_are_caught(tmp_path):
     assert statuses.count("fail") >= 4 and set(statuses) == {"pass", "fail"}
     for seed in _seeds(Op.BOX_WITH_NMS_LIMIT, 3):
         assert single.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken").status == "pass"
+
+
+@pytest.mark.parametrize("level", (27, 28))
+def test_operations_above_the_drivers_level_are_skipped(level, tmp_path):
+    """A driver of feature level 27 or 28: every operation's case is drawn or skipped as having
+    no form at the level (POW, AXIS_ALIGNED_BBOX_TRANSFORM, HEATMAP_MAX_KEYPOINT and the detection
+    operations start from a type of their own, none below level 29: their starts raised
+    ValueError)."""
+    statuses = collections.Counter()
+    for seed in range(len(single.operations())):
+        result = single.run_single(seed, REFERENCE, REFERENCE, level, tmp_path, "reference")
+        statuses[result.status] += 1
+        code = single.case_operation(seed)
+        if code in (Op.POW, Op.AXIS_ALIGNED_BBOX_TRANSFORM, Op.HEATMAP_MAX_KEYPOINT) + DETECTION:
+            assert result.status == "skip" and "no valid operation" in result.message
+    assert set(statuses) == {"pass", "skip"} and statuses["pass"] >= 25
