@@ -76,23 +76,19 @@ def score_margin(type_: T) -> float:
 
 
 def _scores(b: Builder, type_: T, shape: tuple) -> Tensor:
-    """Scores of ``shape``, all distinct grid points (1 .. 40 steps up)."""
-    count = int(np.prod(shape))
-    if count > 40:
-        raise Reject("more scores than grid points")
+    """Scores of ``shape`` (at most 40 of them), all distinct grid points (1 .. 40 steps up)."""
     step, quant = _grid(type_)
-    return _tensor(b, type_, step * (1 + b.rng.choice(40, count, replace=False)).reshape(shape), quant)
+    return _tensor(b, type_, step * (1 + b.rng.choice(40, int(np.prod(shape)), replace=False)).reshape(shape), quant)
 
 
 def _threshold(b: Builder, x: Tensor, low: int, high: int) -> float:
     """A threshold half-way between grid points ``low`` and ``high`` (counted as in
     :func:`_scores`), as the scalar type stores it."""
-    step, _ = _grid(x.type)
-    value = step * (int(b.rng.integers(low, high)) + 1.5)
-    return float(np.float16(value)) if x.type == F16 else float(np.float32(value))
+    return _stored(x, _grid(x.type)[0] * (int(b.rng.integers(low, high)) + 1.5))
 
 
 def _stored(x: Tensor, value: float) -> float:
+    """``value`` as the scalar input of an operation on ``x`` holds it (FLOAT16 for float16)."""
     return float(np.float16(value)) if x.type == F16 else float(np.float32(value))
 
 
@@ -266,8 +262,8 @@ def generate_proposals(b: Builder, x: Tensor, code: Op) -> None:
     delta_quant = (2.0 ** -7, 0 if x.type == T.TENSOR_QUANT8_ASYMM_SIGNED else 128) if quant else (0.0, 0)
     spread = np.array([0.2, 0.2, 0.3, 0.3])
     deltas = b.rng.uniform(-1, 1, (n, h, w, a, 4)) * spread
-    if quant:
-        deltas = np.round(deltas / delta_quant[0]) * delta_quant[0]
+    deltas = (np.round(deltas / delta_quant[0]) * delta_quant[0] if quant
+              else deltas.astype(DTYPES[x.type]).astype(np.float64))  # as stored
     h_stride, w_stride = (_stored(x, v) for v in np.round(b.rng.uniform(STRIDE, 1.5 * STRIDE, 2) * 8) / 8)
     last_centres = np.array([[(h - 1) * h_stride + centre, (w - 1) * w_stride + centre]])
     image = last_centres + b.rng.uniform(-4, 8, (n, 2))  # the last row and column: dropped, clipped or inside
@@ -355,6 +351,7 @@ def detection_postprocessing(b: Builder, x: Tensor, code: Op) -> None:
     deltas = np.zeros((batches, count, length))
     deltas[..., :4] = b.rng.uniform(-1, 1, (batches, count, 4)) * np.array([0.03, 0.03, 0.1, 0.1]) * scales
     deltas[..., 4:] = b.rng.uniform(-1, 1, (batches, count, length - 4))
+    deltas, anchors = (v.astype(DTYPES[x.type]).astype(np.float64) for v in (deltas, anchors))  # as stored
     regular, background = b.chance(0.5), b.chance(0.5)
     max_detections, per_detection, per_class = (int(b.rng.integers(1, 6)), int(b.rng.integers(1, 4)),
                                                 int(b.rng.integers(1, 5)))
