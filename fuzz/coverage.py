@@ -6,7 +6,8 @@ convolution's layout and dilation tail present or not, implicit or explicit padd
 signatures). Its level is the lowest feature level that declares it. Besides forms, some meanings
 live in the values of scalar inputs, which the types cannot tell apart: the NCHW layout, dilation
 factors above 1 (with a depth multiplier above 1, for DEPTHWISE_CONV_2D), each fused activation,
-an omittable input present or omitted. :func:`features` names them.
+an omittable input present or omitted, the detection operations' NMS kernel, layout and NMS
+form. :func:`features` names them.
 
 ``python -m nnts.fuzz.coverage --seeds N`` generates the graphs of the random-graph test's seeds
 0..N-1 (``cts/test_random_graph.py``: the same sizes, at the highest feature level, and the same
@@ -104,6 +105,13 @@ SPATIAL = {
        for code in (Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D)},
 }
 ACTIVATION_ONLY = {Op.ADD: 2, Op.SUB: 2, Op.MUL: 2, Op.DIV: 2, Op.FULLY_CONNECTED: 3}
+# Scalar choices of the detection operations: {input position: {value: feature}}.
+CHOICES = {
+    Op.BOX_WITH_NMS_LIMIT: {5: {0: "hard NMS", 1: "linear NMS", 2: "gaussian NMS"}},
+    Op.GENERATE_PROPOSALS: {10: {False: "NHWC", True: "NCHW"}},
+    Op.DETECTION_POSTPROCESSING: {7: {False: "fast NMS", True: "regular NMS"},
+                                  13: {False: "background not in labels", True: "background in labels"}},
+}
 
 
 def features(operation, operands) -> set[str]:
@@ -123,6 +131,9 @@ def features(operation, operands) -> set[str]:
         activation, layout, dilation, multiplier = SPATIAL[code][explicit]
         found.add("explicit padding" if explicit else "implicit padding")
     value = lambda i: _scalar(operands, operation.inputs[i]) if i is not None and i < n else None
+    for position, names in CHOICES.get(code, {}).items():
+        if value(position) in names:
+            found.add(names[value(position)])
     if value(activation) in range(4):
         found.add(f"activation {ACTIVATIONS[value(activation)]}")
     if code in SPATIAL:
@@ -146,6 +157,8 @@ EXPECTED_FEATURES[Op.DEPTHWISE_CONV_2D] |= {"dilation > 1", "depth multiplier > 
                                             "depth multiplier > 1 with dilation > 1"}
 for _code in ACTIVATION_ONLY:
     EXPECTED_FEATURES[_code] = {f"activation {a}" for a in ACTIVATIONS}
+for _code, _choices in CHOICES.items():
+    EXPECTED_FEATURES[_code] = {name for names in _choices.values() for name in names.values()}
 
 
 @dataclass
