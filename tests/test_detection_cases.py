@@ -137,6 +137,55 @@ def test_a_driver_computing_relaxed_models_in_float16_passes(tmp_path):
     assert relaxed >= 20
 
 
+def _nms_as_documented(scores, boxes, batches, score_threshold, limit, kernel, iou_threshold, sigma,
+                       nms_threshold):
+    """BOX_WITH_NMS_LIMIT as NeuralNetworksTypes.h describes it, written here independently of the
+    reference: per batch and class (1 on), candidates above the score threshold; repeatedly keep
+    the best, rescore the others by the kernel of their IoU with it and drop those below the NMS
+    score threshold, at most ``limit`` per class; the batch's best ``limit`` over all classes,
+    grouped by class, best first. Returns (score, box, class, batch) rows."""
+    rows_out = []
+    for batch in np.unique(batches):
+        kept = []
+        for c in range(1, scores.shape[1]):
+            live = {r: scores[r, c] for r in np.nonzero(batches == batch)[0] if scores[r, c] > score_threshold}
+            picked = 0
+            while live and (limit < 0 or picked < limit):
+                best = max(live, key=live.get)
+                kept.append((live.pop(best), c, best))
+                picked += 1
+                for r in list(live):
+                    o = iou(boxes[best, c][None], boxes[r, c][None])[0, 0]
+                    live[r] *= (np.exp(-o * o / sigma) if kernel == 2 else 1.0 if o < iou_threshold
+                                else 0.0 if kernel == 0 else 1.0 - o)
+                    if live[r] < nms_threshold:
+                        del live[r]
+        kept = sorted(kept, key=lambda k: -k[0])[:limit if limit >= 0 else None]
+        rows_out += [(s, boxes[r, c], c, batch) for s, c, r in sorted(kept, key=lambda k: (k[1], -k[0]))]
+    return rows_out
+
+
+def test_box_with_nms_limit_keeps_what_the_documentation_says():
+    """The reference's BOX_WITH_NMS_LIMIT outputs on 40 generated cases (every kernel and type)
+    are the boxes a plain transcription of NNAPI's description keeps, in its order."""
+    for seed in _seeds(Op.BOX_WITH_NMS_LIMIT, 40):
+        graph = single.generate_case(seed, MAX_LEVEL)
+        op = graph.operations[0]
+        value = lambda k: graph.values.get(k, graph.operands[k].value)
+        real = lambda k: ((value(k).astype(np.float64) - graph.operands[k].zero_point) * graph.operands[k].scale
+                          if graph.operands[k].scale else value(k).astype(np.float64))
+        scores, boxes, batches = real(op.inputs[0]), real(op.inputs[1]), value(op.inputs[2])
+        boxes = boxes.reshape(len(scores), -1, 4)
+        scalars = [value(k).item() for k in op.inputs[3:]]
+        expected = _nms_as_documented(scores, boxes, batches, *scalars)
+        out_scores, out_boxes, out_classes, out_batches = (real(k) for k in op.outputs)
+        assert len(out_scores) == len(expected), seed
+        quant_step = graph.operands[op.outputs[0]].scale
+        for (s, box, c, batch), a, b, cls, bt in zip(expected, out_scores, out_boxes, out_classes, out_batches):
+            assert (cls, bt) == (c, batch) and np.array_equal(b, box), seed
+            assert abs(a - s) <= max(quant_step, 1e-3 * abs(s)), (seed, a, s)
+
+
 def test_iou_of_corner_boxes():
     boxes = np.array([[0, 0, 2, 2], [1, 1, 3, 3], [5, 5, 6, 6]], float)
     assert np.allclose(iou(boxes, boxes), [[1, 1 / 7, 0], [1 / 7, 1, 0], [0, 0, 1]])
