@@ -19,8 +19,12 @@ the case would fail a correct driver. Each draw therefore keeps every comparison
   margin: ``score_margin`` for scores, ``IOU_MARGIN`` for overlaps, ``SIZE_MARGIN`` for sizes
   and centres. The replay only measures margins; the expected values are the reference's.
 
+Sizes stay small in wide cases too (at most 40 scores; NMS compares boxes pairwise and a grid of
+distinct scores has few points). HASHTABLE_LOOKUP (sorted unique keys, hits and misses) lives
+here too: like the others, an operation whose inputs need a structure random tensors lack.
+
 Declared ``single_only``: the single-operation tests draw them by name; the random-graph
-generator (every existing seed) does not. Relaxed tier (:mod:`fuzz.single`).
+generator (every existing seed) does not. Relaxed tier, HASHTABLE_LOOKUP strict (:mod:`fuzz.single`).
 """
 from __future__ import annotations
 
