@@ -742,5 +742,5 @@ def cast(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, [x], [like(x) if target == x.type else Out(target, 1.0, 0) if target in QUANT8 else Out(target)])
 
 
-from . import boxes, control_flow, detection, recurrent  # noqa: E402,F401  (declare the box, shape-source, IF, detection
-#                                                                  and recurrent operations)
+# Declare the box, shape-source, control-flow, detection and recurrent operations.
+from . import boxes, control_flow, detection, recurrent  # noqa: E402,F401
