@@ -24,7 +24,10 @@ Besides the random-graph generator's 92 operations, the recurrent operations the
 (LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_RNN,
 QUANTIZED_16BIT_LSTM, QUANTIZED_LSTM: :mod:`fuzz.recurrent`), IF with generated branches and
 WHILE with a generated body and a counted condition (:mod:`fuzz.control_flow`), relaxed tier;
-LSTM's scratch buffer is not compared.
+LSTM's scratch buffer is not compared. The detection operations BOX_WITH_NMS_LIMIT (hard, linear
+and gaussian NMS), GENERATE_PROPOSALS (NHWC and NCHW) and DETECTION_POSTPROCESSING (regular and
+fast NMS), relaxed tier, with scores and boxes drawn so that every threshold, overlap and score
+order they decide on is clear of rounding (:mod:`fuzz.detection`); HASHTABLE_LOOKUP, strict.
 
 ``--random-ops N`` cases from seed ``--random-seed S`` (ids ``<OPERATION>-seed<S>``: case S tests
 operation S modulo the operation count, so N cases give each operation about N / 100 of them). A

@@ -11,7 +11,7 @@ import numpy as np
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.types import DTYPES, OperandCode as T, OperationCode as Op
 
-from .families import BOOL, INT32, declare, free, like, pick_form, primary_types
+from .families import BOOL, INT32, declare, free, like, pick_form, primary_types, start_type
 from .graphs import F16, I32, QUANT8, Builder, Out, Reject, Tensor
 
 BOX_QUANT = (0.125, 0)  # TENSOR_QUANT16_ASYMM boxes: NNAPI fixes scale 0.125, zero point 0
@@ -60,10 +60,13 @@ def _clear_maximum(x: Tensor, nchw: bool) -> bool:
     return bool(np.all(flat[..., -1] - flat[..., -2] >= 1e-2 * (1 + np.abs(flat[..., -1]))))
 
 
-def _heatmaps(b: Builder, code: Op) -> Tensor:
+def _heatmaps(b: Builder, code: Op) -> Tensor | None:
     """Square NHWC heatmaps (1-3 of size 2-6, 1-4 keypoints) of a random type, each with one
     maximum a quarter above the rest: what a graph of HEATMAP_MAX_KEYPOINT alone starts from."""
-    type_ = b.pick([t for t in (T.TENSOR_FLOAT32, F16) + QUANT8 if t in primary_types(code, b.level, 0)])
+    types = [t for t in (T.TENSOR_FLOAT32, F16) + QUANT8 if t in primary_types(code, b.level, 0)]
+    if not types:
+        return None  # below the operation's level
+    type_ = b.pick(types)
     size = int(b.rng.integers(2, 7))
     shape = (int(b.rng.integers(1, 4)), size, size, int(b.rng.integers(1, 5)))
     scale, zero_point = b.quantization(type_) if type_ in QUANT8 else (0.0, 0)
@@ -119,9 +122,11 @@ def fill(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, [x, value], [Out(target)])
 
 
-def _deltas(b: Builder, code: Op) -> Tensor:
+def _deltas(b: Builder, code: Op) -> Tensor | None:
     """Box deltas of 1-4 regions for 1-3 classes, in [-1, 1]: a start for the box transform."""
-    type_ = b.pick(sorted(primary_types(code, b.level, 1)))
+    type_ = start_type(b, code, 1)
+    if type_ is None:
+        return None
     return b.fresh(type_, (int(b.rng.integers(1, 5)), 4 * int(b.rng.integers(1, 4))), low=-1.0, high=1.0)
 
 

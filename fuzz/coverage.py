@@ -6,12 +6,15 @@ convolution's layout and dilation tail present or not, implicit or explicit padd
 signatures). Its level is the lowest feature level that declares it. Besides forms, some meanings
 live in the values of scalar inputs, which the types cannot tell apart: the NCHW layout, dilation
 factors above 1 (with a depth multiplier above 1, for DEPTHWISE_CONV_2D), each fused activation,
-an omittable input present or omitted. :func:`features` names them.
+an omittable input present or omitted, the detection operations' NMS kernel, layout and NMS
+form. :func:`features` names them.
 
 ``python -m nnts.fuzz.coverage --seeds N`` generates the graphs of the random-graph test's seeds
 0..N-1 (``cts/test_random_graph.py``: the same sizes, at the highest feature level, and the same
 number again at each lower level) and reports, per operation, the forms drawn out of those
-declared, the forms never drawn, and the value features seen.
+declared, the forms never drawn, and the value features seen. With ``--single`` it measures the
+single-operation cases instead (``cts/test_random_operation.py``: seeds 0..N-1 at each level),
+which also draw the operations random graphs leave out (recurrent, control flow, detection).
 """
 from __future__ import annotations
 
@@ -68,9 +71,10 @@ def drawable_forms(code: Op) -> dict[Form, int]:
     """The declared forms whose first tensor (the one the generator starts an operation from, at
     the family's position) is of a type graph tensors have: no graph holds a quant16 or
     TENSOR_QUANT8_SYMM tensor, so DEQUANTIZE from TENSOR_QUANT8_SYMM, say, is not drawn."""
-    from .families import FAMILIES
+    from .families import FAMILIES, SINGLE_FAMILIES
     from .graphs import DATA_TYPES
-    position = FAMILIES[code].position if code in FAMILIES else 0
+    family = FAMILIES.get(code) or SINGLE_FAMILIES.get(code)
+    position = family.position if family is not None else 0
     return {f: level for f, level in declared_forms(code).items()
             if len(f.inputs) <= position or f.inputs[position] in DATA_TYPES}
 
@@ -101,6 +105,13 @@ SPATIAL = {
        for code in (Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D)},
 }
 ACTIVATION_ONLY = {Op.ADD: 2, Op.SUB: 2, Op.MUL: 2, Op.DIV: 2, Op.FULLY_CONNECTED: 3}
+# Scalar choices of the detection operations: {input position: {value: feature}}.
+CHOICES = {
+    Op.BOX_WITH_NMS_LIMIT: {5: {0: "hard NMS", 1: "linear NMS", 2: "gaussian NMS"}},
+    Op.GENERATE_PROPOSALS: {10: {False: "NHWC", True: "NCHW"}},
+    Op.DETECTION_POSTPROCESSING: {7: {False: "fast NMS", True: "regular NMS"},
+                                  13: {False: "background not in labels", True: "background in labels"}},
+}
 
 
 def features(operation, operands) -> set[str]:
@@ -120,6 +131,9 @@ def features(operation, operands) -> set[str]:
         activation, layout, dilation, multiplier = SPATIAL[code][explicit]
         found.add("explicit padding" if explicit else "implicit padding")
     value = lambda i: _scalar(operands, operation.inputs[i]) if i is not None and i < n else None
+    for position, names in CHOICES.get(code, {}).items():
+        if value(position) in names:
+            found.add(names[value(position)])
     if value(activation) in range(4):
         found.add(f"activation {ACTIVATIONS[value(activation)]}")
     if code in SPATIAL:
@@ -143,6 +157,8 @@ EXPECTED_FEATURES[Op.DEPTHWISE_CONV_2D] |= {"dilation > 1", "depth multiplier > 
                                             "depth multiplier > 1 with dilation > 1"}
 for _code in ACTIVATION_ONLY:
     EXPECTED_FEATURES[_code] = {f"activation {a}" for a in ACTIVATIONS}
+for _code, _choices in CHOICES.items():
+    EXPECTED_FEATURES[_code] = {name for names in _choices.values() for name in names.values()}
 
 
 @dataclass
@@ -178,6 +194,16 @@ def measure(seeds: int, start: int = 0, levels=LEVELS) -> Coverage:
     return coverage
 
 
+def measure_single(seeds: int, start: int = 0, levels=LEVELS) -> Coverage:
+    """The coverage of the single-operation cases ``start`` .. ``start + seeds - 1`` at each level."""
+    from .single import generate_case
+    coverage = Coverage()
+    for level in levels:
+        for seed in range(start, start + seeds):
+            coverage.add(generate_case(seed, level))
+    return coverage
+
+
 def report(coverage: Coverage, codes=None) -> str:
     from .families import FAMILIES
     lines = [f"{coverage.graphs} graphs"]
@@ -203,6 +229,8 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=2000, help="random-graph seeds per feature level (default 2000)")
     p.add_argument("--start", type=int, default=0, help="first seed (default 0)")
     p.add_argument("--operation", action="append", help="report only this operation (repeatable)")
+    p.add_argument("--single", action="store_true",
+                   help="measure the single-operation cases (every operation they draw) instead of random graphs")
     args = p.parse_args(argv)
     if args.seeds < 1:
         p.error("--seeds must be at least 1")
@@ -212,7 +240,11 @@ def main(argv=None) -> int:
             codes = [Op[name.upper()] for name in args.operation]
         except KeyError as e:
             p.error(f"unknown operation {e.args[0]}")
-    print(report(measure(args.seeds, args.start), codes))
+    if args.single:
+        from .single import operations
+        print(report(measure_single(args.seeds, args.start), codes or operations()))
+    else:
+        print(report(measure(args.seeds, args.start), codes))
     return 0
 
 

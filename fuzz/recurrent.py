@@ -17,17 +17,8 @@ import numpy as np
 from nnapi_ref.ops.lstm import CELL, GATE_ACTIVATIONS
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
-from .families import BOOL, INT32, declare, fuse, primary_types
+from .families import BOOL, INT32, declare, fuse, primary_types, start_of_rank
 from .graphs import F16, Builder, Out, Tensor, like
-
-
-def _sequence(rank: int):
-    """A start for a graph of one recurrent operation: its input, of a type the operation takes
-    at the level (None: none) and ``rank`` dimensions (small or wide), values in [-1, 1]."""
-    def start(b: Builder, code: Op) -> Tensor | None:
-        types = sorted(primary_types(code, b.level, 0))
-        return b.fresh(b.pick(types), b.start_shape(rank), low=-1.0, high=1.0) if types else None
-    return start
 
 
 def _weights(b: Builder, x: Tensor, shape: tuple, fan_in: int) -> int:
@@ -83,7 +74,7 @@ def _params(b: Builder, x: Tensor) -> list[int]:
     return [b.scalar(INT32, b.pick(list(GATE_ACTIVATIONS)))] + [b.scalar(scalar, c) for c in clips]
 
 
-@declare([Op.LSTM], ranks=(2,), single_only=True, start=_sequence(2))
+@declare([Op.LSTM], ranks=(2,), single_only=True, start=start_of_rank(2))
 def lstm(b: Builder, x: Tensor, code: Op) -> None:
     """One time step; from feature level 29 sometimes with the four layer-norm inputs (present
     or omitted). The scratch buffer (gate values) is the driver's own: not compared."""
@@ -97,7 +88,7 @@ def lstm(b: Builder, x: Tensor, code: Op) -> None:
     b.ignored.add(scratch.index)
 
 
-@declare([Op.UNIDIRECTIONAL_SEQUENCE_LSTM], ranks=(3,), single_only=True, start=_sequence(3))
+@declare([Op.UNIDIRECTIONAL_SEQUENCE_LSTM], ranks=(3,), single_only=True, start=start_of_rank(3))
 def unidirectional_sequence_lstm(b: Builder, x: Tensor, code: Op) -> None:
     time_major = b.chance(0.5)
     batch = x.shape[1] if time_major else x.shape[0]
@@ -118,7 +109,7 @@ def _aux_input(b: Builder, x: Tensor, time_major: bool) -> tuple[str, Tensor | N
     return mode, b.fresh(x.type, x.shape[:2] + (b.dim(),), low=-1, high=1)
 
 
-@declare([Op.BIDIRECTIONAL_SEQUENCE_LSTM], ranks=(3,), single_only=True, start=_sequence(3))
+@declare([Op.BIDIRECTIONAL_SEQUENCE_LSTM], ranks=(3,), single_only=True, start=start_of_rank(3))
 def bidirectional_sequence_lstm(b: Builder, x: Tensor, code: Op) -> None:
     time_major, merge = b.chance(0.5), b.chance(0.5)
     batch = x.shape[1] if time_major else x.shape[0]
@@ -140,7 +131,7 @@ def bidirectional_sequence_lstm(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, ins, [like(x)] * count)
 
 
-@declare([Op.BIDIRECTIONAL_SEQUENCE_RNN], ranks=(3,), single_only=True, start=_sequence(3))
+@declare([Op.BIDIRECTIONAL_SEQUENCE_RNN], ranks=(3,), single_only=True, start=start_of_rank(3))
 def bidirectional_sequence_rnn(b: Builder, x: Tensor, code: Op) -> None:
     time_major, merge = b.chance(0.5), b.chance(0.5)
     batch = x.shape[1] if time_major else x.shape[0]
@@ -208,7 +199,7 @@ Q8_SYMM = T.TENSOR_QUANT8_SYMM
 GATE_SCALE = 2.0 ** -12  # the gates' intermediate int16 scale: Q3.12, the range the fixed-point logistic takes
 
 
-@declare([Op.QUANTIZED_LSTM], ranks=(2,), single_only=True, start=_sequence(2))
+@declare([Op.QUANTIZED_LSTM], ranks=(2,), single_only=True, start=start_of_rank(2))
 def quantized_lstm(b: Builder, x: Tensor, code: Op) -> None:
     """One step of the integer LSTM: int8 symmetric weights scaled by their fan-in, int16
     peephole and layer-norm weights, a cell state scale of 2**-9 to 2**-12, each optional part

@@ -47,6 +47,12 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
 ``relaxed_bfloat16``      a relaxed model's TENSOR_FLOAT32 outputs rounded to bfloat16 (8
                           significant bits: below the float16 precision relaxed computation
                           must keep); models that are not relaxed are right
+``proposals_clip_last_pixel`` GENERATE_PROPOSALS clips boxes to the last pixel, [0, width - 1] x
+                          [0, height - 1] (Detectron's legacy convention), and tests the centres
+                          against it, where NNAPI clips to [0, width] x [0, height]
+``nms_limit_per_class``   BOX_WITH_NMS_LIMIT applies max_detections to each class but not to
+                          the batch's total: a batch with survivors in several classes keeps
+                          boxes too many; every other case is right
 ========================  ==================================================================
 
 Each fault is a wrapper around the reference implementation: a prepared model whose execution
@@ -487,6 +493,49 @@ class RelaxedBfloat16(BrokenDevice):
         return _WrappedOperation(impl, fault)
 
 
+# -- nms_limit_per_class -------------------------------------------------------------------------
+
+class NmsLimitPerClass(BrokenDevice):
+    FAULT = "nms_limit_per_class"
+
+    def operation_fault(self, code, impl):
+        if code != OperationCode.BOX_WITH_NMS_LIMIT:
+            return impl
+
+        def per_class_only(call: Call, outputs):
+            limit = int(call.ins[4].scalar())
+            if limit < 0:
+                return outputs
+            unlimited = Arg(call.ins[4].type, (), value=np.array(-1, np.int32))
+            scores, rois, classes, batches = impl.execute(Call(call.ins[:4] + [unlimited] + call.ins[5:], call.outs,
+                                                               call.relaxed, call.runner))
+            seen: dict = {}
+            keep = np.zeros(len(classes), bool)
+            for i, group in enumerate(zip(batches.tolist(), classes.tolist())):  # grouped, best first per class
+                seen[group] = seen.get(group, 0) + 1
+                keep[i] = seen[group] <= limit
+            return [scores[keep], rois[keep], classes[keep], batches[keep]]
+        return _WrappedOperation(impl, per_class_only)
+
+
+# -- proposals_clip_last_pixel -------------------------------------------------------------------
+
+class ProposalsClipLastPixel(BrokenDevice):
+    FAULT = "proposals_clip_last_pixel"
+
+    def operation_fault(self, code, impl):
+        if code != OperationCode.GENERATE_PROPOSALS:
+            return impl
+
+        def one_pixel_less(call: Call) -> Call:
+            info = call.ins[3]
+            pixel = round(1 / info.scale) if info.type == T.TENSOR_QUANT16_ASYMM else 1
+            smaller = Arg(info.type, info.shape, info.scale, info.zero_point, None,
+                          (info.value - pixel).astype(info.value.dtype))
+            return Call(call.ins[:3] + [smaller] + call.ins[4:], call.outs, call.relaxed, call.runner)
+        return _WrappedOperation(impl, lambda call, outputs: outputs, one_pixel_less)
+
+
 wrong_add_quant8_by_one = WrongAddQuant8ByOne
 wrong_add_quant8_sparse = WrongAddQuant8Sparse
 off_by_one_rounding = OffByOneRounding
@@ -501,6 +550,8 @@ keeps_first_shape = KeepsFirstShape
 dilated_depthwise_multiplier = DilatedDepthwiseMultiplier
 wrong_on_large_tensors = WrongOnLargeTensors
 relaxed_bfloat16 = RelaxedBfloat16
+nms_limit_per_class = NmsLimitPerClass
+proposals_clip_last_pixel = ProposalsClipLastPixel
 
 # -- vendor extensions ------------------------------------------------------------------------------
 
@@ -566,4 +617,5 @@ ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQ
                                   Float16Arithmetic, WrongOutputShape, AcceptsInvalidModel, RaisesOnInvalidModel,
                                   BadTiming, BurstCachesPool, SharedScratch, KeepsFirstShape, IgnoresExtensionPrefix,
                                   CrashesOnExtensionData, AcceptsUnsupportedExtension, DilatedDepthwiseMultiplier,
-                                  WrongOnLargeTensors, RelaxedBfloat16)}
+                                  WrongOnLargeTensors, RelaxedBfloat16, NmsLimitPerClass,
+                                  ProposalsClipLastPixel)}
