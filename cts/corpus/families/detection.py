@@ -163,6 +163,15 @@ def gen_detection():
     scores = np.array([0.375, 0.875]).reshape(1, 1, 2, 1)
     gdel = np.array([[0.25, 0.0, 0.0, 0.0], [0.0, 0.5, 0.0, 0.0]]).reshape(1, 1, 2, 4)
     props = [bbox_apply([0.0 + 8 * j, 0.0, 4.0 + 8 * j, 4.0], gdel[0, 0, j], 16.0, 16.0) for j in range(2)]
+    # First, as breadth-first runs a group's first model first: the same anchors in an image of
+    # height 5 and width 13, where the second proposal, (10, 2, 14, 6), is clipped to the image's
+    # edges (13, 5), not to its last pixel (12, 4).
+    shifted = np.array([[0.25, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]]).reshape(1, 1, 2, 4)
+    clipped = [bbox_apply([0.0 + 8 * j, 0.0, 4.0 + 8 * j, 4.0], shifted[0, 0, j], 5.0, 13.0) for j in range(2)]
+    model("generate_proposals_float32_clipped_to_the_edges", "GENERATE_PROPOSALS",
+          [I(T(F32), scores), I(T(F32), shifted), I(T(F32), anchors), I(T(F32), [[5.0, 13.0]]), fsc(F32, 8.0),
+           fsc(F32, 8.0), i32(-1), i32(-1), fsc(F32, 0.5), fsc(F32, 1.0), bsc(False)],
+          [O(T(F32), [0.875, 0.375]), O(T(F32), [clipped[1], clipped[0]]), O(T(I32), [0, 0])], types=[F32])
     for code, rel in variants("GENERATE_PROPOSALS"):
         if code in (QA, QS):
             ts, td, ta, tb = T(code, 1 / 128, 0 if code == QA else -128), T(code, 0.125, 0), \
