@@ -19,14 +19,18 @@ from ..errors import HostResourceError, NnapiError, check
 from ..hal import ChannelQuant, ExtensionNameAndPrefix, Model as HalModel, Operand, Operation, Subgraph
 from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
                      OperationCode, ResultCode, type_name)
+from .devices import declared_extensions, extension_operand_info
 from ..validation import (note_runtime_validated, operand_type_problem, topological_order, validate_model,
                           validate_operand_type)
 
 UNEXPECTED_NULL = ResultCode.UNEXPECTED_NULL
 BAD_STATE = ResultCode.BAD_STATE
 _OPERATION_CODES = {int(c): c for c in OperationCode}  # a dict lookup, not an enum call, per add_operation
+_OPERAND_CODES = {int(c): c for c in OperandCode}
 _VALUE_LIFETIMES = frozenset({Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE, Lifetime.NO_VALUE,
                               Lifetime.SUBGRAPH})
+_TEMPORARY, _INPUT, _OUTPUT = Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_INPUT, Lifetime.SUBGRAPH_OUTPUT
+_IO_LIFETIMES = (_TEMPORARY, _INPUT, _OUTPUT)  # what identify_inputs_and_outputs may (re)assign
 
 
 @dataclass(frozen=True)
@@ -56,9 +60,13 @@ def _converted(dimensions, scale, zero_point, call: str) -> tuple[tuple[int, ...
         elif isinstance(dimensions, (str, bytes)) or not hasattr(dimensions, "__iter__"):
             raise TypeError(f"dimensions {dimensions!r} are not a sequence of integers")
         else:
-            dims = tuple(_integer(d, "dimension") for d in dimensions)
-        scale_ = float(scale)
-        zero_point_ = _integer(zero_point, "zero point")
+            dims = tuple(dimensions)
+            for d in dims:
+                if type(d) is not int:  # the usual case, plain ints, needs no conversion
+                    dims = tuple(_integer(d, "dimension") for d in dims)
+                    break
+        scale_ = scale if type(scale) is float else float(scale)
+        zero_point_ = zero_point if type(zero_point) is int else _integer(zero_point, "zero point")
     except (TypeError, ValueError, OverflowError) as e:
         raise NnapiError(ResultCode.BAD_DATA, f"{call}: {e}") from None
     return dims, scale_, zero_point_
@@ -159,12 +167,12 @@ class Model:
         else:  # OperandType's conversions, without building one
             code = operand_type
             dims, scale, zero_point = _converted(dimensions, scale, zero_point, "add_operand")
-        if isinstance(code, (int, np.integer)) and ext.is_extension_type(code):
+        if type(code) is not OperandCode and isinstance(code, (int, np.integer)) and ext.is_extension_type(code):
             return self._add_extension_operand(int(code), dims, scale, zero_point)
         problem = _operand_type_problem(code, dims, scale, zero_point)
         if problem:
             raise NnapiError(ResultCode.BAD_DATA, f"add_operand (operand {len(self._operands)}): {problem}")
-        self._operands.append(Operand(OperandCode(code), dims, scale, zero_point))
+        self._operands.append(Operand(_OPERAND_CODES[code], dims, scale, zero_point))
         return len(self._operands) - 1
 
     # -- vendor extensions (NeuralNetworksExtensions.h) ------------------------------------------
@@ -217,7 +225,6 @@ class Model:
         name = self._prefix_name(code)
         check(name is not None, f"{what}: type {code} has prefix {ext.prefix_of(code)}, which this model has not "
                                 "assigned (get_extension_operand_type gives the codes)")
-        from .devices import extension_operand_info
         info = extension_operand_info(name, ext.within_extension(code))
         check(info is not None, f"{what}: no device declares operand type {ext.within_extension(code)} of "
                                 f"extension {name}")
@@ -327,18 +334,20 @@ class Model:
         self._check_building("add_operation")
         if inputs is None or outputs is None:
             raise NnapiError(UNEXPECTED_NULL, "add_operation: inputs or outputs is None")
-        if isinstance(type, (int, np.integer)) and ext.is_extension_type(type):
-            return self._add_extension_operation(int(type), tuple(inputs), tuple(outputs))
         try:
-            code = _OPERATION_CODES[type]
-        except (KeyError, TypeError):
-            raise NnapiError(ResultCode.BAD_DATA, f"add_operation: invalid operation type {type}") from None
+            code = _OPERATION_CODES.get(type)
+        except TypeError:  # unhashable
+            code = None
+        if code is None:
+            if isinstance(type, (int, np.integer)) and ext.is_extension_type(type):
+                return self._add_extension_operation(int(type), tuple(inputs), tuple(outputs))
+            raise NnapiError(ResultCode.BAD_DATA, f"add_operation: invalid operation type {type}")
         inputs, outputs = tuple(inputs), tuple(outputs)
         operands = self._operands
         for k in inputs + outputs:
             if not (isinstance(k, (int, np.integer)) and 0 <= k < len(operands)):
                 self._operand(k, f"add_operation ({code.name})")  # raises, naming the index
-        impl = ops.get(code)
+        impl = ops.load_all().get(code)
         in_types = [operands[k].type for k in inputs]
         out_types = [operands[k].type for k in outputs]
         if impl is not None and impl.match(in_types, out_types) is None:
@@ -371,21 +380,23 @@ class Model:
         if inputs is None or outputs is None:
             raise NnapiError(UNEXPECTED_NULL, "identify_inputs_and_outputs: inputs or outputs is None")
         inputs, outputs = tuple(inputs), tuple(outputs)
+        operands = self._operands
         for role, indexes in (("input", inputs), ("output", outputs)):
+            call = f"identify_inputs_and_outputs ({role})"
             for k in indexes:
-                operand = self._operand(k, f"identify_inputs_and_outputs ({role})")
-                check(operand.lifetime in (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_INPUT,
-                                           Lifetime.SUBGRAPH_OUTPUT),
-                      f"identify_inputs_and_outputs: {role} operand {k} already has a value")
+                if self._operand(k, call).lifetime not in _IO_LIFETIMES:
+                    raise NnapiError(ResultCode.BAD_DATA, f"identify_inputs_and_outputs: {role} operand {k} "
+                                                          "already has a value")
             check(len(set(indexes)) == len(indexes), f"identify_inputs_and_outputs: an {role} is listed twice")
-        check(not set(inputs) & set(outputs), "identify_inputs_and_outputs: an operand is both input and output")
-        for operand in self._operands:
-            if operand.lifetime in (Lifetime.SUBGRAPH_INPUT, Lifetime.SUBGRAPH_OUTPUT):
-                operand.lifetime = Lifetime.TEMPORARY_VARIABLE
+        check(set(inputs).isdisjoint(outputs), "identify_inputs_and_outputs: an operand is both input and output")
+        if self._inputs is not None:  # called again: the previous inputs and outputs are plain operands again
+            for operand in operands:
+                if operand.lifetime == _INPUT or operand.lifetime == _OUTPUT:
+                    operand.lifetime = _TEMPORARY
         for k in inputs:
-            self._operands[k].lifetime = Lifetime.SUBGRAPH_INPUT
+            operands[k].lifetime = _INPUT
         for k in outputs:
-            self._operands[k].lifetime = Lifetime.SUBGRAPH_OUTPUT
+            operands[k].lifetime = _OUTPUT
         self._inputs, self._outputs = inputs, outputs
 
     def relax_computation_float32_to_float16(self, allow: bool) -> None:
@@ -402,7 +413,6 @@ class Model:
 
     def _finish(self) -> None:
         hal = self._to_hal()
-        from .devices import declared_extensions
         self.feature_level = validate_model(hal, declared_extensions(), strict=True)
         # Drivers receive operations in execution order, as NNAPI's runtime hands them over;
         # ``_run_order[i]`` is the index the application gave the i-th operation of the HAL model.
@@ -464,13 +474,10 @@ class Model:
 
     def _subgraph(self, referenced: list[Subgraph], index_of: dict[int, int]) -> Subgraph:
         """This model as a Subgraph, adding the models it references to ``referenced``."""
-        operands = []
-        for k, o in enumerate(self._operands):
-            copy = Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant,
-                           o.extension_data)
-            if k in self._referenced:
-                copy.value = self._referenced[k]._add_to(referenced, index_of)
-            operands.append(copy)
+        operands = [Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant,
+                            o.extension_data) for o in self._operands]
+        for k in sorted(self._referenced):  # in operand order: the referenced subgraphs' numbering
+            operands[k].value = self._referenced[k]._add_to(referenced, index_of)
         operations = [Operation(op.type, op.inputs, op.outputs) for op in self._operations]
         return Subgraph(operands, operations, tuple(self._inputs or ()), self._outputs)
 
