@@ -35,7 +35,7 @@ import functools
 
 import numpy as np
 
-from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register, signatures
+from .base import Arg, Call, Operation, OperationCode, Signature, T, check, fail, register, signatures
 from .common import QUANT_RANGE, BroadcastBinary, apply_activation, broadcast_shape, check_fuse_code, round_half_away
 from . import requantization
 from .requantization import (multiply_by_quantized_multiplier, prelu_multipliers, product_multipliers,
@@ -79,11 +79,12 @@ class _BinaryWithActivation(Operation):
 
     def infer(self, call: Call):
         a, b, fuse, out = call.ins[0], call.ins[1], call.ins[2], call.outs[0]
-        check(a.rank <= 4 and b.rank <= 4, f"{self.name} inputs must have rank <= 4, got {a.rank} and {b.rank}")
+        if not (a.rank <= 4 and b.rank <= 4):
+            raise fail(f"{self.name} inputs must have rank <= 4, got {a.rank} and {b.rank}")
         fuse_code = fuse.scalar()
         check_fuse_code(fuse_code)
-        if a.type == T.TENSOR_INT32:
-            check(fuse_code == 0, f"{self.name} on TENSOR_INT32 takes no fused activation, got {fuse_code}")
+        if fuse_code != 0 and a.type == T.TENSOR_INT32:
+            raise fail(f"{self.name} on TENSOR_INT32 takes no fused activation, got {fuse_code}")
         self.check_quantization(a, b, out)
         return [broadcast_shape(a.shape, b.shape)]
 
