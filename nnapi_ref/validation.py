@@ -29,6 +29,23 @@ _WRITTEN = (_TEMPORARY, _OUTPUT)  # lifetimes of operands an operation writes
 _SYMM = (T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM)
 _PER_CHANNEL, _TENSOR_INT32, _SUBGRAPH = T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_INT32, T.SUBGRAPH
 _OPERATION_CODES = {int(c): c for c in OperationCode}
+# Operand types whose scale and zero point must both be 0 (the others are checked one by one).
+_UNQUANTIZED = frozenset(DTYPES) - set(ZERO_POINT_RANGE) - set(_SYMM) - {_PER_CHANNEL, _TENSOR_INT32}
+_INT = frozenset({int})
+
+
+def plain_indexes(indexes, count: int) -> bool:
+    """Whether every one of ``indexes`` (a tuple or list) is a plain int in [0, count).
+
+    A fast path before a per-index loop that names the bad one: these checks run in C (map,
+    min, max), without a Python-level branch per index, which a coverage-instrumented fuzzer
+    pays for on every model it builds."""
+    return _INT.issuperset(map(type, indexes)) and (len(indexes) == 0 or (min(indexes) >= 0 and max(indexes) < count))
+
+
+def _plain_dimensions(dimensions) -> bool:
+    """Whether ``dimensions`` are all plain ints that fit NNAPI's uint32_t (see plain_indexes)."""
+    return plain_indexes(dimensions, 0x100000000)
 
 
 def operand_type_problem(code, dimensions, scale: float, zero_point: int, channel_quant,
@@ -37,16 +54,20 @@ def operand_type_problem(code, dimensions, scale: float, zero_point: int, channe
     or None. ``channel_quant_pending``: a per-channel operand's parameters come later."""
     if code not in DTYPES:
         return f"invalid operand type {code}"
-    if len(dimensions) and code in SCALAR_TYPES:
+    if code in SCALAR_TYPES and len(dimensions):
         return f"scalar type {type_name(code)} must have no dimensions, got {list(dimensions)}"
-    for d in dimensions:
-        if not isinstance(d, (int, np.integer)) or d < 0:
-            return f"dimensions {list(dimensions)} must be non-negative integers"
-        if d > 0xFFFFFFFF:
-            return f"dimension {d} does not fit NNAPI's uint32_t dimensions"
+    if not _plain_dimensions(dimensions):
+        for d in dimensions:
+            if not isinstance(d, (int, np.integer)) or d < 0:
+                return f"dimensions {list(dimensions)} must be non-negative integers"
+            if d > 0xFFFFFFFF:
+                return f"dimension {d} does not fit NNAPI's uint32_t dimensions"
     if not math.isfinite(scale):
         return f"scale {scale} is not finite"
-    if code in ZERO_POINT_RANGE or code in _SYMM:
+    if code in _UNQUANTIZED:
+        if scale != 0 or zero_point != 0:
+            return f"{type_name(code)} must have scale 0 and zero point 0, got {scale} and {zero_point}"
+    elif code in ZERO_POINT_RANGE or code in _SYMM:
         if not scale > 0:
             return f"{type_name(code)} needs a positive scale, got {scale}"
         lo, hi = ZERO_POINT_RANGE.get(code, (0, 0))
@@ -60,8 +81,6 @@ def operand_type_problem(code, dimensions, scale: float, zero_point: int, channe
             return f"TENSOR_INT32 scale {scale} must not be negative"
         if zero_point != 0:
             return f"TENSOR_INT32 zero point must be 0, got {zero_point}"
-    elif scale != 0 or zero_point != 0:
-        return f"{type_name(code)} must have scale 0 and zero point 0, got {scale} and {zero_point}"
     if channel_quant is not None:
         if code != _PER_CHANNEL:
             return f"per-channel quantization parameters on a {type_name(code)} operand"
@@ -84,12 +103,17 @@ def validate_operand_type(type_code, dimensions, scale: float, zero_point: int, 
         raise NnapiError(ResultCode.BAD_DATA, f"{what}: {problem}")
 
 
-def _operand_problem(model: Model, operand: Operand, types: ext.ExtensionTypes, name: str, index: int) -> str | None:
-    """What is wrong with operand ``index`` of subgraph ``name``, or None."""
+def _operand_problem(model: Model, operand: Operand, types: ext.ExtensionTypes, name: str, index: int,
+                     types_checked: bool) -> str | None:
+    """What is wrong with operand ``index`` of subgraph ``name``, or None (``types_checked``: see
+    validate_model)."""
     code = operand.type
     extension = type(code) is not T and ext.is_extension_type(code)  # an OperandCode is no extension's
     if extension:
         problem = ext.operand_problem(types, operand, f"{name} operand {index}")
+    elif types_checked:  # all but what the builder let wait: a per-channel operand's parameters
+        problem = f"{type_name(code)} operand without per-channel quantization parameters" \
+            if code == _PER_CHANNEL and operand.channel_quant is None else None
     else:
         problem = operand_type_problem(code, operand.dimensions, operand.scale, operand.zero_point,
                                        operand.channel_quant)
@@ -136,13 +160,14 @@ def _operation_code(value) -> OperationCode | None:
         return None
 
 
-def validate_subgraph(model: Model, sg: Subgraph, name: str, types: ext.ExtensionTypes | None = None) -> int:
+def validate_subgraph(model: Model, sg: Subgraph, name: str, types: ext.ExtensionTypes | None = None,
+                      operand_types_checked: bool = False) -> int:
     """Validate one subgraph; return the feature level its operations need."""
     types = types if types is not None else ext.ExtensionTypes(model, (), strict=False)
     operands = sg.operands
     n = len(operands)
     for i, operand in enumerate(operands):
-        problem = _operand_problem(model, operand, types, name, i)
+        problem = _operand_problem(model, operand, types, name, i, operand_types_checked)
         if problem:
             raise bad_data(f"{name} operand {i}: {problem}")
     lifetimes = [o.lifetime for o in operands]
@@ -174,9 +199,11 @@ def validate_subgraph(model: Model, sg: Subgraph, name: str, types: ext.Extensio
             except ValueError:
                 raise bad_data(f"{name} operation {j}: invalid operation type {operation.type}") from None
         inputs, outputs = operation.inputs, operation.outputs
-        for k in inputs + outputs:
-            if not (isinstance(k, (int, np.integer)) and 0 <= k < n):
-                raise bad_data(f"{name} operation {j} ({code.name}): operand index {k} out of range ({n} operands)")
+        if not plain_indexes(inputs + outputs, n):
+            for k in inputs + outputs:
+                if not (isinstance(k, (int, np.integer)) and 0 <= k < n):
+                    raise bad_data(f"{name} operation {j} ({code.name}): operand index {k} out of range "
+                                   f"({n} operands)")
         for k in outputs:
             if lifetimes[k] not in _WRITTEN:
                 raise bad_data(f"{name} operation {j} ({code.name}): output operand {k} is a "
@@ -264,19 +291,22 @@ def _in_order(sg: Subgraph, ready: set[int]) -> bool:
     return True
 
 
-def validate_model(model: Model, extensions=(), strict: bool = False) -> int:
+def validate_model(model: Model, extensions=(), strict: bool = False, operand_types_checked: bool = False) -> int:
     """Validate the main subgraph and every referenced one; return the model's feature level.
 
     ``extensions`` are the extensions whose operand types can be checked (a driver's own, or
     every device's for the runtime); ``strict``: an operand type of any other extension is
     invalid (a driver preparing the model), else it passes unchecked (the supported-operations
-    query, which says false for it)."""
+    query, which says false for it). ``operand_types_checked``: the model builder checked each
+    built-in operand's type, dimensions and quantization as it was added (addOperand,
+    setOperandSymmPerChannelQuantParams): they are not checked again, except that a per-channel
+    operand got its parameters."""
     check(len(model.main.operations) > 0, "model has no operations")
     check(len(model.main.output_indexes) > 0, "model has no outputs")
     types = ext.ExtensionTypes(model, extensions, strict)
-    level = validate_subgraph(model, model.main, "main", types)
+    level = validate_subgraph(model, model.main, "main", types, operand_types_checked)
     for k, sg in enumerate(model.referenced):
-        level = max(level, validate_subgraph(model, sg, f"subgraph {k}", types))
+        level = max(level, validate_subgraph(model, sg, f"subgraph {k}", types, operand_types_checked))
     _check_no_recursion(model)
     return int(level)
 

@@ -20,8 +20,8 @@ from ..hal import ChannelQuant, ExtensionNameAndPrefix, Model as HalModel, Opera
 from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
                      OperationCode, ResultCode, type_name)
 from .devices import declared_extensions, extension_operand_info
-from ..validation import (note_runtime_validated, operand_type_problem, topological_order, validate_model,
-                          validate_operand_type)
+from ..validation import (note_runtime_validated, operand_type_problem, plain_indexes, topological_order,
+                          validate_model, validate_operand_type)
 
 UNEXPECTED_NULL = ResultCode.UNEXPECTED_NULL
 BAD_STATE = ResultCode.BAD_STATE
@@ -29,6 +29,7 @@ _OPERATION_CODES = {int(c): c for c in OperationCode}  # a dict lookup, not an e
 _OPERAND_CODES = {int(c): c for c in OperandCode}
 _VALUE_LIFETIMES = frozenset({Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE, Lifetime.NO_VALUE,
                               Lifetime.SUBGRAPH})
+_INT = frozenset({int})
 _TEMPORARY, _INPUT, _OUTPUT = Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_INPUT, Lifetime.SUBGRAPH_OUTPUT
 _IO_LIFETIMES = (_TEMPORARY, _INPUT, _OUTPUT)  # what identify_inputs_and_outputs may (re)assign
 
@@ -55,16 +56,16 @@ def _converted(dimensions, scale, zero_point, call: str) -> tuple[tuple[int, ...
     point) from Python values; anything that is not one (a string, nan, None, a bare number
     where the dimensions belong) is BAD_DATA, as a wrong value passed to the NDK is."""
     try:
-        if dimensions is None:
+        if type(dimensions) is tuple or type(dimensions) is list:
+            dims = tuple(dimensions)
+        elif dimensions is None:
             dims = ()
         elif isinstance(dimensions, (str, bytes)) or not hasattr(dimensions, "__iter__"):
             raise TypeError(f"dimensions {dimensions!r} are not a sequence of integers")
         else:
             dims = tuple(dimensions)
-            for d in dims:
-                if type(d) is not int:  # the usual case, plain ints, needs no conversion
-                    dims = tuple(_integer(d, "dimension") for d in dims)
-                    break
+        if not _INT.issuperset(map(type, dims)):  # the usual case, plain ints, needs no conversion
+            dims = tuple(_integer(d, "dimension") for d in dims)
         scale_ = scale if type(scale) is float else float(scale)
         zero_point_ = zero_point if type(zero_point) is int else _integer(zero_point, "zero point")
     except (TypeError, ValueError, OverflowError) as e:
@@ -344,9 +345,9 @@ class Model:
             raise NnapiError(ResultCode.BAD_DATA, f"add_operation: invalid operation type {type}")
         inputs, outputs = tuple(inputs), tuple(outputs)
         operands = self._operands
-        for k in inputs + outputs:
-            if not (isinstance(k, (int, np.integer)) and 0 <= k < len(operands)):
-                self._operand(k, f"add_operation ({code.name})")  # raises, naming the index
+        if not plain_indexes(inputs + outputs, len(operands)):
+            for k in inputs + outputs:
+                self._operand(k, f"add_operation ({code.name})")  # raises, naming the first bad index
         impl = ops.load_all().get(code)
         in_types = [operands[k].type for k in inputs]
         out_types = [operands[k].type for k in outputs]
@@ -413,7 +414,8 @@ class Model:
 
     def _finish(self) -> None:
         hal = self._to_hal()
-        self.feature_level = validate_model(hal, declared_extensions(), strict=True)
+        # add_operand and set_operand_symm_per_channel_quant_params checked the operand types
+        self.feature_level = validate_model(hal, declared_extensions(), strict=True, operand_types_checked=True)
         # Drivers receive operations in execution order, as NNAPI's runtime hands them over;
         # ``_run_order[i]`` is the index the application gave the i-th operation of the HAL model.
         self._run_order = topological_order(hal.main)
