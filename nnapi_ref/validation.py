@@ -26,6 +26,7 @@ _LIFETIMES = frozenset(Lifetime) - {Lifetime.POINTER}
 _TEMPORARY, _INPUT, _OUTPUT = Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_INPUT, Lifetime.SUBGRAPH_OUTPUT
 _NO_VALUE, _SUBGRAPH_LIFETIME = Lifetime.NO_VALUE, Lifetime.SUBGRAPH
 _WRITTEN = (_TEMPORARY, _OUTPUT)  # lifetimes of operands an operation writes
+_UNVALUED = frozenset({_TEMPORARY, _INPUT, _OUTPUT})  # lifetimes of operands without a value
 _SYMM = (T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM)
 _PER_CHANNEL, _TENSOR_INT32, _SUBGRAPH = T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_INT32, T.SUBGRAPH
 _OPERATION_CODES = {int(c): c for c in OperationCode}
@@ -122,6 +123,10 @@ def _operand_problem(model: Model, operand: Operand, types: ext.ExtensionTypes, 
     if problem:
         return problem
     life = operand.lifetime
+    if life in _UNVALUED:  # most operands: what the checks below come to for them
+        if operand.value is not None:
+            return f"{Lifetime(life).name} operand must not have a value"
+        return "a SUBGRAPH operand must have SUBGRAPH lifetime" if code == _SUBGRAPH else None
     if life not in _LIFETIMES:
         return f"invalid lifetime {life}"
     if life in CONSTANT_LIFETIMES:

@@ -31,7 +31,8 @@ _VALUE_LIFETIMES = frozenset({Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENC
                               Lifetime.SUBGRAPH})
 _INT = frozenset({int})
 _TEMPORARY, _INPUT, _OUTPUT = Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_INPUT, Lifetime.SUBGRAPH_OUTPUT
-_IO_LIFETIMES = (_TEMPORARY, _INPUT, _OUTPUT)  # what identify_inputs_and_outputs may (re)assign
+_IO_LIFETIMES = (_TEMPORARY, _INPUT, _OUTPUT)
+_SUBGRAPH = OperandCode.SUBGRAPH  # what identify_inputs_and_outputs may (re)assign
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def _converted(dimensions, scale, zero_point, call: str) -> tuple[tuple[int, ...
             dims = tuple(dimensions)
         if not _INT.issuperset(map(type, dims)):  # the usual case, plain ints, needs no conversion
             dims = tuple(_integer(d, "dimension") for d in dims)
-        scale_ = scale if type(scale) is float else float(scale)
+        scale_ = float(scale)
         zero_point_ = zero_point if type(zero_point) is int else _integer(zero_point, "zero point")
     except (TypeError, ValueError, OverflowError) as e:
         raise NnapiError(ResultCode.BAD_DATA, f"{call}: {e}") from None
@@ -81,23 +82,11 @@ def _integer(value, what: str) -> int:
     raise TypeError(f"{what} {value!r} is not an integer")
 
 
-_TYPE_PROBLEMS: dict[tuple, str | None] = {}  # (code, dims, scale, zero point) -> operand_type_problem's answer
-
-
-def _operand_type_problem(code, dims: tuple[int, ...], scale: float, zero_point: int) -> str | None:
-    """validation.operand_type_problem for add_operand, remembered per operand type: a model has
-    few distinct types, and this check was most of the cost of building one. Only for a code of
-    an exact type (``dims``, ``scale`` and ``zero_point`` are already int, float, int)."""
-    if type(code) is not int and type(code) is not OperandCode:
-        return operand_type_problem(code, dims, scale, zero_point, None, channel_quant_pending=True)
-    key = (code, dims, scale, zero_point)
-    problem = _TYPE_PROBLEMS.get(key, _TYPE_PROBLEMS)
-    if problem is _TYPE_PROBLEMS:
-        if len(_TYPE_PROBLEMS) >= 4096:
-            _TYPE_PROBLEMS.clear()
-        problem = _TYPE_PROBLEMS[key] = operand_type_problem(code, dims, scale, zero_point, None,
-                                                             channel_quant_pending=True)
-    return problem
+# Operand types add_operand accepted, as (code, dims, scale, zero point): a model has few distinct
+# types, and checking one was most of the cost of building a model. An equal key has the same
+# answer (dims, scale and zero point are already int, float, int; a code equal to a valid one is
+# that code to the check too); a rejected type is checked again each time.
+_ACCEPTED_TYPES: set[tuple] = set()
 
 
 # Extension prefixes, assigned once per extension name for the whole process, as NNAPI's runtime
@@ -159,20 +148,26 @@ class Model:
     def add_operand(self, operand_type: OperandType | OperandCode | int, dimensions=None,
                     scale: float = 0.0, zero_point: int = 0) -> int:
         """ANeuralNetworksModel_addOperand; returns the new operand's index."""
-        self._check_building("add_operand")
-        if operand_type is None:
-            raise NnapiError(UNEXPECTED_NULL, "add_operand: operand type is None")
+        if self._finished:
+            raise NnapiError(BAD_STATE, "add_operand called on a finished model")
         if isinstance(operand_type, OperandType):
             code, dims = operand_type.type, operand_type.dimensions
             scale, zero_point = operand_type.scale, operand_type.zero_point
+        elif operand_type is None:
+            raise NnapiError(UNEXPECTED_NULL, "add_operand: operand type is None")
         else:  # OperandType's conversions, without building one
             code = operand_type
             dims, scale, zero_point = _converted(dimensions, scale, zero_point, "add_operand")
-        if type(code) is not OperandCode and isinstance(code, (int, np.integer)) and ext.is_extension_type(code):
-            return self._add_extension_operand(int(code), dims, scale, zero_point)
-        problem = _operand_type_problem(code, dims, scale, zero_point)
-        if problem:
-            raise NnapiError(ResultCode.BAD_DATA, f"add_operand (operand {len(self._operands)}): {problem}")
+        key = (code, dims, scale, zero_point)
+        if key not in _ACCEPTED_TYPES:
+            if isinstance(code, (int, np.integer)) and ext.is_extension_type(code):
+                return self._add_extension_operand(int(code), dims, scale, zero_point)
+            problem = operand_type_problem(code, dims, scale, zero_point, None, channel_quant_pending=True)
+            if problem:
+                raise NnapiError(ResultCode.BAD_DATA, f"add_operand (operand {len(self._operands)}): {problem}")
+            if len(_ACCEPTED_TYPES) >= 4096:
+                _ACCEPTED_TYPES.clear()
+            _ACCEPTED_TYPES.add(key)
         self._operands.append(Operand(_OPERAND_CODES[code], dims, scale, zero_point))
         return len(self._operands) - 1
 
@@ -263,21 +258,24 @@ class Model:
         bytes-like buffer of exactly the operand's size, or None to mark an optional operand
         omitted. Values up to 128 bytes are copied; larger ones are referenced, so the buffer
         must stay unchanged while the model is in use, as in the NDK."""
-        self._check_building("set_operand_value")
+        if self._finished:
+            raise NnapiError(BAD_STATE, "set_operand_value called on a finished model")
         operand = self._operand(index, "set_operand_value")
         if value is None:
             operand.lifetime, operand.value = Lifetime.NO_VALUE, None
             return
-        if operand.type == OperandCode.SUBGRAPH:
+        code = operand.type
+        if code == _SUBGRAPH:
             raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: operand {index} is a SUBGRAPH; "
                                                   "use set_operand_value_from_model")
-        dtype = self.dtype_of(operand.type)
+        extension = type(code) is not OperandCode  # built-in operands hold an OperandCode, extension ones an int
+        dtype = self.dtype_of(code) if extension else DTYPES[code]
         dims = operand.dimensions
-        if not (self.is_scalar(operand.type) or (dims and 0 not in dims)):
+        if not ((self.is_scalar(code) if extension else code in SCALAR_TYPES) or (dims and 0 not in dims)):
             raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: operand {index} has unspecified dimensions "
                                                   f"{list(dims)}")
         needed = dtype.itemsize * math.prod(dims)
-        if ext.is_extension_type(operand.type) and not isinstance(value, np.ndarray):
+        if extension and not isinstance(value, np.ndarray):
             try:
                 raw = _as_bytes_view(value)  # an extension's value: bytes only its driver can read
             except TypeError:
@@ -332,7 +330,8 @@ class Model:
 
     def add_operation(self, type: OperationCode | int, inputs: Sequence[int], outputs: Sequence[int]) -> None:
         """ANeuralNetworksModel_addOperation."""
-        self._check_building("add_operation")
+        if self._finished:
+            raise NnapiError(BAD_STATE, "add_operation called on a finished model")
         if inputs is None or outputs is None:
             raise NnapiError(UNEXPECTED_NULL, "add_operation: inputs or outputs is None")
         try:
@@ -388,7 +387,8 @@ class Model:
                 if self._operand(k, call).lifetime not in _IO_LIFETIMES:
                     raise NnapiError(ResultCode.BAD_DATA, f"identify_inputs_and_outputs: {role} operand {k} "
                                                           "already has a value")
-            check(len(set(indexes)) == len(indexes), f"identify_inputs_and_outputs: an {role} is listed twice")
+            if len(set(indexes)) != len(indexes):
+                raise NnapiError(ResultCode.BAD_DATA, f"identify_inputs_and_outputs: an {role} is listed twice")
         check(set(inputs).isdisjoint(outputs), "identify_inputs_and_outputs: an operand is both input and output")
         if self._inputs is not None:  # called again: the previous inputs and outputs are plain operands again
             for operand in operands:
