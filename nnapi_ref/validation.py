@@ -224,16 +224,20 @@ def validate_subgraph(model: Model, sg: Subgraph, name: str, types: ext.Extensio
             raise bad_data(f"{name} operation {j}: {code.name} does not accept inputs "
                            f"({', '.join(type_name(t) for t in in_types)}) and outputs "
                            f"({', '.join(type_name(t) for t in out_types)})")
-        for position, k in enumerate(inputs):
-            if lifetimes[k] == _NO_VALUE and position not in sig.omittable:
-                raise bad_data(omitted_input_message(f"{name} operation {j}", code, position, k))
+        if _NO_VALUE in map(lifetimes.__getitem__, inputs):
+            for position, k in enumerate(inputs):
+                if lifetimes[k] == _NO_VALUE and position not in sig.omittable:
+                    raise bad_data(omitted_input_message(f"{name} operation {j}", code, position, k))
         if sig.level > level:
             level = sig.level
         if code in _CONTROL_FLOW:
             level = max(level, impl.check_references(model, sg, operation))
-    for k, lifetime in enumerate(lifetimes):
-        if lifetime in _WRITTEN and writers[k] != 1:
-            raise bad_data(f"{name}: operand {k} is written by {writers[k]} operations, must be exactly 1")
+    # Only operands of _WRITTEN lifetimes have writers (checked above): each has one when the
+    # writes are at most one each and as many as those operands (checked in C; the loop names one)
+    if max(writers, default=0) > 1 or sum(writers) != lifetimes.count(_TEMPORARY) + lifetimes.count(_OUTPUT):
+        for k, lifetime in enumerate(lifetimes):
+            if lifetime in _WRITTEN and writers[k] != 1:
+                raise bad_data(f"{name}: operand {k} is written by {writers[k]} operations, must be exactly 1")
     topological_order(sg, name)
     return level
 

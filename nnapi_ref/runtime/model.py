@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import math
+import operator
 import threading
 
 import numpy as np
@@ -31,8 +32,9 @@ _VALUE_LIFETIMES = frozenset({Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENC
                               Lifetime.SUBGRAPH})
 _INT = frozenset({int})
 _TEMPORARY, _INPUT, _OUTPUT = Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_INPUT, Lifetime.SUBGRAPH_OUTPUT
-_IO_LIFETIMES = (_TEMPORARY, _INPUT, _OUTPUT)
-_SUBGRAPH = OperandCode.SUBGRAPH  # what identify_inputs_and_outputs may (re)assign
+_IO_LIFETIMES = frozenset({_TEMPORARY, _INPUT, _OUTPUT})  # what identify_inputs_and_outputs may (re)assign
+_LIFETIME = operator.attrgetter("lifetime")
+_SUBGRAPH = OperandCode.SUBGRAPH
 
 
 @dataclass(frozen=True)
@@ -382,11 +384,13 @@ class Model:
         inputs, outputs = tuple(inputs), tuple(outputs)
         operands = self._operands
         for role, indexes in (("input", inputs), ("output", outputs)):
-            call = f"identify_inputs_and_outputs ({role})"
-            for k in indexes:
-                if self._operand(k, call).lifetime not in _IO_LIFETIMES:
-                    raise NnapiError(ResultCode.BAD_DATA, f"identify_inputs_and_outputs: {role} operand {k} "
-                                                          "already has a value")
+            # In C first (see plain_indexes); the loop names the first bad index
+            if not (plain_indexes(indexes, len(operands)) and
+                    _IO_LIFETIMES.issuperset(map(_LIFETIME, map(operands.__getitem__, indexes)))):
+                for k in indexes:
+                    if self._operand(k, f"identify_inputs_and_outputs ({role})").lifetime not in _IO_LIFETIMES:
+                        raise NnapiError(ResultCode.BAD_DATA, f"identify_inputs_and_outputs: {role} operand {k} "
+                                                              "already has a value")
             if len(set(indexes)) != len(indexes):
                 raise NnapiError(ResultCode.BAD_DATA, f"identify_inputs_and_outputs: an {role} is listed twice")
         check(set(inputs).isdisjoint(outputs), "identify_inputs_and_outputs: an operand is both input and output")
