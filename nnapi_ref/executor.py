@@ -205,9 +205,8 @@ class Executor:
             if logged:
                 vlog.info("CpuExecutor", "run %s", step.label)
             self.check_deadline()
-            call.ins = [Arg(m[0], None if values[k] is None else values[k].shape, m[1], m[2], m[3],
-                            values[k], values[k] is None)
-                        for k, m in zip(step.inputs, step.in_meta)]
+            call.ins = [Arg(m[0], None if value is None else value.shape, m[1], m[2], m[3], value, value is None)
+                        for value, m in zip(map(values.__getitem__, step.inputs), step.in_meta)]
             call.outs = [Arg(m[0], m[5], m[1], m[2], m[3]) for m in step.out_meta]
             call.constant_inputs, call.cache = step.constant_inputs, step.cache
             if traced:

@@ -71,8 +71,8 @@ def apply_activation(x: np.ndarray, fuse: int, out: Arg) -> np.ndarray:
     if out.type in QUANT_RANGE:
         lo, hi = activation_range_quant(fuse, out)
         return np.clip(x, lo, hi).astype(DTYPES[out.type], copy=False)  # clip made the copy
-    lo, hi = FLOAT_ACTIVATION_RANGE[FuseCode(fuse)]
-    if fuse != FuseCode.NONE:
+    if fuse != 0:  # FuseCode.NONE: nothing to clamp
+        lo, hi = FLOAT_ACTIVATION_RANGE[FuseCode(fuse)]
         x = np.clip(x, lo, hi)
     return x.astype(DTYPES[out.type], copy=False)
 

@@ -43,6 +43,7 @@ from .requantization import (multiply_by_quantized_multiplier, prelu_multipliers
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 F32 = np.float32
+_F16 = np.dtype(np.float16)  # compared with a dtype, not a type: no conversion per call
 
 
 def _binary_signatures(by_level: dict[int, tuple]) -> list[Signature]:
@@ -61,7 +62,7 @@ def _pair_signatures(by_level: dict[int, tuple]) -> list[Signature]:
 
 def _as_float32(x: np.ndarray) -> np.ndarray:
     """Float16 data is computed in float32, as NNAPI's CPU implementation does."""
-    return x.astype(F32) if x.dtype == np.float16 else x
+    return x.astype(F32) if x.dtype == _F16 else x
 
 
 def requantize(arg, out) -> np.ndarray:
