@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import check
 from ..types import DTYPES, FuseCode, OperandCode as T
 from .base import Arg, Call, Operation, fail
 
