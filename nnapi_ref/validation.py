@@ -41,7 +41,8 @@ def plain_indexes(indexes, count: int) -> bool:
     A fast path before a per-index loop that names the bad one: these checks run in C (map,
     min, max), without a Python-level branch per index, which a coverage-instrumented fuzzer
     pays for on every model it builds."""
-    return _INT.issuperset(map(type, indexes)) and (len(indexes) == 0 or (min(indexes) >= 0 and max(indexes) < count))
+    return _INT.issuperset(map(type, indexes)) and (len(indexes) == 0 or
+                                                    (min(indexes) >= 0 and max(indexes) < count))
 
 
 def _plain_dimensions(dimensions) -> bool:

@@ -94,8 +94,8 @@ class _ValidatedModels:
 
 
 _PREFERENCES = frozenset(int(p) for p in PreferenceCode)
-_POINTER, _POOL, _NO_VALUE = hal.ArgumentLifetime.POINTER, hal.ArgumentLifetime.POOL, hal.ArgumentLifetime.NO_VALUE
 _PRIORITIES = frozenset({int(PriorityCode.LOW), int(PriorityCode.MEDIUM), int(PriorityCode.HIGH)})
+_POINTER, _POOL, _NO_VALUE = hal.ArgumentLifetime.POINTER, hal.ArgumentLifetime.POOL, hal.ArgumentLifetime.NO_VALUE
 
 
 def check_deadline(deadline_ns: int | None, what: str) -> None:
@@ -184,7 +184,7 @@ class ReferenceDevice(hal.Device):
         """INVALID_ARGUMENT for a model using an extension this driver does not declare (or an
         operand of its types that breaks the declaration): it cannot be prepared here."""
         if not model.extension_name_to_prefix and not any(
-                type(o.type) is not OperandCode and extensions.is_extension_type(o.type)  # no OperandCode is
+                type(o.type) is not OperandCode and extensions.is_extension_type(o.type)  # never an OperandCode
                 for sg in [model.main] + model.referenced for o in sg.operands):
             return
         try:
