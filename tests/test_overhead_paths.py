@@ -150,3 +150,20 @@ def test_bench_overhead_measures_this_checkout():
                            "--inputs", "50", "--fuzz-runs", "0"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "one ADD total (CPU us)" in done.stdout and "model harness, fixed inputs" in done.stdout
+
+
+def test_recorded_input_reads_back_while_it_runs(tmp_path):
+    """The fuzzer child's record of the running input (two system calls, no truncation): a short
+    input after a long one reads back as itself; a returned one reads back as none."""
+    from nnts.fuzz import engine
+    path = str(tmp_path / "pending")
+    seen = []
+
+    def harness(data):
+        seen.append(engine.died_in(path))
+    harness.seed_inputs = lambda: []
+    recorded = engine.Recorded(harness, path)
+    for data in (b"a much longer input", b"short", b""):
+        recorded(data)
+    assert seen == [b"a much longer input", b"short", b""]
+    assert engine.died_in(path) is None
