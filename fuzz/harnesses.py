@@ -26,6 +26,7 @@ models, through the HAL and through the runtime's Execution.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import os
@@ -56,6 +57,9 @@ SEED_BYTES = 2  # the seed index at the start of every input
 WEIRD_INTS = [0, 1, -1, 2, 3, 255, 256, 65535, 2**31 - 1, 2**31, -2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**64]
 WEIRD_FLOATS = [0.0, -0.0, 1.0, -1.0, 0.5, 1e-45, 1e-30, 3.4e38, 1e300, math.inf, -math.inf, math.nan]
 LOOP_TIMEOUT_NS = 50_000_000  # WHILE loops the fuzzer writes must not eat the per-input time limit
+# The Builder's lifetimes as constants (an enum member lookup is a descriptor call, per operand).
+_SUBGRAPH_LIFETIME = Lifetime.SUBGRAPH
+_VALUE_LIFETIMES = (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE, Lifetime.NO_VALUE)
 
 
 class Finding(Exception):
@@ -232,27 +236,30 @@ class Builder:
 
     def subgraph(self, model: Model, sg: hal.Subgraph, referenced: list[Model | None]) -> None:
         """Builder calls for ``sg``'s operands, operations and inputs and outputs."""
+        call, mutate = self.call, self.mutate
+        add_operand, set_operand_value = model.add_operand, model.set_operand_value
         for k, o in enumerate(sg.operands):
             code, dims, scale, zero_point = o.type, o.dimensions, o.scale, o.zero_point
-            if self.mutate():  # one decision per operand keeps an unchanged replay cheap
+            if mutate():  # one decision per operand keeps an unchanged replay cheap
                 code, dims = self.operand_type(code), self.dims(dims)
                 scale, zero_point = self.scale(scale), self.int_value(zero_point)
-            self.call(model.add_operand, code, dims, scale, zero_point)
+            call(add_operand, code, dims, scale, zero_point)
             if o.channel_quant is not None:
                 scales = [self.scale(s) for s in o.channel_quant.scales]
-                self.call(model.set_operand_symm_per_channel_quant_params, k, scales,
-                          self.int_value(o.channel_quant.channel_dim))
-            if o.lifetime == Lifetime.SUBGRAPH and isinstance(o.value, int) and o.value < len(referenced):
-                self.call(model.set_operand_value_from_model, k, referenced[o.value])
-            elif o.lifetime in (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE, Lifetime.NO_VALUE):
-                self.call(model.set_operand_value, k, self.value(code, dims, o.value))
+                call(model.set_operand_symm_per_channel_quant_params, k, scales,
+                     self.int_value(o.channel_quant.channel_dim))
+            lifetime = o.lifetime
+            if lifetime == _SUBGRAPH_LIFETIME and isinstance(o.value, int) and o.value < len(referenced):
+                call(model.set_operand_value_from_model, k, referenced[o.value])
+            elif lifetime in _VALUE_LIFETIMES:
+                call(set_operand_value, k, self.value(code, dims, o.value))
         for op in sg.operations:
             code, inputs, outputs = op.type, op.inputs, op.outputs
-            if self.mutate():
+            if mutate():
                 n = model.operand_count
-                code = code if self.mutate() == 0 else self.fdp.ConsumeIntInRange(-1, 110)
+                code = code if mutate() == 0 else self.fdp.ConsumeIntInRange(-1, 110)
                 inputs, outputs = self.indexes(inputs, n), self.indexes(outputs, n)
-            self.call(model.add_operation, code, inputs, outputs)
+            call(model.add_operation, code, inputs, outputs)
         for _ in range(self.fdp.ConsumeIntInRange(0, 3)):
             self.random_call(model)
         n = model.operand_count
@@ -265,8 +272,7 @@ class Builder:
         fdp = self.fdp
         kind = fdp.ConsumeIntInRange(0, 3)
         if kind == 0:
-            impls = ops.load_all()
-            impl = impls[fdp.PickValueInList(sorted(impls))]
+            impl = ops.load_all()[fdp.PickValueInList(_operation_codes())]
             sig = fdp.PickValueInList(impl.signatures)
             ins, outs = [], []
             for code in sig.inputs:
@@ -308,6 +314,12 @@ class Builder:
         self.call(model.relax_computation_float32_to_float16, relax if self.mutate() == 0 else not relax)
         self.call(model.finish)
         return model
+
+
+@functools.cache
+def _operation_codes() -> list:
+    """The registry's operation codes, in order (what random_call picks from)."""
+    return sorted(ops.load_all())
 
 
 def hal_model(model: Model) -> hal.Model:

@@ -7,9 +7,10 @@ import sys
 
 import atheris
 
-with atheris.instrument_imports(include=["nnapi_ref"]):  # nnapi_ref is imported by the harness's setup
-    from nnts.fuzz.engine import load
-    TestOneInput = load("model", os.environ.get("NNTS_DRIVER", "reference"), None)
+from nnts.fuzz import engine  # the standard library only: nnapi_ref is imported by the harness's setup
+
+with atheris.instrument_imports(include=["nnapi_ref"], exclude=engine.NOT_RUN_BY["model"]):
+    TestOneInput = engine.load("model", os.environ.get("NNTS_DRIVER", "reference"), None)
 
 
 def main() -> None:

@@ -4,6 +4,10 @@ from __future__ import annotations
 from .types import ResultCode
 
 
+_RESULT_CODES = {int(c): c for c in ResultCode}
+_NAMES = {c: c.name for c in ResultCode}
+
+
 class NnapiError(Exception):
     """Raised by every NDK-style call that does not return ANEURALNETWORKS_NO_ERROR.
 
@@ -11,8 +15,9 @@ class NnapiError(Exception):
     """
 
     def __init__(self, code: ResultCode, message: str):
-        super().__init__(f"{ResultCode(code).name}: {message}")
-        self.code = ResultCode(code)
+        code = _RESULT_CODES.get(code) or ResultCode(code)  # a dict lookup: fuzzers raise thousands a second
+        super().__init__(f"{_NAMES[code]}: {message}")
+        self.code = code
         self.message = message
         self.output_shapes: list = []  # with OUTPUT_INSUFFICIENT_SIZE: the shapes a driver reported
 

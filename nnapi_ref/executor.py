@@ -21,6 +21,9 @@ from .types import DTYPES, SCALAR_TYPES, Lifetime, OperationCode, ResultCode, LO
 from .validation import CONSTANT_LIFETIMES, omitted_input_message, topological_order
 
 
+_OPERATION_CODES = {int(c): c for c in OperationCode}
+_TEMPORARY, _INPUT, _NO_VALUE = Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_INPUT, Lifetime.NO_VALUE
+
 # glibc mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 
@@ -78,49 +81,60 @@ class Plan:
         self.subgraph = sg
         self.name = name
         self.constants: dict[int, np.ndarray | None] = {}
-        for k, operand in enumerate(sg.operands):
-            if operand.lifetime in CONSTANT_LIFETIMES:
+        operands = sg.operands
+        for k, operand in enumerate(operands):
+            lifetime = operand.lifetime
+            if lifetime in CONSTANT_LIFETIMES:
                 value = np.asarray(operand.value, DTYPES[operand.type])
                 shape = _declared_shape(operand)
                 self.constants[k] = value.reshape(shape if shape is not None else ())
-            elif operand.lifetime == Lifetime.SUBGRAPH:
+            elif lifetime == Lifetime.SUBGRAPH:
                 self.constants[k] = np.asarray(operand.value, np.int32)
-            elif operand.lifetime == Lifetime.NO_VALUE:
+            elif lifetime == _NO_VALUE:
                 self.constants[k] = None
         order = topological_order(sg, name)
         last_use: dict[int, int] = {}
         for pos, j in enumerate(order):
             for k in sg.operations[j].inputs:
                 last_use[k] = pos
-        temporaries = {k for k, o in enumerate(sg.operands) if o.lifetime == Lifetime.TEMPORARY_VARIABLE}
         release: dict[int, list[int]] = {}
         for k, pos in last_use.items():
-            if k in temporaries:
+            if operands[k].lifetime == _TEMPORARY:
                 release.setdefault(pos, []).append(k)
+        metas: dict[int, tuple] = {}  # operand -> _meta, shared by the steps reading it
+
+        def meta(k: int) -> tuple:
+            if k not in metas:
+                metas[k] = self._meta(operands[k])
+            return metas[k]
+
         self.steps: list[_Step] = []
-        # Input operands some operation needs a value of -> the error for a request omitting one.
-        self.needs_value: dict[int, str] = {}
+        # Input operands some operation needs a value of -> (operation label, code, input position):
+        # what the error for a request omitting one names.
+        self.needs_value: dict[int, tuple[str, OperationCode, int]] = {}
         for pos, j in enumerate(order):
             operation = sg.operations[j]
             step = _Step()
-            step.code = OperationCode(operation.type)
+            step.code = _OPERATION_CODES.get(operation.type)
+            if step.code is None:
+                step.code = OperationCode(operation.type)
             step.impl = registry[step.code]
             step.inputs = tuple(operation.inputs)
             step.outputs = tuple(operation.outputs)
-            step.in_meta = [self._meta(sg.operands[k]) for k in operation.inputs]
-            step.out_meta = [self._meta(sg.operands[k]) for k in operation.outputs]
+            step.in_meta = [meta(k) for k in operation.inputs]
+            step.out_meta = [meta(k) for k in operation.outputs]
             step.release = release.get(pos, ())
             step.label = f"{name} operation {j} ({step.code.name})"
             step.constant_inputs = frozenset(i for i, k in enumerate(operation.inputs)
                                              if self.constants.get(k) is not None)
             step.cache = {}
             self.steps.append(step)
-            signature = step.impl.match([sg.operands[k].type for k in operation.inputs],
-                                        [sg.operands[k].type for k in operation.outputs])
+            signature = step.impl.match([operands[k].type for k in operation.inputs],
+                                        [operands[k].type for k in operation.outputs])
             omittable = signature.omittable if signature is not None else ()  # None: a model nobody validated
             for position, k in enumerate(operation.inputs):
-                if sg.operands[k].lifetime == Lifetime.SUBGRAPH_INPUT and position not in omittable:
-                    self.needs_value.setdefault(k, omitted_input_message(step.label, step.code, position, k))
+                if operands[k].lifetime == _INPUT and position not in omittable:
+                    self.needs_value.setdefault(k, (step.label, step.code, position))
         self.shapes = self._infer_static_shapes()
 
     def check_omitted_inputs(self, inputs: list[np.ndarray | None]) -> None:
@@ -128,12 +142,14 @@ class Plan:
         input that is not optional."""
         for i, (k, array) in enumerate(zip(self.subgraph.input_indexes, inputs)):
             if array is None and k in self.needs_value:
-                raise NnapiError(ResultCode.BAD_DATA, f"model input {i} is omitted: {self.needs_value[k]}")
+                label, code, position = self.needs_value[k]
+                raise NnapiError(ResultCode.BAD_DATA, f"model input {i} is omitted: "
+                                                      f"{omitted_input_message(label, code, position, k)}")
 
     @staticmethod
     def _meta(operand):
         return (operand.type, operand.scale, operand.zero_point, operand.channel_quant,
-                operand.lifetime == Lifetime.NO_VALUE, _declared_shape(operand))
+                operand.lifetime == _NO_VALUE, _declared_shape(operand))
 
     def _infer_static_shapes(self) -> dict[int, tuple | None]:
         """Propagate shapes known at compilation time, rejecting operations that can't work."""
@@ -153,7 +169,10 @@ class Plan:
                 raise NnapiError(ResultCode.BAD_DATA, f"{step.label}: {e.message}") from None
             for k, m, shape in zip(step.outputs, step.out_meta, inferred):
                 if shape is not None:
-                    shapes[k] = merge_shapes(m[5], tuple(shape), f"{step.label} output operand {k}")
+                    shape = tuple(shape)
+                    if m[5] is not None and m[5] != shape:
+                        merge_shapes(m[5], shape, f"{step.label} output operand {k}")
+                    shapes[k] = shape
         return shapes
 
 
@@ -186,9 +205,8 @@ class Executor:
             if logged:
                 vlog.info("CpuExecutor", "run %s", step.label)
             self.check_deadline()
-            call.ins = [Arg(m[0], None if values[k] is None else values[k].shape, m[1], m[2], m[3],
-                            values[k], values[k] is None)
-                        for k, m in zip(step.inputs, step.in_meta)]
+            call.ins = [Arg(m[0], None if value is None else value.shape, m[1], m[2], m[3], value, value is None)
+                        for value, m in zip(map(values.__getitem__, step.inputs), step.in_meta)]
             call.outs = [Arg(m[0], m[5], m[1], m[2], m[3]) for m in step.out_meta]
             call.constant_inputs, call.cache = step.constant_inputs, step.cache
             if traced:
@@ -207,7 +225,7 @@ class Executor:
         try:
             shapes = step.impl.infer(call)
             for k, m, shape in zip(step.outputs, step.out_meta, shapes):
-                if shape is not None:
+                if shape is not None and m[5] is not None and m[5] != tuple(shape):
                     merge_shapes(m[5], tuple(shape), f"output operand {k}")
             if shapes and all(s is not None and 0 in s for s in shapes):
                 # NNAPI skips an operation whose outputs are all zero-sized.

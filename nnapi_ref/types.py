@@ -284,8 +284,10 @@ def combine_dimensions(a, b) -> tuple[int, ...] | None:
     """Merge two partially known shapes (0 = unknown dimension, () = unknown rank); None if they
     conflict."""
     a, b = tuple(a), tuple(b)
-    if not a or not b:
-        return a or b
+    if a == b or not b:  # the usual case: the same shape given twice
+        return a
+    if not a:
+        return b
     if len(a) != len(b) or any(x and y and x != y for x, y in zip(a, b)):
         return None
     return tuple(x or y for x, y in zip(a, b))

@@ -95,6 +95,7 @@ class _ValidatedModels:
 
 _PREFERENCES = frozenset(int(p) for p in PreferenceCode)
 _PRIORITIES = frozenset({int(PriorityCode.LOW), int(PriorityCode.MEDIUM), int(PriorityCode.HIGH)})
+_POINTER, _POOL, _NO_VALUE = hal.ArgumentLifetime.POINTER, hal.ArgumentLifetime.POOL, hal.ArgumentLifetime.NO_VALUE
 
 
 def check_deadline(deadline_ns: int | None, what: str) -> None:
@@ -183,7 +184,8 @@ class ReferenceDevice(hal.Device):
         """INVALID_ARGUMENT for a model using an extension this driver does not declare (or an
         operand of its types that breaks the declaration): it cannot be prepared here."""
         if not model.extension_name_to_prefix and not any(
-                extensions.is_extension_type(o.type) for sg in [model.main] + model.referenced for o in sg.operands):
+                type(o.type) is not OperandCode and extensions.is_extension_type(o.type)  # never an OperandCode
+                for sg in [model.main] + model.referenced for o in sg.operands):
             return
         try:
             validate_model(model, self.get_supported_extensions(), strict=True)
@@ -206,6 +208,8 @@ class ReferenceDevice(hal.Device):
         return DTYPES[code]
 
     def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        if not trace.on:
+            return self._prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
         with trace.span("compilation", "driver", f"{self.name} prepareModel"):
             return self._prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
 
@@ -213,8 +217,9 @@ class ReferenceDevice(hal.Device):
         check_prepare_arguments(preference, priority, deadline_ns)
         level = self._validated.level(model, self.get_supported_extensions())
         self.check_extensions(model)
+        registry = ops.load_all()
         unsupported = sorted({op.type.name for sg in [model.main] + model.referenced for op in sg.operations
-                              if ops.get(op.type) is None})
+                              if op.type not in registry})
         if unsupported:
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"operations not implemented: {', '.join(unsupported)}")
         if level > self.feature_level:
@@ -350,7 +355,7 @@ class ReferencePreparedModel(hal.PreparedModel):
         start = time.monotonic_ns()
         traced = trace.on
         check_deadline(deadline_ns, "execution")
-        pools, inputs = self._check_request(request)
+        pools, inputs, outputs = self._check_request(request)
         self._check_inputs(inputs)
         executor = self._executor(deadline_ns, loop_timeout_ns)
         device_start = time.monotonic_ns()
@@ -363,8 +368,8 @@ class ReferencePreparedModel(hal.PreparedModel):
             results_start = trace.now()
         shapes = [hal.OutputShape(tuple(r.shape), True) for r in results]
         targets = []
-        for i, (arg, result) in enumerate(zip(request.outputs, results)):
-            targets.append(self._output_target(i, arg, result, pools, shapes[i]))
+        for i, ((region, dims), result) in enumerate(zip(outputs, results)):
+            targets.append(self._output_target(i, region, dims, result, shapes[i]))
         if not all(s.is_sufficient for s in shapes):
             raise HalError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes)
         for target, result in zip(targets, results):
@@ -397,7 +402,8 @@ class ReferencePreparedModel(hal.PreparedModel):
             raise HalError(ErrorStatus.GENERAL_FAILURE, f"execution failed: {type(e).__name__}: {e}") from None
 
     def _check_request(self, request: hal.Request):
-        """Validate the whole request before anything runs; return its pools and input arrays."""
+        """Validate the whole request before anything runs; return its pools, its input arrays
+        and, per output, where it goes (a region, or a device buffer) and its dimensions."""
         main = self.model.main
         if len(request.inputs) != len(main.input_indexes) or len(request.outputs) != len(main.output_indexes):
             raise HalError(ErrorStatus.INVALID_ARGUMENT,
@@ -405,13 +411,15 @@ class ReferencePreparedModel(hal.PreparedModel):
                            f"model has {len(main.input_indexes)} and {len(main.output_indexes)}")
         pools = [self._pool(p) for p in request.pools]
         inputs = [self._read_input(i, arg, pools) for i, arg in enumerate(request.inputs)]
+        outputs = []
         for i, arg in enumerate(request.outputs):
-            what = f"output {i}"
-            if arg.lifetime == hal.ArgumentLifetime.NO_VALUE:
-                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: outputs may not be omitted")
-            if not isinstance(self._region(arg, pools, what), ReferenceBuffer):
-                self._shape(main.operands[main.output_indexes[i]], arg, what, need_known=False)
-        return pools, inputs
+            if arg.lifetime == _NO_VALUE:
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"output {i}: outputs may not be omitted")
+            region = self._region(arg, pools, "output", i)
+            dims = None if isinstance(region, ReferenceBuffer) else \
+                self._shape(main.operands[main.output_indexes[i]], arg, "output", i, need_known=False)
+            outputs.append((region, dims))
+        return pools, inputs, outputs
 
     def _pool(self, pool):
         if isinstance(pool, hal.SharedMemory):
@@ -421,76 +429,72 @@ class ReferencePreparedModel(hal.PreparedModel):
             return buffer
         raise HalError(ErrorStatus.INVALID_ARGUMENT, f"request pool of type {type(pool).__name__}")
 
-    def _region(self, arg: hal.RequestArgument, pools, what: str):
-        """The bytes of a POOL or POINTER argument (or the device buffer it names)."""
-        if arg.lifetime == hal.ArgumentLifetime.POINTER:
+    def _region(self, arg: hal.RequestArgument, pools, role: str, i: int):
+        """The bytes of a POOL or POINTER argument (or the device buffer it names) of ``role``
+        ("input" or "output") ``i``."""
+        if arg.lifetime == _POINTER:
             if arg.pointer is None:
-                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: POINTER argument without a buffer")
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{role} {i}: POINTER argument without a buffer")
             return np.frombuffer(arg.pointer, np.uint8) if not isinstance(arg.pointer, np.ndarray) \
                 else arg.pointer.reshape(-1).view(np.uint8)
-        if arg.lifetime != hal.ArgumentLifetime.POOL:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: invalid argument lifetime {arg.lifetime}")
+        if arg.lifetime != _POOL:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{role} {i}: invalid argument lifetime {arg.lifetime}")
         if not 0 <= arg.pool_index < len(pools):
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: pool {arg.pool_index} of {len(pools)}")
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{role} {i}: pool {arg.pool_index} of {len(pools)}")
         pool = pools[arg.pool_index]
         if isinstance(pool, ReferenceBuffer):
             if arg.offset != 0 or arg.length != 0:
-                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: device memory with offset or length")
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{role} {i}: device memory with offset or length")
             return pool
         if arg.offset < 0 or arg.length < 0 or arg.offset + arg.length > pool.size:
             raise HalError(ErrorStatus.INVALID_ARGUMENT,
-                           f"{what}: [{arg.offset}, {arg.offset + arg.length}) outside a pool of {pool.size} bytes")
+                           f"{role} {i}: [{arg.offset}, {arg.offset + arg.length}) outside a pool of {pool.size} bytes")
         return pool.buffer[arg.offset:arg.offset + arg.length]
 
-    def _shape(self, operand, arg, what: str, need_known: bool) -> tuple[int, ...]:
+    def _shape(self, operand, arg, role: str, i: int, need_known: bool) -> tuple[int, ...]:
         if operand.type in SCALAR_TYPES:
             if arg.dimensions:
-                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: dimensions given for a scalar")
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{role} {i}: dimensions given for a scalar")
             return ()
         dims = combine_dimensions(operand.dimensions, arg.dimensions)
         if dims is None:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: dimensions {list(arg.dimensions)} conflict with "
-                                                         f"the model's {list(operand.dimensions)}")
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{role} {i}: dimensions {list(arg.dimensions)} conflict "
+                                                         f"with the model's {list(operand.dimensions)}")
         if need_known and (not dims or 0 in dims):
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: dimensions {list(dims)} not fully specified")
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{role} {i}: dimensions {list(dims)} not fully specified")
         return dims
 
     def _read_input(self, i: int, arg: hal.RequestArgument, pools) -> np.ndarray | None:
-        what = f"input {i}"
-        if arg.lifetime == hal.ArgumentLifetime.NO_VALUE:
+        if arg.lifetime == _NO_VALUE:
             return None
         operand = self.model.main.operands[self.model.main.input_indexes[i]]
-        region = self._region(arg, pools, what)
+        region = self._region(arg, pools, "input", i)
         if isinstance(region, ReferenceBuffer):
             if (id(self), i, True) not in region.roles:
-                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: device memory not allocated for this role")
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {i}: device memory not allocated for this role")
             if region.data is None:
-                raise HalError(ErrorStatus.GENERAL_FAILURE, f"{what}: device memory is uninitialized")
+                raise HalError(ErrorStatus.GENERAL_FAILURE, f"input {i}: device memory is uninitialized")
             return region.data
-        dims = self._shape(operand, arg, what, need_known=True)
+        dims = self._shape(operand, arg, "input", i, need_known=True)
         dtype = self.device.dtype_of(self.model, operand.type)
         needed = dtype.itemsize * math.prod(dims)
         if region.nbytes != needed:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: {region.nbytes} bytes given, {needed} needed")
-        if region.ctypes.data % dtype.itemsize:
-            region = region.copy()
-        return region.view(dtype).reshape(dims)
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"input {i}: {region.nbytes} bytes given, {needed} needed")
+        array = region.view(dtype)
+        if not array.flags.aligned:  # the caller's bytes at an odd address: computed from an aligned copy
+            array = region.copy().view(dtype)
+        return array.reshape(dims)
 
-    def _output_target(self, i, arg, result, pools, shape: hal.OutputShape):
-        """Check where output ``i`` goes; return a function writing it there (None if omitted)."""
-        what = f"output {i}"
-        if arg.lifetime == hal.ArgumentLifetime.NO_VALUE:
-            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: outputs may not be omitted")
-        operand = self.model.main.operands[self.model.main.output_indexes[i]]
-        region = self._region(arg, pools, what)
+    def _output_target(self, i, region, dims, result, shape: hal.OutputShape):
+        """Check where output ``i`` goes (``_check_request``'s region and dimensions); return a
+        function writing it there (None when the region is too small)."""
         if isinstance(region, ReferenceBuffer):
             if (id(self), i, False) not in region.roles:
-                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{what}: device memory not allocated for this role")
+                raise HalError(ErrorStatus.INVALID_ARGUMENT, f"output {i}: device memory not allocated for this role")
             return region.write
-        dims = self._shape(operand, arg, what, need_known=False)
         if combine_dimensions(dims, result.shape) is None and result.ndim:
             raise HalError(ErrorStatus.GENERAL_FAILURE,
-                           f"{what}: computed shape {list(result.shape)} differs from {list(dims)}")
+                           f"output {i}: computed shape {list(result.shape)} differs from {list(dims)}")
         if region.nbytes < result.nbytes:
             shape.is_sufficient = False
             return None

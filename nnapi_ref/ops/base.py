@@ -177,7 +177,24 @@ class Operation:
         return self.code.name
 
     def match(self, in_types: Sequence[int], out_types: Sequence[int]) -> Signature | None:
-        """The lowest-level signature accepting these operand types, or None."""
+        """The lowest-level signature accepting these operand types, or None (remembered per
+        operand types: the runtime, the validator, the driver and the executor all ask it of each
+        operation, and the signatures never change)."""
+        matched = self.__dict__.get("_matched")
+        if matched is None:
+            matched = self._matched = {}
+        try:
+            key = (tuple(in_types), tuple(out_types))
+            return matched[key]
+        except KeyError:
+            if len(matched) >= 4096:
+                matched.clear()
+            best = matched[key] = self._best_signature(in_types, out_types)
+            return best
+        except TypeError:  # an unhashable operand type (a malformed model)
+            return self._best_signature(in_types, out_types)
+
+    def _best_signature(self, in_types: Sequence[int], out_types: Sequence[int]) -> Signature | None:
         best = None
         for sig in self.signatures:
             if sig.matches(in_types, out_types) and (best is None or sig.level < best.level):

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import check
 from ..types import DTYPES, FuseCode, OperandCode as T
-from .base import Arg, Call, Operation
+from .base import Arg, Call, Operation, fail
 
 QUANT_RANGE = {
     T.TENSOR_QUANT8_ASYMM: (0, 255),
@@ -61,7 +60,8 @@ FLOAT_ACTIVATION_RANGE = {
 
 
 def check_fuse_code(fuse: int) -> None:
-    check(fuse in (0, 1, 2, 3), f"fused activation function code {fuse} is not one of 0..3")
+    if fuse not in (0, 1, 2, 3):
+        raise fail(f"fused activation function code {fuse} is not one of 0..3")
 
 
 def apply_activation(x: np.ndarray, fuse: int, out: Arg) -> np.ndarray:
@@ -70,20 +70,23 @@ def apply_activation(x: np.ndarray, fuse: int, out: Arg) -> np.ndarray:
     if out.type in QUANT_RANGE:
         lo, hi = activation_range_quant(fuse, out)
         return np.clip(x, lo, hi).astype(DTYPES[out.type], copy=False)  # clip made the copy
-    lo, hi = FLOAT_ACTIVATION_RANGE[FuseCode(fuse)]
-    if fuse != FuseCode.NONE:
+    if fuse != 0:  # FuseCode.NONE: nothing to clamp
+        lo, hi = FLOAT_ACTIVATION_RANGE[FuseCode(fuse)]
         x = np.clip(x, lo, hi)
     return x.astype(DTYPES[out.type], copy=False)
 
 
 def broadcast_shape(a: tuple, b: tuple) -> tuple:
     """NumPy-style broadcasting of two shapes, as NNAPI's elementwise operations define it."""
+    if a == b:
+        return tuple(a)
     rank = max(len(a), len(b))
     a = (1,) * (rank - len(a)) + tuple(a)
     b = (1,) * (rank - len(b)) + tuple(b)
     out = []
     for i, (x, y) in enumerate(zip(a, b)):
-        check(x == y or x == 1 or y == 1, f"shapes {a} and {b} cannot be broadcast (dimension {i})")
+        if not (x == y or x == 1 or y == 1):
+            raise fail(f"shapes {a} and {b} cannot be broadcast (dimension {i})")
         out.append(y if x == 1 else x)
     return tuple(out)
 
@@ -91,7 +94,8 @@ def broadcast_shape(a: tuple, b: tuple) -> tuple:
 def check_rank_at_least_1(name: str, *args: Arg) -> None:
     """Operations documented "up to 4 dimensions, from 1" reject rank-0 tensors."""
     for i, a in enumerate(args):
-        check(a.rank >= 1, f"{name} input {i} must have rank >= 1, got a rank-0 tensor")
+        if len(a.shape) < 1:
+            raise fail(f"{name} input {i} must have rank >= 1, got a rank-0 tensor")
 
 
 class BroadcastBinary(Operation):
@@ -105,5 +109,6 @@ class BroadcastBinary(Operation):
 
 
 def normalize_axis(axis: int, rank: int) -> int:
-    check(-rank <= axis < rank, f"axis {axis} out of range for a tensor of rank {rank}")
+    if not -rank <= axis < rank:
+        raise fail(f"axis {axis} out of range for a tensor of rank {rank}")
     return axis % rank if rank else 0

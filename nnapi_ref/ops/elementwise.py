@@ -35,7 +35,7 @@ import functools
 
 import numpy as np
 
-from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register, signatures
+from .base import Arg, Call, Operation, OperationCode, Signature, T, check, fail, register, signatures
 from .common import QUANT_RANGE, BroadcastBinary, apply_activation, broadcast_shape, check_fuse_code, round_half_away
 from . import requantization
 from .requantization import (multiply_by_quantized_multiplier, prelu_multipliers, product_multipliers,
@@ -43,6 +43,7 @@ from .requantization import (multiply_by_quantized_multiplier, prelu_multipliers
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 F32 = np.float32
+_F16 = np.dtype(np.float16)  # compared with a dtype, not a type: no conversion per call
 
 
 def _binary_signatures(by_level: dict[int, tuple]) -> list[Signature]:
@@ -61,7 +62,7 @@ def _pair_signatures(by_level: dict[int, tuple]) -> list[Signature]:
 
 def _as_float32(x: np.ndarray) -> np.ndarray:
     """Float16 data is computed in float32, as NNAPI's CPU implementation does."""
-    return x.astype(F32) if x.dtype == np.float16 else x
+    return x.astype(F32) if x.dtype == _F16 else x
 
 
 def requantize(arg, out) -> np.ndarray:
@@ -79,11 +80,12 @@ class _BinaryWithActivation(Operation):
 
     def infer(self, call: Call):
         a, b, fuse, out = call.ins[0], call.ins[1], call.ins[2], call.outs[0]
-        check(a.rank <= 4 and b.rank <= 4, f"{self.name} inputs must have rank <= 4, got {a.rank} and {b.rank}")
+        if not (a.rank <= 4 and b.rank <= 4):
+            raise fail(f"{self.name} inputs must have rank <= 4, got {a.rank} and {b.rank}")
         fuse_code = fuse.scalar()
         check_fuse_code(fuse_code)
-        if a.type == T.TENSOR_INT32:
-            check(fuse_code == 0, f"{self.name} on TENSOR_INT32 takes no fused activation, got {fuse_code}")
+        if fuse_code != 0 and a.type == T.TENSOR_INT32:
+            raise fail(f"{self.name} on TENSOR_INT32 takes no fused activation, got {fuse_code}")
         self.check_quantization(a, b, out)
         return [broadcast_shape(a.shape, b.shape)]
 

@@ -157,7 +157,7 @@ def partition(model: HalModel, devices: list[Device], preference: PreferenceCode
             raise
         except Exception:  # a driver that can't answer supports nothing
             supported[id(device)] = [False] * len(main.operations)
-    cpu = MANAGER.cpu
+    cpu = None  # the CPU fallback device, looked up once it matters
     assignment = []
     for j, operation in enumerate(main.operations):
         candidates = [d for d in devices if supported[id(d)][j]]
@@ -170,13 +170,22 @@ def partition(model: HalModel, devices: list[Device], preference: PreferenceCode
             if not allow_cpu:
                 raise NnapiError(ResultCode.BAD_DATA, f"no device supports operation {j} "
                                                       f"({OperationCode(operation.type).name})")
+            cpu = cpu or MANAGER.cpu
             candidates = [cpu]
-        best = min(candidates, key=lambda d: (_performance(d, model, operation, preference), d is not cpu))
+        if len(candidates) == 1:
+            best = candidates[0]
+        else:
+            cpu = cpu or MANAGER.cpu
+            best = min(candidates, key=lambda d: (_performance(d, model, operation, preference), d is not cpu))
         assignment.append(best)
         if vlog.on["compilation"]:
             _log_decision(j, operation, devices, supported, candidates, best, model, preference)
     # Group: run ready operations on the current device as long as possible.
     order = topological_order(main)
+    if all(device is assignment[0] for device in assignment):  # one device runs them all: one step
+        if vlog.on["compilation"]:
+            vlog.info("ExecutionPlan", "step 0: %s runs operations %s", assignment[0].name, order)
+        return [(assignment[0], order)]
     rank = {j: i for i, j in enumerate(order)}
     writer = {k: j for j, op in enumerate(main.operations) for k in op.outputs}
     deps = {j: {writer[k] for k in op.inputs if k in writer} for j, op in enumerate(main.operations)}
@@ -346,6 +355,8 @@ class Compilation:
             step.prepared = self._prepare(MANAGER.cpu, step.model, deadline, cache=False)
 
     def _prepare(self, device: Device, model: HalModel, deadline, cache: bool) -> hal.PreparedModel:
+        if not trace.on:
+            return self._prepare_on(device, model, deadline, cache)
         with trace.span("compilation", "runtime", f"prepare on {device.name}"):
             return self._prepare_on(device, model, deadline, cache)
 

@@ -51,8 +51,11 @@ def _merge_dims(declared: tuple, given: tuple):
 
 def _byte_view(buffer, writable: bool, what: str) -> np.ndarray:
     if isinstance(buffer, np.ndarray):
-        check(buffer.flags.c_contiguous, f"{what}: the array is not contiguous")
-        check(not writable or buffer.flags.writeable, f"{what}: the output array is read-only")
+        flags = buffer.flags
+        if not flags.c_contiguous:
+            raise NnapiError(ResultCode.BAD_DATA, f"{what}: the array is not contiguous")
+        if writable and not flags.writeable:
+            raise NnapiError(ResultCode.BAD_DATA, f"{what}: the output array is read-only")
         return buffer.reshape(-1).view(np.uint8)
     try:
         view = memoryview(buffer)
@@ -140,8 +143,9 @@ class Execution:
 
     def _operand(self, index: int, is_input: bool, call: str):
         indexes = self._main.input_indexes if is_input else self._main.output_indexes
-        check(isinstance(index, (int, np.integer)) and 0 <= index < len(indexes),
-              f"Execution.{call}: index {index} out of range ({len(indexes)} {'inputs' if is_input else 'outputs'})")
+        if not (isinstance(index, (int, np.integer)) and 0 <= index < len(indexes)):
+            raise NnapiError(ResultCode.BAD_DATA, f"Execution.{call}: index {index} out of range "
+                                                  f"({len(indexes)} {'inputs' if is_input else 'outputs'})")
         return self._main.operands[indexes[index]]
 
     def _dims(self, operand, type_: OperandType | None, call: str) -> tuple:
@@ -177,8 +181,9 @@ class Execution:
         dims = self._dims(operand, type_, call)
         view = _byte_view(buffer, not is_input, f"Execution.{call}")
         size = self._size(operand, dims)
-        check(size is None or view.nbytes == size,
-              f"Execution.{call}: {'input' if is_input else 'output'} {index} needs {size} bytes, got {view.nbytes}")
+        if size is not None and view.nbytes != size:
+            raise NnapiError(ResultCode.BAD_DATA, f"Execution.{call}: {'input' if is_input else 'output'} {index} "
+                                                  f"needs {size} bytes, got {view.nbytes}")
         (self._inputs if is_input else self._outputs)[index] = _Binding("pointer", view, dims=dims)
 
     def _bind_memory(self, index, memory: Memory, offset: int, length: int, type_, is_input: bool) -> None:
@@ -252,8 +257,9 @@ class Execution:
         with self._lock:
             self._check_not_computing(call)
             for role, bindings in (("input", self._inputs), ("output", self._outputs)):
-                missing = [i for i, b in enumerate(bindings) if b is None]
-                check(not missing, f"Execution.{call}: {role}s {missing} are not set")
+                if None in bindings:
+                    missing = [i for i, b in enumerate(bindings) if b is None]
+                    raise NnapiError(ResultCode.BAD_DATA, f"Execution.{call}: {role}s {missing} are not set")
             self._state = "computation"
         self._output_shapes, self._timing, self._fenced_timing, self._last_error = None, hal.NO_TIMING, None, None
         return None if self._timeout_ns is None else time.monotonic_ns() + self._timeout_ns

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import math
+import operator
 import threading
 
 import numpy as np
@@ -19,14 +20,21 @@ from ..errors import HostResourceError, NnapiError, check
 from ..hal import ChannelQuant, ExtensionNameAndPrefix, Model as HalModel, Operand, Operation, Subgraph
 from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
                      OperationCode, ResultCode, type_name)
-from ..validation import (note_runtime_validated, operand_type_problem, topological_order, validate_model,
-                          validate_operand_type)
+from .devices import declared_extensions, extension_operand_info
+from ..validation import (note_runtime_validated, operand_type_problem, plain_indexes, topological_order,
+                          validate_model, validate_operand_type)
 
 UNEXPECTED_NULL = ResultCode.UNEXPECTED_NULL
 BAD_STATE = ResultCode.BAD_STATE
 _OPERATION_CODES = {int(c): c for c in OperationCode}  # a dict lookup, not an enum call, per add_operation
+_OPERAND_CODES = {int(c): c for c in OperandCode}
 _VALUE_LIFETIMES = frozenset({Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE, Lifetime.NO_VALUE,
                               Lifetime.SUBGRAPH})
+_INT = frozenset({int})
+_TEMPORARY, _INPUT, _OUTPUT = Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_INPUT, Lifetime.SUBGRAPH_OUTPUT
+_IO_LIFETIMES = frozenset({_TEMPORARY, _INPUT, _OUTPUT})  # what identify_inputs_and_outputs may (re)assign
+_LIFETIME = operator.attrgetter("lifetime")
+_SUBGRAPH = OperandCode.SUBGRAPH
 
 
 @dataclass(frozen=True)
@@ -51,14 +59,18 @@ def _converted(dimensions, scale, zero_point, call: str) -> tuple[tuple[int, ...
     point) from Python values; anything that is not one (a string, nan, None, a bare number
     where the dimensions belong) is BAD_DATA, as a wrong value passed to the NDK is."""
     try:
-        if dimensions is None:
+        if type(dimensions) is tuple or type(dimensions) is list:
+            dims = tuple(dimensions)
+        elif dimensions is None:
             dims = ()
         elif isinstance(dimensions, (str, bytes)) or not hasattr(dimensions, "__iter__"):
             raise TypeError(f"dimensions {dimensions!r} are not a sequence of integers")
         else:
-            dims = tuple(_integer(d, "dimension") for d in dimensions)
+            dims = tuple(dimensions)
+        if not _INT.issuperset(map(type, dims)):  # the usual case, plain ints, needs no conversion
+            dims = tuple(_integer(d, "dimension") for d in dims)
         scale_ = float(scale)
-        zero_point_ = _integer(zero_point, "zero point")
+        zero_point_ = zero_point if type(zero_point) is int else _integer(zero_point, "zero point")
     except (TypeError, ValueError, OverflowError) as e:
         raise NnapiError(ResultCode.BAD_DATA, f"{call}: {e}") from None
     return dims, scale_, zero_point_
@@ -72,23 +84,11 @@ def _integer(value, what: str) -> int:
     raise TypeError(f"{what} {value!r} is not an integer")
 
 
-_TYPE_PROBLEMS: dict[tuple, str | None] = {}  # (code, dims, scale, zero point) -> operand_type_problem's answer
-
-
-def _operand_type_problem(code, dims: tuple[int, ...], scale: float, zero_point: int) -> str | None:
-    """validation.operand_type_problem for add_operand, remembered per operand type: a model has
-    few distinct types, and this check was most of the cost of building one. Only for a code of
-    an exact type (``dims``, ``scale`` and ``zero_point`` are already int, float, int)."""
-    if type(code) is not int and type(code) is not OperandCode:
-        return operand_type_problem(code, dims, scale, zero_point, None, channel_quant_pending=True)
-    key = (code, dims, scale, zero_point)
-    problem = _TYPE_PROBLEMS.get(key, _TYPE_PROBLEMS)
-    if problem is _TYPE_PROBLEMS:
-        if len(_TYPE_PROBLEMS) >= 4096:
-            _TYPE_PROBLEMS.clear()
-        problem = _TYPE_PROBLEMS[key] = operand_type_problem(code, dims, scale, zero_point, None,
-                                                             channel_quant_pending=True)
-    return problem
+# Operand types add_operand accepted, as (code, dims, scale, zero point): a model has few distinct
+# types, and checking one was most of the cost of building a model. An equal key has the same
+# answer (dims, scale and zero point are already int, float, int; a code equal to a valid one is
+# that code to the check too); a rejected type is checked again each time.
+_ACCEPTED_TYPES: set[tuple] = set()
 
 
 # Extension prefixes, assigned once per extension name for the whole process, as NNAPI's runtime
@@ -150,21 +150,27 @@ class Model:
     def add_operand(self, operand_type: OperandType | OperandCode | int, dimensions=None,
                     scale: float = 0.0, zero_point: int = 0) -> int:
         """ANeuralNetworksModel_addOperand; returns the new operand's index."""
-        self._check_building("add_operand")
-        if operand_type is None:
-            raise NnapiError(UNEXPECTED_NULL, "add_operand: operand type is None")
+        if self._finished:
+            raise NnapiError(BAD_STATE, "add_operand called on a finished model")
         if isinstance(operand_type, OperandType):
             code, dims = operand_type.type, operand_type.dimensions
             scale, zero_point = operand_type.scale, operand_type.zero_point
+        elif operand_type is None:
+            raise NnapiError(UNEXPECTED_NULL, "add_operand: operand type is None")
         else:  # OperandType's conversions, without building one
             code = operand_type
             dims, scale, zero_point = _converted(dimensions, scale, zero_point, "add_operand")
-        if isinstance(code, (int, np.integer)) and ext.is_extension_type(code):
-            return self._add_extension_operand(int(code), dims, scale, zero_point)
-        problem = _operand_type_problem(code, dims, scale, zero_point)
-        if problem:
-            raise NnapiError(ResultCode.BAD_DATA, f"add_operand (operand {len(self._operands)}): {problem}")
-        self._operands.append(Operand(OperandCode(code), dims, scale, zero_point))
+        key = (code, dims, scale, zero_point)
+        if key not in _ACCEPTED_TYPES:
+            if isinstance(code, (int, np.integer)) and ext.is_extension_type(code):
+                return self._add_extension_operand(int(code), dims, scale, zero_point)
+            problem = operand_type_problem(code, dims, scale, zero_point, None, channel_quant_pending=True)
+            if problem:
+                raise NnapiError(ResultCode.BAD_DATA, f"add_operand (operand {len(self._operands)}): {problem}")
+            if len(_ACCEPTED_TYPES) >= 4096:
+                _ACCEPTED_TYPES.clear()
+            _ACCEPTED_TYPES.add(key)
+        self._operands.append(Operand(_OPERAND_CODES[code], dims, scale, zero_point))
         return len(self._operands) - 1
 
     # -- vendor extensions (NeuralNetworksExtensions.h) ------------------------------------------
@@ -217,7 +223,6 @@ class Model:
         name = self._prefix_name(code)
         check(name is not None, f"{what}: type {code} has prefix {ext.prefix_of(code)}, which this model has not "
                                 "assigned (get_extension_operand_type gives the codes)")
-        from .devices import extension_operand_info
         info = extension_operand_info(name, ext.within_extension(code))
         check(info is not None, f"{what}: no device declares operand type {ext.within_extension(code)} of "
                                 f"extension {name}")
@@ -255,21 +260,24 @@ class Model:
         bytes-like buffer of exactly the operand's size, or None to mark an optional operand
         omitted. Values up to 128 bytes are copied; larger ones are referenced, so the buffer
         must stay unchanged while the model is in use, as in the NDK."""
-        self._check_building("set_operand_value")
+        if self._finished:
+            raise NnapiError(BAD_STATE, "set_operand_value called on a finished model")
         operand = self._operand(index, "set_operand_value")
         if value is None:
             operand.lifetime, operand.value = Lifetime.NO_VALUE, None
             return
-        if operand.type == OperandCode.SUBGRAPH:
+        code = operand.type
+        if code == _SUBGRAPH:
             raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: operand {index} is a SUBGRAPH; "
                                                   "use set_operand_value_from_model")
-        dtype = self.dtype_of(operand.type)
+        extension = type(code) is not OperandCode  # built-in operands hold an OperandCode, extension ones an int
+        dtype = self.dtype_of(code) if extension else DTYPES[code]
         dims = operand.dimensions
-        if not (self.is_scalar(operand.type) or (dims and 0 not in dims)):
+        if not ((self.is_scalar(code) if extension else code in SCALAR_TYPES) or (dims and 0 not in dims)):
             raise NnapiError(ResultCode.BAD_DATA, f"set_operand_value: operand {index} has unspecified dimensions "
                                                   f"{list(dims)}")
         needed = dtype.itemsize * math.prod(dims)
-        if ext.is_extension_type(operand.type) and not isinstance(value, np.ndarray):
+        if extension and not isinstance(value, np.ndarray):
             try:
                 raw = _as_bytes_view(value)  # an extension's value: bytes only its driver can read
             except TypeError:
@@ -324,21 +332,24 @@ class Model:
 
     def add_operation(self, type: OperationCode | int, inputs: Sequence[int], outputs: Sequence[int]) -> None:
         """ANeuralNetworksModel_addOperation."""
-        self._check_building("add_operation")
+        if self._finished:
+            raise NnapiError(BAD_STATE, "add_operation called on a finished model")
         if inputs is None or outputs is None:
             raise NnapiError(UNEXPECTED_NULL, "add_operation: inputs or outputs is None")
-        if isinstance(type, (int, np.integer)) and ext.is_extension_type(type):
-            return self._add_extension_operation(int(type), tuple(inputs), tuple(outputs))
         try:
-            code = _OPERATION_CODES[type]
-        except (KeyError, TypeError):
-            raise NnapiError(ResultCode.BAD_DATA, f"add_operation: invalid operation type {type}") from None
+            code = _OPERATION_CODES.get(type)
+        except TypeError:  # unhashable
+            code = None
+        if code is None:
+            if isinstance(type, (int, np.integer)) and ext.is_extension_type(type):
+                return self._add_extension_operation(int(type), tuple(inputs), tuple(outputs))
+            raise NnapiError(ResultCode.BAD_DATA, f"add_operation: invalid operation type {type}")
         inputs, outputs = tuple(inputs), tuple(outputs)
         operands = self._operands
-        for k in inputs + outputs:
-            if not (isinstance(k, (int, np.integer)) and 0 <= k < len(operands)):
-                self._operand(k, f"add_operation ({code.name})")  # raises, naming the index
-        impl = ops.get(code)
+        if not plain_indexes(inputs + outputs, len(operands)):
+            for k in inputs + outputs:
+                self._operand(k, f"add_operation ({code.name})")  # raises, naming the first bad index
+        impl = ops.load_all().get(code)
         in_types = [operands[k].type for k in inputs]
         out_types = [operands[k].type for k in outputs]
         if impl is not None and impl.match(in_types, out_types) is None:
@@ -371,21 +382,26 @@ class Model:
         if inputs is None or outputs is None:
             raise NnapiError(UNEXPECTED_NULL, "identify_inputs_and_outputs: inputs or outputs is None")
         inputs, outputs = tuple(inputs), tuple(outputs)
+        operands = self._operands
         for role, indexes in (("input", inputs), ("output", outputs)):
-            for k in indexes:
-                operand = self._operand(k, f"identify_inputs_and_outputs ({role})")
-                check(operand.lifetime in (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_INPUT,
-                                           Lifetime.SUBGRAPH_OUTPUT),
-                      f"identify_inputs_and_outputs: {role} operand {k} already has a value")
-            check(len(set(indexes)) == len(indexes), f"identify_inputs_and_outputs: an {role} is listed twice")
-        check(not set(inputs) & set(outputs), "identify_inputs_and_outputs: an operand is both input and output")
-        for operand in self._operands:
-            if operand.lifetime in (Lifetime.SUBGRAPH_INPUT, Lifetime.SUBGRAPH_OUTPUT):
-                operand.lifetime = Lifetime.TEMPORARY_VARIABLE
+            # In C first (see plain_indexes); the loop names the first bad index
+            if not (plain_indexes(indexes, len(operands)) and
+                    _IO_LIFETIMES.issuperset(map(_LIFETIME, map(operands.__getitem__, indexes)))):
+                for k in indexes:
+                    if self._operand(k, f"identify_inputs_and_outputs ({role})").lifetime not in _IO_LIFETIMES:
+                        raise NnapiError(ResultCode.BAD_DATA, f"identify_inputs_and_outputs: {role} operand {k} "
+                                                              "already has a value")
+            if len(set(indexes)) != len(indexes):
+                raise NnapiError(ResultCode.BAD_DATA, f"identify_inputs_and_outputs: an {role} is listed twice")
+        check(set(inputs).isdisjoint(outputs), "identify_inputs_and_outputs: an operand is both input and output")
+        if self._inputs is not None:  # called again: the previous inputs and outputs are plain operands again
+            for operand in operands:
+                if operand.lifetime == _INPUT or operand.lifetime == _OUTPUT:
+                    operand.lifetime = _TEMPORARY
         for k in inputs:
-            self._operands[k].lifetime = Lifetime.SUBGRAPH_INPUT
+            operands[k].lifetime = _INPUT
         for k in outputs:
-            self._operands[k].lifetime = Lifetime.SUBGRAPH_OUTPUT
+            operands[k].lifetime = _OUTPUT
         self._inputs, self._outputs = inputs, outputs
 
     def relax_computation_float32_to_float16(self, allow: bool) -> None:
@@ -402,8 +418,8 @@ class Model:
 
     def _finish(self) -> None:
         hal = self._to_hal()
-        from .devices import declared_extensions
-        self.feature_level = validate_model(hal, declared_extensions(), strict=True)
+        # add_operand and set_operand_symm_per_channel_quant_params checked the operand types
+        self.feature_level = validate_model(hal, declared_extensions(), strict=True, operand_types_checked=True)
         # Drivers receive operations in execution order, as NNAPI's runtime hands them over;
         # ``_run_order[i]`` is the index the application gave the i-th operation of the HAL model.
         self._run_order = topological_order(hal.main)
@@ -464,13 +480,10 @@ class Model:
 
     def _subgraph(self, referenced: list[Subgraph], index_of: dict[int, int]) -> Subgraph:
         """This model as a Subgraph, adding the models it references to ``referenced``."""
-        operands = []
-        for k, o in enumerate(self._operands):
-            copy = Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant,
-                           o.extension_data)
-            if k in self._referenced:
-                copy.value = self._referenced[k]._add_to(referenced, index_of)
-            operands.append(copy)
+        operands = [Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant,
+                            o.extension_data) for o in self._operands]
+        for k in sorted(self._referenced):  # in operand order: the referenced subgraphs' numbering
+            operands[k].value = self._referenced[k]._add_to(referenced, index_of)
         operations = [Operation(op.type, op.inputs, op.outputs) for op in self._operations]
         return Subgraph(operands, operations, tuple(self._inputs or ()), self._outputs)
 

@@ -1,0 +1,213 @@
+"""The per-model overhead every test pays, side by side with another checkout of nnts.
+
+    python -m nnts.mlts.bench_overhead [--baseline PYTHON] [--rounds N] [--fuzz-runs N]
+
+For this checkout, and for the one whose virtual environment's ``PYTHON`` is given (a worktree of
+an older commit), measures in alternating child processes (so that both see the same load):
+
+* the runtime's build, compile and execute of a one-ADD model and of a three-ADD chain, in CPU
+  microseconds (median of batches; CPU time: other processes on the machine do not inflate it);
+* the fuzz model harness (``nnts fuzz --harness model``'s ``TestOneInput``) on a fixed set of
+  inputs (each seed's, and seeded plain-loop mutations of them), under atheris' coverage
+  instrumentation as ``nnts fuzz`` runs it: inputs per CPU second;
+* ``nnts fuzz --harness model --runs N`` itself (``--fuzz-runs``, 0 to skip): inputs per CPU
+  second of the whole command (start-up included), and libFuzzer's own exec/s (wall time).
+
+Prints one table of medians over the rounds, with the ratio this / baseline. Without
+``--baseline`` only this checkout is measured. A child is this file run by the other
+environment's Python (``-I``: it imports nothing of this checkout), so any commit with the same
+public API can be measured.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+RUNTIME_ROWS = [("one ADD", "build"), ("one ADD", "compile"), ("one ADD", "execute"), ("one ADD", "total"),
+                ("three ADDs", "total")]
+
+
+# -- children (run by either checkout's Python) ------------------------------------------------
+
+def _runtime(batches: int, per_batch: int = 20) -> dict:
+    import numpy as np
+    from nnapi_ref import Compilation, Execution, Model, OperandCode as T, OperandType, OperationCode
+
+    def build(operations: int) -> Model:
+        model = Model()
+        t = OperandType(T.TENSOR_FLOAT32, [4])
+        x = model.add_operand(t)
+        fuse = model.add_operand(OperandType(T.INT32))
+        model.set_operand_value(fuse, np.int32(0))
+        current = x
+        for _ in range(operations):
+            out = model.add_operand(t)
+            model.add_operation(OperationCode.ADD, [current, x, fuse], [out])
+            current = out
+        model.identify_inputs_and_outputs([x], [current])
+        model.finish()
+        return model
+
+    def measure(operations: int) -> dict:
+        clock = time.process_time_ns
+        x = np.arange(4, dtype=np.float32)
+        out = np.zeros(4, np.float32)
+        phases = {"build": [], "compile": [], "execute": [], "total": []}
+        for _ in range(batches):
+            spent = [0, 0, 0]
+            for _ in range(per_batch):
+                t0 = clock()
+                model = build(operations)
+                t1 = clock()
+                compilation = Compilation(model)
+                compilation.finish()
+                t2 = clock()
+                execution = Execution(compilation)
+                execution.set_input(0, x)
+                execution.set_output(0, out)
+                execution.compute()
+                t3 = clock()
+                spent = [spent[0] + t1 - t0, spent[1] + t2 - t1, spent[2] + t3 - t2]
+            for name, ns in zip(("build", "compile", "execute", "total"), spent + [sum(spent)]):
+                phases[name].append(ns / per_batch / 1e3)
+        assert np.array_equal(out, x * (operations + 1)), "wrong result"
+        return {name: statistics.median(values) for name, values in phases.items()}
+
+    measure(1)  # imports, caches
+    return {"one ADD": measure(1), "three ADDs": measure(3)}
+
+
+def _harness_inputs(seeds: list[bytes], count: int) -> list[bytes]:
+    """Each seed's input, then plain-loop mutations of them (fuzz/engine.py: 1-4 bytes changed,
+    inserted or cut), from a fixed random seed: the short inputs libFuzzer's corpus holds."""
+    import random
+    rng = random.Random(7)
+    inputs = list(seeds)
+    while len(inputs) < count:
+        data = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randint(0, len(data))
+            op = rng.randrange(3)
+            if op == 0 and data and at < len(data):
+                data[at] = rng.randrange(256)
+            elif op == 1:
+                data[at:at] = rng.randbytes(rng.randint(1, 8))
+            else:
+                del data[at:at + rng.randint(1, 8)]
+        inputs.append(bytes(data))
+    return inputs
+
+
+def _harness(count: int) -> dict:
+    import atheris
+    from nnts.fuzz import engine
+    excluded = getattr(engine, "NOT_RUN_BY", {}).get("model", [])  # as this checkout's nnts fuzz runs it
+    with atheris.instrument_imports(include=["nnapi_ref"], exclude=excluded):
+        harness = engine.load("model", "reference", None)
+    inputs = _harness_inputs(harness.seed_inputs(), count)
+    for data in inputs[:200]:
+        harness(data)
+    rates = []
+    for _ in range(3):
+        t0 = time.process_time()
+        for data in inputs:
+            harness(data)
+        rates.append(len(inputs) / (time.process_time() - t0))
+    return {"exec per CPU s": statistics.median(rates)}
+
+
+def _child(argv) -> None:
+    kind, amount = argv[0], int(argv[1])
+    sys.stderr = open(os.devnull, "w")  # atheris' "Instrumenting" lines
+    result = _runtime(amount) if kind == "runtime" else _harness(amount)
+    print(json.dumps(result))
+
+
+# -- the parent ------------------------------------------------------------------------------------
+
+def _run_child(python: str, kind: str, amount: int) -> dict:
+    out = subprocess.run([python, "-I", os.path.abspath(__file__), "--child", kind, str(amount)],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _fuzz(python: str, runs: int) -> dict:
+    """``nnts fuzz --harness model --runs N`` of the environment of ``python``."""
+    nnts = os.path.join(os.path.dirname(python), "nnts")
+    with tempfile.TemporaryDirectory(prefix="nnts-bench-overhead-") as scratch:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out = subprocess.run([nnts, "fuzz", "--harness", "model", "--seed", "1", "--runs", str(runs),
+                              "--artifacts", os.path.join(scratch, "artifacts")],
+                             capture_output=True, text=True, cwd=scratch).stdout
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    m = re.search(r"(\d+) executions in \d+ s \((\d+) exec/s\)", out)
+    if m is None:
+        raise RuntimeError(f"nnts fuzz of {python} printed no summary:\n{out[-2000:]}")
+    return {"exec per CPU s": int(m.group(1)) / cpu, "libFuzzer exec/s": int(m.group(2))}
+
+
+def _rows(results: list[dict]) -> dict[str, list[float]]:
+    rows: dict[str, list[float]] = {}
+    for r in results:
+        for model, phase in RUNTIME_ROWS:
+            rows.setdefault(f"{model} {phase} (CPU us)", []).append(r["runtime"][model][phase])
+        rows.setdefault("model harness, fixed inputs (exec/CPU s)", []).append(r["harness"]["exec per CPU s"])
+        if "fuzz" in r:
+            rows.setdefault("nnts fuzz --harness model (exec/CPU s)", []).append(r["fuzz"]["exec per CPU s"])
+            rows.setdefault("nnts fuzz, libFuzzer's exec/s (wall)", []).append(r["fuzz"]["libFuzzer exec/s"])
+    return rows
+
+
+def main(argv=None) -> int:
+    if argv is None and sys.argv[1:2] == ["--child"]:
+        _child(sys.argv[2:])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", metavar="PYTHON", help="the Python of another checkout's virtual environment")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
+    parser.add_argument("--batches", type=int, default=30, help="runtime batches of 20 models per round (default 30)")
+    parser.add_argument("--inputs", type=int, default=1500, help="harness inputs per round (default 1500)")
+    parser.add_argument("--fuzz-runs", type=int, default=20000,
+                        help="nnts fuzz --runs per round (default 20000; 0: not measured)")
+    args = parser.parse_args(argv)
+    for name in ("rounds", "batches", "inputs"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    if args.fuzz_runs < 0:
+        parser.error("--fuzz-runs must not be negative")
+    if args.baseline and not os.access(args.baseline, os.X_OK):
+        parser.error(f"--baseline {args.baseline}: not an executable Python")
+    trees = [("this", sys.executable)] + ([("baseline", args.baseline)] if args.baseline else [])
+    results: dict[str, list[dict]] = {name: [] for name, _ in trees}
+    for n in range(args.rounds):
+        for name, python in (trees if n % 2 == 0 else trees[::-1]):
+            r = {"runtime": _run_child(python, "runtime", args.batches),
+                 "harness": _run_child(python, "harness", args.inputs)}
+            if args.fuzz_runs:
+                r["fuzz"] = _fuzz(python, args.fuzz_runs)
+            results[name].append(r)
+            print(f"round {n + 1}/{args.rounds}: {name} measured", file=sys.stderr, flush=True)
+    this = _rows(results["this"])
+    base = _rows(results["baseline"]) if args.baseline else {}
+    print(f"{'medians of ' + str(args.rounds) + ' rounds':44s} {'baseline':>10s} {'this':>10s} {'this/base':>10s}")
+    for row, values in this.items():
+        mine = statistics.median(values)
+        if row in base:
+            theirs = statistics.median(base[row])
+            print(f"{row:44s} {theirs:10.1f} {mine:10.1f} {mine / theirs:10.2f}")
+        else:
+            print(f"{row:44s} {'':10s} {mine:10.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
