@@ -17,7 +17,7 @@ import numpy as np
 from nnapi_ref.ops.lstm import CELL, GATE_ACTIVATIONS
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
-from .families import BOOL, INT32, declare, fuse, primary_types, start_of_rank
+from .families import BOOL, INT32, declare, fuse, start_of_rank
 from .graphs import F16, Builder, Out, Tensor, like
 
 
@@ -115,7 +115,7 @@ def bidirectional_sequence_lstm(b: Builder, x: Tensor, code: Op) -> None:
     batch = x.shape[1] if time_major else x.shape[0]
     mode, aux = _aux_input(b, x, time_major)
     aux_size = aux.shape[2] if mode == "cross" else None
-    cells, states, norms, aux_weights, sizes = [], [], [], [], []
+    cells, states, norms, aux_weights = [], [], [], []
     for backward in (False, True):
         parts = _parts(b, True)
         units, n_output = _sizes(b, parts)
