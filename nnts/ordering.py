@@ -25,6 +25,10 @@ import pytest
 ORDERS = ("breadth", "collection")
 # Parameters naming the execution path of a test (CTS uses "mode", VTS "path").
 PATH_PARAMS = ("path", "mode")
+# Tests a pytest-xdist worker of a breadth-first run holds at most (run or to run), and the number
+# below which it is sent more: enough that it never waits for the controller between two tests,
+# few enough that a worker told to stop (``-x``) ends within milliseconds.
+LOOKAHEAD, REFILL_BELOW = 8, 4
 
 
 def add_options(group) -> None:
@@ -108,14 +112,22 @@ class OrderPlugin:
     """The plugin applying ``reorder`` (registered by ``nnts.plugin``)."""
 
     def pytest_configure(self, config):
-        """Under xdist's load scheduling, hand tests out one at a time (``--maxschedchunk 1``)
-        unless told otherwise: by default each worker is first sent a contiguous eighth of the
-        run, so the second worker starts deep in the order, and, as a worker runs every test it
-        was sent before it stops, ``-x`` took minutes to end after the first failure."""
+        """Under xdist's load scheduling of a breadth-first run, hand tests out a few at a time
+        (``LookaheadScheduling``) unless ``--maxschedchunk`` says otherwise: by default each
+        worker is first sent a contiguous eighth of the run, so the second worker starts deep in
+        the order, and, as a worker runs every test it was sent before it stops, ``-x`` took
+        minutes to end after the first failure."""
         option = config.option
-        if (getattr(option, "order", None) == "breadth" and getattr(option, "dist", "no") == "load"
-                and hasattr(option, "maxschedchunk") and option.maxschedchunk is None):
-            option.maxschedchunk = 1
+        self.lookahead = (getattr(option, "order", None) == "breadth" and getattr(option, "dist", "no") == "load"
+                          and hasattr(option, "maxschedchunk") and option.maxschedchunk is None)
+        if self.lookahead:
+            option.maxschedchunk = LOOKAHEAD
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config, log):
+        if getattr(self, "lookahead", False):
+            return lookahead_scheduling(config, log)
+        return None
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items):
@@ -129,3 +141,24 @@ class OrderPlugin:
         every full collection (the automatic ones, and each ``gc.collect()`` of a test that
         checks a released object, which took over a second each)."""
         gc.freeze()
+
+
+def lookahead_scheduling(config, log):
+    """xdist's load scheduling, keeping every worker between ``REFILL_BELOW`` and ``LOOKAHEAD``
+    tests ahead. Sent one at a time (``--maxschedchunk 1``), a worker that finished a test
+    waited for the controller to send the next one (xdist runs a test once it knows the one
+    after it), and every test cost the controller a message."""
+    from xdist.scheduler import LoadScheduling
+
+    class LookaheadScheduling(LoadScheduling):
+        def check_schedule(self, node, duration: float = 0) -> None:
+            if node.shutting_down:
+                return
+            if not self.pending:
+                node.shutdown()
+                return
+            held = len(self.node2pending[node])
+            if held < REFILL_BELOW:
+                self._send_tests(node, LOOKAHEAD - held)
+
+    return LookaheadScheduling(config, log)
