@@ -67,6 +67,27 @@ def test_order_options_on_the_collected_suite():
     assert collect("--quick", "--order", "collection") == [t for t in collection if t in set(quick)]
 
 
+def test_quick_alone_collects_only_the_first_pass_it_would_select():
+    files = ["cts/test_generated.py", "vts/test_generated.py", "vts/test_validate_model.py",
+             "vts/test_validate_request.py", "vts/test_sequences.py"]
+
+    def run(*args):
+        command = [sys.executable, "-m", "pytest", *files, "--collect-only", "-q", "-p", "no:cacheprovider",
+                   "--no-shared-vectors", "--quick", *args]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return [line for line in done.stdout.splitlines() if "::" in line], done.stdout.splitlines()[-1]
+
+    for order in ("breadth", "collection"):
+        pruned, pruned_summary = run("--order", order)
+        # -k that keeps every test: all are collected, and the first pass deselects the others
+        selected, selected_summary = run("--order", order, "-k", "not no_test_has_this_name")
+        assert pruned == selected
+        collected = [int(re.search(r"(\d+) tests collected", s).group(1)) for s in (pruned_summary, selected_summary)]
+        assert len(pruned) == collected[0] < collected[1] / 5, (pruned_summary, selected_summary)  # "N/M tests"
+
+
 def test_xdist_workers_agree_on_the_order_and_x_stops_at_the_first_fault(tmp_path):
     # keeps_first_shape is found by the sequence tests, which collection order runs last.
     command = [sys.executable, "-m", "pytest", "cts/test_generated.py", "vts/test_sequences.py", "-q", "-n", "2",
