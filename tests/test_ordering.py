@@ -105,7 +105,8 @@ def test_xdist_workers_agree_on_the_order_and_x_stops_at_the_first_fault(tmp_pat
 
 
 def test_collected_objects_are_frozen_out_of_the_garbage_collector(tmp_path):
-    (tmp_path / "test_frozen.py").write_text("import gc\n\ndef test_frozen():\n    assert gc.get_freeze_count() > 0\n")
+    (tmp_path / "test_frozen.py").write_text("import gc\n\ndef test_frozen():\n    assert gc.get_freeze_count() > 0\n"
+                                             "    assert gc.isenabled()  # off only while collecting\n")
     done = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path / "test_frozen.py"), "-q", "-p",
                            "no:cacheprovider", "-n", "0"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:]
