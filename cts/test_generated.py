@@ -19,6 +19,7 @@ import pytest
 from nnapi_ref import vectors
 from nnapi_ref.cases import Case, collect_cases, load_expected_failures
 from nnapi_ref.harness import MODES, run_test
+from nnts import ordering
 
 def pytest_generate_tests(metafunc):
     if "case" not in metafunc.fixturenames:
@@ -32,7 +33,7 @@ def pytest_generate_tests(metafunc):
         if reason is not None:
             marks.append(pytest.mark.xfail(reason=reason or "listed in --expected-failures", strict=False))
         params.append(pytest.param(case, id=case.id, marks=marks))
-    metafunc.parametrize("case", params)
+    metafunc.parametrize("case", ordering.first_pass_params(metafunc, params))
 
 
 @functools.lru_cache(maxsize=None)

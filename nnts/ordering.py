@@ -25,6 +25,10 @@ import pytest
 ORDERS = ("breadth", "collection")
 # Parameters naming the execution path of a test (CTS uses "mode", VTS "path").
 PATH_PARAMS = ("path", "mode")
+# Tests a pytest-xdist worker of a breadth-first run holds at most (run or to run), and the number
+# below which it is sent more: enough that it never waits for the controller between two tests,
+# few enough that a worker told to stop (``-x``) ends within milliseconds.
+LOOKAHEAD, REFILL_BELOW = 8, 4
 
 
 def add_options(group) -> None:
@@ -45,12 +49,45 @@ def group_key(item) -> tuple[str, str, str, str]:
     params = item.callspec.params if hasattr(item, "callspec") else {}
     operation = dtype = path = "-"
     for value in params.values():
-        if hasattr(value, "operation") and hasattr(value, "dtype"):
-            operation, dtype = str(value.operation), str(value.dtype)
+        operation, dtype = _subject(value) or (operation, dtype)
     for name in PATH_PARAMS:
         if name in params:
             path = str(params[name])
     return kind, operation, dtype, path
+
+
+def _subject(value) -> tuple[str, str] | None:
+    """(operation, data type) of a test-model parameter; None for other parameters."""
+    if hasattr(value, "operation") and hasattr(value, "dtype"):
+        return str(value.operation), str(value.dtype)
+    return None
+
+
+def first_pass_params(metafunc, params: list) -> list:
+    """``params`` of a test function parametrized by one test-model parameter, cut to those of
+    the first breadth-first pass (the first of each operation and data type) when ``--quick``
+    is all that selects tests: the other tests are then neither built nor collected (about 47,000
+    items of the suite's 48,900, seconds in every xdist worker). The pass is the one ``reorder``
+    would keep, as each parameter is one test and the groups keep their order. With ``-k``,
+    ``-m``, ``--shard``, ``--deselect``, ``--lf`` or test ids, every test is collected and
+    ``reorder`` picks the first pass of what they select."""
+    if not _quick_alone(metafunc.config):
+        return params
+    seen, kept = set(), []
+    for param in params:
+        key = _subject(param.values[0])
+        if key not in seen:
+            seen.add(key)
+            kept.append(param)
+    return kept
+
+
+def _quick_alone(config) -> bool:
+    option = config.option
+    return bool(getattr(option, "quick", False) and not getattr(option, "keyword", "")
+                and not getattr(option, "markexpr", "") and not getattr(option, "shard", None)
+                and not getattr(option, "deselect", None) and not getattr(option, "lf", False)
+                and not any("::" in arg for arg in config.args))
 
 
 def breadth_first(items: list) -> list[tuple[int, object]]:
@@ -108,24 +145,63 @@ class OrderPlugin:
     """The plugin applying ``reorder`` (registered by ``nnts.plugin``)."""
 
     def pytest_configure(self, config):
-        """Under xdist's load scheduling, hand tests out one at a time (``--maxschedchunk 1``)
-        unless told otherwise: by default each worker is first sent a contiguous eighth of the
-        run, so the second worker starts deep in the order, and, as a worker runs every test it
-        was sent before it stops, ``-x`` took minutes to end after the first failure."""
+        """Under xdist's load scheduling of a breadth-first run, hand tests out a few at a time
+        (``LookaheadScheduling``) unless ``--maxschedchunk`` says otherwise: by default each
+        worker is first sent a contiguous eighth of the run, so the second worker starts deep in
+        the order, and, as a worker runs every test it was sent before it stops, ``-x`` took
+        minutes to end after the first failure."""
         option = config.option
-        if (getattr(option, "order", None) == "breadth" and getattr(option, "dist", "no") == "load"
-                and hasattr(option, "maxschedchunk") and option.maxschedchunk is None):
-            option.maxschedchunk = 1
+        self.lookahead = (getattr(option, "order", None) == "breadth" and getattr(option, "dist", "no") == "load"
+                          and hasattr(option, "maxschedchunk") and option.maxschedchunk is None)
+        if self.lookahead:
+            option.maxschedchunk = LOOKAHEAD
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config, log):
+        if getattr(self, "lookahead", False):
+            return lookahead_scheduling(config, log)
+        return None
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items):
         if only_suite_tests(items):  # the plugin is in every pytest run: other suites keep their order
             reorder(config, items)
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_finish(self, session):
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_collection(self, session):
         """Collection leaves about a million objects alive for the whole run (the test models of
-        every case): moved out of the garbage collector's sight, they are not scanned again by
-        every full collection (the automatic ones, and each ``gc.collect()`` of a test that
-        checks a released object, which took over a second each)."""
-        gc.freeze()
+        every case, the items). The garbage collector is off while they are made (its passes
+        over the growing heap were a quarter of the collection's time, finding almost nothing),
+        runs once after, and then they are moved out of its sight (``gc.freeze``), so that they
+        are not scanned again by every full collection (the automatic ones, and each
+        ``gc.collect()`` of a test that checks a released object, which took over a second each)."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if enabled:
+                gc.collect()
+                gc.enable()
+            gc.freeze()
+
+
+def lookahead_scheduling(config, log):
+    """xdist's load scheduling, keeping every worker between ``REFILL_BELOW`` and ``LOOKAHEAD``
+    tests ahead. Sent one at a time (``--maxschedchunk 1``), a worker that finished a test
+    waited for the controller to send the next one (xdist runs a test once it knows the one
+    after it), and every test cost the controller a message."""
+    from xdist.scheduler import LoadScheduling
+
+    class LookaheadScheduling(LoadScheduling):
+        def check_schedule(self, node, duration: float = 0) -> None:
+            if node.shutting_down:
+                return
+            if not self.pending:
+                node.shutdown()
+                return
+            held = len(self.node2pending[node])
+            if held < REFILL_BELOW:
+                self._send_tests(node, LOOKAHEAD - held)
+
+    return LookaheadScheduling(config, log)

@@ -22,6 +22,7 @@ collects the same tests in the same order and loads its drivers once.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import tempfile
 from importlib import resources
@@ -99,7 +100,8 @@ def pytest_configure(config):
             load(config.getoption("baseline"))
         except ResultsError as e:  # before the run, not after it
             raise pytest.UsageError(f"--baseline: {e}") from None
-    config.pluginmanager.register(ConformanceResults(), "nnts-results")
+    if not hasattr(config, "workerinput"):  # an xdist worker's reports are gathered by the controller
+        config.pluginmanager.register(ConformanceResults(), "nnts-results")
     if not config.getoption("reproducers"):
         reports = config.getoption("report")
         config.option.reproducers = str(Path(reports[0]).parent / "reproducers") if reports else \
@@ -157,12 +159,19 @@ def _select_shard(config, items) -> None:
         return
     keep, drop = [], []
     for item in items:
-        path = Path(str(item.fspath))
-        name = f"{path.parent.name}/{path.name}::{item.nodeid.split('::', 1)[-1]}"
+        name = f"{_short_path(str(item.fspath))}::{item.nodeid.split('::', 1)[-1]}"
         (keep if shard.selects(part, name) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@functools.lru_cache(maxsize=None)
+def _short_path(path: str, stem: bool = False) -> str:
+    """``cts/test_generated.py`` (``cts/test_generated`` with ``stem``) of a test file's path,
+    clone or installed (once per file: Path of every one of 48,900 items took seconds)."""
+    parts = Path(path)
+    return f"{parts.parent.name}/{parts.stem if stem else parts.name}"
 
 
 def _check_options(config) -> None:
@@ -253,8 +262,8 @@ def _test_properties(item) -> list[tuple]:
         properties.append(("nnts_section", "extension"))
     if getattr(case, "variant", None):
         properties.append(("nnts_variant", case.variant))
-    module = Path(str(item.fspath))  # the part of the suite, also where --pyargs shortens test ids
-    properties.append(("nnts_module", f"{module.parent.name}/{module.stem}"))
+    # the part of the suite, also where --pyargs shortens test ids
+    properties.append(("nnts_module", _short_path(str(item.fspath), stem=True)))
     return properties
 
 
@@ -276,8 +285,8 @@ def _describe_run_once(item, report):
     """The drivers (as loaded in this process) and corpora, sent once per process with a report,
     so that the xdist controller, which loads no driver, can name them in the report."""
     global _run_described
-    if _run_described or "drivers" not in getattr(item, "funcargs", {}):  # a vector-file error item has none
-        return
+    if _run_described or getattr(item, "funcargs", {}).get("drivers") is None:
+        return  # a vector-file error item has none; --setup-plan sets up no fixture
     _run_described = True
     import json
     from nnts.reports.results import corpus_facts, driver_facts
@@ -323,8 +332,8 @@ class ConformanceResults:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     gathered = config.pluginmanager.get_plugin("nnts-results")
-    results = gathered.tests
-    if not results or hasattr(config, "workerinput"):
+    results = gathered.tests if gathered is not None else []
+    if not results:
         return
     unsupported = collections.Counter(t["op"] for t in results if t["status"] == "unsupported" and t["op"])
     if unsupported:

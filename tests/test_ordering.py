@@ -80,6 +80,27 @@ def test_quick_runs_one_single_operation_case_of_every_operation():
     assert sorted(quick_ops) == sorted(set(every_ops))
 
 
+def test_quick_alone_collects_only_the_first_pass_it_would_select():
+    files = ["cts/test_generated.py", "vts/test_generated.py", "vts/test_validate_model.py",
+             "vts/test_validate_request.py", "vts/test_sequences.py"]
+
+    def run(*args):
+        command = [sys.executable, "-m", "pytest", *files, "--collect-only", "-q", "-p", "no:cacheprovider",
+                   "--no-shared-vectors", "--quick", *args]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return [line for line in done.stdout.splitlines() if "::" in line], done.stdout.splitlines()[-1]
+
+    for order in ("breadth", "collection"):
+        pruned, pruned_summary = run("--order", order)
+        # -k that keeps every test: all are collected, and the first pass deselects the others
+        selected, selected_summary = run("--order", order, "-k", "not no_test_has_this_name")
+        assert pruned == selected
+        collected = [int(re.search(r"(\d+) tests collected", s).group(1)) for s in (pruned_summary, selected_summary)]
+        assert len(pruned) == collected[0] < collected[1] / 5, (pruned_summary, selected_summary)  # "N/M tests"
+
+
 def test_xdist_workers_agree_on_the_order_and_x_stops_at_the_first_fault(tmp_path):
     # keeps_first_shape is found by the sequence tests, which collection order runs last.
     command = [sys.executable, "-m", "pytest", "cts/test_generated.py", "vts/test_sequences.py", "-q", "-n", "2",
@@ -97,7 +118,8 @@ def test_xdist_workers_agree_on_the_order_and_x_stops_at_the_first_fault(tmp_pat
 
 
 def test_collected_objects_are_frozen_out_of_the_garbage_collector(tmp_path):
-    (tmp_path / "test_frozen.py").write_text("import gc\n\ndef test_frozen():\n    assert gc.get_freeze_count() > 0\n")
+    (tmp_path / "test_frozen.py").write_text("import gc\n\ndef test_frozen():\n    assert gc.get_freeze_count() > 0\n"
+                                             "    assert gc.isenabled()  # off only while collecting\n")
     done = subprocess.run([sys.executable, "-m", "pytest", str(tmp_path / "test_frozen.py"), "-q", "-p",
                            "no:cacheprovider", "-n", "0"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:]

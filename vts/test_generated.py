@@ -28,6 +28,7 @@ from nnapi_ref import hal
 from nnapi_ref.cases import load_expected_failures
 from nnapi_ref.hal import ErrorStatus, HalError
 from nnapi_ref.harness import check_outputs
+from nnts import ordering
 
 from .support import (EXPECT_FAILURE_LOOP_TIMEOUT_NS, PATHS, SUBSET_ENV, case_marks, clone_model, dynamic_model,
                       first_per_file, has_dynamic_variant, has_unspecified_output, make_io, mark_node, model_cases,
@@ -88,7 +89,7 @@ def pytest_generate_tests(metafunc):
             if reason is not None:
                 marks.append(pytest.mark.xfail(reason=reason or "listed in --expected-failures", strict=False))
             params.append(pytest.param(vc, id=vc.id, marks=marks))
-    metafunc.parametrize("case", params)
+    metafunc.parametrize("case", ordering.first_pass_params(metafunc, params))
 
 
 def _fail(case: VtsCase, message: str):

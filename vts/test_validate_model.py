@@ -22,6 +22,7 @@ import pytest
 from nnapi_ref import hal
 from nnapi_ref.hal import ChannelQuant, ErrorStatus, HalError, Operand, Operation
 from nnapi_ref.types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op, PreferenceCode, PriorityCode
+from nnts import ordering
 
 from .support import MUTATION_SUBSET_ENV, case_marks, clone_model, first_per_file, mark_node, model_cases, \
     subset_size
@@ -533,7 +534,7 @@ def pytest_generate_tests(metafunc):
                 continue  # no mutation of this kind applies to this model
             mc = MutationCase(c, kind)
             params.append(pytest.param(mc, id=mc.id, marks=case_marks(c)))
-    metafunc.parametrize("mutation_case", params)
+    metafunc.parametrize("mutation_case", ordering.first_pass_params(metafunc, params))
 
 
 def check_rejected(driver, model: hal.Model, preference, priority) -> str | None:

@@ -17,6 +17,7 @@ import pytest
 from nnapi_ref import hal
 from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request
 from nnapi_ref.types import SCALAR_TYPES
+from nnts import ordering
 
 from .support import (PATHS, SUBSET_ENV, case_marks, clone_model, first_per_file, has_unspecified_output, make_io, mark_node, model_cases,
                       prepare_or_skip, run_path, subset_size)
@@ -73,7 +74,7 @@ def pytest_generate_tests(metafunc):
     params = []
     for c in first_per_file(cases, subset_size(SUBSET_ENV)):
         params.append(pytest.param(c, id=f"{c.operation}-{c.dtype}-{c.test.name}", marks=case_marks(c)))
-    metafunc.parametrize("request_case", params)
+    metafunc.parametrize("request_case", ordering.first_pass_params(metafunc, params))
 
 
 def _rejection_problem(prepared, request: Request, path: str) -> str | None:
