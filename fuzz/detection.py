@@ -57,13 +57,7 @@ def _tensor(b: Builder, type_: T, real: np.ndarray, quant: tuple = (0.0, 0)) -> 
         value = np.clip(np.round(real / scale) + zero_point, lo, hi).astype(DTYPES[type_])
     else:
         value = np.asarray(real).astype(DTYPES[type_])
-    if b.chance(0.3):
-        k = b.constant(type_, value, scale, zero_point)
-    else:
-        k = b._operand(type_, value.shape, scale, zero_point)
-        b.inputs.append(k)
-    b.values[k] = value
-    return Tensor(k, type_, value, scale, zero_point)
+    return b.holding(type_, value, scale, zero_point)
 
 
 def _grid(type_: T) -> tuple[float, tuple]:

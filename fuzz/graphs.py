@@ -248,7 +248,11 @@ class Builder:
     def fresh(self, type_: T, shape, quant: tuple | None = None, low=-2.0, high=2.0) -> Tensor:
         """A new tensor with random values: a model input, or (promoted) a constant."""
         scale, zero_point = (quant if quant is not None else self.quantization(type_)) if type_ in QUANT8 else (0.0, 0)
-        value = self.random_value(type_, tuple(shape), scale, zero_point, low, high)
+        return self.holding(type_, self.random_value(type_, tuple(shape), scale, zero_point, low, high), scale,
+                            zero_point)
+
+    def holding(self, type_: T, value: np.ndarray, scale=0.0, zero_point=0) -> Tensor:
+        """A new tensor holding ``value``: a model input, or (3 times in 10) a constant."""
         if self.chance(0.3):
             k = self.constant(type_, value, scale, zero_point)
         else:

@@ -157,17 +157,6 @@ LSTM_IO_QUANT = (1.0 / 128, 128)     # QUANTIZED_16BIT_LSTM's input and output: 
 LSTM_CELL_QUANT = (2.0 ** -11, 0)    # and its cell state (4 integer bits)
 
 
-def _data(b: Builder, type_: T, value: np.ndarray, scale: float, zero_point: int) -> int:
-    """A model input, or (sometimes) a constant, holding ``value`` with this quantization."""
-    if b.chance(0.3):
-        k = b.constant(type_, value, scale, zero_point)
-    else:
-        k = b._operand(type_, value.shape, scale, zero_point)
-        b.inputs.append(k)
-    b.values[k] = value
-    return k
-
-
 def _lstm_io(b: Builder, code: Op) -> Tensor:
     """The input [batch, input] of QUANTIZED_16BIT_LSTM, in its fixed quantization."""
     return b.fresh(T.TENSOR_QUANT8_ASYMM, b.start_shape(2), quant=LSTM_IO_QUANT, low=-1.0, high=0.99)
@@ -182,15 +171,15 @@ def quantized_16bit_lstm(b: Builder, x: Tensor, code: Op) -> None:
     n_output = b.dim()
     w_scale = float(np.float32(2.0 ** b.rng.uniform(-9, -5)))
     w_zero = int(b.rng.integers(100, 157))
-    weights = [_data(b, T.TENSOR_QUANT8_ASYMM, b.rng.integers(0, 256, (n_output, size)).astype(np.uint8),
-                     w_scale, w_zero) for size in [n_input] * 4 + [n_output] * 4]
+    weights = [b.holding(T.TENSOR_QUANT8_ASYMM, b.rng.integers(0, 256, (n_output, size)).astype(np.uint8),
+                         w_scale, w_zero) for size in [n_input] * 4 + [n_output] * 4]
     bias_scale = float(np.float32(np.float32(w_scale) / 128.0))
     reach = max(1, int(0.5 / bias_scale))
-    biases = [_data(b, T.TENSOR_INT32, b.rng.integers(-reach, reach + 1, n_output).astype(np.int32), bias_scale, 0)
+    biases = [b.holding(T.TENSOR_INT32, b.rng.integers(-reach, reach + 1, n_output).astype(np.int32), bias_scale, 0)
               for _ in range(4)]
-    cell = _data(b, Q16, b.rng.integers(-(1 << 14), 1 << 14, (batch, n_output)).astype(np.int16), *LSTM_CELL_QUANT)
-    previous = _data(b, T.TENSOR_QUANT8_ASYMM, b.rng.integers(0, 256, (batch, n_output)).astype(np.uint8),
-                     *LSTM_IO_QUANT)
+    cell = b.holding(Q16, b.rng.integers(-(1 << 14), 1 << 14, (batch, n_output)).astype(np.int16), *LSTM_CELL_QUANT)
+    previous = b.holding(T.TENSOR_QUANT8_ASYMM, b.rng.integers(0, 256, (batch, n_output)).astype(np.uint8),
+                         *LSTM_IO_QUANT)
     b.add(code, [x] + weights + biases + [cell, previous],
           [Out(Q16, *LSTM_CELL_QUANT), Out(T.TENSOR_QUANT8_ASYMM, *LSTM_IO_QUANT)])
 
@@ -212,7 +201,7 @@ def quantized_lstm(b: Builder, x: Tensor, code: Op) -> None:
 
     def symmetric(type_, shape, scale, reach):
         dtype = np.int8 if type_ == Q8_SYMM else np.int16 if type_ == Q16 else np.int32
-        return _data(b, type_, b.rng.integers(-reach, reach + 1, shape).astype(dtype), scale, 0)
+        return b.holding(type_, b.rng.integers(-reach, reach + 1, shape).astype(dtype), scale, 0)
 
     def weights(rows, fan_in):
         return symmetric(Q8_SYMM, (rows, fan_in), float(np.float32(1 / (127 * np.sqrt(fan_in)))), 127)
@@ -230,8 +219,8 @@ def quantized_lstm(b: Builder, x: Tensor, code: Op) -> None:
                else b.omitted(T.TENSOR_INT32))
     out_quant = (float(np.float32(2.0 ** b.rng.uniform(-8, -6))), int(b.rng.integers(-20, 21)))
     cell_quant = (2.0 ** -int(b.rng.integers(9, 13)), 0)
-    ins.append(_data(b, T.TENSOR_QUANT8_ASYMM_SIGNED, b.rng.integers(-128, 128, (batch, n_output)).astype(np.int8),
-                     *out_quant))
+    ins.append(b.holding(T.TENSOR_QUANT8_ASYMM_SIGNED, b.rng.integers(-128, 128, (batch, n_output)).astype(np.int8),
+                         *out_quant))
     ins.append(symmetric(Q16, (batch, units), cell_quant[0], 1 << 13))
     ins += [symmetric(Q16, (units,), 2.0 ** -10, 1536) if parts["layer_norm"] and not (g == "i" and cifg)
             else b.omitted(Q16) for g in gates]
