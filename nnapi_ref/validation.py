@@ -54,7 +54,11 @@ def operand_type_problem(code, dimensions, scale: float, zero_point: int, channe
                          channel_quant_pending: bool = False) -> str | None:
     """What breaks the NDK's per-operand-type rules (addOperand, setOperandSymmPerChannelQuantParams),
     or None. ``channel_quant_pending``: a per-channel operand's parameters come later."""
-    if code not in DTYPES:
+    try:
+        known = code in DTYPES
+    except TypeError:  # unhashable (a list, say): no operand type
+        known = False
+    if not known:
         return f"invalid operand type {code}"
     if code in SCALAR_TYPES and len(dimensions):
         return f"scalar type {type_name(code)} must have no dimensions, got {list(dimensions)}"

@@ -107,6 +107,18 @@ def test_signature_match_remembered_alike_for_codes_and_ints():
     assert add.match([[3], 3, 1], [3]) is None  # an unhashable type: no match, no crash
 
 
+@pytest.mark.parametrize("code", [[3], {}, 1.5, "x", 99])
+def test_add_operand_remembers_only_accepted_types_and_rejects_any_other(code):
+    """The remembered accepted types are looked up first: an invalid code, hashable or not, is
+    still BAD_DATA, every time."""
+    model = Model()
+    for _ in range(2):
+        with pytest.raises(NnapiError) as e:
+            model.add_operand(code, (2,))
+        assert e.value.code == ResultCode.BAD_DATA
+    assert model.add_operand(3, (2,)) == model.add_operand(3, (2,)) - 1  # an accepted type, twice
+
+
 def test_combine_dimensions_shortcut_agrees():
     assert combine_dimensions((2, 3), (2, 3)) == (2, 3)
     assert combine_dimensions((2, 0), (2, 3)) == (2, 3)

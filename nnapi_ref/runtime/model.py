@@ -161,7 +161,11 @@ class Model:
             code = operand_type
             dims, scale, zero_point = _converted(dimensions, scale, zero_point, "add_operand")
         key = (code, dims, scale, zero_point)
-        if key not in _ACCEPTED_TYPES:
+        try:
+            accepted = key in _ACCEPTED_TYPES
+        except TypeError:  # an unhashable code (a list, say): no operand type, which the check names
+            accepted = False
+        if not accepted:
             if isinstance(code, (int, np.integer)) and ext.is_extension_type(code):
                 return self._add_extension_operand(int(code), dims, scale, zero_point)
             problem = operand_type_problem(code, dims, scale, zero_point, None, channel_quant_pending=True)
