@@ -33,10 +33,10 @@ import numpy as np
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.types import DTYPES, OperandCode as T, OperationCode as Op
 
+from .boxes import BOX_QUANT  # TENSOR_QUANT16_ASYMM / _SYMM boxes: scale 0.125, zero point 0
 from .families import BOOL, INT32, declare, like, start_type
 from .graphs import F16, I32, QUANT8, Builder, Out, Reject, Tensor
 
-BOX_QUANT = (0.125, 0)  # TENSOR_QUANT16_ASYMM / _SYMM boxes: NNAPI fixes scale 0.125, zero point 0
 Q16A, Q16S = T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM
 SCORE_STEP = 0.05         # float scores' grid
 QUANT_SCORE_SCALE = 2.0 ** -6

@@ -130,12 +130,6 @@ def padded_window_input(x: np.ndarray, top: int, left: int, need_h: int, need_w:
     return xp
 
 
-def tap_slice(xp: np.ndarray, ky: int, kx: int, p_dh: int, p_dw: int, sh: int, sw: int, oh: int, ow: int):
-    """The input seen by kernel tap (ky, kx) at every output position: a strided view."""
-    y0, x0 = ky * p_dh, kx * p_dw
-    return xp[:, y0:y0 + (oh - 1) * sh + 1:sh, x0:x0 + (ow - 1) * sw + 1:sw, :]
-
-
 def im2col(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, oh: int, ow: int) -> np.ndarray:
     """(N, OH, OW, KH, KW, C) windows of a padded NHWC input, as a strided view."""
     s0, s1, s2, s3 = xp.strides
