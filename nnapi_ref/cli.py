@@ -168,7 +168,7 @@ def _run_file(path, start, progress_path, driver, isolate, pattern, mode, dynami
         except NnapiError as e:
             return [{"name": os.path.basename(path), "source": str(path), "status": "error", "message": str(e)}]
         selected = [(index, test) for index, test in enumerate(tests) if index >= start
-                    and not (regex and not regex.search(test.name)) and shard.selects(part, test.name)]
+                    and (not regex or regex.search(test.name)) and shard.selects(part, test.name)]
         progress.plan([(index, test.name) for index, test in selected])
         for index, test in selected:
             progress.start(index, test.name)
