@@ -133,10 +133,21 @@ def _child(argv) -> None:
 
 # -- the parent ------------------------------------------------------------------------------------
 
+class MeasurementFailed(Exception):
+    """A child measurement did not finish: said in one line, not a traceback."""
+
+
 def _run_child(python: str, kind: str, amount: int) -> dict:
-    out = subprocess.run([python, "-I", os.path.abspath(__file__), "--child", kind, str(amount)],
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    done = subprocess.run([python, "-I", os.path.abspath(__file__), "--child", kind, str(amount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0 or not done.stdout.strip():
+        raise MeasurementFailed(f"the {kind} measurement under {python} ended with exit code {done.returncode}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _has_atheris(python: str) -> bool:
+    """Whether ``python`` can import atheris (nnts[fuzz]), which the harness measurements need."""
+    return subprocess.run([python, "-I", "-c", "import atheris"], capture_output=True).returncode == 0
 
 
 def _fuzz(python: str, runs: int) -> dict:
@@ -187,15 +198,24 @@ def main(argv=None) -> int:
     if args.baseline and not os.access(args.baseline, os.X_OK):
         parser.error(f"--baseline {args.baseline}: not an executable Python")
     trees = [("this", sys.executable)] + ([("baseline", args.baseline)] if args.baseline else [])
+    for _, python in trees:
+        if not _has_atheris(python):
+            print(f"bench_overhead: atheris is not installed for {python} (pip install 'nnts[fuzz]'): "
+                  "the fuzz harness measurements need it", file=sys.stderr)
+            return 2
     results: dict[str, list[dict]] = {name: [] for name, _ in trees}
-    for n in range(args.rounds):
-        for name, python in (trees if n % 2 == 0 else trees[::-1]):
-            r = {"runtime": _run_child(python, "runtime", args.batches),
-                 "harness": _run_child(python, "harness", args.inputs)}
-            if args.fuzz_runs:
-                r["fuzz"] = _fuzz(python, args.fuzz_runs)
-            results[name].append(r)
-            print(f"round {n + 1}/{args.rounds}: {name} measured", file=sys.stderr, flush=True)
+    try:
+        for n in range(args.rounds):
+            for name, python in (trees if n % 2 == 0 else trees[::-1]):
+                r = {"runtime": _run_child(python, "runtime", args.batches),
+                     "harness": _run_child(python, "harness", args.inputs)}
+                if args.fuzz_runs:
+                    r["fuzz"] = _fuzz(python, args.fuzz_runs)
+                results[name].append(r)
+                print(f"round {n + 1}/{args.rounds}: {name} measured", file=sys.stderr, flush=True)
+    except (MeasurementFailed, RuntimeError) as e:
+        print(f"bench_overhead: {e}", file=sys.stderr)
+        return 1
     this = _rows(results["this"])
     base = _rows(results["baseline"]) if args.baseline else {}
     print(f"{'medians of ' + str(args.rounds) + ' rounds':44s} {'baseline':>10s} {'this':>10s} {'this/base':>10s}")

@@ -157,6 +157,25 @@ def test_bench_overhead_refuses_bad_options():
     assert done.returncode == 2 and "not an executable Python" in done.stderr
 
 
+def test_bench_overhead_says_in_one_line_what_a_baseline_lacks(tmp_path):
+    """A baseline without atheris, and one whose measurement fails: one line each, no traceback."""
+    without_atheris = tmp_path / "without-atheris"
+    without_atheris.write_text("#!/bin/sh\nexit 1\n")
+    failing = tmp_path / "failing"  # imports atheris, then fails every measurement
+    failing.write_text('#!/bin/sh\n[ "$2" = "-c" ] && exit 0\nexit 3\n')
+    for script in (without_atheris, failing):
+        script.chmod(0o755)
+    done = subprocess.run([sys.executable, "-m", "nnts.mlts.bench_overhead", "--baseline", str(without_atheris)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "atheris is not installed for" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    done = subprocess.run([sys.executable, "-m", "nnts.mlts.bench_overhead", "--baseline", str(failing),
+                           "--rounds", "1", "--batches", "1", "--inputs", "10", "--fuzz-runs", "0"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "measurement under" in done.stderr and "exit code 3" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_bench_overhead_measures_this_checkout():
     done = subprocess.run([sys.executable, "-m", "nnts.mlts.bench_overhead", "--rounds", "1", "--batches", "1",
                            "--inputs", "50", "--fuzz-runs", "0"], capture_output=True, text=True, timeout=300)
