@@ -5,6 +5,7 @@ while the run carries on with a fresh process."""
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -336,3 +337,25 @@ def test_served_driver_holds_blas_to_the_threads_asked(tmp_path, monkeypatch, op
         assert device.get_name() == f"blas-{threads}"
     finally:
         device.close()
+
+
+def test_a_driver_process_stderr_reader_never_reads_a_descriptor_number_reused_after_it():
+    """A transport's stderr is closed when the transport is collected, while its reader may run
+    on; the next driver process's pipes then take the freed numbers. Reading the number, the old
+    reader took the new process's replies (a start hung for 120 s, about one in seven in a loop)."""
+    from nnapi_ref.remote.client import ProcessTransport
+    chatty = "import sys, time\nfor _ in range(60): sys.stderr.write('x\\n'); sys.stderr.flush(); time.sleep(0.05)"
+    transport = ProcessTransport(f"{sys.executable} -c {shlex.quote(chatty)}")
+    number = transport.proc.stderr.fileno()
+    read_end, write_end = os.pipe()
+    try:
+        transport.proc.stderr.close()  # as collecting the transport does
+        os.dup2(read_end, number)  # the next pipe made takes the freed number
+        os.write(write_end, b"a reply for the next connection")
+        time.sleep(0.5)  # the chatty process wrote about ten lines meanwhile
+        os.set_blocking(number, False)
+        assert os.read(number, 100) == b"a reply for the next connection"
+    finally:
+        transport.kill()
+        for fd in (number, read_end, write_end):
+            os.close(fd)

@@ -111,6 +111,10 @@ class ProcessTransport:
         except OSError as e:
             raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"cannot start {command!r}: {e}") from None
         self._out = io.BufferedReader(self.proc.stdout, 1 << 16)
+        # The drain thread reads a descriptor of its own: reading the Popen's by number, it could
+        # outlive that descriptor (closed when the transport is collected) and read whatever pipe
+        # took the number next, such as the next driver process's replies.
+        self._stderr_fd = os.dup(self.proc.stderr.fileno())
         self._stderr = collections.deque(maxlen=STDERR_LINES)
         self._stderr_done = threading.Thread(target=self._drain_stderr, daemon=True, name="nnts-remote-stderr")
         self._stderr_done.start()
@@ -118,7 +122,7 @@ class ProcessTransport:
     def _drain_stderr(self) -> None:
         """Keep the last STDERR_LINES lines, each cut to STDERR_LINE_CHARS, read in large chunks
         (a driver writing one 20 MB line costs a few hundred reads, not twenty million)."""
-        fd = self.proc.stderr.fileno()
+        fd = self._stderr_fd
         partial = b""
         while True:
             try:
@@ -131,6 +135,7 @@ class ProcessTransport:
             for line in lines[-STDERR_LINES:]:
                 self._stderr.append(_clip(line))
             partial = partial[-4 * STDERR_LINE_CHARS:]  # a line's tail is what says why
+        os.close(fd)
         if partial:
             self._stderr.append(_clip(partial))
 
