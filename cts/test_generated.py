@@ -1,14 +1,17 @@
 """CTS generated tests: every test model of the project's corpus (``cts/corpus``) and of
 ``--vectors``, through the runtime API, in each execution mode (sync, async, burst, fenced), and
 again with its output dimensions left unspecified (``dynamic``; not for models with IF, WHILE or
-RANK), with every input and output in device memory (``device_memory``), through the compilation
-cache (``cached``), and, for quant8 models, as their signed-quant8 twin (``signed``).
+RANK), with every input and output in device memory (``device_memory``) and through the
+compilation cache (``cached``): one test per model, running these variants in turn
+(``nnts.variants``). Quant8 models also run as their signed-quant8 twin (``signed``), a test of
+its own (its data type is another).
 
-A failure names the operation, the data type and the worst element, and saves the model as a
-test-vector file with the one command that replays it.
+A failure names the operation, the data type, each failing variant and its worst element, and
+saves the model as a test-vector file with the command that replays each failing variant.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import shlex
@@ -17,21 +20,23 @@ from pathlib import Path
 import pytest
 
 from nnapi_ref import vectors
-from nnapi_ref.cases import Case, collect_cases, load_expected_failures
+from nnapi_ref.cases import Case, collect_cases
 from nnapi_ref.harness import MODES, run_test
-from nnts import ordering
+from nnts import ordering, variants
+
 
 def pytest_generate_tests(metafunc):
     if "case" not in metafunc.fixturenames:
         return
-    expected = load_expected_failures(metafunc.config)
     params = []
     for case in collect_cases(metafunc.config):
+        chosen = variants.selected(metafunc.config, case.variants)
+        if not chosen:
+            continue
+        if chosen != case.variants:
+            case = dataclasses.replace(case, variants=chosen)
         marks = [_mark(f"op_{case.operation}"), _mark(f"dtype_{case.dtype}")
                  if case.dtype != "TENSOR_FLOAT32_RELAXED" else _mark("dtype_TENSOR_FLOAT32")]
-        reason = expected.get(case.id, expected.get(case.test.name))
-        if reason is not None:
-            marks.append(pytest.mark.xfail(reason=reason or "listed in --expected-failures", strict=False))
         params.append(pytest.param(case, id=case.id, marks=marks))
     metafunc.parametrize("case", ordering.first_pass_params(metafunc, params))
 
@@ -57,16 +62,23 @@ def cache_dir(tmp_path_factory):
 
 
 def test_generated(case: Case, devices, request, driver_spec, cache_dir):
-    mode = case.variant if case.variant in MODES else "sync"
-    result = run_test(case.test, devices, mode, dynamic_outputs=case.variant == "dynamic",
-                      device_memory=case.variant == "device_memory",
-                      cache_dir=cache_dir if case.variant == "cached" else None)
-    if result.status == "skip":
-        pytest.skip(f"{result.message} ({case.operation} {case.dtype})")
-    if result.status != "pass":
-        path = save_reproducer(case, request.config.getoption("reproducers"))
-        replay = f"nnts vectors run {shlex.quote(str(path))} --driver {shlex.quote(driver_spec)} --mode {mode}" + {
-            "dynamic": " --dynamic", "device_memory": " --device-memory", "cached": " --cache-dir out/cache"}.get(
-            case.variant, "")
-        pytest.fail(f"{case.operation} {case.dtype} ({case.variant}), test model {case.test.name} from "
-                    f"{case.path}: {result.message}\nreproducer: {path}\nreplay: {replay}", pytrace=False)
+    reproducer = []  # saved once, by the first variant that fails
+
+    def run(variant: str) -> None:
+        mode = variant if variant in MODES else "sync"
+        result = run_test(case.test, devices, mode, dynamic_outputs=variant == "dynamic",
+                          device_memory=variant == "device_memory", cache_dir=cache_dir if variant == "cached" else None)
+        if result.status == "skip":
+            pytest.skip(result.message)
+        if result.status != "pass":
+            if not reproducer:
+                reproducer.append(save_reproducer(case, request.config.getoption("reproducers")))
+            path = reproducer[0]
+            replay = f"nnts vectors run {shlex.quote(str(path))} --driver {shlex.quote(driver_spec)} --mode {mode}" + {
+                "dynamic": " --dynamic", "device_memory": " --device-memory", "cached": " --cache-dir out/cache"}.get(
+                variant, "")
+            pytest.fail(f"{result.message}\nreproducer: {path}\nreplay: {replay}")
+
+    results = [variants.run_variant(variant, lambda: run(variant)) for variant in case.variants]
+    variants.conclude(request.node, f"{case.operation} {case.dtype}, test model {case.test.name} from {case.path}",
+                      results, variants.expectations(request.config, case.id, case.test.name, case.variants))

@@ -1,6 +1,7 @@
 """The test models the generated suites run (CTS, VTS): the project's corpus (``cts/corpus``),
-``--vectors`` and ``../shared/vectors``, each as a case per execution variant, described by the
-operation and data type it is about, and the plugin options that choose them. Shared by
+``--vectors`` and ``../shared/vectors``, each as a case with the variants CTS runs of it (one
+test each: ``nnts.variants``), described by the operation and data type it is about, and the
+plugin options that choose them. Shared by
 ``cts/test_generated.py``, the VTS modules and the pytest plugin (``nnts.plugin``).
 """
 from __future__ import annotations
@@ -19,20 +20,22 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 SHARED = REPOSITORY.parent / "shared" if (REPOSITORY / "pyproject.toml").is_file() else None
 SHARED_VECTORS = SHARED / "vectors" if SHARED else None
 
-VARIANTS = MODES + ("dynamic", "device_memory", "cached", "signed")
+# What CTS runs of a test model (of a model that must fail: MODES), and of its signed twin.
+MODEL_VARIANTS = MODES + ("dynamic", "device_memory", "cached")
+TWIN_VARIANTS = ("signed",)
 
 
 @dataclass
 class Case:
     test: vectors.TestModel
-    variant: str
+    variants: tuple[str, ...]  # those of MODEL_VARIANTS that apply to it, or TWIN_VARIANTS
     operation: str
     dtype: str
     path: Path
 
     @property
     def id(self) -> str:
-        return f"{self.operation}-{self.dtype}-{self.test.name}-{self.variant}"
+        return f"{self.operation}-{self.dtype}-{self.test.name}"
 
 
 def describe(test: vectors.TestModel) -> tuple[str, str]:
@@ -82,7 +85,8 @@ LOAD_ERRORS: dict[str, str] = {}  # test-vector file -> why it could not be read
 
 
 def collect_cases(config) -> list[Case]:
-    """Every case of every test model, once per process (under xdist: the same in every worker)."""
+    """A case of every test model, and of the signed twin of every quant8 one, once per process
+    (under xdist: the same in every worker)."""
     paths = [CORPUS] + vector_paths(config)
     key = tuple(str(p) for p in paths)
     if key not in _cases_cache:
@@ -97,19 +101,19 @@ def collect_cases(config) -> list[Case]:
             for test in tests:
                 if level is not None and (test.min_feature_level or 0) > level:
                     continue
-                described = describe(test)  # the variants but "signed" run the test itself
-                for variant in (MODES if test.expect_failure else VARIANTS):
-                    case_test = applicable(test, variant)
-                    if case_test is not None:
-                        cases.append(Case(case_test, variant, *(described if case_test is test else
-                                                                describe(case_test)), path))
+                variants = tuple(v for v in (MODES if test.expect_failure else MODEL_VARIANTS)
+                                 if applicable(test, v) is not None)
+                cases.append(Case(test, variants, *describe(test), path))
+                twin = None if test.expect_failure else applicable(test, "signed")
+                if twin is not None:
+                    cases.append(Case(twin, TWIN_VARIANTS, *describe(twin), path))
         _cases_cache[key] = cases
     return _cases_cache[key]
 
 
-def sync_cases(config) -> list[Case]:
-    """One case per test model (what VTS runs its own variants of)."""
-    return [c for c in collect_cases(config) if c.variant == "sync"]
+def model_cases(config) -> list[Case]:
+    """The case of each test model, without the signed twins (what VTS runs its own variants of)."""
+    return [c for c in collect_cases(config) if c.variants != TWIN_VARIANTS]
 
 
 def vector_paths(config) -> list[Path]:

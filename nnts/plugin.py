@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from nnts import ordering
+from nnts import ordering, variants
 from nnapi_ref.types import OperandCode, OperationCode
 
 
@@ -69,6 +69,7 @@ def pytest_addoption(parser):
     group.addoption("--nnts-trace", default=None, metavar="PATH",  # pytest's own --trace starts pdb
                     help="write a Chrome trace-event JSON of the run (NNTS_TRACE; xdist workers write PATH.PID.json)")
     ordering.add_options(group)
+    variants.add_options(group)
 
 
 def _expected_failures(value: str) -> str:
@@ -308,7 +309,7 @@ def pytest_handlecrashitem(crashitem, report, sched):
 
 
 class ConformanceResults:
-    """Every test's result (nnts.reports.results.record_of_report), gathered from test reports (on the
+    """Every test's result (nnts.reports.results.records_of_report), gathered from test reports (on the
     xdist controller too, which receives every worker's reports)."""
 
     def __init__(self):
@@ -319,15 +320,13 @@ class ConformanceResults:
 
     def pytest_runtest_logreport(self, report):
         import json
-        from nnts.reports.results import record_of_report, unique_facts
+        from nnts.reports.results import records_of_report, unique_facts
         props = dict(report.user_properties)
         if "nnts_run" in props:
             facts = json.loads(props["nnts_run"])
             for key in ("drivers", "corpora"):
                 self.run_facts[key] = unique_facts(key, self.run_facts[key] + facts[key])
-        record = record_of_report(report, props)
-        if record is not None:
-            self.tests.append(record)
+        self.tests += records_of_report(report, props)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -1,4 +1,5 @@
-"""Conformance results: one record per test, gathered from pytest's reports (by nnts/plugin.py,
+"""Conformance results: one record per test (per variant, for tests that run a test model's
+variants: ``nnts.variants``), gathered from pytest's reports (by nnts/plugin.py,
 on the xdist controller too), summarized, written and read as JSON, compared with an earlier run
 and merged across shards. The HTML page (reports/conformance.py) renders what this module computes.
 
@@ -24,7 +25,9 @@ JSON schema ``nnts-conformance/2`` (``--report out/conformance.json``)::
                  only with --baseline),
      "tests": [TEST]}
 
-    TEST = {"id", "part", "op", "dtype", "variant" (null where not one), "status", "phase"
+    TEST = {"id", "test" (the pytest test id that runs it: the id, or for a variant of a generated
+            test the test's id, which the variant's id extends with "-VARIANT"), "part", "op",
+            "dtype", "variant" (null where not one), "status", "phase"
             ("setup", "call" or "teardown": the report that decided), "duration_s",
             "message" (failures: the trimmed report text; skips: the reason), "reproducer" (the
             saved model, where one was), "replay" (failures: ``nnts vectors run REPRODUCER ...``
@@ -79,7 +82,7 @@ PARTS = tuple(dict.fromkeys(MODULE_PARTS.values())) + (EXTENSION_PART, "other")
 VALUE_PARTS = ("CTS generated", "VTS generated", "random graphs", "random single operations")  # compute values
 VALIDATION_PART = "VTS model and request validation"
 DRIVER_KEYS = ("name", "version", "type", "feature_level", "capabilities")
-TEST_KEYS = ("id", "part", "op", "dtype", "variant", "status", "phase", "duration_s", "message", "reproducer",
+TEST_KEYS = ("id", "test", "part", "op", "dtype", "variant", "status", "phase", "duration_s", "message", "reproducer",
              "replay", "graph")
 MESSAGE_LIMIT = 4000  # characters of a failure's report text kept
 
@@ -112,6 +115,23 @@ def graph_of(message: str) -> str | None:
     return found.group(1).strip() if found else None
 
 
+def records_of_report(report, props: dict) -> list[dict]:
+    """The records of one pytest report: none for a report that decides nothing (a passed setup
+    or teardown, a skipped teardown), one per variant for a test that ran a test model's
+    variants (its ``nnts_variants`` property, unless the driver died in it), else one."""
+    record = record_of_report(report, props)
+    if record is None or "nnts_variants" not in props or report.when != "call" or props.get("nnts_verdict"):
+        return [] if record is None else [record]
+    out = []
+    for variant, status, message, duration in json.loads(props["nnts_variants"]):
+        one = dict(record, id=f"{record['id'][:-1]}-{variant}]" if record["id"].endswith("]") else
+                   f"{record['id']}-{variant}", variant=variant.replace("-", "_"), status=status,
+                   duration_s=duration, message=None, reproducer=None, replay=None, graph=None)
+        _add_message(one, message)
+        out.append(one)
+    return out
+
+
 def record_of_report(report, props: dict) -> dict | None:
     """The record of one pytest report, or None for a report that decides nothing (a passed
     setup or teardown, a skipped teardown)."""
@@ -131,19 +151,35 @@ def record_of_report(report, props: dict) -> dict | None:
     else:
         status = "xpassed" if wasxfail else "passed"
         text = f"listed as an expected failure ({report.wasxfail}) but passed" if wasxfail else ""
-    record = {"id": report.nodeid if when != "teardown" else f"{report.nodeid} (teardown)",
+    record = {"id": report.nodeid if when != "teardown" else f"{report.nodeid} (teardown)", "test": report.nodeid,
               "part": EXTENSION_PART if props.get("nnts_section") == "extension" else
               part_of(report.nodeid, props.get("nnts_module")), "op": props.get("nnts_op"),
               "dtype": props.get("nnts_dtype"),
               "variant": (props.get("nnts_variant") or "").replace("-", "_") or None, "status": status, "phase": when,
               "duration_s": round(getattr(report, "duration", 0.0), 4), "message": None, "reproducer": None,
               "replay": None, "graph": None}
+    _add_message(record, text)
+    return record
+
+
+def _pytest_outcome(statuses: list[str]) -> str:
+    """pytest's outcome of a test from its variants' statuses (``nnts.variants.conclude``)."""
+    if any(PYTEST_STATUS[s] == "failed" for s in statuses):
+        return "failed"
+    if "xfailed" in statuses:
+        return "xfailed"
+    return "skipped" if all(s in ("skipped", "unsupported") for s in statuses) else "passed"
+
+
+def _add_message(record: dict, text: str) -> None:
+    """The record's message (trimmed), and for a failure the reproducer, replay command and
+    picture it names."""
+    status = record["status"]
     if status != "passed":
         record["message"] = trim(text, MESSAGE_LIMIT if status in FAILING else 300) or None
     if status in FAILING and record["message"]:
         record["reproducer"], record["replay"] = reproducer_of(record["message"])
         record["graph"] = graph_of(record["message"])
-    return record
 
 
 # -- the run's facts -----------------------------------------------------------------------------
@@ -282,8 +318,14 @@ def summarize(tests: list[dict]) -> dict:
         if t["status"] == "unsupported":
             unsupported[t["op"] or "(none)"][t["dtype"] or "-"] += 1
     pytest_totals = collections.Counter()
-    for status, n in totals.items():
-        pytest_totals[PYTEST_STATUS[status]] += n
+    variants_of = collections.defaultdict(list)  # a generated test's variants: one pytest test
+    for t in tests:
+        if t.get("test") and t["id"] != t["test"] and not t["id"].endswith(" (teardown)"):
+            variants_of[t["test"]].append(t["status"])
+        else:
+            pytest_totals[PYTEST_STATUS[t["status"]]] += 1
+    for statuses in variants_of.values():
+        pytest_totals[_pytest_outcome(statuses)] += 1
     return {"totals": _counter_dict(totals),
             "pytest": {k: pytest_totals[k] for k in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")},
             "parts": {p: _counter_dict(parts[p]) for p in PARTS if p in parts},

@@ -103,19 +103,21 @@ def vector_dir(tmp_path_factory) -> Path:
     return folder
 
 
-def run_suite(driver: str, selection: str, vector_dir: Path, tmp: Path, paths=("cts/test_generated.py",)):
-    """Run the suite over ``vector_dir`` in a subprocess; return (exit code, output, failed test names)."""
+def run_suite(driver: str, selection: str, vector_dir: Path, tmp: Path, paths=("cts/test_generated.py",),
+              variants=("--variants", "sync")):
+    """Run the suite over ``vector_dir`` in a subprocess (the synchronous variants, unless
+    ``variants`` says otherwise); return (exit code, output, failed test names)."""
     code, output, failed = support.run_suite(driver, paths, selection, "--vectors", str(vector_dir),
-                                             "--reproducers", str(tmp / "reproducers"))
+                                             "--reproducers", str(tmp / "reproducers"), *variants)
     return code, output, [f.split("::", 1)[1] for f in failed]
 
 
-SELECTION = "nntsbroken and sync and not async"
+SELECTION = "nntsbroken"
 
 
 def test_reference_driver_passes_the_selection(vector_dir, tmp_path):
     """The control: everything the broken drivers fail passes with the reference driver."""
-    code, output, failed = run_suite("reference", f"{SELECTION} or (CONV_2D and TENSOR_FLOAT32 and sync) or "
+    code, output, failed = run_suite("reference", f"{SELECTION} or (CONV_2D and TENSOR_FLOAT32) or "
                                                   "(ADD and TENSOR_QUANT8_ASYMM)", vector_dir, tmp_path,
                                      ("cts/test_generated.py", "cts/test_runtime.py"))
     assert code == 0 and not failed, output[-3000:]
@@ -126,12 +128,12 @@ def test_wrong_add_quant8_is_caught(vector_dir, tmp_path):
     code, output, failed = run_suite("nnapi_ref.drivers.broken:wrong_add_quant8",
                                      f"{SELECTION} or (ADD and TENSOR_QUANT8_ASYMM)", vector_dir, tmp_path)
     assert code == 1, output[-3000:]
-    assert "test_generated[ADD-TENSOR_QUANT8_ASYMM-nntsbroken_add_quant8-sync]" in failed
+    assert "test_generated[ADD-TENSOR_QUANT8_ASYMM-nntsbroken_add_quant8]" in failed
     # Only models with an ADD on TENSOR_QUANT8_ASYMM fail (the amplified pool model requantizes with one).
     assert all(f.startswith("test_generated[ADD-TENSOR_QUANT8_ASYMM-") or "nntsbroken_avgpool_quant8_amplified" in f
                for f in failed), failed
     assert not [f for f in failed if "SIGNED" in f or "FLOAT" in f], failed
-    assert "ADD TENSOR_QUANT8_ASYMM (sync), test model nntsbroken_add_quant8" in output
+    assert "ADD TENSOR_QUANT8_ASYMM, test model nntsbroken_add_quant8" in output
     assert "|diff| 2 > tolerance 1" in output  # the worst element, by how much
     assert "replay: nnts vectors run" in output
 
@@ -148,8 +150,8 @@ def test_off_by_one_rounding_is_caught_where_amplified(vector_dir, tmp_path):
                                      f"{SELECTION} or AVERAGE_POOL_2D", vector_dir, tmp_path)
     assert code == 1, output[-3000:]
     # Caught where a later requantization amplifies the error past the tolerance...
-    assert "test_generated[AVERAGE_POOL_2D-TENSOR_QUANT8_ASYMM-nntsbroken_avgpool_quant8_amplified-sync]" in failed
-    assert "AVERAGE_POOL_2D TENSOR_QUANT8_ASYMM (sync), test model nntsbroken_avgpool_quant8_amplified" in output
+    assert "test_generated[AVERAGE_POOL_2D-TENSOR_QUANT8_ASYMM-nntsbroken_avgpool_quant8_amplified]" in failed
+    assert "AVERAGE_POOL_2D TENSOR_QUANT8_ASYMM, test model nntsbroken_avgpool_quant8_amplified" in output
     assert "expected 8, got 4" in output
     # ... but not on its own: one LSB is within the quant8 tolerance (the corpus' pools pass too).
     assert all("nntsbroken_avgpool_quant8_amplified" in f for f in failed), failed  # any variant of it
@@ -160,8 +162,8 @@ def test_float16_arithmetic_is_caught(vector_dir, tmp_path):
                                      f"{SELECTION} or (AVERAGE_POOL_2D and float32 and not relaxed)", vector_dir,
                                      tmp_path)
     assert code == 1, output[-3000:]
-    assert "test_generated[ADD-TENSOR_FLOAT32-nntsbroken_add_float32-sync]" in failed
-    assert "ADD TENSOR_FLOAT32 (sync), test model nntsbroken_add_float32" in output
+    assert "test_generated[ADD-TENSOR_FLOAT32-nntsbroken_add_float32]" in failed
+    assert "ADD TENSOR_FLOAT32, test model nntsbroken_add_float32" in output
     assert "outside tolerance" in output
     assert not [f for f in failed if "RELAXED" in f], "relaxed models may be computed in float16"
     assert not [f for f in failed if "QUANT8" in f]
@@ -169,10 +171,10 @@ def test_float16_arithmetic_is_caught(vector_dir, tmp_path):
 
 def test_wrong_output_shape_is_caught(vector_dir, tmp_path):
     code, output, failed = run_suite("nnapi_ref.drivers.broken:wrong_output_shape",
-                                     f"{SELECTION} or (CONV_2D and TENSOR_FLOAT32 and sync and not async)",
+                                     f"{SELECTION} or (CONV_2D and TENSOR_FLOAT32)",
                                      vector_dir, tmp_path)
     assert code == 1, output[-3000:]
-    assert "test_generated[CONV_2D-TENSOR_FLOAT32-nntsbroken_conv_float32_batch1-sync]" in failed
+    assert "test_generated[CONV_2D-TENSOR_FLOAT32-nntsbroken_conv_float32_batch1]" in failed
     assert "output 0: dimensions [2, 2], expected [1, 2, 2, 1]" in output
     assert all(f.startswith("test_generated[CONV_2D-") for f in failed), failed  # the ADDs pass
 

@@ -98,7 +98,7 @@ def test_quick_alone_collects_only_the_first_pass_it_would_select():
         selected, selected_summary = run("--order", order, "-k", "not no_test_has_this_name")
         assert pruned == selected
         collected = [int(re.search(r"(\d+) tests collected", s).group(1)) for s in (pruned_summary, selected_summary)]
-        assert len(pruned) == collected[0] < collected[1] / 5, (pruned_summary, selected_summary)  # "N/M tests"
+        assert len(pruned) == collected[0] < collected[1] * 0.6, (pruned_summary, selected_summary)  # "N/M tests"
 
 
 def test_xdist_workers_agree_on_the_order_and_x_stops_at_the_first_fault(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 
 from nnapi_ref import hal
 from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request, RequestArgument, SharedMemory
-from nnapi_ref.cases import sync_cases
+from nnapi_ref.cases import model_cases  # noqa: F401 (the VTS modules' test models, from here)
 from nnapi_ref.harness import supports_dynamic_outputs
 from nnapi_ref.types import DTYPES, SCALAR_TYPES, OperationCode, PreferenceCode, PriorityCode
 
@@ -42,11 +42,6 @@ def subset_size(env: str, default: int = 1) -> int | None:
         return max(0, int(value))
     except ValueError:
         raise pytest.UsageError(f"{env}={value!r}: expected a number or 'all'") from None
-
-
-def model_cases(config) -> list:
-    """One CTS case per test model (the same set, order and descriptions as CTS)."""
-    return sync_cases(config)
 
 
 def first_per_file(cases: list, n: int | None) -> list:

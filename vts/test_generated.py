@@ -1,5 +1,6 @@
 """VTS generated tests: every test model of CTS (``cts/corpus`` and ``--vectors``) prepared and
-executed straight through the driver interface, as AOSP's GeneratedTestHarness does.
+executed straight through the driver interface, as AOSP's GeneratedTestHarness does: one test per
+model, running the variants below in turn (``nnts.variants``).
 
 Every model runs the synchronous path (arguments in shared memory pools). The first
 ``NNTS_VTS_SUBSET`` models of each test-vector file (default 1, ``all`` for every one) also run:
@@ -25,10 +26,9 @@ import numpy as np
 import pytest
 
 from nnapi_ref import hal
-from nnapi_ref.cases import load_expected_failures
 from nnapi_ref.hal import ErrorStatus, HalError
 from nnapi_ref.harness import check_outputs
-from nnts import ordering
+from nnts import ordering, variants
 
 from .support import (EXPECT_FAILURE_LOOP_TIMEOUT_NS, PATHS, SUBSET_ENV, case_marks, clone_model, dynamic_model,
                       first_per_file, has_dynamic_variant, has_unspecified_output, make_io, mark_node, model_cases,
@@ -41,7 +41,7 @@ FAILING_VARIANTS = PATHS  # models that must fail: each execution path
 @dataclass
 class VtsCase:
     base: object   # the CTS case (test model, operation, data type, file)
-    variant: str
+    variants: tuple[str, ...]
 
     @property
     def test(self):
@@ -57,7 +57,7 @@ class VtsCase:
 
     @property
     def id(self) -> str:
-        return f"{self.operation}-{self.dtype}-{self.test.name}-{self.variant}"
+        return f"{self.operation}-{self.dtype}-{self.test.name}"
 
 
 def _variants(case, in_subset: bool) -> list[str]:
@@ -77,30 +77,20 @@ def _variants(case, in_subset: bool) -> list[str]:
 def pytest_generate_tests(metafunc):
     if "case" not in metafunc.fixturenames:
         return
-    expected = load_expected_failures(metafunc.config)
     cases = model_cases(metafunc.config)
     subset = {id(c) for c in first_per_file(cases, subset_size(SUBSET_ENV))}
     params = []
     for c in cases:
-        for variant in _variants(c, id(c) in subset):
-            vc = VtsCase(c, variant)
-            marks = case_marks(c)
-            reason = expected.get(vc.id, expected.get(c.test.name))
-            if reason is not None:
-                marks.append(pytest.mark.xfail(reason=reason or "listed in --expected-failures", strict=False))
-            params.append(pytest.param(vc, id=vc.id, marks=marks))
+        chosen = variants.selected(metafunc.config, tuple(_variants(c, id(c) in subset)))
+        if chosen:
+            case = VtsCase(c, chosen)
+            params.append(pytest.param(case, id=case.id, marks=case_marks(c)))
     metafunc.parametrize("case", ordering.first_pass_params(metafunc, params))
 
 
-def _fail(case: VtsCase, message: str):
-    pytest.fail(f"{case.operation} {case.dtype} ({case.variant}), test model {case.test.name} from "
-                f"{case.base.path}: {message}", pytrace=False)
-
-
-def _check_results(case: VtsCase, io, outcome, n_outputs: int, dynamic: bool) -> None:
-    test = case.test
+def _check_results(test, io, outcome, n_outputs: int, dynamic: bool) -> None:
     if outcome.status != ErrorStatus.NONE:
-        _fail(case, f"execution failed: {outcome.status.name} {outcome.message}")
+        pytest.fail(f"execution failed: {outcome.status.name} {outcome.message}")
     problems = []
     shapes = outcome.shapes
     if dynamic and len(shapes) != n_outputs:
@@ -111,27 +101,27 @@ def _check_results(case: VtsCase, io, outcome, n_outputs: int, dynamic: bool) ->
         if not s.is_sufficient:
             problems.append(f"output {i} reported insufficient after a successful execution")
     if problems:
-        _fail(case, "; ".join(problems))
+        pytest.fail("; ".join(problems))
     dims = [tuple(s.dimensions) for s in shapes] if len(shapes) == n_outputs else \
         [tuple(d) for d in test.output_dims]
     problems = check_outputs(test, io.outputs(), dims)
     if problems:
-        _fail(case, "; ".join(problems))
+        pytest.fail("; ".join(problems))
 
 
-def _expect_failure(driver, case: VtsCase) -> None:
+def _expect_failure(driver, test, variant: str) -> None:
     """A model that must fail: a HalError from the support query, prepare, or the execution."""
-    model = clone_model(case.test.model)
+    model = clone_model(test.model)
     try:
         driver.get_supported_operations(model)
         prepared = prepare(driver, model)
     except HalError:
         return
     assert prepared is not None, "prepare_model returned no prepared model and raised nothing"
-    io = make_io(case.test, "pointer" if case.variant == "async" else "pool")
-    outcome = run_path(prepared, io.request, case.variant, loop_timeout_ns=EXPECT_FAILURE_LOOP_TIMEOUT_NS)
+    io = make_io(test, "pointer" if variant == "async" else "pool")
+    outcome = run_path(prepared, io.request, variant, loop_timeout_ns=EXPECT_FAILURE_LOOP_TIMEOUT_NS)
     if outcome.status == ErrorStatus.NONE:
-        _fail(case, "the model must fail, but preparing and executing it succeeded")
+        pytest.fail("the model must fail, but preparing and executing it succeeded")
 
 
 def _device_memory_io(driver, prepared, test):
@@ -183,12 +173,17 @@ def _device_memory_io(driver, prepared, test):
 
 def test_generated(case: VtsCase, driver, request):
     mark_node(request, case)
-    test = case.test
+    results = [variants.run_variant(variant, lambda: _run_variant(driver, case.test, variant))
+               for variant in case.variants]
+    variants.conclude(request.node, f"{case.operation} {case.dtype}, test model {case.test.name} from {case.base.path}",
+                      results, variants.expectations(request.config, case.id, case.test.name, case.variants))
+
+
+def _run_variant(driver, test, variant: str) -> None:
     if test.expect_failure:
-        _expect_failure(driver, case)
+        _expect_failure(driver, test, variant)
         return
     n_outputs = len(test.model.main.output_indexes)
-    variant = case.variant
     dynamic = variant in ("dynamic", "dynamic-fenced", "insufficient")
     model = dynamic_model(test.model) if dynamic else clone_model(test.model)
     prepared = prepare_or_skip(driver, test, model)
@@ -236,5 +231,5 @@ def test_generated(case: VtsCase, driver, request):
         pytest.skip("the driver cannot execute this model with unspecified outputs (GENERAL_FAILURE)")
     problems = timing_problems(outcome, measure) if outcome.status == ErrorStatus.NONE else []
     if problems:
-        _fail(case, "; ".join(problems))
-    _check_results(case, io, outcome, n_outputs, dynamic)
+        pytest.fail("; ".join(problems))
+    _check_results(test, io, outcome, n_outputs, dynamic)
