@@ -62,3 +62,12 @@ def check_partitioning_with_the_reference(adapter: hal.Device) -> None:
         execution.compute()
     shuffled = (av + bv).reshape(1, 2, 2, 2).transpose(0, 1, 3, 2).reshape(1, 2, 4)  # 2 groups of 2 channels
     np.testing.assert_allclose(result, shuffled * bv, rtol=1e-6)
+
+
+def report_outcomes(path: Path) -> dict[str, tuple[str, str]]:
+    """Test id -> (passed | failed | skipped, message) from a ``--report`` JSON file: a generated
+    test's variants each by their own id (``...[MODEL-sync]``), as JUnit XML cannot say them."""
+    import json
+    outcome = {"passed": "passed", "unsupported": "skipped", "skipped": "skipped", "xfailed": "skipped"}
+    return {t["id"]: (outcome.get(t["status"], "failed"), t["message"] or "")
+            for t in json.loads(Path(path).read_text())["tests"]}

@@ -140,7 +140,7 @@ def test_conformance_run_from_the_vendor_folder_matches_the_clone(installed):
     env = dict(_env(), PYTHONPATH=str(vendor))
     status, out = _run([sys.executable, "-m", "pytest", "cts", "vts", *common], cwd=ROOT, env=env)
     assert status == 0, out[-3000:]
-    assert installed_counts == _counts(out) and installed_counts["passed"] > 50
+    assert installed_counts == _counts(out) and installed_counts["passed"] > 30
     assert _vendor_files(vendor) == before, "nnts test left files in the vendor's folder"
 
 

@@ -8,7 +8,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,8 @@ import pytest
 from nnapi_ref import hal
 from nnapi_ref.hal import ErrorStatus, HalError
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op, PreferenceCode, PriorityCode
+
+from . import support
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "python_driver"
@@ -40,24 +41,15 @@ toy_driver = _load_example()
 def _suite(tmp_path: Path, driver: str, *args: str, pythonpath: list[Path] = ()) -> tuple[int, str, dict]:
     """``pytest ARGS`` with the example on PYTHONPATH, as the example's README runs it: the exit
     code, the output, and test id -> (passed | failed | skipped, message)."""
-    junit = tmp_path / "junit.xml"
+    report = tmp_path / "report.json"
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
                PYTHONPATH=os.pathsep.join(str(p) for p in [*pythonpath, EXAMPLE]))
     env.pop("NNTS_DRIVER", None)
     command = [sys.executable, "-m", "pytest", *args, "-q", "-n", "2", "-p", "no:cacheprovider",
                "--no-shared-vectors", "--reproducers", str(tmp_path / "reproducers"), "--driver", driver,
-               "--junitxml", str(junit)]
+               "--report", str(report)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
-    outcomes = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        outcome, message = "passed", ""
-        for child in case:
-            if child.tag in ("failure", "error"):
-                outcome, message = "failed", child.get("message", "")
-            elif child.tag == "skipped":
-                outcome, message = "skipped", child.get("message", "")
-        outcomes[f"{case.get('classname')}::{case.get('name')}"] = (outcome, message)
-    return done.returncode, done.stdout + done.stderr, outcomes
+    return done.returncode, done.stdout + done.stderr, support.report_outcomes(report)
 
 
 def test_cts_and_vts_pass_on_add_float32(tmp_path):
@@ -71,10 +63,10 @@ def test_cts_and_vts_pass_on_add_float32(tmp_path):
     skipped = [n for n, (outcome, why) in supported.items() if outcome == "skipped" and NO_DEVICE_MEMORY not in why]
     assert not skipped, skipped
     passed = [n for n, (outcome, _) in supported.items() if outcome == "passed"]
-    for kind in ("cts.test_generated", "vts.test_generated", "vts.test_validate_model", "vts.test_validate_request"):
-        assert any(n.startswith(kind + "::") for n in passed), f"no {kind} test passed"
+    for kind in ("cts/test_generated", "vts/test_generated", "vts/test_validate_model", "vts/test_validate_request"):
+        assert any(n.startswith(kind + ".py::") for n in passed), f"no {kind} test passed"
     for mode in ("sync", "async", "burst", "fenced", "dynamic", "cached"):
-        assert any(n.endswith(f"-{mode}]") and n.startswith("cts.") for n in passed), f"no CTS {mode} test passed"
+        assert any(n.endswith(f"-{mode}]") and n.startswith("cts/") for n in passed), f"no CTS {mode} test passed"
     assert any("RELAXED" in n for n in passed), "no relaxed float32 ADD passed"
     assert len([n for n in passed if "test_validate_model" in n]) >= 30, passed
     # The models that must fail (a bad fused activation, shapes that do not broadcast) failed.
@@ -91,9 +83,9 @@ def test_device_level_vts_passes(tmp_path):
     assert code == 0, output[-4000:]
     assert not [n for n, (outcome, _) in outcomes.items() if outcome == "failed"]
     passed = {n for n, (outcome, _) in outcomes.items() if outcome == "passed"}
-    assert {"vts.test_basic::test_capabilities", "vts.test_basic::test_feature_level"} <= passed, passed
-    assert any(n.startswith("vts.test_qos::test_prepare_with_deadline") for n in passed), passed
-    assert any(n.startswith("vts.test_qos::test_execute_with_deadline") for n in passed), passed
+    assert {"vts/test_basic.py::test_capabilities", "vts/test_basic.py::test_feature_level"} <= passed, passed
+    assert any(n.startswith("vts/test_qos.py::test_prepare_with_deadline") for n in passed), passed
+    assert any(n.startswith("vts/test_qos.py::test_execute_with_deadline") for n in passed), passed
 
 
 def test_other_operations_are_skipped_as_unsupported(tmp_path):

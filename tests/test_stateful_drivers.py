@@ -29,7 +29,7 @@ def run_with_sample(driver: str, tmp_path) -> tuple[str, list[str]]:
                                              SAMPLE_SELECTION, "--reproducers", str(tmp_path))
     assert code == 1 and failed, output[-3000:]
     assert [f for f in failed if f.split("::")[0] not in SEQUENCES] == [], "caught before the sequences"
-    assert int(re.search(r"(\d+) passed", output).group(1)) > 800, output[-3000:]  # the sample ran and passed
+    assert int(re.search(r"(\d+) passed", output).group(1)) > 300, output[-3000:]  # the sample ran and passed
     return output, failed
 
 
