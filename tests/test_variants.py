@@ -150,14 +150,16 @@ def test_a_variant_listed_by_its_id_is_an_expected_failure_and_the_others_still_
     code, output, records = pytest_run(tmp_path, "--driver", BROKEN_ADD_QUANT8, "--expected-failures", str(listed),
                                        "-k", f"{MODEL} and not twin", "--variants", "sync,async")
     assert code == 0 and re.search(r"\b2 xfailed", output), output[-3000:]  # CTS and VTS
-    assert {r["status"] for r in records.values()} == {"xfailed"} and len(records) == 4
+    # CTS's two variants and VTS's one (this model is not the first of its file: VTS runs it synchronously)
+    assert {r["status"] for r in records.values()} == {"xfailed"} and len(records) == 3
 
 
 def test_variants_runs_only_the_chosen_variants(tmp_path):
     code, output, records = pytest_run(tmp_path, "-k", MODEL, "--variants", "burst,device-memory")
     assert code == 0, output[-3000:]
-    print(sorted(records))
-    assert 0
+    # VTS runs this model synchronously only: it has no test left; the signed twin has none either
+    assert sorted(records) == [f"cts/test_generated.py::test_generated[{TEST_ID}-{v}]" for v in ("burst", "device_memory")]
+    assert re.search(r"\b1 passed", output), output[-2000:]
 
 
 def test_an_unknown_variant_is_one_usage_line(tmp_path):
