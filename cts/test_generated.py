@@ -43,7 +43,7 @@ def pytest_generate_tests(metafunc):
 
 @functools.lru_cache(maxsize=None)
 def _mark(name: str):
-    """``pytest.mark.<name>``, made once (each lookup checks the registered markers; 35k cases)."""
+    """``pytest.mark.<name>``, made once (each lookup checks the registered markers; 5,000 models)."""
     return getattr(pytest.mark, name)
 
 

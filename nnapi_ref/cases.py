@@ -1,8 +1,8 @@
 """The test models the generated suites run (CTS, VTS): the project's corpus (``cts/corpus``),
-``--vectors`` and ``../shared/vectors``, each as a case with the variants CTS runs of it (one
-test each: ``nnts.variants``), described by the operation and data type it is about, and the
-plugin options that choose them. Shared by
-``cts/test_generated.py``, the VTS modules and the pytest plugin (``nnts.plugin``).
+``--vectors`` and ``../shared/vectors``, each as a case (one test, running the variants CTS runs
+of it: ``nnts.variants``) described by the operation and data type it is about, and the plugin
+options that choose them. Shared by ``cts/test_generated.py``, the VTS modules and the pytest
+plugin (``nnts.plugin``).
 """
 from __future__ import annotations
 

@@ -8,16 +8,18 @@ comma-separated for several; ``--isolate`` serves in-process drivers from a proc
 driver issues: xfail, warned about when they pass), ``--report PATH`` (conformance report: HTML, or
 JSON for a .json path; repeatable; ``--baseline EARLIER.json`` compares with an earlier run),
 ``--reproducers DIR`` (where failing models are saved), ``--shard K/N`` (a deterministic part of
-the run, see ``nnapi_ref.shard``), ``--call-timeout S`` (a remote driver's budget per call). A bad
-``--driver``, ``--shard`` or ``--baseline`` stops the session before collection, in one line.
+the run, see ``nnapi_ref.shard``), ``--call-timeout S`` (a remote driver's budget per call),
+``--variants LIST`` (the generated tests' variants to run). A bad ``--driver``, ``--shard`` or
+``--baseline`` stops the session before collection, in one line.
 
 A test during which an out-of-process driver crashed or hung fails with CRASH or HANG and the
 driver's exit status or the call that did not return, whatever the test itself concluded (the
 runtime may have fallen back to the CPU); the next test gets a fresh driver process.
 
-Generated tests carry the markers ``op_<OPERATION>`` and ``dtype_<OPERAND TYPE>``, so
-``-m op_CONV_2D`` or ``-k "CONV_2D and QUANT8"`` select them. Under pytest-xdist every worker
-collects the same tests in the same order and loads its drivers once.
+A generated test runs one test model's variants in turn (``nnts.variants``). Generated tests carry
+the markers ``op_<OPERATION>`` and ``dtype_<OPERAND TYPE>``, so ``-m op_CONV_2D`` or
+``-k "CONV_2D and QUANT8"`` select them. Under pytest-xdist every worker collects the same tests in
+the same order and loads its drivers once.
 """
 from __future__ import annotations
 
@@ -44,8 +46,8 @@ def pytest_addoption(parser):
     group.addoption("--no-shared-vectors", action="store_true", help="do not add ../shared/vectors")
     group.addoption("--feature-level", type=int, default=None, help="test only what this feature level requires")
     group.addoption("--expected-failures", default=None, type=_expected_failures,
-                    help="file of test ids expected to fail (xfail), or a published list: onnxruntime, tflite, "
-                         "tflite-ref")
+                    help="file of test ids, variant ids (TEST-ID-VARIANT) or model names expected to fail, or a "
+                         "published list: onnxruntime, tflite, tflite-ref")
     group.addoption("--report", action="append", default=[],
                     help="write the conformance report to this path: HTML, or JSON for a .json path (repeatable)")
     group.addoption("--baseline", default=None,
@@ -170,7 +172,7 @@ def _select_shard(config, items) -> None:
 @functools.lru_cache(maxsize=None)
 def _short_path(path: str, stem: bool = False) -> str:
     """``cts/test_generated.py`` (``cts/test_generated`` with ``stem``) of a test file's path,
-    clone or installed (once per file: Path of every one of 48,900 items took seconds)."""
+    clone or installed (once per file: Path of every one of 17,900 items took a second)."""
     parts = Path(path)
     return f"{parts.parent.name}/{parts.stem if stem else parts.name}"
 

@@ -19,7 +19,8 @@ Runs the conformance suites against a driver through pytest (both when none is n
 Common options: --driver (reference, onnxruntime, tflite, tflite-ref, module.path:factory,
 remote:COMMAND, socket:PATH), -n N (parallel workers), -k EXPR, -m MARKER, -x,
 --report out/conformance.html --report out/conformance.json, --expected-failures FILE,
---junitxml FILE, --random-graphs N, --vectors PATH, --feature-level N, --isolate.
+--junitxml FILE, --random-graphs N, --vectors PATH, --feature-level N, --isolate,
+--variants sync,async (the generated tests' variants to run).
 `pytest --help` lists them all (the nnts group)."""
 
 

@@ -126,4 +126,3 @@ def conclude(node, heading: str, results: list[VariantResult], expected: dict[st
 def _count(some: list, results: list) -> str:
     names = ", ".join(r.variant for r in some)
     return f"{names} ({len(some)} of {len(results)} variants)" if len(results) > 1 else names
-

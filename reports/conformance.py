@@ -107,7 +107,7 @@ def write_reports(config, gathered) -> list[str]:
             lines.append(f"nnts: baseline not compared: {e}")
     for t in gathered.tests:
         if t["status"] in FAILING and not t["replay"]:
-            t["replay"] = results.pytest_replay(config, t["test"] or t["id"])
+            t["replay"] = results.pytest_replay(config, t["test"] or t["id"], t["variant"] if results.is_variant(t) else None)
     data = results.to_json(meta, gathered.tests, comparison)
     for path in config.getoption("report"):
         text = results.dumps(data) if path.endswith(".json") else render(data)

@@ -162,6 +162,11 @@ def record_of_report(report, props: dict) -> dict | None:
     return record
 
 
+def is_variant(record: dict) -> bool:
+    """Whether a record is one variant of a generated test (``records_of_report``)."""
+    return bool(record.get("test")) and record["id"] != record["test"] and not record["id"].endswith(" (teardown)")
+
+
 def _pytest_outcome(statuses: list[str]) -> str:
     """pytest's outcome of a test from its variants' statuses (``nnts.variants.conclude``)."""
     if any(PYTEST_STATUS[s] == "failed" for s in statuses):
@@ -259,11 +264,13 @@ def git_commit() -> str | None:
     return (done.stdout.strip() + ("+changes" if dirty else "")) if done.returncode == 0 else None
 
 
-def pytest_replay(config, nodeid: str) -> str:
-    """The pytest command that runs one test again with this run's driver and corpus options
-    (for failures that saved no reproducer: VTS, API tests, crashes and hangs)."""
+def pytest_replay(config, nodeid: str, variant: str | None = None) -> str:
+    """The pytest command that runs one test (one ``variant`` of a generated test) again with
+    this run's driver and corpus options (for failures that saved no reproducer: VTS, API tests,
+    crashes and hangs)."""
     import shlex
     args = ["pytest", nodeid.removesuffix(" (teardown)"), "--driver", config.getoption("driver")]
+    args += ["--variants", variant] if variant else []
     args += [a for v in config.getoption("vectors") for a in ("--vectors", v)]
     args += ["--no-shared-vectors"] if config.getoption("no_shared_vectors") else []
     args += ["--isolate"] if config.getoption("isolate") else []
@@ -320,7 +327,7 @@ def summarize(tests: list[dict]) -> dict:
     pytest_totals = collections.Counter()
     variants_of = collections.defaultdict(list)  # a generated test's variants: one pytest test
     for t in tests:
-        if t.get("test") and t["id"] != t["test"] and not t["id"].endswith(" (teardown)"):
+        if is_variant(t):
             variants_of[t["test"]].append(t["status"])
         else:
             pytest_totals[PYTEST_STATUS[t["status"]]] += 1

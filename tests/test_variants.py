@@ -12,7 +12,7 @@ import pytest
 
 from nnapi_ref.cases import MODEL_VARIANTS, TWIN_VARIANTS
 from nnts import variants
-from nnts.reports.results import records_of_report, summarize
+from nnts.reports.results import pytest_replay, records_of_report, summarize
 from nnts.variants import VariantResult, conclude, run_variant
 from nnts.vts.test_generated import FAILING_VARIANTS, SUBSET_VARIANTS
 
@@ -166,3 +166,11 @@ def test_an_unknown_variant_is_one_usage_line(tmp_path):
     code, output, _ = pytest_run(tmp_path, "--variants", "sync,asynchronous")
     assert code == 4 and "asynchronous: not a variant; the variants are sync, async" in output, output[-2000:]
     assert "Traceback" not in output
+
+
+def test_a_failing_variant_replays_alone():
+    options = {"driver": "reference", "vectors": [], "no_shared_vectors": True, "isolate": False, "feature_level": None}
+    config = SimpleNamespace(getoption=options.get)
+    test = f"vts/test_generated.py::test_generated[{TEST_ID}]"
+    assert pytest_replay(config, test, "device_memory") == \
+        f"pytest '{test}' --driver reference --variants device_memory --no-shared-vectors"
