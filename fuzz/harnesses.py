@@ -157,11 +157,21 @@ def load_seeds(paths, max_elements: int) -> list[vectors.TestModel]:
 
 class Builder:
     """Replays a HAL model through the runtime's builder calls, letting the provider change or add
-    calls. Every builder call's NnapiError is expected; the model may end up invalid."""
+    calls. Every builder call's NnapiError is expected; the model may end up invalid.
 
-    def __init__(self, fdp, max_dim: int):
+    With ``stop_at_rejected_operand``, the replay of a subgraph ends at its first operand the
+    runtime rejects (that subgraph is then left unfinished). The runtime keeps no state of a
+    rejected call, so every later operand of the seed would take the index of the one after it:
+    each value set on a later operand names an index past the last (always refused, by the same
+    check any out-of-range index reaches), and the operations and inputs and outputs name
+    shifted operands, as index mutations do. What the rest would run is reached by other inputs;
+    a model harness spends its time on those instead. A driver harness keeps the whole replay:
+    its driver is handed the malformed model as built."""
+
+    def __init__(self, fdp, max_dim: int, stop_at_rejected_operand: bool = False):
         self.fdp = fdp
         self.max_dim = max_dim
+        self.stop_at_rejected_operand = stop_at_rejected_operand
 
     def mutate(self) -> int:
         """0 (keep the call as it is, and what an exhausted provider answers) or a mutation."""
@@ -234,37 +244,52 @@ class Builder:
             indexes[fdp.ConsumeIntInRange(0, len(indexes) - 1)] = fdp.ConsumeIntInRange(0, operand_count)
         return indexes
 
-    def subgraph(self, model: Model, sg: hal.Subgraph, referenced: list[Model | None]) -> None:
-        """Builder calls for ``sg``'s operands, operations and inputs and outputs."""
-        call, mutate = self.call, self.mutate
+    def subgraph(self, model: Model, sg: hal.Subgraph, referenced: list[Model | None]) -> bool:
+        """Builder calls for ``sg``'s operands, operations and inputs and outputs; False when the
+        replay stopped at a rejected operand (``stop_at_rejected_operand``)."""
+        mutate, fdp = self.mutate, self.fdp
         add_operand, set_operand_value = model.add_operand, model.set_operand_value
+        stop = self.stop_at_rejected_operand
         for k, o in enumerate(sg.operands):
             code, dims, scale, zero_point = o.type, o.dimensions, o.scale, o.zero_point
             if mutate():  # one decision per operand keeps an unchanged replay cheap
                 code, dims = self.operand_type(code), self.dims(dims)
                 scale, zero_point = self.scale(scale), self.int_value(zero_point)
-            call(add_operand, code, dims, scale, zero_point)
+            try:
+                add_operand(code, dims, scale, zero_point)
+            except NnapiError:
+                if stop:
+                    return False
             if o.channel_quant is not None:
                 scales = [self.scale(s) for s in o.channel_quant.scales]
-                call(model.set_operand_symm_per_channel_quant_params, k, scales,
-                     self.int_value(o.channel_quant.channel_dim))
+                self.call(model.set_operand_symm_per_channel_quant_params, k, scales,
+                          self.int_value(o.channel_quant.channel_dim))
             lifetime = o.lifetime
             if lifetime == _SUBGRAPH_LIFETIME and isinstance(o.value, int) and o.value < len(referenced):
-                call(model.set_operand_value_from_model, k, referenced[o.value])
+                self.call(model.set_operand_value_from_model, k, referenced[o.value])
             elif lifetime in _VALUE_LIFETIMES:
-                call(set_operand_value, k, self.value(code, dims, o.value))
+                value = self.value(code, dims, o.value)
+                try:
+                    set_operand_value(k, value)
+                except NnapiError:
+                    pass
+        add_operation = model.add_operation
         for op in sg.operations:
             code, inputs, outputs = op.type, op.inputs, op.outputs
             if mutate():
                 n = model.operand_count
-                code = code if mutate() == 0 else self.fdp.ConsumeIntInRange(-1, 110)
+                code = code if mutate() == 0 else fdp.ConsumeIntInRange(-1, 110)
                 inputs, outputs = self.indexes(inputs, n), self.indexes(outputs, n)
-            call(model.add_operation, code, inputs, outputs)
-        for _ in range(self.fdp.ConsumeIntInRange(0, 3)):
+            try:
+                add_operation(code, inputs, outputs)
+            except NnapiError:
+                pass
+        for _ in range(fdp.ConsumeIntInRange(0, 3)):
             self.random_call(model)
         n = model.operand_count
         self.call(model.identify_inputs_and_outputs, self.indexes(sg.input_indexes, n),
                   self.indexes(sg.output_indexes, n))
+        return True
 
     def random_call(self, model: Model) -> None:
         """One more builder call: an operation of the registry with fresh operands of one of its
@@ -306,10 +331,11 @@ class Builder:
                 if referenced[i] is None and all(isinstance(v, int) and v < len(referenced) and
                                                  referenced[v] is not None for v in inner):
                     referenced[i] = Model()
-                    self.subgraph(referenced[i], sg, referenced)
-                    self.call(referenced[i].finish)
+                    if self.subgraph(referenced[i], sg, referenced):
+                        self.call(referenced[i].finish)
         model = Model()
-        self.subgraph(model, seed.main, referenced)
+        if not self.subgraph(model, seed.main, referenced):
+            return model
         relax = seed.relax_computation_float32_to_float16
         self.call(model.relax_computation_float32_to_float16, relax if self.mutate() == 0 else not relax)
         self.call(model.finish)
@@ -390,7 +416,7 @@ class ModelHarness(Harness):
         if not self.seeds:
             return
         index, fdp = split(data, len(self.seeds))
-        Builder(fdp, max_dim=2**31).build(self.seeds[index].model)
+        Builder(fdp, max_dim=2**31, stop_at_rejected_operand=True).build(self.seeds[index].model)
 
 
 class ExecuteHarness(Harness):
