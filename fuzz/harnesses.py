@@ -159,14 +159,15 @@ class Builder:
     """Replays a HAL model through the runtime's builder calls, letting the provider change or add
     calls. Every builder call's NnapiError is expected; the model may end up invalid.
 
-    With ``stop_at_rejected_operand``, the replay of a subgraph ends at its first operand the
-    runtime rejects (that subgraph is then left unfinished). The runtime keeps no state of a
-    rejected call, so every later operand of the seed would take the index of the one after it:
-    each value set on a later operand names an index past the last (always refused, by the same
-    check any out-of-range index reaches), and the operations and inputs and outputs name
-    shifted operands, as index mutations do. What the rest would run is reached by other inputs;
-    a model harness spends its time on those instead. A driver harness keeps the whole replay:
-    its driver is handed the malformed model as built."""
+    With ``stop_at_rejected_operand``, the replay of a subgraph's seed operands and operations
+    ends at the first operand the runtime refuses (the refused operand's own value call, and the
+    fuzzer's added calls, inputs and outputs and ``finish()`` still run). The runtime keeps
+    nothing of a refused call, so each later operand of the seed would take the index of the
+    one after it: every value set on a later operand names an index past the last (always
+    refused, by the check the refused operand's own value call reaches), and the operations
+    name shifted operands, as index mutations do (and operations in another order: see
+    ``operations``). A model harness spends that time on other inputs. A driver harness keeps
+    the whole replay: its driver is handed the malformed model as built."""
 
     def __init__(self, fdp, max_dim: int, stop_at_rejected_operand: bool = False):
         self.fdp = fdp
@@ -244,12 +245,22 @@ class Builder:
             indexes[fdp.ConsumeIntInRange(0, len(indexes) - 1)] = fdp.ConsumeIntInRange(0, operand_count)
         return indexes
 
-    def subgraph(self, model: Model, sg: hal.Subgraph, referenced: list[Model | None]) -> bool:
-        """Builder calls for ``sg``'s operands, operations and inputs and outputs; False when the
-        replay stopped at a rejected operand (``stop_at_rejected_operand``)."""
-        mutate, fdp = self.mutate, self.fdp
+    def subgraph(self, model: Model, sg: hal.Subgraph, referenced: list[Model | None]) -> None:
+        """Builder calls for ``sg``'s operands and operations (with ``stop_at_rejected_operand``,
+        none after the first operand the runtime refuses), calls of the fuzzer's own, then the
+        inputs and outputs."""
+        if self.operands(model, sg, referenced):
+            self.operations(model, sg)
+        for _ in range(self.fdp.ConsumeIntInRange(0, 3)):
+            self.random_call(model)
+        n = model.operand_count
+        self.call(model.identify_inputs_and_outputs, self.indexes(sg.input_indexes, n),
+                  self.indexes(sg.output_indexes, n))
+
+    def operands(self, model: Model, sg: hal.Subgraph, referenced: list[Model | None]) -> bool:
+        """The seed's operands and their values; False when the replay stopped at a refused one."""
+        mutate = self.mutate
         add_operand, set_operand_value = model.add_operand, model.set_operand_value
-        stop = self.stop_at_rejected_operand
         for k, o in enumerate(sg.operands):
             code, dims, scale, zero_point = o.type, o.dimensions, o.scale, o.zero_point
             if mutate():  # one decision per operand keeps an unchanged replay cheap
@@ -258,7 +269,8 @@ class Builder:
             try:
                 add_operand(code, dims, scale, zero_point)
             except NnapiError:
-                if stop:
+                if self.stop_at_rejected_operand:
+                    self.refused_value_call(model, k, o, referenced)
                     return False
             if o.channel_quant is not None:
                 scales = [self.scale(s) for s in o.channel_quant.scales]
@@ -273,8 +285,17 @@ class Builder:
                     set_operand_value(k, value)
                 except NnapiError:
                     pass
-        add_operation = model.add_operation
-        for op in sg.operations:
+        return True
+
+    def operations(self, model: Model, sg: hal.Subgraph) -> None:
+        """The seed's operations, maybe in another order (a valid model whose operations the
+        runtime must sort), each kept or changed."""
+        mutate, fdp = self.mutate, self.fdp
+        add_operation, operations = model.add_operation, sg.operations
+        if len(operations) > 1:
+            first = fdp.ConsumeIntInRange(0, len(operations) - 1)
+            operations = operations[first:] + operations[:first]
+        for op in operations:
             code, inputs, outputs = op.type, op.inputs, op.outputs
             if mutate():
                 n = model.operand_count
@@ -284,12 +305,14 @@ class Builder:
                 add_operation(code, inputs, outputs)
             except NnapiError:
                 pass
-        for _ in range(fdp.ConsumeIntInRange(0, 3)):
-            self.random_call(model)
-        n = model.operand_count
-        self.call(model.identify_inputs_and_outputs, self.indexes(sg.input_indexes, n),
-                  self.indexes(sg.output_indexes, n))
-        return True
+
+    def refused_value_call(self, model: Model, k: int, o: hal.Operand, referenced: list[Model | None]) -> None:
+        """The value call of operand ``k`` after the runtime refused the operand: its index is one
+        past the last, which each value call must refuse."""
+        if o.lifetime == _SUBGRAPH_LIFETIME and isinstance(o.value, int) and o.value < len(referenced):
+            self.call(model.set_operand_value_from_model, k, referenced[o.value])
+        elif o.lifetime in _VALUE_LIFETIMES:
+            self.call(model.set_operand_value, k, o.value)
 
     def random_call(self, model: Model) -> None:
         """One more builder call: an operation of the registry with fresh operands of one of its
@@ -331,11 +354,10 @@ class Builder:
                 if referenced[i] is None and all(isinstance(v, int) and v < len(referenced) and
                                                  referenced[v] is not None for v in inner):
                     referenced[i] = Model()
-                    if self.subgraph(referenced[i], sg, referenced):
-                        self.call(referenced[i].finish)
+                    self.subgraph(referenced[i], sg, referenced)
+                    self.call(referenced[i].finish)
         model = Model()
-        if not self.subgraph(model, seed.main, referenced):
-            return model
+        self.subgraph(model, seed.main, referenced)
         relax = seed.relax_computation_float32_to_float16
         self.call(model.relax_computation_float32_to_float16, relax if self.mutate() == 0 else not relax)
         self.call(model.finish)
