@@ -118,7 +118,9 @@ def _harness_inputs(seeds: list[bytes], count: int) -> list[bytes]:
 def _harness(count: int) -> dict:
     import atheris
     from nnts.fuzz import engine
-    excluded = getattr(engine, "NOT_RUN_BY", {}).get("model", [])  # as this checkout's nnts fuzz runs it
+    # As this checkout's nnts fuzz instruments it (older checkouts: a list, or all of nnapi_ref)
+    excluded = engine.not_instrumented("model") if hasattr(engine, "not_instrumented") else \
+        getattr(engine, "NOT_RUN_BY", {}).get("model", [])
     with atheris.instrument_imports(include=["nnapi_ref"], exclude=excluded):
         harness = engine.load("model", "reference", None)
     inputs = _harness_inputs(harness.seed_inputs(), count)
