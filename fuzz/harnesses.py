@@ -359,6 +359,9 @@ class Builder:
                     self.subgraph(referenced[i], sg, referenced)
                     self.call(referenced[i].finish)
         model = Model()
+        if self.stop_at_rejected_operand and self.fdp.remaining_bytes() == 0 and \
+                _names_unfinished(seed.main, referenced):
+            return model  # see _names_unfinished
         self.subgraph(model, seed.main, referenced)
         relax = seed.relax_computation_float32_to_float16
         model.relax_computation_float32_to_float16(relax if self.mutate() == 0 else not relax)  # refuses nothing
@@ -367,6 +370,17 @@ class Builder:
         except NnapiError:
             pass
         return model
+
+
+def _names_unfinished(sg: hal.Subgraph, referenced: list[Model | None]) -> bool:
+    """Whether a SUBGRAPH operand of ``sg`` names a referenced model left unfinished.
+
+    With the provider exhausted, the main model would be replayed unchanged: its value call
+    naming that model is refused, so a SUBGRAPH operand keeps no model and finish() refuses it,
+    the same calls for every such input of the seed (inputs with bytes left for the main model
+    still make them). A model harness skips that replay (``stop_at_rejected_operand``)."""
+    return any(o.lifetime == _SUBGRAPH_LIFETIME and isinstance(o.value, int) and o.value < len(referenced)
+               and referenced[o.value] is not None and not referenced[o.value].finished for o in sg.operands)
 
 
 @functools.cache
