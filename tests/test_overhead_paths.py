@@ -198,3 +198,25 @@ def test_recorded_input_reads_back_while_it_runs(tmp_path):
         recorded(data)
     assert seen == [b"a much longer input", b"short", b""]
     assert engine.died_in(path) is None
+
+
+def test_add_operand_takes_c_types_as_they_are_and_converts_the_rest_alike():
+    """A tuple of ints, a float scale and an int zero point (the fuzz harness's and most callers'
+    arguments) skip the conversions; other spellings of the same type give the same operand, and
+    what the conversions refuse is still refused."""
+    model = Model()
+    plain = model.add_operand(T.TENSOR_QUANT8_ASYMM, (2, 3), 0.5, 1)
+    spelled = model.add_operand(T.TENSOR_QUANT8_ASYMM, [np.int64(2), 3.0], 0.5, np.int32(1))
+    typed = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, (2, 3), 0.5, 1), (9,), 7.0, 5)  # arguments ignored
+    operands = model._to_hal().main.operands
+    for k in (spelled, typed):
+        assert (operands[k].dimensions, operands[k].scale, operands[k].zero_point) == ((2, 3), 0.5, 1)
+        assert type(operands[k].scale) is float and all(type(d) is int for d in operands[k].dimensions)
+    assert operands[plain].type is T.TENSOR_QUANT8_ASYMM
+    with pytest.raises(NnapiError) as e:
+        model.add_operand(None, (2,), 0.0, 0)
+    assert e.value.code == ResultCode.UNEXPECTED_NULL
+    for dims, zero_point in (((True,), 0), ((2,), True)):  # a bool is no uint32_t / int32_t
+        with pytest.raises(NnapiError) as e:
+            model.add_operand(T.TENSOR_FLOAT32, dims, 0.0, zero_point)
+        assert e.value.code == ResultCode.BAD_DATA
