@@ -220,3 +220,20 @@ def test_add_operand_takes_c_types_as_they_are_and_converts_the_rest_alike():
         with pytest.raises(NnapiError) as e:
             model.add_operand(T.TENSOR_FLOAT32, dims, 0.0, zero_point)
         assert e.value.code == ResultCode.BAD_DATA
+
+
+def test_recorded_input_longer_than_the_map_reads_back_whole(tmp_path):
+    """The record is a memory map of the file: an input longer than it (the plain loop's inputs
+    grow) gets a larger map, and reads back whole, as does a short one after it."""
+    from nnts.fuzz import engine
+    path = str(tmp_path / "pending")
+    seen = []
+
+    def harness(data):
+        seen.append(engine.died_in(path))
+    harness.seed_inputs = lambda: []
+    recorded = engine.Recorded(harness, path)
+    long = bytes(range(256)) * 300  # 76,800 bytes, past the first map's 64 KiB
+    for data in (long, b"short"):
+        recorded(data)
+    assert seen == [long, b"short"]
