@@ -308,6 +308,16 @@ class Builder:
             except NnapiError:
                 pass
 
+    def rest_is_known(self, referenced: list[Model | None]) -> bool:
+        """With ``stop_at_rejected_operand``: whether the provider is exhausted with a referenced
+        model left unfinished, so that what is left to build replays the seed unchanged: each
+        model naming the unfinished one has that value call refused (and the SUBGRAPH operand
+        left without a model, which finish() refuses), up to the main model; the others finish as
+        in the seed's own replay. The same calls for every such input of an IF or WHILE seed
+        (inputs with bytes left for them still make them): a model harness skips them."""
+        return self.stop_at_rejected_operand and self.fdp.remaining_bytes() == 0 and \
+            any(m is not None and not m.finished for m in referenced)
+
     def refused_value_call(self, model: Model, k: int, o: hal.Operand, referenced: list[Model | None]) -> None:
         """The value call of operand ``k`` after the runtime refused the operand: its index is one
         past the last, which each value call must refuse."""
@@ -355,13 +365,14 @@ class Builder:
                 inner = [o.value for o in sg.operands if o.lifetime == Lifetime.SUBGRAPH]
                 if referenced[i] is None and all(isinstance(v, int) and v < len(referenced) and
                                                  referenced[v] is not None for v in inner):
+                    if self.rest_is_known(referenced):
+                        return Model()
                     referenced[i] = Model()
                     self.subgraph(referenced[i], sg, referenced)
                     self.call(referenced[i].finish)
         model = Model()
-        if self.stop_at_rejected_operand and self.fdp.remaining_bytes() == 0 and \
-                _names_unfinished(seed.main, referenced):
-            return model  # see _names_unfinished
+        if self.rest_is_known(referenced):
+            return model
         self.subgraph(model, seed.main, referenced)
         relax = seed.relax_computation_float32_to_float16
         model.relax_computation_float32_to_float16(relax if self.mutate() == 0 else not relax)  # refuses nothing
@@ -370,17 +381,6 @@ class Builder:
         except NnapiError:
             pass
         return model
-
-
-def _names_unfinished(sg: hal.Subgraph, referenced: list[Model | None]) -> bool:
-    """Whether a SUBGRAPH operand of ``sg`` names a referenced model left unfinished.
-
-    With the provider exhausted, the main model would be replayed unchanged: its value call
-    naming that model is refused, so a SUBGRAPH operand keeps no model and finish() refuses it,
-    the same calls for every such input of the seed (inputs with bytes left for the main model
-    still make them). A model harness skips that replay (``stop_at_rejected_operand``)."""
-    return any(o.lifetime == _SUBGRAPH_LIFETIME and isinstance(o.value, int) and o.value < len(referenced)
-               and referenced[o.value] is not None and not referenced[o.value].finished for o in sg.operands)
 
 
 @functools.cache

@@ -1,5 +1,6 @@
 """The fuzz model harness's replay (fuzz/harnesses.py Builder): a refused operand ends the seed's
-replay, operations replay in a fuzzer-chosen order, only the tested modules are instrumented,
+replay, operations replay in a fuzzer-chosen order, nothing more is built once the provider is
+exhausted with a referenced model unfinished, only the tested modules are instrumented,
 and a runtime crash on the shortened replay is still found, saved and replayed."""
 import argparse
 import glob
@@ -42,6 +43,7 @@ class Recording(Model):
     add_operand = _noted("add_operand")
     set_operand_value = _noted("set_operand_value")
     add_operation = _noted("add_operation")
+    set_operand_value_from_model = _noted("set_operand_value_from_model")
     identify_inputs_and_outputs = _noted("identify_inputs_and_outputs")
 
 
@@ -137,3 +139,33 @@ def test_a_runtime_crash_past_a_refused_operand_is_found_saved_and_replayed(tmp_
         harness(data)
     monkeypatch.undo()
     harness(data)  # on the runtime as it is: refused with a result code, no finding
+
+
+def _if_seed() -> hal.Model:
+    from nnapi_ref import vectors
+    from nnapi_ref.cases import CORPUS
+    return next(t.model for t in vectors.load_file(os.path.join(CORPUS, "control_flow.json"))
+                if t.model.main.operations[0].type == OperationCode.IF)
+
+
+@pytest.mark.parametrize("tail, built", [(b"", 1), (bytes(64), 3)], ids=["exhausted", "bytes left"])
+def test_nothing_more_is_built_once_the_provider_is_exhausted_with_a_branch_unfinished(tail, built, monkeypatch):
+    """An IF seed whose first branch has its operand 0 refused: with the provider exhausted,
+    the other branch and the main model would replay unchanged (the main model's value call
+    naming the unfinished branch refused, finish() refusing it): not built. With bytes left
+    (zeros: every call kept), they are."""
+    models = []
+
+    class Noted(Recording):
+        def __init__(self):
+            super().__init__()
+            models.append(self)
+    monkeypatch.setattr(harnesses, "Model", Noted)
+    seed = _if_seed()
+    Builder(BytesProvider(bytes([1, 1, 2]) + tail), 8, stop_at_rejected_operand=True).build(seed)
+    built_models = [m for m in models if m.calls]
+    assert len(built_models) == built and built_models[0].calls[0] == ("add_operand", "refused")
+    assert not built_models[0].finished
+    if built == 3:  # the other branch finishes; the main model names the unfinished one
+        assert built_models[1].finished and not built_models[2].finished
+        assert ("set_operand_value_from_model", "refused") in built_models[2].calls
