@@ -197,6 +197,19 @@ class Builder:
             return tuple(dims[:-1])
         return tuple(fdp.ConsumeIntInRange(0, self.max_dim) for _ in range(fdp.ConsumeIntInRange(0, 4)))
 
+    def spelled(self, dims: tuple) -> list:
+        """The dimensions as Python may spell them: a list, of floats, of numpy integers, or with a
+        bool first; add_operand converts them as the NDK's uint32_t would take them, or refuses
+        them (BAD_DATA). The seed's tuples of ints skip those conversions."""
+        kind = self.fdp.ConsumeIntInRange(0, 3)
+        if kind == 1:
+            return [float(d) for d in dims]
+        if kind == 2:
+            return [np.int64(d) if -2**63 <= d < 2**63 else d for d in dims]
+        if kind == 3:
+            return [True] + list(dims[1:])
+        return list(dims)
+
     def operand_type(self, code):
         kind = self.mutate()
         if kind == 0:
@@ -248,8 +261,11 @@ class Builder:
         """Builder calls for ``sg``'s operands and operations (with ``stop_at_rejected_operand``,
         none after the first operand the runtime refuses), calls of the fuzzer's own, then the
         inputs and outputs."""
+        # The operation the replay starts from, decided first: one byte after a seed's index
+        # gives a valid model whose operations the runtime must sort.
+        first = self.fdp.ConsumeIntInRange(0, len(sg.operations) - 1) if len(sg.operations) > 1 else 0
         if self.operands(model, sg, referenced):
-            self.operations(model, sg)
+            self.operations(model, sg, first)
         for _ in range(self.fdp.ConsumeIntInRange(0, 3)):
             self.random_call(model)
         n = model.operand_count
@@ -268,6 +284,8 @@ class Builder:
             if mutate():  # one decision per operand keeps an unchanged replay cheap
                 code, dims = self.operand_type(code), self.dims(dims)
                 scale, zero_point = self.scale(scale), self.int_value(zero_point)
+                if mutate() == 1:
+                    dims = self.spelled(dims)
             try:
                 add_operand(code, dims, scale, zero_point)
             except NnapiError:
@@ -289,15 +307,12 @@ class Builder:
                     pass
         return True
 
-    def operations(self, model: Model, sg: hal.Subgraph) -> None:
-        """The seed's operations, maybe in another order (a valid model whose operations the
-        runtime must sort), each kept or changed."""
+    def operations(self, model: Model, sg: hal.Subgraph, first: int = 0) -> None:
+        """The seed's operations from the ``first`` one on, wrapping around (another order: a
+        model whose operations the runtime must sort), each kept or changed."""
         mutate, fdp = self.mutate, self.fdp
         add_operation, operations = model.add_operation, sg.operations
-        if len(operations) > 1:
-            first = fdp.ConsumeIntInRange(0, len(operations) - 1)
-            operations = operations[first:] + operations[:first]
-        for op in operations:
+        for op in operations[first:] + operations[:first]:
             code, inputs, outputs = op.type, op.inputs, op.outputs
             if mutate():
                 n = model.operand_count

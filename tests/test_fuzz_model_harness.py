@@ -60,7 +60,7 @@ def _chain() -> hal.Subgraph:
 
 # Operand 1's type becomes WEIRD_INTS[2] (-1, no operand type): operand decision 1 (mutate),
 # operand_type kind 1 (a weird int), its index 2, then dimensions, scale and zero point kept.
-REFUSED_OPERAND_1 = bytes([0, 1, 1, 2, 0, 0, 0])
+REFUSED_OPERAND_1 = bytes([0, 0, 1, 1, 2, 0, 0, 0])  # after the first operation's choice (0)
 
 
 def test_a_refused_operand_ends_the_seed_replay():
@@ -87,12 +87,11 @@ def test_a_driver_harness_keeps_the_whole_replay():
 
 
 def test_operations_replay_from_a_chosen_one_and_the_runtime_sorts_them():
-    """The byte after the operand decisions picks the first operation replayed (wrapping
-    around): MUL before the ADD that writes its input is still a valid model, and finish() hands
-    the operations over in run order."""
+    """The first byte of a subgraph of several operations picks the first one replayed
+    (wrapping around): MUL before the ADD that writes its input is still a valid model, and
+    finish() hands the operations over in run order."""
     seed = hal.Model(_chain())
-    # five operands kept (and their two values), then the operation the replay starts from: 1
-    data = bytes([0, 0, 0, 0, 0, 0, 0]) + bytes([1]) + bytes(10)
+    data = bytes([1])  # then the provider is exhausted: every call kept
     model = Recording()
     builder = Builder(BytesProvider(data), 8, stop_at_rejected_operand=True)
     builder.subgraph(model, seed.main, [])
@@ -169,3 +168,19 @@ def test_nothing_more_is_built_once_the_provider_is_exhausted_with_a_branch_unfi
     if built == 3:  # the other branch finishes; the main model names the unfinished one
         assert built_models[1].finished and not built_models[2].finished
         assert ("set_operand_value_from_model", "refused") in built_models[2].calls
+
+
+@pytest.mark.parametrize("spelling, accepted", [(0, True), (1, True), (2, True), (3, False)],
+                         ids=["list", "floats", "numpy", "bool"])
+def test_mutated_operands_spell_their_dimensions_otherwise(spelling, accepted):
+    """A mutated operand may pass its dimensions as a list, of floats, of numpy integers or with
+    a bool: add_operand converts the first three to the same operand and refuses the bool."""
+    # first operation 0; operand 0 mutated with type, dimensions, scale and zero point kept,
+    # then spelled (decision 1) in the given way
+    data = bytes([0, 1, 0, 0, 0, 0, 1, spelling])
+    model = Recording()
+    Builder(BytesProvider(data), 8, stop_at_rejected_operand=True).subgraph(model, _chain(), [])
+    assert model.calls[0] == ("add_operand", "ok" if accepted else "refused")
+    if accepted:
+        (dims,) = {o.dimensions for o in model._to_hal().main.operands[:1]}
+        assert dims == (2,) and type(dims[0]) is int
