@@ -42,7 +42,7 @@ from nnapi_ref.hal import ArgumentLifetime, HalError
 from nnapi_ref.remote import wire
 from nnapi_ref.remote.server import Session
 from nnapi_ref.runtime import Compilation, Device, Execution, Memory, Model, OperandType
-from nnapi_ref.types import DTYPES, SCALAR_TYPES, ZERO_POINT_RANGE, Lifetime, OperandCode as T, PreferenceCode, PriorityCode
+from nnapi_ref.types import DTYPES, SCALAR_TYPES, Lifetime, OperandCode as T, PreferenceCode, PriorityCode
 from nnapi_ref.validation import validate_model
 
 try:
@@ -60,8 +60,6 @@ LOOP_TIMEOUT_NS = 50_000_000  # WHILE loops the fuzzer writes must not eat the p
 # The Builder's lifetimes as constants (an enum member lookup is a descriptor call, per operand).
 _SUBGRAPH_LIFETIME = Lifetime.SUBGRAPH
 _VALUE_LIFETIMES = (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE, Lifetime.NO_VALUE)
-# The types whose operands need a positive scale (the others take 0): random_call's fresh operands.
-_SCALED = frozenset(ZERO_POINT_RANGE) | {T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM}
 
 
 class Finding(Exception):
@@ -355,12 +353,13 @@ class Builder:
             for code in sig.inputs:
                 dims = () if code in SCALAR_TYPES else \
                     tuple(fdp.ConsumeIntInRange(1, 4) for _ in range(fdp.ConsumeIntInRange(0, 4)))
-                self.call(model.add_operand, code, dims, 0.5 if code in _SCALED else 0.0, 0)
+                self.call(model.add_operand, code, dims, 0.5 if code not in SCALAR_TYPES and code != T.TENSOR_FLOAT32
+                          else 0.0, 0)
                 ins.append(model.operand_count - 1)
                 if code in SCALAR_TYPES or fdp.ConsumeBool():
                     self.call(model.set_operand_value, ins[-1], self.value(code, dims, None))
             for code in sig.outputs:
-                self.call(model.add_operand, code, (), 0.5 if code in _SCALED else 0.0, 0)
+                self.call(model.add_operand, code, (), 0.5 if code != T.TENSOR_FLOAT32 else 0.0, 0)
                 outs.append(model.operand_count - 1)
             self.call(model.add_operation, impl.code, ins, outs)
         elif kind == 1:
