@@ -157,15 +157,25 @@ def load_seeds(paths, max_elements: int) -> list[vectors.TestModel]:
 
 class Builder:
     """Replays a HAL model through the runtime's builder calls, letting the provider change or add
-    calls. Every builder call's NnapiError is expected; the model may end up invalid."""
+    calls. Every builder call's NnapiError is expected; the model may end up invalid.
 
-    def __init__(self, fdp, max_dim: int):
+    With ``stop_at_rejected_operand``, the replay of a subgraph's seed operands and operations
+    ends at the first operand the runtime refuses (the refused operand's own value call, and the
+    fuzzer's added calls, inputs and outputs and ``finish()`` still run). The runtime keeps
+    nothing of a refused call, so each later operand of the seed would take the index of the
+    one after it: every value set on a later operand names an index past the last (always
+    refused, by the check the refused operand's own value call reaches), and the operations
+    name shifted operands, as index mutations do (and operations in another order: see
+    ``operations``). A model harness spends that time on other inputs. A driver harness keeps
+    the whole replay: its driver is handed the malformed model as built."""
+
+    def __init__(self, fdp, max_dim: int, stop_at_rejected_operand: bool = False):
         self.fdp = fdp
         self.max_dim = max_dim
-
-    def mutate(self) -> int:
-        """0 (keep the call as it is, and what an exhausted provider answers) or a mutation."""
-        return self.fdp.ConsumeIntInRange(0, 7)
+        self.stop_at_rejected_operand = stop_at_rejected_operand
+        # mutate(): 0 (keep the call as it is, and what an exhausted provider answers) or a
+        # mutation; the provider's own call, with no Python frame between (a dozen per input)
+        self.mutate = functools.partial(fdp.ConsumeIntInRange, 0, 7)
 
     def call(self, fn, *args) -> None:
         try:
@@ -186,6 +196,19 @@ class Builder:
         if kind == 3:
             return tuple(dims[:-1])
         return tuple(fdp.ConsumeIntInRange(0, self.max_dim) for _ in range(fdp.ConsumeIntInRange(0, 4)))
+
+    def spelled(self, dims: tuple) -> list:
+        """The dimensions as Python may spell them: a list, of floats, of numpy integers, or with a
+        bool first; add_operand converts them as the NDK's uint32_t would take them, or refuses
+        them (BAD_DATA). The seed's tuples of ints skip those conversions."""
+        kind = self.fdp.ConsumeIntInRange(0, 3)
+        if kind == 1:
+            return [float(d) for d in dims]
+        if kind == 2:
+            return [np.int64(d) if -2**63 <= d < 2**63 else d for d in dims]
+        if kind == 3:
+            return [True] + list(dims[1:])
+        return list(dims)
 
     def operand_type(self, code):
         kind = self.mutate()
@@ -235,36 +258,88 @@ class Builder:
         return indexes
 
     def subgraph(self, model: Model, sg: hal.Subgraph, referenced: list[Model | None]) -> None:
-        """Builder calls for ``sg``'s operands, operations and inputs and outputs."""
-        call, mutate = self.call, self.mutate
+        """Builder calls for ``sg``'s operands and operations (with ``stop_at_rejected_operand``,
+        none after the first operand the runtime refuses), calls of the fuzzer's own, then the
+        inputs and outputs."""
+        # The operation the replay starts from, decided first: one byte after a seed's index
+        # gives a valid model whose operations the runtime must sort.
+        first = self.fdp.ConsumeIntInRange(0, len(sg.operations) - 1) if len(sg.operations) > 1 else 0
+        if self.operands(model, sg, referenced):
+            self.operations(model, sg, first)
+        for _ in range(self.fdp.ConsumeIntInRange(0, 3)):
+            self.random_call(model)
+        n = model.operand_count
+        inputs, outputs = self.indexes(sg.input_indexes, n), self.indexes(sg.output_indexes, n)
+        try:
+            model.identify_inputs_and_outputs(inputs, outputs)
+        except NnapiError:
+            pass
+
+    def operands(self, model: Model, sg: hal.Subgraph, referenced: list[Model | None]) -> bool:
+        """The seed's operands and their values; False when the replay stopped at a refused one."""
+        mutate = self.mutate
         add_operand, set_operand_value = model.add_operand, model.set_operand_value
         for k, o in enumerate(sg.operands):
             code, dims, scale, zero_point = o.type, o.dimensions, o.scale, o.zero_point
             if mutate():  # one decision per operand keeps an unchanged replay cheap
                 code, dims = self.operand_type(code), self.dims(dims)
                 scale, zero_point = self.scale(scale), self.int_value(zero_point)
-            call(add_operand, code, dims, scale, zero_point)
+                if mutate() == 1:
+                    dims = self.spelled(dims)
+            try:
+                add_operand(code, dims, scale, zero_point)
+            except NnapiError:
+                if self.stop_at_rejected_operand:
+                    self.refused_value_call(model, k, o, referenced)
+                    return False
             if o.channel_quant is not None:
                 scales = [self.scale(s) for s in o.channel_quant.scales]
-                call(model.set_operand_symm_per_channel_quant_params, k, scales,
-                     self.int_value(o.channel_quant.channel_dim))
+                self.call(model.set_operand_symm_per_channel_quant_params, k, scales,
+                          self.int_value(o.channel_quant.channel_dim))
             lifetime = o.lifetime
             if lifetime == _SUBGRAPH_LIFETIME and isinstance(o.value, int) and o.value < len(referenced):
-                call(model.set_operand_value_from_model, k, referenced[o.value])
+                self.call(model.set_operand_value_from_model, k, referenced[o.value])
             elif lifetime in _VALUE_LIFETIMES:
-                call(set_operand_value, k, self.value(code, dims, o.value))
-        for op in sg.operations:
+                value = self.value(code, dims, o.value)
+                try:
+                    set_operand_value(k, value)
+                except NnapiError:
+                    pass
+        return True
+
+    def operations(self, model: Model, sg: hal.Subgraph, first: int = 0) -> None:
+        """The seed's operations from the ``first`` one on, wrapping around (another order: a
+        model whose operations the runtime must sort), each kept or changed."""
+        mutate, fdp = self.mutate, self.fdp
+        add_operation, operations = model.add_operation, sg.operations
+        for op in operations[first:] + operations[:first]:
             code, inputs, outputs = op.type, op.inputs, op.outputs
             if mutate():
                 n = model.operand_count
-                code = code if mutate() == 0 else self.fdp.ConsumeIntInRange(-1, 110)
+                code = code if mutate() == 0 else fdp.ConsumeIntInRange(-1, 110)
                 inputs, outputs = self.indexes(inputs, n), self.indexes(outputs, n)
-            call(model.add_operation, code, inputs, outputs)
-        for _ in range(self.fdp.ConsumeIntInRange(0, 3)):
-            self.random_call(model)
-        n = model.operand_count
-        self.call(model.identify_inputs_and_outputs, self.indexes(sg.input_indexes, n),
-                  self.indexes(sg.output_indexes, n))
+            try:
+                add_operation(code, inputs, outputs)
+            except NnapiError:
+                pass
+
+    def rest_is_known(self, referenced: list[Model | None]) -> bool:
+        """With ``stop_at_rejected_operand``: whether the provider is exhausted with a referenced
+        model left unfinished, so that what is left to build replays the seed unchanged: each
+        model naming the unfinished one has that value call refused (and the SUBGRAPH operand
+        left without a model, which finish() refuses), up to the main model; the others finish as
+        in the seed's own replay. The same calls for every such input of an IF or WHILE seed
+        (inputs with bytes left for them still make them): a model harness skips them."""
+        return self.stop_at_rejected_operand and self.fdp.remaining_bytes() == 0 and \
+            any(m is not None and not m.finished for m in referenced)
+
+    def refused_value_call(self, model: Model, k: int, o: hal.Operand, referenced: list[Model | None]) -> None:
+        """The value call of operand ``k`` after the runtime refused the operand: its index is one
+        past the last, which each value call must refuse."""
+        if o.lifetime == _SUBGRAPH_LIFETIME and isinstance(o.value, int) and o.value < len(referenced):
+            self.call(model.set_operand_value_from_model, k, referenced[o.value])
+        elif o.lifetime in _VALUE_LIFETIMES:
+            self.call(model.set_operand_value, k, o.value)
 
     def random_call(self, model: Model) -> None:
         """One more builder call: an operation of the registry with fresh operands of one of its
@@ -305,14 +380,21 @@ class Builder:
                 inner = [o.value for o in sg.operands if o.lifetime == Lifetime.SUBGRAPH]
                 if referenced[i] is None and all(isinstance(v, int) and v < len(referenced) and
                                                  referenced[v] is not None for v in inner):
+                    if self.rest_is_known(referenced):
+                        return Model()
                     referenced[i] = Model()
                     self.subgraph(referenced[i], sg, referenced)
                     self.call(referenced[i].finish)
         model = Model()
+        if self.rest_is_known(referenced):
+            return model
         self.subgraph(model, seed.main, referenced)
         relax = seed.relax_computation_float32_to_float16
-        self.call(model.relax_computation_float32_to_float16, relax if self.mutate() == 0 else not relax)
-        self.call(model.finish)
+        model.relax_computation_float32_to_float16(relax if self.mutate() == 0 else not relax)  # refuses nothing
+        try:
+            model.finish()
+        except NnapiError:
+            pass
         return model
 
 
@@ -390,7 +472,7 @@ class ModelHarness(Harness):
         if not self.seeds:
             return
         index, fdp = split(data, len(self.seeds))
-        Builder(fdp, max_dim=2**31).build(self.seeds[index].model)
+        Builder(fdp, max_dim=2**31, stop_at_rejected_operand=True).build(self.seeds[index].model)
 
 
 class ExecuteHarness(Harness):

@@ -9,7 +9,7 @@ import atheris
 
 from nnts.fuzz import engine  # the standard library only: nnapi_ref is imported by the harness's setup
 
-with atheris.instrument_imports(include=["nnapi_ref"], exclude=engine.NOT_RUN_BY["model"]):
+with atheris.instrument_imports(include=["nnapi_ref"], exclude=engine.not_instrumented("model")):
     TestOneInput = engine.load("model", os.environ.get("NNTS_DRIVER", "reference"), None)
 
 

@@ -11,7 +11,12 @@ an older commit), measures in alternating child processes (so that both see the 
   inputs (each seed's, and seeded plain-loop mutations of them), under atheris' coverage
   instrumentation as ``nnts fuzz`` runs it: inputs per CPU second;
 * ``nnts fuzz --harness model --runs N`` itself (``--fuzz-runs``, 0 to skip): inputs per CPU
-  second of the whole command (start-up included), and libFuzzer's own exec/s (wall time).
+  second of the whole command (start-up included), and libFuzzer's own exec/s (wall time);
+* with ``--coverage-runs N``, how thorough that campaign is: round ``n`` runs ``nnts fuzz --harness
+  model --seed n --runs N`` with a corpus folder, takes libFuzzer's final edges (cov) and features
+  (ft), then replays the corpus it kept under a line tracer: the lines and line-to-line arcs of the
+  runtime's model builder and validation (COVERED_FILES) the campaign reached. Unlike cov and ft,
+  these do not depend on which modules a checkout instruments.
 
 Prints one table of medians over the rounds, with the ratio this / baseline. Without
 ``--baseline`` only this checkout is measured. A child is this file run by the other
@@ -31,6 +36,10 @@ import sys
 import tempfile
 import time
 
+# What the model harness tests: the model builder and the validation behind finish() (paths in nnapi_ref).
+COVERED_FILES = ("runtime/model.py", "validation.py", "ops/base.py", "extensions.py")
+COVERAGE_ROWS = {"cov": "coverage campaign: libFuzzer's cov (edges)", "ft": "coverage campaign: libFuzzer's ft",
+                 "lines": "coverage campaign: lines of COVERED_FILES", "arcs": "coverage campaign: arcs of COVERED_FILES"}
 RUNTIME_ROWS = [("one ADD", "build"), ("one ADD", "compile"), ("one ADD", "execute"), ("one ADD", "total"),
                 ("three ADDs", "total")]
 
@@ -109,7 +118,9 @@ def _harness_inputs(seeds: list[bytes], count: int) -> list[bytes]:
 def _harness(count: int) -> dict:
     import atheris
     from nnts.fuzz import engine
-    excluded = getattr(engine, "NOT_RUN_BY", {}).get("model", [])  # as this checkout's nnts fuzz runs it
+    # As this checkout's nnts fuzz instruments it (older checkouts: a list, or all of nnapi_ref)
+    excluded = engine.not_instrumented("model") if hasattr(engine, "not_instrumented") else \
+        getattr(engine, "NOT_RUN_BY", {}).get("model", [])
     with atheris.instrument_imports(include=["nnapi_ref"], exclude=excluded):
         harness = engine.load("model", "reference", None)
     inputs = _harness_inputs(harness.seed_inputs(), count)
@@ -124,10 +135,55 @@ def _harness(count: int) -> dict:
     return {"exec per CPU s": statistics.median(rates)}
 
 
+def _coverage(corpus: str) -> dict:
+    """The lines and arcs of COVERED_FILES that the model harness runs on the inputs in ``corpus``
+    and its seed inputs (not instrumented: traced with sys.settrace)."""
+    import nnapi_ref
+    from nnts.fuzz import engine
+    harness = engine.load("model", "reference", None)
+    inputs = list(harness.seed_inputs())
+    for name in sorted(os.listdir(corpus)):
+        with open(os.path.join(corpus, name), "rb") as f:
+            inputs.append(f.read())
+    root = os.path.dirname(os.path.abspath(nnapi_ref.__file__))
+    targets = {os.path.join(root, name) for name in COVERED_FILES}
+    arcs: set[tuple] = set()
+
+    def on_call(frame, event, arg):
+        filename = frame.f_code.co_filename
+        if filename not in targets:
+            return None
+        last = -frame.f_code.co_firstlineno  # the arc into a function starts at minus its first line
+
+        def on_line(frame, event, arg):
+            nonlocal last
+            if event == "line":
+                arcs.add((filename, last, frame.f_lineno))
+                last = frame.f_lineno
+            elif event == "return":
+                arcs.add((filename, last, -frame.f_code.co_firstlineno))
+            return on_line
+        return on_line
+    sys.settrace(on_call)
+    try:
+        for data in inputs:
+            try:
+                harness(data)
+            except Exception:  # a finding: its lines count too
+                pass
+    finally:
+        sys.settrace(None)
+    lines = {(filename, line) for filename, _, line in arcs if line > 0}
+    return {"inputs": len(inputs), "lines": len(lines), "arcs": len(arcs)}
+
+
 def _child(argv) -> None:
-    kind, amount = argv[0], int(argv[1])
+    kind, amount = argv[0], argv[1]
     sys.stderr = open(os.devnull, "w")  # atheris' "Instrumenting" lines
-    result = _runtime(amount) if kind == "runtime" else _harness(amount)
+    if kind == "coverage":
+        result = _coverage(amount)
+    else:
+        result = _runtime(int(amount)) if kind == "runtime" else _harness(int(amount))
     print(json.dumps(result))
 
 
@@ -137,7 +193,7 @@ class MeasurementFailed(Exception):
     """A child measurement did not finish: said in one line, not a traceback."""
 
 
-def _run_child(python: str, kind: str, amount: int) -> dict:
+def _run_child(python: str, kind: str, amount) -> dict:
     done = subprocess.run([python, "-I", os.path.abspath(__file__), "--child", kind, str(amount)],
                           capture_output=True, text=True)
     if done.returncode != 0 or not done.stdout.strip():
@@ -150,20 +206,30 @@ def _has_atheris(python: str) -> bool:
     return subprocess.run([python, "-I", "-c", "import atheris"], capture_output=True).returncode == 0
 
 
-def _fuzz(python: str, runs: int) -> dict:
-    """``nnts fuzz --harness model --runs N`` of the environment of ``python``."""
+def _fuzz(python: str, runs: int, seed: int = 1, corpus: str | None = None) -> dict:
+    """``nnts fuzz --harness model --runs N`` of the environment of ``python`` (keeping what it
+    adds to the corpus in ``corpus`` when given)."""
     nnts = os.path.join(os.path.dirname(python), "nnts")
     with tempfile.TemporaryDirectory(prefix="nnts-bench-overhead-") as scratch:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        out = subprocess.run([nnts, "fuzz", "--harness", "model", "--seed", "1", "--runs", str(runs),
-                              "--artifacts", os.path.join(scratch, "artifacts")],
+        out = subprocess.run([nnts, "fuzz", "--harness", "model", "--seed", str(seed), "--runs", str(runs),
+                              "--artifacts", os.path.join(scratch, "artifacts")] + ["--corpus", corpus] * bool(corpus),
                              capture_output=True, text=True, cwd=scratch).stdout
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    m = re.search(r"(\d+) executions in \d+ s \((\d+) exec/s\)", out)
+    m = re.search(r"(\d+) executions in \d+ s \((\d+) exec/s\), coverage: cov (\d+), ft (\d+)", out)
     if m is None:
         raise RuntimeError(f"nnts fuzz of {python} printed no summary:\n{out[-2000:]}")
-    return {"exec per CPU s": int(m.group(1)) / cpu, "libFuzzer exec/s": int(m.group(2))}
+    return {"exec per CPU s": int(m.group(1)) / cpu, "libFuzzer exec/s": int(m.group(2)),
+            "cov": int(m.group(3)), "ft": int(m.group(4))}
+
+
+def _campaign_coverage(python: str, runs: int, seed: int) -> dict:
+    """How much of COVERED_FILES a ``--runs`` campaign of seed ``seed`` reached, and libFuzzer's figures."""
+    with tempfile.TemporaryDirectory(prefix="nnts-bench-coverage-") as corpus:
+        fuzzed = _fuzz(python, runs, seed, corpus)
+        traced = _run_child(python, "coverage", corpus)
+    return {"cov": fuzzed["cov"], "ft": fuzzed["ft"], "lines": traced["lines"], "arcs": traced["arcs"]}
 
 
 def _rows(results: list[dict]) -> dict[str, list[float]]:
@@ -175,6 +241,9 @@ def _rows(results: list[dict]) -> dict[str, list[float]]:
         if "fuzz" in r:
             rows.setdefault("nnts fuzz --harness model (exec/CPU s)", []).append(r["fuzz"]["exec per CPU s"])
             rows.setdefault("nnts fuzz, libFuzzer's exec/s (wall)", []).append(r["fuzz"]["libFuzzer exec/s"])
+        if "coverage" in r:
+            for name, row in COVERAGE_ROWS.items():
+                rows.setdefault(row, []).append(r["coverage"][name])
     return rows
 
 
@@ -189,12 +258,14 @@ def main(argv=None) -> int:
     parser.add_argument("--inputs", type=int, default=1500, help="harness inputs per round (default 1500)")
     parser.add_argument("--fuzz-runs", type=int, default=20000,
                         help="nnts fuzz --runs per round (default 20000; 0: not measured)")
+    parser.add_argument("--coverage-runs", type=int, default=0,
+                        help="runs of round n's coverage campaign (nnts fuzz --seed n; default 0: not measured)")
     args = parser.parse_args(argv)
     for name in ("rounds", "batches", "inputs"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
-    if args.fuzz_runs < 0:
-        parser.error("--fuzz-runs must not be negative")
+    if args.fuzz_runs < 0 or args.coverage_runs < 0:
+        parser.error("--fuzz-runs and --coverage-runs must not be negative")
     if args.baseline and not os.access(args.baseline, os.X_OK):
         parser.error(f"--baseline {args.baseline}: not an executable Python")
     trees = [("this", sys.executable)] + ([("baseline", args.baseline)] if args.baseline else [])
@@ -211,6 +282,8 @@ def main(argv=None) -> int:
                      "harness": _run_child(python, "harness", args.inputs)}
                 if args.fuzz_runs:
                     r["fuzz"] = _fuzz(python, args.fuzz_runs)
+                if args.coverage_runs:
+                    r["coverage"] = _campaign_coverage(python, args.coverage_runs, n + 1)
                 results[name].append(r)
                 print(f"round {n + 1}/{args.rounds}: {name} measured", file=sys.stderr, flush=True)
     except (MeasurementFailed, RuntimeError) as e:

@@ -176,6 +176,22 @@ def test_bench_overhead_says_in_one_line_what_a_baseline_lacks(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+def test_bench_overhead_measures_how_thorough_the_campaign_is():
+    """--coverage-runs: libFuzzer's cov and ft of a seeded campaign, and the lines and arcs of
+    the model builder and validation its corpus runs (a corpus of the seeds at least)."""
+    done = subprocess.run([sys.executable, "-m", "nnts.mlts.bench_overhead", "--rounds", "1", "--batches", "1",
+                           "--inputs", "20", "--fuzz-runs", "0", "--coverage-runs", "300"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = {line[:44].strip(): float(line.split()[-1]) for line in done.stdout.splitlines()[1:]}
+    assert rows["coverage campaign: libFuzzer's cov (edges)"] > 0
+    assert rows["coverage campaign: lines of COVERED_FILES"] > 100
+    assert rows["coverage campaign: arcs of COVERED_FILES"] > rows["coverage campaign: lines of COVERED_FILES"]
+    done = subprocess.run([sys.executable, "-m", "nnts.mlts.bench_overhead", "--coverage-runs", "-1"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "must not be negative" in done.stderr
+
+
 def test_bench_overhead_measures_this_checkout():
     done = subprocess.run([sys.executable, "-m", "nnts.mlts.bench_overhead", "--rounds", "1", "--batches", "1",
                            "--inputs", "50", "--fuzz-runs", "0"], capture_output=True, text=True, timeout=300)
@@ -198,3 +214,42 @@ def test_recorded_input_reads_back_while_it_runs(tmp_path):
         recorded(data)
     assert seen == [b"a much longer input", b"short", b""]
     assert engine.died_in(path) is None
+
+
+def test_add_operand_takes_c_types_as_they_are_and_converts_the_rest_alike():
+    """A tuple of ints, a float scale and an int zero point (the fuzz harness's and most callers'
+    arguments) skip the conversions; other spellings of the same type give the same operand, and
+    what the conversions refuse is still refused."""
+    model = Model()
+    plain = model.add_operand(T.TENSOR_QUANT8_ASYMM, (2, 3), 0.5, 1)
+    spelled = model.add_operand(T.TENSOR_QUANT8_ASYMM, [np.int64(2), 3.0], 0.5, np.int32(1))
+    typed = model.add_operand(OperandType(T.TENSOR_QUANT8_ASYMM, (2, 3), 0.5, 1), (9,), 7.0, 5)  # arguments ignored
+    operands = model._to_hal().main.operands
+    for k in (spelled, typed):
+        assert (operands[k].dimensions, operands[k].scale, operands[k].zero_point) == ((2, 3), 0.5, 1)
+        assert type(operands[k].scale) is float and all(type(d) is int for d in operands[k].dimensions)
+    assert operands[plain].type is T.TENSOR_QUANT8_ASYMM
+    with pytest.raises(NnapiError) as e:
+        model.add_operand(None, (2,), 0.0, 0)
+    assert e.value.code == ResultCode.UNEXPECTED_NULL
+    for dims, zero_point in (((True,), 0), ((2,), True)):  # a bool is no uint32_t / int32_t
+        with pytest.raises(NnapiError) as e:
+            model.add_operand(T.TENSOR_FLOAT32, dims, 0.0, zero_point)
+        assert e.value.code == ResultCode.BAD_DATA
+
+
+def test_recorded_input_longer_than_the_map_reads_back_whole(tmp_path):
+    """The record is a memory map of the file: an input longer than it (the plain loop's inputs
+    grow) gets a larger map, and reads back whole, as does a short one after it."""
+    from nnts.fuzz import engine
+    path = str(tmp_path / "pending")
+    seen = []
+
+    def harness(data):
+        seen.append(engine.died_in(path))
+    harness.seed_inputs = lambda: []
+    recorded = engine.Recorded(harness, path)
+    long = bytes(range(256)) * 300  # 76,800 bytes, past the first map's 64 KiB
+    for data in (long, b"short"):
+        recorded(data)
+    assert seen == [long, b"short"]

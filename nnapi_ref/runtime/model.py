@@ -152,11 +152,14 @@ class Model:
         """ANeuralNetworksModel_addOperand; returns the new operand's index."""
         if self._finished:
             raise NnapiError(BAD_STATE, "add_operand called on a finished model")
+        if operand_type is None:
+            raise NnapiError(UNEXPECTED_NULL, "add_operand: operand type is None")
         if isinstance(operand_type, OperandType):
             code, dims = operand_type.type, operand_type.dimensions
             scale, zero_point = operand_type.scale, operand_type.zero_point
-        elif operand_type is None:
-            raise NnapiError(UNEXPECTED_NULL, "add_operand: operand type is None")
+        elif type(dimensions) is tuple and type(scale) is float and type(zero_point) is int and \
+                _INT.issuperset(map(type, dimensions)):  # already the C types: nothing to convert
+            code, dims = operand_type, dimensions
         else:  # OperandType's conversions, without building one
             code = operand_type
             dims, scale, zero_point = _converted(dimensions, scale, zero_point, "add_operand")
