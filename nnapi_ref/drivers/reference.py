@@ -4,7 +4,6 @@ it is given, as a conforming driver must.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import threading
@@ -574,10 +573,6 @@ class ReferenceBurst(hal.Burst):
         if len(memory_identifier_tokens) != len(request.pools):
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "burst: one memory identifier token per pool needed")
         return self.prepared._run(request, measure, deadline_ns, loop_timeout_ns)
-
-
-def token_digest(token: bytes) -> bytes:
-    return hashlib.sha256(token).digest()
 
 
 def check_cache_files(files, needed: int, what: str) -> None:
