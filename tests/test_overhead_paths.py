@@ -199,9 +199,13 @@ def test_bench_overhead_measures_this_checkout():
     assert "one ADD total (CPU us)" in done.stdout and "model harness, fixed inputs" in done.stdout
 
 
-def test_recorded_input_reads_back_while_it_runs(tmp_path):
-    """The fuzzer child's record of the running input (two system calls, no truncation): a short
-    input after a long one reads back as itself; a returned one reads back as none."""
+@pytest.mark.parametrize("inputs", [(b"a much longer input", b"short", b""),
+                                    (bytes(range(256)) * 300, b"short")],  # 76,800 bytes: past the first map's 64 KiB
+                         ids=["short-after-long", "longer-than-the-map"])
+def test_recorded_input_reads_back_while_it_runs(tmp_path, inputs):
+    """The fuzzer child's record of the running input, a memory map of a file: a short input
+    after a long one reads back as itself, one longer than the map (the plain loop's inputs grow)
+    gets a larger map and reads back whole, and a returned one reads back as none."""
     from nnts.fuzz import engine
     path = str(tmp_path / "pending")
     seen = []
@@ -210,9 +214,9 @@ def test_recorded_input_reads_back_while_it_runs(tmp_path):
         seen.append(engine.died_in(path))
     harness.seed_inputs = lambda: []
     recorded = engine.Recorded(harness, path)
-    for data in (b"a much longer input", b"short", b""):
+    for data in inputs:
         recorded(data)
-    assert seen == [b"a much longer input", b"short", b""]
+    assert seen == list(inputs)
     assert engine.died_in(path) is None
 
 
@@ -236,20 +240,3 @@ def test_add_operand_takes_c_types_as_they_are_and_converts_the_rest_alike():
         with pytest.raises(NnapiError) as e:
             model.add_operand(T.TENSOR_FLOAT32, dims, 0.0, zero_point)
         assert e.value.code == ResultCode.BAD_DATA
-
-
-def test_recorded_input_longer_than_the_map_reads_back_whole(tmp_path):
-    """The record is a memory map of the file: an input longer than it (the plain loop's inputs
-    grow) gets a larger map, and reads back whole, as does a short one after it."""
-    from nnts.fuzz import engine
-    path = str(tmp_path / "pending")
-    seen = []
-
-    def harness(data):
-        seen.append(engine.died_in(path))
-    harness.seed_inputs = lambda: []
-    recorded = engine.Recorded(harness, path)
-    long = bytes(range(256)) * 300  # 76,800 bytes, past the first map's 64 KiB
-    for data in (long, b"short"):
-        recorded(data)
-    assert seen == [long, b"short"]
