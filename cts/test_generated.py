@@ -79,6 +79,4 @@ def test_generated(case: Case, devices, request, driver_spec, cache_dir):
                 variant, "")
             pytest.fail(f"{result.message}\nreproducer: {path}\nreplay: {replay}")
 
-    results = [variants.run_variant(variant, lambda: run(variant)) for variant in case.variants]
-    variants.conclude(request.node, f"{case.operation} {case.dtype}, test model {case.test.name} from {case.path}",
-                      results, variants.expectations(request.config, case.id, case.test.name, case.variants))
+    variants.run_all(request, case, case.path, run)

@@ -80,6 +80,15 @@ def run_variant(variant: str, call: Callable[[], None]) -> VariantResult:
     return VariantResult(variant, status, message, time.perf_counter() - start)
 
 
+def run_all(request, case, path, run: Callable[[str], None]) -> None:
+    """A generated test's body: ``run(variant)`` for each of ``case.variants`` (a test model's
+    case: its ``id``, ``operation``, ``dtype``, ``test`` and ``variants``; ``path`` the file it
+    came from), then the verdict (``conclude``)."""
+    results = [run_variant(variant, lambda: run(variant)) for variant in case.variants]
+    conclude(request.node, f"{case.operation} {case.dtype}, test model {case.test.name} from {path}", results,
+             expectations(request.config, case.id, case.test.name, case.variants))
+
+
 def expectations(config, test_id: str, model_name: str, variants) -> dict[str, str]:
     """The variants ``--expected-failures`` lists (by variant id, test id or model name), with
     their reasons."""

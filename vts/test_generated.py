@@ -173,10 +173,7 @@ def _device_memory_io(driver, prepared, test):
 
 def test_generated(case: VtsCase, driver, request):
     mark_node(request, case)
-    results = [variants.run_variant(variant, lambda: _run_variant(driver, case.test, variant))
-               for variant in case.variants]
-    variants.conclude(request.node, f"{case.operation} {case.dtype}, test model {case.test.name} from {case.base.path}",
-                      results, variants.expectations(request.config, case.id, case.test.name, case.variants))
+    variants.run_all(request, case, case.base.path, lambda variant: _run_variant(driver, case.test, variant))
 
 
 def _run_variant(driver, test, variant: str) -> None:
