@@ -9,6 +9,7 @@ needs no network beyond building the wheel.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -52,14 +53,30 @@ def _counts(output: str) -> dict[str, int]:
             if outcome in ("passed", "failed", "skipped", "xfailed", "xpassed", "error", "errors")}
 
 
+def _the_wheel(tmp_path_factory) -> Path:
+    """The wheel of this checkout, built once per pytest run. pip builds in the checkout's own
+    ``build/`` folder, so two xdist workers building at once break each other's build: the first
+    worker to take the lock builds into the run's shared temporary folder, the others reuse it."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    dist = shared / "nnts-wheel"
+    with open(shared / "nnts-wheel.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = sorted(dist.glob("nnts-*.whl"))
+        if not built:
+            status, out = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist),
+                                str(ROOT)], cwd=shared)
+            assert status == 0, f"pip wheel failed:\n{out[-3000:]}"
+            built = sorted(dist.glob("nnts-*.whl"))
+    return built[0]
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(the fresh environment's bin folder, the vendor's folder)."""
     base = tmp_path_factory.mktemp("installed")
-    status, out = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(base / "dist"),
-                        str(ROOT)], cwd=base)
-    assert status == 0, f"pip wheel failed:\n{out[-3000:]}"
-    wheel = next((base / "dist").glob("nnts-*.whl"))
+    wheel = _the_wheel(tmp_path_factory)
     venv = base / "venv"
     status, out = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=base)
     assert status == 0, out
