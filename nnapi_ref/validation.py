@@ -33,6 +33,7 @@ _OPERATION_CODES = {int(c): c for c in OperationCode}
 # Operand types whose scale and zero point must both be 0 (the others are checked one by one).
 _UNQUANTIZED = frozenset(DTYPES) - set(ZERO_POINT_RANGE) - set(_SYMM) - {_PER_CHANNEL, _TENSOR_INT32}
 _INT = frozenset({int})
+_FLT_MAX = float(np.finfo(np.float32).max)  # a scale beyond it has no C float: inf in the NDK
 
 
 def plain_indexes(indexes, count: int) -> bool:
@@ -68,8 +69,8 @@ def operand_type_problem(code, dimensions, scale: float, zero_point: int, channe
                 return f"dimensions {list(dimensions)} must be non-negative integers"
             if d > 0xFFFFFFFF:
                 return f"dimension {d} does not fit NNAPI's uint32_t dimensions"
-    if not math.isfinite(scale):
-        return f"scale {scale} is not finite"
+    if not -_FLT_MAX <= scale <= _FLT_MAX:
+        return f"scale {scale} is not a finite float32 (the NDK's scale is a C float)"
     if code in _UNQUANTIZED:
         if scale != 0 or zero_point != 0:
             return f"{type_name(code)} must have scale 0 and zero point 0, got {scale} and {zero_point}"
@@ -95,7 +96,7 @@ def operand_type_problem(code, dimensions, scale: float, zero_point: int, channe
             return f"channel dimension {dim} out of range for rank {len(dimensions)}"
         if len(channel_quant.scales) != dimensions[dim] and dimensions[dim] != 0:
             return f"{len(channel_quant.scales)} channel scales for a channel dimension of {dimensions[dim]}"
-        if not all(s > 0 and math.isfinite(s) for s in channel_quant.scales):
+        if not all(0 < s <= _FLT_MAX for s in channel_quant.scales):
             return "channel scales must be positive"
     elif code == _PER_CHANNEL and not channel_quant_pending:
         return f"{type_name(code)} operand without per-channel quantization parameters"

@@ -12,6 +12,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nnapi_ref import cli, vectors
@@ -290,6 +291,16 @@ def test_operand_dimensions_past_uint32_and_a_string_scale_are_bad_data():
     with pytest.raises(NnapiError) as e:
         OperandType(T.TENSOR_QUANT8_ASYMM, [1], "abc")
     assert e.value.code == ResultCode.BAD_DATA
+
+
+@pytest.mark.parametrize("code, scale", [(T.TENSOR_INT32, 1e300), (T.TENSOR_QUANT16_ASYMM, 1e300),
+                                         (T.TENSOR_QUANT8_ASYMM, -1e39), (T.TENSOR_INT32, math.inf)])
+def test_a_scale_no_c_float_holds_is_bad_data(code, scale):
+    """The NDK's scale is a C float: 1e300 would reach a driver as inf."""
+    with pytest.raises(NnapiError) as e:
+        Model().add_operand(code, [1], scale)
+    assert e.value.code == ResultCode.BAD_DATA and "float32" in str(e.value)
+    assert Model().add_operand(code, [1], float(np.finfo(np.float32).max)) == 0
 
 
 # -- driver strings -------------------------------------------------------------------------------------
