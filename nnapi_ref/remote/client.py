@@ -211,11 +211,14 @@ class SocketTransport:
 # ---------------------------------------------------------------------------------------------
 
 class _Waiter:
-    __slots__ = ("request", "event", "reply", "error")
+    """A call waiting for its reply. ``done`` is a bare lock, held until the reply (or the
+    connection's death) releases it: cheaper than an Event, which builds a Condition per call."""
+    __slots__ = ("request", "done", "reply", "error")
 
     def __init__(self, request: Msg):
         self.request = request
-        self.event = threading.Event()
+        self.done = threading.Lock()
+        self.done.acquire()
         self.reply: tuple[int, bytes] | None = None
         self.error: HalError | None = None
 
@@ -346,7 +349,7 @@ class Connection:
             raise self.dead_error()
         self._send(w.finish(msg, call_id), regions)
         timeout_s = self.prepare_timeout_s if msg in _SLOW else self.call_timeout_s
-        if not waiter.event.wait(timeout_s):
+        if not waiter.done.acquire(timeout=timeout_s):
             self.fail("hang", f"HANG: {self.driver} did not return from {what} within {timeout_s:g} s; "
                               f"its process was killed")
         if waiter.error is not None:
@@ -455,7 +458,7 @@ class Connection:
             if msg == Msg.ERROR:
                 self._async.pop(call_id, None)
         waiter.reply = (msg, body)
-        waiter.event.set()
+        waiter.done.release()
 
     def fail(self, kind: str, message: str | None) -> None:
         """The driver is gone: kill it, record why, fail every call in flight."""
@@ -482,7 +485,7 @@ class Connection:
         error = self.dead_error()
         for waiter in pending.values():
             waiter.error = error
-            waiter.event.set()
+            waiter.done.release()
         for call_id, execution in executions.items():
             if call_id not in pending:  # launched; a launch still in flight fails in its caller
                 self._completions.put((execution, ErrorStatus.DEAD_OBJECT, [], hal.NO_TIMING, message))
