@@ -42,7 +42,8 @@ from nnapi_ref.hal import ArgumentLifetime, HalError
 from nnapi_ref.remote import wire
 from nnapi_ref.remote.server import Session
 from nnapi_ref.runtime import Compilation, Device, Execution, Memory, Model, OperandType
-from nnapi_ref.types import DTYPES, SCALAR_TYPES, Lifetime, OperandCode as T, PreferenceCode, PriorityCode
+from nnapi_ref.types import (DTYPES, SCALAR_TYPES, ZERO_POINT_RANGE, Lifetime, OperandCode as T, PreferenceCode,
+                             PriorityCode)
 from nnapi_ref.validation import validate_model
 
 try:
@@ -60,6 +61,13 @@ LOOP_TIMEOUT_NS = 50_000_000  # WHILE loops the fuzzer writes must not eat the p
 # The Builder's lifetimes as constants (an enum member lookup is a descriptor call, per operand).
 _SUBGRAPH_LIFETIME = Lifetime.SUBGRAPH
 _VALUE_LIFETIMES = (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE, Lifetime.NO_VALUE)
+_NO_VALUE = Lifetime.NO_VALUE
+# A scale and zero point each operand type accepts (nnapi_ref.validation.operand_type_problem): a
+# positive scale and a zero point inside the range for the quantized types, 0 and 0 for the others
+# (TENSOR_INT32 too; TENSOR_QUANT8_SYMM_PER_CHANNEL takes its scales from set_operand_symm_per_channel_quant_params).
+_ACCEPTED_QUANTIZATION = {code: (0.5, (lo + hi + 1) // 2) for code, (lo, hi) in ZERO_POINT_RANGE.items()} | \
+    {T.TENSOR_QUANT8_SYMM: (0.5, 0), T.TENSOR_QUANT16_SYMM: (0.5, 0)}
+_PER_CHANNEL = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
 
 
 class Finding(Exception):
@@ -227,10 +235,11 @@ class Builder:
         return value if kind == 0 else self.fdp.PickValueInList(WEIRD_INTS) if kind < 4 else \
             self.fdp.ConsumeIntInRange(-300, 300)
 
-    def value(self, code, dims, value):
-        """The bytes of a constant: the seed's, random ones of the right size, or of a wrong size."""
+    def value(self, code, dims, value, omitted: bool = False):
+        """The bytes of a constant: the seed's (None where the seed's operand is ``omitted``, a
+        NO_VALUE one), random ones of the right size, or of a wrong size."""
         kind = self.mutate()
-        if kind == 0 and value is not None:
+        if kind == 0 and (value is not None or omitted):
             return value
         dtype = DTYPES.get(code)
         count = math.prod(dims) if all(isinstance(d, int) and d >= 0 for d in dims) else 1
@@ -300,7 +309,7 @@ class Builder:
             if lifetime == _SUBGRAPH_LIFETIME and isinstance(o.value, int) and o.value < len(referenced):
                 self.call(model.set_operand_value_from_model, k, referenced[o.value])
             elif lifetime in _VALUE_LIFETIMES:
-                value = self.value(code, dims, o.value)
+                value = self.value(code, dims, o.value, lifetime == _NO_VALUE)
                 try:
                     set_operand_value(k, value)
                 except NnapiError:
@@ -347,21 +356,7 @@ class Builder:
         fdp = self.fdp
         kind = fdp.ConsumeIntInRange(0, 3)
         if kind == 0:
-            impl = ops.load_all()[fdp.PickValueInList(_operation_codes())]
-            sig = fdp.PickValueInList(impl.signatures)
-            ins, outs = [], []
-            for code in sig.inputs:
-                dims = () if code in SCALAR_TYPES else \
-                    tuple(fdp.ConsumeIntInRange(1, 4) for _ in range(fdp.ConsumeIntInRange(0, 4)))
-                self.call(model.add_operand, code, dims, 0.5 if code not in SCALAR_TYPES and code != T.TENSOR_FLOAT32
-                          else 0.0, 0)
-                ins.append(model.operand_count - 1)
-                if code in SCALAR_TYPES or fdp.ConsumeBool():
-                    self.call(model.set_operand_value, ins[-1], self.value(code, dims, None))
-            for code in sig.outputs:
-                self.call(model.add_operand, code, (), 0.5 if code != T.TENSOR_FLOAT32 else 0.0, 0)
-                outs.append(model.operand_count - 1)
-            self.call(model.add_operation, impl.code, ins, outs)
+            self.random_operation(model)
         elif kind == 1:
             self.call(model.add_operand, self.operand_type(T.TENSOR_FLOAT32), self.dims((1,)), self.scale(0.0),
                       self.int_value(0))
@@ -370,6 +365,46 @@ class Builder:
             self.call(model.set_operand_value, k, self.value(None, (), None))
         else:
             self.call(model.relax_computation_float32_to_float16, fdp.ConsumeBool())
+
+    def random_operation(self, model: Model) -> None:
+        """An operation of the registry on fresh operands of one of its signatures' types. A byte
+        decides how the operands are made: as their types accept them (0 to 5, and what an
+        exhausted provider answers: the operation reaches add_operation's and finish()'s later
+        checks), with their scales and zero points mutated (6), or with a value set on the first
+        output (7: add_operation refuses an output that has one)."""
+        fdp = self.fdp
+        impl = ops.load_all()[fdp.PickValueInList(_operation_codes())]
+        sig = fdp.PickValueInList(impl.signatures)
+        how = self.mutate()
+        ins, outs = [], []
+        for code in sig.inputs:
+            dims = () if code in SCALAR_TYPES else \
+                tuple(fdp.ConsumeIntInRange(1, 4) for _ in range(fdp.ConsumeIntInRange(0, 4)))
+            ins.append(self.fresh_operand(model, code, dims, mutated=how == 6))
+            if code in SCALAR_TYPES or fdp.ConsumeBool():
+                self.call(model.set_operand_value, ins[-1], self.value(code, dims, None))
+        for position, code in enumerate(sig.outputs):
+            valued = how == 7 and position == 0
+            dims = (1,) if valued and code not in SCALAR_TYPES else ()  # a tensor value needs dimensions
+            outs.append(self.fresh_operand(model, code, dims, mutated=how == 6))
+            if valued:
+                self.call(model.set_operand_value, outs[-1], self.value(code, dims, None))
+        self.call(model.add_operation, impl.code, ins, outs)
+
+    def fresh_operand(self, model: Model, code, dims: tuple, mutated: bool) -> int:
+        """Adds an operand of type ``code`` with a scale and zero point the type accepts (and
+        per-channel scales on a chosen dimension), each one ``mutated`` as a seed operand's may
+        be; its index (the last operand's, where the runtime refused this one)."""
+        scale, zero_point = _ACCEPTED_QUANTIZATION.get(code, (0.0, 0))
+        if mutated:
+            scale, zero_point = self.scale(scale), self.int_value(zero_point)
+        self.call(model.add_operand, code, dims, scale, zero_point)
+        k = model.operand_count - 1
+        if code == _PER_CHANNEL and dims:
+            channel_dim = self.fdp.ConsumeIntInRange(0, len(dims) - 1)
+            scales = [self.scale(0.5) if mutated else 0.5 for _ in range(dims[channel_dim])]
+            self.call(model.set_operand_symm_per_channel_quant_params, k, scales, channel_dim)
+        return k
 
     def build(self, seed: hal.Model) -> Model:
         """The runtime model (finished when it passed validation)."""
