@@ -97,7 +97,7 @@ def operand_type_problem(code, dimensions, scale: float, zero_point: int, channe
         if len(channel_quant.scales) != dimensions[dim] and dimensions[dim] != 0:
             return f"{len(channel_quant.scales)} channel scales for a channel dimension of {dimensions[dim]}"
         if not all(0 < s <= _FLT_MAX for s in channel_quant.scales):
-            return "channel scales must be positive"
+            return "channel scales must be positive and finite in float32"
     elif code == _PER_CHANNEL and not channel_quant_pending:
         return f"{type_name(code)} operand without per-channel quantization parameters"
     return None
