@@ -341,6 +341,47 @@ def test_served_driver_holds_blas_to_the_threads_asked(tmp_path, monkeypatch, op
         device.close()
 
 
+def test_killing_a_driver_process_leaves_its_reply_pipe_open_until_the_reader_stops():
+    """kill() closed the reply pipe's read end while the connection's reader thread could be
+    between its check of the pipe and its read; the next driver process's pipe took the freed
+    number and the old reader took that driver's first reply (a start hung for 120 s in CI, under
+    load). The pipe is now closed by the reader as it stops, and the request pipe is closed once
+    no write is in it."""
+    from nnapi_ref.remote.client import ProcessTransport
+    transport = ProcessTransport(f"{sys.executable} -c 'import time; time.sleep(60)'")
+    transport.kill()
+    assert transport.proc.stdin.closed and not transport.proc.stdout.closed
+    assert transport.read(12) == b""  # the killed process's pipe ends: its reader stops there
+    transport.close_reader()
+    assert transport.proc.stdout.closed
+
+
+@pytest.mark.parametrize("served", ["stdio", "socket"])
+def test_a_closed_connection_is_released_by_its_reader_thread(served, tmp_path):
+    if served == "stdio":
+        device = load_driver("remote:nnts serve reference")
+    else:
+        path = str(tmp_path / "s.sock")
+        server = subprocess.Popen([sys.executable, "-m", "nnapi_ref.cli", "serve", "reference", "--socket", path],
+                                  stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        device = load_driver(f"socket:{path}")
+    try:
+        connection = device.live()
+        assert device.get_name() == "nnapi-reference"
+        device.close()
+        connection._reader.join(30)
+        assert not connection._reader.is_alive()
+        transport = connection.transport
+        assert (transport.proc.stdout.closed if served == "stdio" else transport.sock.fileno() == -1)
+    finally:
+        if served == "socket":
+            server.kill()
+            server.wait()
+
+
 def test_a_driver_process_stderr_reader_never_reads_a_descriptor_number_reused_after_it():
     """A transport's stderr is closed when the transport is collected, while its reader may run
     on; the next driver process's pipes then take the freed numbers. Reading the number, the old

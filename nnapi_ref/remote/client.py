@@ -111,6 +111,7 @@ class ProcessTransport:
         except OSError as e:
             raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"cannot start {command!r}: {e}") from None
         self._out = io.BufferedReader(self.proc.stdout, 1 << 16)
+        self._stdin_lock = threading.Lock()
         # The drain thread reads a descriptor of its own: reading the Popen's by number, it could
         # outlive that descriptor (closed when the transport is collected) and read whatever pipe
         # took the number next, such as the next driver process's replies.
@@ -140,21 +141,38 @@ class ProcessTransport:
             self._stderr.append(_clip(partial))
 
     def send(self, data: bytes) -> None:
-        self.proc.stdin.write(data)
+        with self._stdin_lock:
+            self.proc.stdin.write(data)
 
     def read(self, n: int) -> bytes:
         return self._out.read(n)
 
     def kill(self) -> None:
+        """Kill the driver's process group and close the request pipe (once no write is in it).
+        The reply pipe is left to the reader thread, which closes it when it stops (close_reader):
+        closed here, its number could go to the next driver's pipe while the reader is between a
+        check and its read, and the old reader would take the next driver's replies (a start hung
+        for 120 s, under load)."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
             pass
-        for stream in (self.proc.stdin, self.proc.stdout):
+        # A write in progress ends once the process is gone (EPIPE). Should it not, the pipe is
+        # left open rather than closed under it.
+        if self._stdin_lock.acquire(timeout=2):
             try:
-                stream.close()
+                self.proc.stdin.close()
             except OSError:
                 pass
+            finally:
+                self._stdin_lock.release()
+
+    def close_reader(self) -> None:
+        """The reply pipe's read end, closed by the reader thread as it stops."""
+        try:
+            self._out.close()
+        except OSError:
+            pass
 
     def death(self) -> str:
         """How the process ended, and what it said last on stderr."""
@@ -188,19 +206,30 @@ class SocketTransport:
             self.sock.close()
             raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"cannot connect to {path}: {e}") from None
         self._in = self.sock.makefile("rb", buffering=1 << 16)
+        self._send_lock = threading.Lock()
 
     def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        with self._send_lock:
+            self.sock.sendall(data)
 
     def read(self, n: int) -> bytes:
         return self._in.read(n)
 
     def kill(self) -> None:
+        """Shut the connection down: the reader sees its end, a write fails. The socket is closed
+        by the reader thread as it stops (close_reader), as ProcessTransport's reply pipe is."""
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self.sock.close()
+
+    def close_reader(self) -> None:
+        if self._send_lock.acquire(timeout=2):  # no write is in the socket as its number is freed
+            try:
+                self._in.close()
+                self.sock.close()
+            finally:
+                self._send_lock.release()
 
     def death(self) -> str:
         return f"the connection to {self.command} was closed"
@@ -265,7 +294,8 @@ class Connection:
         self._trace_offset_ns: int | None = None  # server clock + this = ours, once tracing is started
         self._trace_state = "hello"  # then "off", "starting", "on" or "unsupported"
         self._trace_generation = -1  # the trace.generation it was started for
-        threading.Thread(target=self._read_replies, daemon=True, name="nnts-remote-reader").start()
+        self._reader = threading.Thread(target=self._read_replies, daemon=True, name="nnts-remote-reader")
+        self._reader.start()
         threading.Thread(target=self._complete, daemon=True, name="nnts-remote-callbacks").start()
         w = Writer()
         w.parts.append(wire.MAGIC)
@@ -431,6 +461,8 @@ class Connection:
             self.fail("crash", f"CRASH: {self.driver} broke the protocol ({e}); its process was killed")
         except (OSError, ValueError):
             self.fail("crash", None)
+        finally:
+            self.transport.close_reader()  # only now: see ProcessTransport.kill
 
     def _deliver(self, msg: int, call_id: int, body: bytes) -> None:
         if msg == Msg.EXECUTION_DONE:
