@@ -382,6 +382,26 @@ def test_a_closed_connection_is_released_by_its_reader_thread(served, tmp_path):
             server.wait()
 
 
+def test_driver_processes_started_used_and_closed_in_a_row_all_start(monkeypatch):
+    """The loop that found the reply-pipe race above, with the CPUs kept busy as a loaded CI
+    machine's are: before the fix, 10 of 60 starts hung until the prepare timeout on a 2-core
+    machine (23 and 28 of 150 while CI ran beside it; none on an idle one), so 30 starts all
+    answering was about a 1-in-250 chance there."""
+    monkeypatch.setenv("NNTS_PREPARE_TIMEOUT", "10")
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(min(os.cpu_count() or 2, 4))]
+    try:
+        for i in range(30):
+            device = load_driver("remote:nnts serve reference")
+            try:
+                assert device.get_name() == "nnapi-reference", i
+            finally:
+                device.close()
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+
+
 def test_a_driver_process_stderr_reader_never_reads_a_descriptor_number_reused_after_it():
     """A transport's stderr is closed when the transport is collected, while its reader may run
     on; the next driver process's pipes then take the freed numbers. Reading the number, the old
