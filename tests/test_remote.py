@@ -402,6 +402,31 @@ def test_driver_processes_started_used_and_closed_in_a_row_all_start(monkeypatch
             process.wait()
 
 
+def test_a_socket_server_closes_a_connection_only_once_no_reply_is_being_written():
+    """A call can still be running when its client goes: its reply must go into the closed
+    socket, never into the next client's connection, which may take the freed number."""
+    import threading
+    from nnapi_ref.remote.server import Session
+    writing, release, events = threading.Event(), threading.Event(), []
+
+    def write(frame):
+        writing.set()
+        release.wait(10)
+        events.append("written")
+    session = Session(ReferenceDevice(), lambda n: b"", write)
+    sender = threading.Thread(target=session._send, args=(Writer(), Msg.OK, 1))
+    sender.start()
+    writing.wait(10)
+    closer = threading.Thread(target=session.when_no_reply_is_written, args=(lambda: events.append("closed"),))
+    closer.start()
+    closer.join(0.2)
+    assert events == [] and closer.is_alive()  # waits for the write
+    release.set()
+    sender.join(10)
+    closer.join(10)
+    assert events == ["written", "closed"]
+
+
 def test_a_driver_process_stderr_reader_never_reads_a_descriptor_number_reused_after_it():
     """A transport's stderr is closed when the transport is collected, while its reader may run
     on; the next driver process's pipes then take the freed numbers. Reading the number, the old

@@ -73,6 +73,16 @@ class Session:
             except OSError:
                 pass  # the client is gone (killed mid-call, say): its reply goes nowhere
 
+    def when_no_reply_is_written(self, close) -> None:
+        """Run ``close`` (the connection's) once no reply is being written: a call still running
+        then writes its reply into a closed socket, never into the next client's connection,
+        which may take the freed descriptor number. A write that never ends leaves it open."""
+        if self._write_lock.acquire(timeout=2):
+            try:
+                close()
+            finally:
+                self._write_lock.release()
+
     def _send_error(self, call_id: int, error: HalError) -> None:
         w = Writer()
         wire.write_error(w, error)
@@ -529,5 +539,8 @@ def serve_socket(device: hal.Device, path: str) -> None:
 
 
 def _serve_connection(device: hal.Device, conn: socket.socket) -> None:
-    with conn:
-        Session(device, _fd_reader(conn.fileno()), conn.sendall).serve()
+    session = Session(device, _fd_reader(conn.fileno()), conn.sendall)
+    try:
+        session.serve()
+    finally:
+        session.when_no_reply_is_written(conn.close)
