@@ -338,7 +338,7 @@ class Connection:
             data = b"".join(self._region_frames(regions) + [frame])
             try:
                 self.transport.send(data)
-            except OSError:
+            except (OSError, ValueError):  # ValueError: the request pipe was closed by a kill
                 pass  # the reader sees the end of the stream and says why
 
     def release(self, handle: int) -> None:
