@@ -34,7 +34,7 @@ import numpy as np
 
 from .. import hal, trace, vlog
 from ..hal import ErrorStatus, HalError
-from . import shm, wire
+from . import close_between_writes, shm, wire
 from .wire import EncodeError, Msg, ProtocolError, Reader, Writer
 
 DEFAULT_CALL_TIMEOUT_S = 60.0
@@ -157,15 +157,7 @@ class ProcessTransport:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
             pass
-        # A write in progress ends once the process is gone (EPIPE). Should it not, the pipe is
-        # left open rather than closed under it.
-        if self._stdin_lock.acquire(timeout=2):
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-            finally:
-                self._stdin_lock.release()
+        close_between_writes(self._stdin_lock, self.proc.stdin.close)
 
     def close_reader(self) -> None:
         """The reply pipe's read end, closed by the reader thread as it stops."""
@@ -224,12 +216,10 @@ class SocketTransport:
             pass
 
     def close_reader(self) -> None:
-        if self._send_lock.acquire(timeout=2):  # no write is in the socket as its number is freed
-            try:
-                self._in.close()
-                self.sock.close()
-            finally:
-                self._send_lock.release()
+        def close():
+            self._in.close()
+            self.sock.close()
+        close_between_writes(self._send_lock, close)
 
     def death(self) -> str:
         return f"the connection to {self.command} was closed"

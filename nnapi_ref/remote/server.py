@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import hal, trace
 from ..hal import ErrorStatus, HalError
-from . import wire
+from . import close_between_writes, wire
 from .wire import Msg, ProtocolError, Reader, Writer
 
 
@@ -75,13 +75,8 @@ class Session:
 
     def when_no_reply_is_written(self, close) -> None:
         """Run ``close`` (the connection's) once no reply is being written: a call still running
-        then writes its reply into a closed socket, never into the next client's connection,
-        which may take the freed descriptor number. A write that never ends leaves it open."""
-        if self._write_lock.acquire(timeout=2):
-            try:
-                close()
-            finally:
-                self._write_lock.release()
+        then writes its reply into a closed socket, never into the next client's connection."""
+        close_between_writes(self._write_lock, close)
 
     def _send_error(self, call_id: int, error: HalError) -> None:
         w = Writer()
