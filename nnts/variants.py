@@ -21,6 +21,8 @@ from typing import Callable
 
 import pytest
 
+from nnts.reports.results import pytest_outcome
+
 PROPERTY = "nnts_variants"
 _EXPECTED = pytest.StashKey[dict]()
 # The variants of CTS (nnapi_ref.cases: MODEL_VARIANTS, TWIN_VARIANTS) and VTS (vts/test_generated.py),
@@ -121,14 +123,14 @@ def conclude(node, heading: str, results: list[VariantResult], expected: dict[st
             r.status, r.message = "xpassed", f"listed as an expected failure ({reason}) but passed"
     node.user_properties.append((PROPERTY, json.dumps(
         [[r.variant, r.status, r.message, round(r.duration_s, 4)] for r in results])))
-    failed = [r for r in results if r.status == "failed"]
-    if failed:
+    outcome = pytest_outcome([r.status for r in results])  # as the report counts it
+    if outcome == "failed":
+        failed = [r for r in results if r.status == "failed"]
         shown = "\n".join(f"[{r.variant}] {r.message}" for r in failed)
         pytest.fail(f"{heading}: {_count(failed, results)} failed\n{shown}", pytrace=False)
-    xfailed = [r for r in results if r.status == "xfailed"]
-    if xfailed:
-        pytest.xfail("; ".join(f"[{r.variant}] {r.message}" for r in xfailed))
-    if all(r.status in ("skipped", "unsupported") for r in results):
+    if outcome == "xfailed":
+        pytest.xfail("; ".join(f"[{r.variant}] {r.message}" for r in results if r.status == "xfailed"))
+    if outcome == "skipped":
         pytest.skip(results[0].message)
 
 

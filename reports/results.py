@@ -167,8 +167,10 @@ def is_variant(record: dict) -> bool:
     return bool(record.get("test")) and record["id"] != record["test"] and not record["id"].endswith(" (teardown)")
 
 
-def _pytest_outcome(statuses: list[str]) -> str:
-    """pytest's outcome of a test from its variants' statuses (``nnts.variants.conclude``)."""
+def pytest_outcome(statuses: list[str]) -> str:
+    """pytest's outcome of a test from its variants' statuses: failed when any failed, xfailed
+    when any failed as expected, skipped when all were, passed otherwise (``nnts.variants.conclude``
+    concludes so)."""
     if any(PYTEST_STATUS[s] == "failed" for s in statuses):
         return "failed"
     if "xfailed" in statuses:
@@ -332,7 +334,7 @@ def summarize(tests: list[dict]) -> dict:
         else:
             pytest_totals[PYTEST_STATUS[t["status"]]] += 1
     for statuses in variants_of.values():
-        pytest_totals[_pytest_outcome(statuses)] += 1
+        pytest_totals[pytest_outcome(statuses)] += 1
     return {"totals": _counter_dict(totals),
             "pytest": {k: pytest_totals[k] for k in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")},
             "parts": {p: _counter_dict(parts[p]) for p in PARTS if p in parts},
