@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -74,31 +73,16 @@ def test_devices_lists_the_c_driver(c_driver):
 def test_extension_tests_pass_on_the_example_extension(c_driver, tmp_path):
     """The C driver implements org.nnts.example (docs/extensions.md): CTS and VTS extension tests
     pass with the reference beside it, none skipped but the optional device memory."""
-    junit = tmp_path / "junit.xml"
+    report = tmp_path / "report.json"
     command = [sys.executable, "-m", "pytest", "cts/test_extensions.py", "vts/test_extensions.py", "-q", "-p",
                "no:cacheprovider", "--no-shared-vectors", "--driver",
-               f"remote:{shlex.quote(str(c_driver))},reference", "--junitxml", str(junit)]
+               f"remote:{shlex.quote(str(c_driver))},reference", "--report", str(report)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env())
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    outcomes = _outcomes(junit)
+    outcomes = support.report_outcomes(report)
     skipped = [n for n, (outcome, _) in outcomes.items() if outcome == "skipped"]
     assert all("test_device_memory" in n for n in skipped), skipped
     assert sum(outcome == "passed" for outcome, _ in outcomes.values()) >= 30
-
-
-def _outcomes(junit: Path) -> dict[str, tuple[str, str]]:
-    """test id -> (passed | failed | skipped, message) from a JUnit XML report."""
-    out = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        name = f"{case.get('classname')}::{case.get('name')}"
-        outcome, message = "passed", ""
-        for child in case:
-            if child.tag in ("failure", "error"):
-                outcome, message = "failed", child.get("message", "")
-            elif child.tag == "skipped":
-                outcome, message = "skipped", child.get("message", "")
-        out[name] = (outcome, message)
-    return out
 
 
 def test_conformance_suite_passes_on_add_and_mul(c_driver, tmp_path):
