@@ -23,7 +23,7 @@ from nnapi_ref import hal
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime.devices import Device
 from nnapi_ref.runtime.memory import PROT_READ, PROT_WRITE
-from nnapi_ref.testing import add_model
+from nnts.generators.builders import add_model
 
 UNEXPECTED_NULL, BAD_DATA, BAD_STATE = ResultCode.UNEXPECTED_NULL, ResultCode.BAD_DATA, ResultCode.BAD_STATE
 F2 = OperandType(T.TENSOR_FLOAT32, [2])

@@ -3,7 +3,7 @@
 again with its output dimensions left unspecified (``dynamic``; not for models with IF, WHILE or
 RANK), with every input and output in device memory (``device_memory``) and through the
 compilation cache (``cached``): one test per model, running these variants in turn
-(``nnts.variants``). Quant8 models also run as their signed-quant8 twin (``signed``), a test of
+(``nnts.runners.variants``). Quant8 models also run as their signed-quant8 twin (``signed``), a test of
 its own (its data type is another).
 
 A failure names the operation, the data type, each failing variant and its worst element, and
@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from nnapi_ref import vectors
-from nnapi_ref.cases import Case, collect_cases
-from nnapi_ref.harness import MODES, run_test
-from nnts import ordering, variants
+from nnts.runners.cases import Case, collect_cases
+from nnts.runners.model_runner import MODES, run_test
+from nnts.runners import ordering
+from nnts.runners import variants
 
 
 def pytest_generate_tests(metafunc):

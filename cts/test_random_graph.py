@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import pytest
 
-from nnts.fuzz.differential import run_case
+from nnts.runners.differential import run_case
 
 
 def pytest_generate_tests(metafunc):

@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import pytest
 
-from nnts.fuzz.single import case_operation, run_single
+from nnts.generators.single import case_operation, run_single
 from nnapi_ref.types import type_name
 
 
 class OperationSeed(int):
     """A case's seed that names the case's operation, so that the breadth-first order
-    (:mod:`nnts.ordering`, which groups tests by their parameter's ``operation`` and ``dtype``)
+    (:mod:`nnts.runners.ordering`, which groups tests by their parameter's ``operation`` and ``dtype``)
     runs one case of every operation before a second of any, not one case per pass."""
 
     dtype = "-"  # drawn with the case, not known at collection

@@ -7,8 +7,8 @@ too-small outputs, another compilation, other threads, a released compilation, d
 passes every single-execution test; these catch it (``vts/test_sequences.py`` does the same
 straight against the driver).
 
-The model is nnapi_ref.testing.chain_model, out = ((a + b) * b) + a on float32 (two of its three
-operations write intermediates), or for output shapes decided by data nnapi_ref.testing.nms_model
+The model is nnts.generators.builders.chain_model, out = ((a + b) * b) + a on float32 (two of its three
+operations write intermediates), or for output shapes decided by data nnts.generators.builders.nms_model
 (BOX_WITH_NMS_LIMIT feeding ADD); every output of every step is compared with numpy's result under
 NNAPI's tolerances, and a failure names the step. Compilations name the devices under test (no
 CPU fallback).
@@ -23,8 +23,8 @@ import pytest
 
 from nnapi_ref import (Burst, Compilation, Execution, Memory, MemoryDesc, Model, NnapiError,
                        OperandCode as T, OperandType, OperationCode, ResultCode)
-from nnapi_ref.harness import compute_in_mode
-from nnapi_ref.testing import (NMS_STEPS, add_model, assert_step, chain, chain_inputs, chain_model, nms_expected,
+from nnts.runners.model_runner import compute_in_mode
+from nnts.generators.builders import (NMS_STEPS, add_model, assert_step, chain, chain_inputs, chain_model, nms_expected,
                                nms_model, nms_scores)
 
 MODES = ("sync", "async", "burst", "fenced")
@@ -210,7 +210,7 @@ def test_insufficient_output_then_retry(mode, devices):
 
 
 def _run_add(sequence: Sequence, seed: int, step: str) -> None:
-    """out = x + y on [2] (nnapi_ref.testing.add_model) with new inputs."""
+    """out = x + y on [2] (nnts.generators.builders.add_model) with new inputs."""
     x, y = (v.reshape(-1)[:2] for v in chain_inputs(seed))
     out = np.zeros(2, np.float32)
     sequence.execution.set_input(0, x)

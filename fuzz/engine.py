@@ -92,7 +92,7 @@ def limit_memory(megabytes: int) -> None:
 def load(harness: str, driver: str, vector_paths):
     """The harness, set up (imports ``nnapi_ref``: call it inside the instrumentation)."""
     from nnts.fuzz import harnesses
-    from nnapi_ref.drivers import load_driver
+    from nnts.runners.drivers import load_driver
     return harnesses.make(harness, load_driver(driver) if harness != "model" else None, vector_paths)
 
 
@@ -340,7 +340,7 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
                   f"the input is saved as {path}", file=out)
             found.append(path)
     elapsed = time.monotonic() - start
-    from nnapi_ref.usage import write_atomic
+    from nnts.formats.files import write_atomic
     for folder in reversed(created):  # made for findings there were none of
         if not os.listdir(folder):
             os.rmdir(folder)
@@ -372,7 +372,7 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
 def read_sidecar(path: str) -> dict:
     """An artifact's ``.json`` sidecar (harness, driver, vectors, provider), or {} without one;
     a UsageError when it is there but not such an object."""
-    from nnapi_ref.usage import UsageError
+    from nnts.formats.files import UsageError
     sidecar = path + ".json"
     if not os.path.exists(sidecar):
         return {}
@@ -392,7 +392,7 @@ def read_sidecar(path: str) -> dict:
 
 def replay(path: str, harness: str | None = None, driver: str | None = None, vector_paths=None) -> int:
     """``nnts fuzz --replay FILE``: run one artifact again, in this process, and show the traceback."""
-    from nnapi_ref.usage import UsageError
+    from nnts.formats.files import UsageError
     from nnts.fuzz.harnesses import HARNESSES
     meta = read_sidecar(path)
     harness = harness or meta.get("harness") or os.path.basename(path).split("-")[0]

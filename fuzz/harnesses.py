@@ -140,7 +140,7 @@ def check_masked(error: Exception) -> None:
 
 def default_vector_paths() -> list[str]:
     """The project corpus (installed with nnts) and ../shared/vectors beside a clone."""
-    from nnapi_ref.cases import CORPUS, SHARED_VECTORS
+    from nnts.formats.paths import CORPUS, SHARED_VECTORS
     return [str(p) for p in (CORPUS, SHARED_VECTORS) if p and p.is_dir()]
 
 

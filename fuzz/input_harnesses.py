@@ -87,12 +87,12 @@ class TfliteHarness(InputHarness):
     name = "tflite"
 
     def make_seeds(self) -> list:
-        from nnts.mlts.tflite import TFLiteImportError
+        from nnts.formats.tflite.importer import TFLiteImportError
         self.expected = (TFLiteImportError,)
         return _tiny_models()
 
     def run(self, data: bytes) -> None:
-        from nnts.mlts.tflite import convert, parse_tflite
+        from nnts.formats.tflite.importer import convert, parse_tflite
         index, fdp = split(data, len(self.seeds))
         buf = bytearray(self.seeds[index])
         for _ in range(fdp.ConsumeIntInRange(0, 8)):
@@ -165,7 +165,7 @@ class SidecarHarness(InputHarness):
     name = "sidecar"
 
     def make_seeds(self) -> list:
-        from nnapi_ref.usage import UsageError
+        from nnts.formats.files import UsageError
         self.expected = (UsageError,)
         return [{"harness": "model", "driver": "reference", "vectors": ["/a", "/b"], "provider": "atheris"}]
 

@@ -60,14 +60,15 @@ from pathlib import Path
 
 import numpy as np
 
-from nnts.mlts.tflite import TFLiteImportError, check_io, load_tflite, parse_tflite
+from nnts.formats.tflite.importer import TFLiteImportError, check_io, load_tflite, parse_tflite
 from nnts.mlts.tflite_baseline import BaselineCrashed, TfliteProcess
-from nnapi_ref.cases import SHARED
-from nnapi_ref import Burst, Compilation, Execution, NnapiError, get_devices, trace, trace_summary
+from nnts.formats.paths import SHARED_MODELS
+from nnapi_ref import Burst, Compilation, Execution, NnapiError, get_devices, trace
+from nnts.formats import trace_summary
 from nnapi_ref.types import OperationCode
 
 SCHEMA = "nnts-bench/1"
-MODELS_DIR = SHARED / "models" if SHARED else None  # ../shared/models beside a clone
+MODELS_DIR = SHARED_MODELS  # ../shared/models beside a clone
 INFLIGHT = 4          # executions in flight for the throughput figure
 HISTOGRAM_BINS = 20
 MIN_RUNS = 5          # timed runs even past --max-time
@@ -322,7 +323,7 @@ def accuracy(out, ours: list[np.ndarray], theirs: list[np.ndarray], classifier: 
 
 def outputs_on(driver: str, model, info, samples) -> list[np.ndarray]:
     """The first output for each sample, computed on ``driver`` alone (in this process)."""
-    from nnapi_ref.drivers import load_driver
+    from nnts.runners.drivers import load_driver
     from nnapi_ref.runtime import using_drivers
     with using_drivers([load_driver(driver)]):
         compilation = Compilation(model)
@@ -735,7 +736,7 @@ class Progress:
 
 
 def write_json(path: str, results: dict) -> None:
-    from nnapi_ref.usage import write_atomic
+    from nnts.formats.files import write_atomic
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(results, indent=1) + "\n")
 

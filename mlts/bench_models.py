@@ -22,7 +22,7 @@ def main(argv=None) -> int:
                         help="folder of .tflite models (default ../shared/models beside a clone, else the seeded set)")
     parser.add_argument("--json", help="also write the results as JSON to this file (schema in mlts/bench.py)")
     args = parser.parse_args(argv)
-    from nnapi_ref.cli import main as nnts
+    from nnts.cli import main as nnts
     models = ["--models", f"{args.models_dir}/{args.models}"] if args.models_dir else []
     return nnts(["bench", "--driver", "reference", *models,
                  "--runs", "10" if args.quick else "50"] + (["--json", args.json] if args.json else []))

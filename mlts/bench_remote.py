@@ -20,10 +20,10 @@ import time
 import numpy as np
 
 from nnapi_ref import Compilation, Execution, Memory
-from nnapi_ref.drivers import load_driver
+from nnts.runners.drivers import load_driver
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime.devices import Device
-from nnapi_ref.testing import add_model
+from nnts.generators.builders import add_model
 
 
 def executions(driver, n: int, shared: bool):

@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from nnts.mlts.bench_models import MODELS_DIR, model_inputs, tflite_interpreter_class
-from nnts.mlts.tflite import infer, load_tflite, parse_tflite
+from nnts.formats.tflite.importer import infer, load_tflite, parse_tflite
 from nnapi_ref import Compilation
-from nnapi_ref.drivers import load_driver
+from nnts.runners.drivers import load_driver
 from nnapi_ref.runtime.devices import Device
 
 
@@ -167,9 +167,9 @@ def main(argv=None) -> int:
         parser.error("--convention applies to the reference driver; give --driver or --convention, not both")
     convention = args.convention or "nnapi"
     driver = args.driver or reference_driver_string(convention)
-    from nnapi_ref import usage
+    from nnts.formats import files as usage
     from nnapi_ref.errors import NnapiError
-    from nnts.mlts.tflite import TFLiteImportError
+    from nnts.formats.tflite.importer import TFLiteImportError
     from nnts.mlts.tflite_probe import crash_reason
     try:
         usage.input_file("model", str(args.model), text=False)

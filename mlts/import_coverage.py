@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from nnts.mlts.bench import TfliteRunner, accuracy, tflite_interpreter_class
-from nnts.mlts.tflite import TFLiteImportError, infer, load_tflite, parse_tflite, unmapped_operators
+from nnts.formats.tflite.importer import TFLiteImportError, infer, load_tflite, parse_tflite, unmapped_operators
 from nnts.mlts.tflite_probe import crash_reason
 from nnapi_ref import Compilation
 from nnapi_ref.errors import NnapiError
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=2, help="seeded inputs per model (default 2)")
     parser.add_argument("--json", help="also write the rows as JSON to this file")
     args = parser.parse_args(argv)
-    from nnapi_ref import usage
+    from nnts.formats import files as usage
     missing = [p for p in args.paths if not Path(p).exists()]
     if missing:
         parser.error(f"no such file or folder: {', '.join(missing)}")

@@ -68,19 +68,19 @@ from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
-from nnts.fuzz.differential import case_size, check, operation_summary
-from nnts.fuzz.families import FAMILIES
-from nnts.fuzz.graphs import DATA_TYPES, generate
-from nnapi_ref.drivers import load_driver
+from nnts.runners.differential import case_size, check, operation_summary
+from nnts.generators.families import FAMILIES
+from nnts.generators.graphs import DATA_TYPES, generate
+from nnts.runners.drivers import load_driver
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import HalError
-from nnapi_ref.harness import build_model, compute_in_mode
+from nnts.runners.model_runner import build_model, compute_in_mode
 from nnapi_ref.remote import shm
 from nnapi_ref.remote.client import Incident, RemoteDevice, SocketTransport, incidents
 from nnapi_ref.runtime import Compilation, Execution, Memory, Model, OperandType
 from nnapi_ref.runtime.devices import Device
-from nnapi_ref.testing import chain, chain_model
+from nnts.generators.builders import chain, chain_model
 from nnapi_ref.tolerance import compare
 from nnapi_ref.types import OperandCode, OperationCode, ResultCode
 
@@ -394,7 +394,7 @@ class Run:
             return f"socket:{self.target.socket}"
         path = os.path.join(self.folder(), "driver.sock")
         self._server_stderr = open(os.path.join(self.folder(), "server.stderr"), "w+")
-        self._server = subprocess.Popen([sys.executable, "-m", "nnapi_ref.cli", "serve", self.target.serve,
+        self._server = subprocess.Popen([sys.executable, "-m", "nnts", "serve", self.target.serve,
                                          "--socket", path], stdout=subprocess.DEVNULL, stderr=self._server_stderr,
                                         start_new_session=True)
         deadline = time.monotonic() + 60
@@ -726,7 +726,7 @@ def random_graphs(run: Run) -> str:
 
 
 def degradation_under_load(run: Run) -> str:
-    from .stress_load import degradation_under_load as measure  # it builds on this module
+    from nnts.mlts.stress_load import degradation_under_load as measure  # it builds on this module
     return measure(run)
 
 
@@ -820,7 +820,7 @@ def run_tests(driver: str, names: list[str] | None = None, duration: float = DEF
 
 
 def write_json(path: str, results: list[Result]) -> None:
-    from nnapi_ref.usage import write_atomic
+    from nnts.formats.files import write_atomic
     write_atomic(path, json.dumps([asdict(r) for r in results], indent=1))
 
 
@@ -838,7 +838,7 @@ def write_junit(path: str, results: list[Result]) -> None:
             lines.append(f'{head}><failure type="{r.verdict}" message={quoteattr(text[:500])}>{escape(text)}'
                          f'</failure></testcase>')
     lines.append("</testsuite></testsuites>")
-    from nnapi_ref.usage import write_atomic
+    from nnts.formats.files import write_atomic
     write_atomic(path, "\n".join(lines) + "\n")
 
 
@@ -909,7 +909,7 @@ def _client_infer(device: Device, rng: np.random.Generator) -> None:
 
 
 def _client_load(device: Device, rng: np.random.Generator) -> None:
-    from .stress_load import client_load
+    from nnts.mlts.stress_load import client_load
     client_load(device, rng)
 
 

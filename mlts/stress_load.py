@@ -39,9 +39,9 @@ import numpy as np
 
 from nnapi_ref.remote.client import incidents
 from nnapi_ref.runtime.devices import Device
-from nnapi_ref.testing import chain, chain_model
+from nnts.generators.builders import chain, chain_model
 
-from . import stress
+from nnts.mlts import stress
 
 CONCURRENT_CLIENTS = 4
 MIN_THROUGHPUT_RATIO = 0.5

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnapi_ref.contained import exit_text
+from nnts.runners.contained import exit_text
 
 ANSWER_TIMEOUT_S = 600  # one request: creating the interpreter, or the throughput run of a large model
 

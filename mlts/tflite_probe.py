@@ -40,7 +40,7 @@ def _probe(path: str) -> None:
     import numpy as np
 
     from nnts.mlts.bench_models import tflite_interpreter_class
-    from nnts.mlts.tflite import MAX_IO_ELEMENTS
+    from nnts.formats.tflite.importer import MAX_IO_ELEMENTS
     interpreter_cls, resolver = tflite_interpreter_class()
     if interpreter_cls is None:
         return

@@ -1,7 +1,7 @@
 """The one exception type of the NNAPI programming model: it carries a ResultCode."""
 from __future__ import annotations
 
-from .types import ResultCode
+from nnapi_ref.types import ResultCode
 
 
 _RESULT_CODES = {int(c): c for c in ResultCode}

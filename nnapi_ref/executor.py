@@ -13,12 +13,12 @@ import time
 
 import numpy as np
 
-from . import ops, trace, vlog
-from .errors import NnapiError
-from .hal import Model, Subgraph
-from .ops.base import Arg, Call, ValueUnknown
-from .types import DTYPES, SCALAR_TYPES, Lifetime, OperationCode, ResultCode, LOOP_TIMEOUT_DEFAULT_NS
-from .validation import CONSTANT_LIFETIMES, omitted_input_message, topological_order
+from nnapi_ref import ops, trace, vlog
+from nnapi_ref.errors import NnapiError
+from nnapi_ref.hal import Model, Subgraph
+from nnapi_ref.ops.base import Arg, Call, ValueUnknown
+from nnapi_ref.types import DTYPES, SCALAR_TYPES, Lifetime, OperationCode, ResultCode, LOOP_TIMEOUT_DEFAULT_NS
+from nnapi_ref.validation import CONSTANT_LIFETIMES, omitted_input_message, topological_order
 
 
 _OPERATION_CODES = {int(c): c for c in OperationCode}

@@ -16,8 +16,8 @@ from typing import Iterable
 
 import numpy as np
 
-from .errors import bad_data
-from .hal import Extension, ExtensionOperandTypeInformation, Model, Subgraph
+from nnapi_ref.errors import bad_data
+from nnapi_ref.hal import Extension, ExtensionOperandTypeInformation, Model, Subgraph
 
 EXTENSION_TYPE_BITS = 16  # NNAPI's kExtensionTypeBits
 EXTENSION_TYPE_MASK = (1 << EXTENSION_TYPE_BITS) - 1

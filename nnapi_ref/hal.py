@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .types import DeviceTypeCode, Lifetime, OperandCode, OperationCode, PriorityCode, PreferenceCode
+from nnapi_ref.types import DeviceTypeCode, Lifetime, OperandCode, OperationCode, PriorityCode, PreferenceCode
 
 
 class ErrorStatus(IntEnum):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .types import OperandCode as T
+from nnapi_ref.types import OperandCode as T
 
 FLOAT32_ATOL, FLOAT32_RTOL = 1e-5, 5.0 * 2.0 ** -23
 FLOAT16_ATOL = FLOAT16_RTOL = 5.0 * 2.0 ** -10

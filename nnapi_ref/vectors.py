@@ -16,10 +16,10 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .errors import NnapiError
-from . import extensions as ext
-from .hal import ChannelQuant, ExtensionNameAndPrefix, Model, Operand, Operation, Subgraph
-from .types import DTYPES, FLOAT_TYPES, Lifetime, OperandCode, OperationCode, ResultCode, type_name
+from nnapi_ref.errors import NnapiError
+from nnapi_ref import extensions as ext
+from nnapi_ref.hal import ChannelQuant, ExtensionNameAndPrefix, Model, Operand, Operation, Subgraph
+from nnapi_ref.types import DTYPES, FLOAT_TYPES, Lifetime, OperandCode, OperationCode, ResultCode, type_name
 
 FORMAT = "nnapi-test-vector/1"
 FORMAT_NAME = "nnapi-test-vector"  # a file's ``format`` is this name, "/", and the schema version
@@ -143,7 +143,7 @@ def _extension_bytes(value, byte_size: int, what: str) -> np.ndarray:
     return np.frombuffer(raw, np.uint8).copy().view(np.dtype((np.void, byte_size)))
 
 
-# Set by ``nnapi_ref.vector_cache`` while it reads or records a file: (data, decode) -> array.
+# Set by ``nnts.runners.vector_cache`` while it reads or records a file: (data, decode) -> array.
 DATA_HOOK: contextvars.ContextVar = contextvars.ContextVar("nnts_vector_data_hook", default=None)
 
 

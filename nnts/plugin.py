@@ -8,7 +8,7 @@ comma-separated for several; ``--isolate`` serves in-process drivers from a proc
 driver issues: xfail, warned about when they pass), ``--report PATH`` (conformance report: HTML, or
 JSON for a .json path; repeatable; ``--baseline EARLIER.json`` compares with an earlier run),
 ``--reproducers DIR`` (where failing models are saved), ``--shard K/N`` (a deterministic part of
-the run, see ``nnapi_ref.shard``), ``--call-timeout S`` (a remote driver's budget per call),
+the run, see ``nnts.runners.shard``), ``--call-timeout S`` (a remote driver's budget per call),
 ``--variants LIST`` (the generated tests' variants to run). A bad ``--driver``, ``--shard`` or
 ``--baseline`` stops the session before collection, in one line.
 
@@ -16,7 +16,7 @@ A test during which an out-of-process driver crashed or hung fails with CRASH or
 driver's exit status or the call that did not return, whatever the test itself concluded (the
 runtime may have fallen back to the CPU); the next test gets a fresh driver process.
 
-A generated test runs one test model's variants in turn (``nnts.variants``). Generated tests carry
+A generated test runs one test model's variants in turn (``nnts.runners.variants``). Generated tests carry
 the markers ``op_<OPERATION>`` and ``dtype_<OPERAND TYPE>``, so ``-m op_CONV_2D`` or
 ``-k "CONV_2D and QUANT8"`` select them. Under pytest-xdist every worker collects the same tests in
 the same order and loads its drivers once.
@@ -32,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from nnts import ordering, variants
+from nnts.runners import ordering
+from nnts.runners import variants
 from nnapi_ref.types import OperandCode, OperationCode
 
 
@@ -75,7 +76,7 @@ def pytest_addoption(parser):
 
 
 def _expected_failures(value: str) -> str:
-    from nnapi_ref.cases import expected_failures_file
+    from nnts.runners.cases import expected_failures_file
     return expected_failures_file(value)
 
 
@@ -109,7 +110,7 @@ def pytest_configure(config):
         reports = config.getoption("report")
         config.option.reproducers = str(Path(reports[0]).parent / "reproducers") if reports else \
             os.path.join(tempfile.gettempdir(), "nnts-reproducers")
-    from nnapi_ref import shard
+    from nnts.runners import shard
     try:
         config.nnts_shard = shard.parse(config.getoption("shard"))
     except ValueError as e:
@@ -126,7 +127,7 @@ def _checked_drivers(config):
     spec = config.getoption("driver")
     if spec.strip() == "reference":
         return None  # always loads; loaded when a test first asks for it
-    from nnapi_ref.drivers import FORMS, load_drivers
+    from nnts.runners.drivers import FORMS, load_drivers
     from nnapi_ref.errors import NnapiError
     try:
         drivers = load_drivers(spec, isolate=config.getoption("isolate"))
@@ -140,7 +141,7 @@ def _checked_drivers(config):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    from nnts.vector_errors import add_items
+    from nnts.runners.vector_errors import add_items
     add_items(session, items)  # a test-vector file that cannot be read: a failing test, not the end
     vts = Path(str(resources.files("nnts.vts")))
     in_vts: dict[str, bool] = {}  # per file: Path.parents of 48k items took seconds
@@ -156,7 +157,7 @@ def pytest_collection_modifyitems(session, config, items):
 def _select_shard(config, items) -> None:
     """``--shard K/N``: keep this shard's tests, named the same in a clone and installed
     (``cts/test_generated.py::...``), so shards of either kind of run line up."""
-    from nnapi_ref import shard
+    from nnts.runners import shard
     part = config.nnts_shard
     if part is None:
         return
@@ -179,7 +180,7 @@ def _short_path(path: str, stem: bool = False) -> str:
 
 def _check_options(config) -> None:
     """Options that name files or numbers: one usage line before collection, not a traceback."""
-    from nnapi_ref import usage
+    from nnts.formats import files as usage
     try:
         usage.input_file("--expected-failures", config.getoption("expected_failures"))
         usage.positive("--call-timeout", config.getoption("call_timeout"))
@@ -198,7 +199,7 @@ def driver_spec(pytestconfig) -> str:
 @pytest.fixture(scope="session")
 def drivers(driver_spec, pytestconfig):
     """The HAL drivers under test, loaded once per (worker) process."""
-    from nnapi_ref.drivers import load_drivers
+    from nnts.runners.drivers import load_drivers
     return getattr(pytestconfig, "nnts_drivers", None) or load_drivers(driver_spec,
                                                                       isolate=pytestconfig.getoption("isolate"))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jinja2
 
-from nnapi_ref.trace_summary import html_tables
+from nnts.formats.trace_summary import html_tables
 from nnts.reports.results import FAILING, upgrade_v1
 
 DRIVER_COLOUR, BASELINE_COLOUR = "#3465a4", "#f57900"
@@ -135,5 +135,5 @@ def _failing(row: dict) -> bool:
 def write_report(path: str, results: dict, includes: list[str]) -> None:
     page = render(results, includes)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    from nnapi_ref.usage import write_atomic
+    from nnts.formats.files import write_atomic
     write_atomic(path, page)

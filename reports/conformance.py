@@ -52,7 +52,7 @@ def picture(test: dict) -> str | None:
     Graphviz exists. Only a small file that is an SVG is embedded: the path comes from JSON."""
     path = test.get("graph")
     if not path and test.get("reproducer"):
-        from nnapi_ref.graph import picture_beside
+        from nnts.runners.graph import picture_beside
         path = picture_beside(test["reproducer"]) if Path(test["reproducer"]).is_file() else None
     if not path or not str(path).endswith(".svg"):
         return None

@@ -1,5 +1,5 @@
 """Conformance results: one record per test (per variant, for tests that run a test model's
-variants: ``nnts.variants``), gathered from pytest's reports (by nnts/plugin.py,
+variants: ``nnts.runners.variants``), gathered from pytest's reports (by nnts/plugin.py,
 on the xdist controller too), summarized, written and read as JSON, compared with an earlier run
 and merged across shards. The HTML page (reports/conformance.py) renders what this module computes.
 
@@ -169,7 +169,7 @@ def is_variant(record: dict) -> bool:
 
 def pytest_outcome(statuses: list[str]) -> str:
     """pytest's outcome of a test from its variants' statuses: failed when any failed, xfailed
-    when any failed as expected, skipped when all were, passed otherwise (``nnts.variants.conclude``
+    when any failed as expected, skipped when all were, passed otherwise (``nnts.runners.variants.conclude``
     concludes so)."""
     if any(PYTEST_STATUS[s] == "failed" for s in statuses):
         return "failed"
@@ -220,7 +220,7 @@ def driver_facts(drivers) -> list[dict]:
 def corpus_facts(config) -> list[dict]:
     """The test-vector corpora (project corpus, --vectors, shared corpus) and how many of their
     models the generated tests ran (what this process collected)."""
-    from nnapi_ref import cases
+    from nnts.runners import cases
     roots = [cases.CORPUS, *cases.vector_paths(config)]
     models: dict[str, set] = {str(r): set() for r in roots}
     root_of: dict[str, Path | None] = {}  # per file (a few hundred), not per case (tens of thousands)
@@ -505,7 +505,7 @@ def main_merge(paths: list[str], html: str | None, json_out: str | None, baselin
 
 
 def add_report_arguments(parser) -> None:
-    """``nnts report merge`` and ``nnts report page`` (registered by nnapi_ref/cli.py)."""
+    """``nnts report merge`` and ``nnts report page`` (registered by nnts/cli/__init__.py)."""
     sub = parser.add_subparsers(dest="report_command", required=True)
     m = sub.add_parser("merge", help="one conformance report of several --report JSON files (shards: counts add up)")
     m.add_argument("results", nargs="+", metavar="RESULTS.json", help="conformance JSON files (schema 2)")

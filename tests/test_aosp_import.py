@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nnapi_ref import cli
+from nnts import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 AOSP = ROOT.parent / "shared" / "aosp"
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not (AOSP.is_dir() and VECTORS.is_dir()),
 
 
 def nnts(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nnapi_ref.cli", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "nnts", *map(str, args)], capture_output=True, text=True,
                           timeout=600, cwd=cwd)
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnapi_ref import cli, vectors
+from nnapi_ref import vectors
+from nnts import cli
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime.model import Model, OperandType
 from nnapi_ref.types import OperandCode as T, ResultCode
@@ -96,7 +97,7 @@ def test_serve_replaces_an_earlier_socket(tmp_path):
 
 def test_a_bad_known_failures_file_is_found_before_the_run(tmp_path):
     out = tmp_path / "r.json"
-    done = subprocess.run([sys.executable, "-m", "nnapi_ref.cli", "vectors", "run", str(ARITHMETIC), "-v", "-j", "1",
+    done = subprocess.run([sys.executable, "-m", "nnts", "vectors", "run", str(ARITHMETIC), "-v", "-j", "1",
                            "--expected-failures", str(tmp_path / "none.txt"), "--json", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
@@ -105,7 +106,7 @@ def test_a_bad_known_failures_file_is_found_before_the_run(tmp_path):
 
 
 def test_ops_into_a_closed_pipe_ends_quietly():
-    done = subprocess.run(f"{sys.executable} -m nnapi_ref.cli ops | head -1", shell=True, cwd=ROOT,
+    done = subprocess.run(f"{sys.executable} -m nnts ops | head -1", shell=True, cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.stdout.count("\n") == 1
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
@@ -186,12 +187,12 @@ def test_an_in_process_driver_that_dies_costs_only_its_tests(tmp_path, fault, st
 
 
 def test_ctrl_c_writes_the_results_so_far_and_exits_130(tmp_path, monkeypatch):
-    import nnapi_ref.contained
+    import nnts.runners.contained
 
     def interrupted(run_file, job_args, files, jobs, report):
         report([{"name": "done_before", "source": "f", "status": "pass", "message": ""}])
         raise KeyboardInterrupt
-    monkeypatch.setattr(nnapi_ref.contained, "run_contained", interrupted)
+    monkeypatch.setattr(nnts.runners.contained, "run_contained", interrupted)
     out, junit = tmp_path / "r.json", tmp_path / "r.xml"
     code = cli.main(["vectors", "run", str(ARITHMETIC), "--json", str(out), "--junitxml", str(junit)])
     assert code == 130
@@ -343,7 +344,7 @@ def test_bench_include_files_are_checked_before_the_run(tmp_path, capsys, conten
 
 
 def test_results_files_are_written_atomically(tmp_path, monkeypatch):
-    from nnapi_ref import usage
+    from nnts.formats import files as usage
     target = tmp_path / "r.json"
     target.write_text("old, complete")
 
@@ -451,7 +452,7 @@ def test_ctrl_c_inside_a_file_keeps_its_completed_tests(tmp_path):
     rows, the one running and the one not yet run are skip rows saying so; JSON and JUnit written."""
     out, junit = tmp_path / "r.json", tmp_path / "r.xml"
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    run = subprocess.Popen([sys.executable, "-m", "nnapi_ref.cli", "vectors", "run", str(ARITHMETIC), "-j", "1",
+    run = subprocess.Popen([sys.executable, "-m", "nnts", "vectors", "run", str(ARITHMETIC), "-j", "1",
                             "-q", "--driver", FAULTY + "hangs_on_mul", "--json", str(out), "--junitxml", str(junit)],
                            cwd=ROOT, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True)
     try:

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from nnapi_ref import cli
+from nnts import cli
 from nnts.mlts import diverge, import_coverage
 from nnts.mlts.bench_models import tflite_interpreter_class
-from nnts.mlts.tflite import TFLiteImportError, load_tflite
+from nnts.formats.tflite.importer import TFLiteImportError, load_tflite
 
 from .test_tflite_import import ADD, INT8, Scalar, build_tflite, tensor
 

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from nnapi_ref import vectors
-from nnapi_ref.drivers import load_driver
+from nnts.runners.drivers import load_driver
 from nnapi_ref.hal import ErrorStatus, HalError
-from nnapi_ref.harness import ERROR, run_test
+from nnts.runners.model_runner import ERROR, run_test
 from nnapi_ref.remote import shm
 from nnapi_ref.remote.client import STDERR_LINE_CHARS, STDERR_LINES
 from nnapi_ref.remote.wire import Msg, Writer

@@ -57,7 +57,7 @@ def models(tmp_path_factory) -> list[Path]:
 
 def nnts(*args) -> subprocess.CompletedProcess:
     """The nnts command in a process of its own (it sets the runtime's drivers for good)."""
-    return subprocess.run([sys.executable, "-m", "nnapi_ref.cli", *map(str, args)], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "nnts", *map(str, args)], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
 
 

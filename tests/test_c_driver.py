@@ -61,7 +61,7 @@ def _env() -> dict:
 
 
 def test_devices_lists_the_c_driver(c_driver):
-    done = subprocess.run([sys.executable, "-m", "nnapi_ref.cli", "devices", "--driver",
+    done = subprocess.run([sys.executable, "-m", "nnts", "devices", "--driver",
                            f"remote:{shlex.quote(str(c_driver))}"], cwd=ROOT, capture_output=True, text=True,
                           timeout=60, env=_env())
     assert done.returncode == 0, done.stdout + done.stderr
@@ -239,9 +239,9 @@ def test_the_c_driver_adds_its_spans_to_the_clients_trace(c_driver, tmp_path):
     import json
     import numpy as np
     from nnapi_ref import trace
-    from nnapi_ref.drivers import load_driver
+    from nnts.runners.drivers import load_driver
     from nnapi_ref.runtime import Compilation, Device, Execution
-    from nnapi_ref.testing import chain, chain_model
+    from nnts.generators.builders import chain, chain_model
     path = tmp_path / "trace.json"
     trace.reset()
     trace.start(str(path))

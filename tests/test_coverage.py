@@ -1,18 +1,18 @@
-"""The random-graph generator draws every form the registry declares (fuzz/coverage.py): each
+"""The random-graph generator draws every form the registry declares (nnts/generators/coverage.py): each
 operation's forms (padding kinds, optional layout and dilation tails, optional axes and flags,
 every operand type a form allows, every feature level) and value features (NCHW, dilation above
 1 with a depth multiplier above 1, each fused activation).
 
 Minimum: ``SEEDS_PER_OPERATION`` graphs of 3 operations of one operation each (360 draws) show
-every form of it; over the default sample of ``python -m nnts.fuzz.coverage`` (2000 mixed graphs
+every form of it; over the default sample of ``python -m nnts.generators.coverage`` (2000 mixed graphs
 per feature level) every form appears as well (measured: 2000 seeds per level)."""
 from __future__ import annotations
 
 import pytest
 
-from nnts.fuzz import coverage
-from nnts.fuzz.families import FAMILIES
-from nnts.fuzz.graphs import generate
+from nnts.generators import coverage
+from nnts.generators.families import FAMILIES
+from nnts.generators.graphs import generate
 from nnapi_ref import hal
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
 

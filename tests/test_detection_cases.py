@@ -1,5 +1,5 @@
 """Detection operations and HASHTABLE_LOOKUP in the single-operation random tests
-(fuzz/detection.py): every form and every NMS variant is drawn, the cases pass on the reference,
+(nnts/generators/detection.py): every form and every NMS variant is drawn, the cases pass on the reference,
 their decisions are clear (inputs moved by a rounding's worth keep the same boxes; a driver
 computing relaxed models in float16 passes), and two drivers wrong only in one detection
 operation, which the AOSP vectors and the random graphs let pass, are caught: BOX_WITH_NMS_LIMIT
@@ -11,11 +11,12 @@ import collections
 import numpy as np
 import pytest
 
-from nnts.fuzz import coverage, single
-from nnts.fuzz.detection import iou
-from nnts.fuzz.differential import run
-from nnts.fuzz.families import FAMILIES, NOT_COVERED
-from nnts.fuzz.graphs import F16, F32, MAX_LEVEL, generate
+from nnts.generators import coverage
+from nnts.generators import single
+from nnts.generators.detection import iou
+from nnts.runners.differential import run
+from nnts.generators.families import FAMILIES, NOT_COVERED
+from nnts.generators.graphs import F16, F32, MAX_LEVEL, generate
 from nnapi_ref.drivers import broken
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device

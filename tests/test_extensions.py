@@ -160,7 +160,7 @@ os.read(0, 1)
 
 def test_a_version_1_server_is_refused(tmp_path):
     import sys
-    from nnapi_ref.drivers import load_driver
+    from nnts.runners.drivers import load_driver
     script = tmp_path / "old_server.py"
     script.write_text(OLD_SERVER)
     with pytest.raises(Exception) as e:
@@ -175,7 +175,7 @@ def test_a_version_1_client_is_refused():
     w = wire.Writer()
     w.parts.append(wire.MAGIC)
     w.u32(1)
-    done = subprocess.run([sys.executable, "-m", "nnapi_ref.cli", "serve", "reference"],
+    done = subprocess.run([sys.executable, "-m", "nnts", "serve", "reference"],
                           input=w.finish(wire.Msg.HELLO, 7), capture_output=True, timeout=60, cwd=support.ROOT)
     length, msg, call_id = wire.HEADER.unpack(done.stdout[:16])
     assert (msg, call_id) == (wire.Msg.ERROR, 7), done.stderr[-2000:]
@@ -188,7 +188,7 @@ def test_a_version_1_client_is_refused():
 
 def test_vectors_carry_extensions_and_run(tmp_path):
     from nnapi_ref import vectors
-    from nnapi_ref.harness import run_test
+    from nnts.runners.model_runner import run_test
     with using_drivers([ReferenceDevice(), ExampleExtensionDevice()]) as devices:
         model = mixed_model().hal_model
         test = vectors.TestModel("example_dequantize64_add", model, [Q], [EXPECTED], [False],
@@ -216,7 +216,7 @@ def test_vectors_carry_extensions_and_run(tmp_path):
 
 def test_files_without_extensions_stay_version_1(tmp_path):
     from nnapi_ref import vectors
-    from nnapi_ref.testing import chain_model
+    from nnts.generators.builders import chain_model
     model = chain_model().hal_model
     a = np.ones((2, 2), np.float32)
     test = vectors.TestModel("plain", model, [a, a], [np.full(4, 3, np.float32)], [False], output_dims=[(2, 2)])

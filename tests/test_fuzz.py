@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from nnts.fuzz import engine, harnesses
-from nnapi_ref import cli
+from nnts import cli
 from nnapi_ref.drivers.reference import ReferenceDevice
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -145,7 +145,7 @@ def test_a_runtime_crash_past_a_refused_operand_is_found_saved_and_replayed(tmp_
 
 def _if_seed() -> hal.Model:
     from nnapi_ref import vectors
-    from nnapi_ref.cases import CORPUS
+    from nnts.formats.paths import CORPUS
     return next(t.model for t in vectors.load_file(os.path.join(CORPUS, "control_flow.json"))
                 if t.model.main.operations[0].type == OperationCode.IF)
 

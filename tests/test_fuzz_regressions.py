@@ -300,7 +300,7 @@ def test_request_omitting_a_non_optional_input_is_invalid_argument():
 def test_every_driver_rejects_a_request_omitting_a_needed_input(driver):
     """The same request check in the drivers backed by other runtimes (they keep the reference's
     plans for it): an ADD's input omitted in the request is INVALID_ARGUMENT, not a failure."""
-    from nnapi_ref.drivers import load_driver
+    from nnts.runners.drivers import load_driver
     try:
         device = load_driver(driver)
     except NnapiError as e:  # the runtime's package is not installed

@@ -5,11 +5,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from nnapi_ref import cli, graph
+from nnts import cli
+from nnts.runners import graph
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
-from nnts.fuzz.differential import check, save_reproducer
-from nnts.fuzz.graphs import generate
+from nnts.runners.differential import check, save_reproducer
+from nnts.generators.graphs import generate
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -65,7 +66,7 @@ def test_dot_text_without_graphviz(reproducer, monkeypatch, capsys, tmp_path):
 
 
 def test_constants_are_folded_into_their_operations_label():
-    from nnapi_ref.testing import chain_model
+    from nnts.generators.builders import chain_model
     text = graph.to_dot(chain_model().hal_model)
     assert text.count("in2: INT32 0") == 3  # the fused activation of ADD, MUL, ADD
     assert "t2 " not in text  # the constant's own node is not drawn
@@ -73,7 +74,7 @@ def test_constants_are_folded_into_their_operations_label():
 
 def test_driver_colours_each_operation_by_its_device():
     from nnapi_ref.drivers.variants import SubsetDevice
-    from nnapi_ref.testing import chain_model
+    from nnts.generators.builders import chain_model
     from nnapi_ref.types import OperationCode
     model = chain_model().hal_model
     adder = SubsetDevice("adder", [OperationCode.ADD], 0.5)

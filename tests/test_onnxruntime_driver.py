@@ -8,8 +8,8 @@ import pytest
 
 from nnapi_ref import Model, NnapiError, OperandType, ResultCode, using_drivers, vectors
 from nnapi_ref.drivers.reference import ReferenceDevice
-from nnapi_ref.harness import run_test
-from nnapi_ref.testing import output, run_operation, scalar, tensor
+from nnts.runners.model_runner import run_test
+from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
 from . import support
@@ -17,7 +17,7 @@ from . import support
 pytest.importorskip("onnxruntime", reason="the onnxruntime driver needs the onnxruntime package (nnts[onnxruntime])")
 pytest.importorskip("onnx", reason="the onnxruntime driver needs the onnx package (nnts[onnxruntime])")
 
-from nnapi_ref.drivers import onnxruntime as ort_driver  # noqa: E402  (after the skips)
+from nnts.adapters import onnxruntime as ort_driver
 
 REPRODUCERS = sorted((Path(__file__).resolve().parents[1] / "docs" / "conformance" / "onnxruntime").glob("*.json"))
 F32 = T.TENSOR_FLOAT32

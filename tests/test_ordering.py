@@ -1,4 +1,4 @@
-"""Breadth-first order and the quick tier (nnts/ordering.py): every (test kind, operation, data
+"""Breadth-first order and the quick tier (nnts/runners/ordering.py): every (test kind, operation, data
 type, execution path) once before any twice, the same order in every xdist worker, ``--order
 collection`` as collected, ``--quick`` the first pass only."""
 import os
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from nnts.ordering import breadth_first, group_key
+from nnts.runners.ordering import breadth_first, group_key
 
 ROOT = Path(__file__).resolve().parents[1]
 

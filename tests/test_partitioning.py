@@ -7,7 +7,7 @@ from nnapi_ref import (Compilation, Model, NnapiError, OperandCode as T, Operand
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice, SubsetDevice
 from nnapi_ref.hal import ErrorStatus
-from nnapi_ref.testing import chain_model, execute_chain
+from nnts.generators.builders import chain_model, execute_chain
 
 ADD, MUL = OperationCode.ADD, OperationCode.MUL
 

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from nnts.fuzz.differential import (SMALL_GRAPH, Failure, case_size, check, compare_output, error_failure, run_case,
+from nnts.runners.differential import (SMALL_GRAPH, Failure, case_size, check, compare_output, error_failure, run_case,
                                    same_failure)
-from nnts.fuzz.families import FAMILIES, NOT_COVERED, SINGLE_FAMILIES
-from nnts.fuzz.graphs import (BOOL8, DATA_TYPES, F16, F32, MAX_LEVEL, Q8, Graph, dimension_cuts, generate,
+from nnts.generators.families import FAMILIES, NOT_COVERED, SINGLE_FAMILIES
+from nnts.generators.graphs import (BOOL8, DATA_TYPES, F16, F32, MAX_LEVEL, Q8, Graph, dimension_cuts, generate,
                          with_dimension_cut, without_operation, without_output)
-from nnts.fuzz.strategies import models
+from nnts.generators.strategies import models
 from nnapi_ref import ops, vectors
 from nnapi_ref.drivers.broken import WrongAddQuant8Sparse
 from nnapi_ref.drivers.reference import ReferenceDevice
-from nnapi_ref.harness import build_model, run_test
+from nnts.runners.model_runner import build_model, run_test
 from nnapi_ref.hal import ErrorStatus, HalError
 from nnapi_ref.runtime import Device
 from nnapi_ref.types import Lifetime, OperandCode, OperationCode

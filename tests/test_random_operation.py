@@ -1,4 +1,4 @@
-"""Single-operation random tests (fuzz/single.py, cts/test_random_operation.py): every operation
+"""Single-operation random tests (nnts/generators/single.py, cts/test_random_operation.py): every operation
 has AOSP's tier, cases pass on the reference, a share is wide, and the broken drivers that the
 graph tests and the corpus let pass are caught: a fault in DEPTHWISE_CONV_2D's rare form (dilation
 and depth multiplier above 1 together), a fault on large tensors only, and relaxed float32 below
@@ -9,12 +9,13 @@ import math
 
 import numpy as np
 
-from nnts.fuzz import coverage, single
-from nnts.fuzz.coverage import features
-from nnts.fuzz.differential import run
-from nnts.fuzz.families import FAMILIES, SINGLE_FAMILIES
-from nnts.fuzz.graphs import generate
-from nnts.fuzz.graphs import F16, F32, MAX_LEVEL
+from nnts.generators import coverage
+from nnts.generators import single
+from nnts.generators.coverage import features
+from nnts.runners.differential import run
+from nnts.generators.families import FAMILIES, SINGLE_FAMILIES
+from nnts.generators.graphs import generate
+from nnts.generators.graphs import F16, F32, MAX_LEVEL
 from nnapi_ref.drivers import broken
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device

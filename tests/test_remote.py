@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnapi_ref import cli, hal
-from nnapi_ref.drivers import load_driver, load_drivers
+from nnapi_ref import hal
+from nnts import cli
+from nnts.runners.drivers import load_driver, load_drivers
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import ErrorStatus, HalError
@@ -25,7 +26,7 @@ from nnapi_ref.remote.client import RemoteDevice, incidents
 from nnapi_ref.remote.wire import Msg, Writer
 from nnapi_ref.runtime import Compilation, Execution, Memory
 from nnapi_ref.runtime.devices import Device
-from nnapi_ref.testing import add_model, chain, chain_model, execute_chain
+from nnts.generators.builders import add_model, chain, chain_model, execute_chain
 from nnapi_ref.types import PreferenceCode, PriorityCode, ResultCode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,7 +216,7 @@ def test_malformed_requests_get_invalid_argument_from_the_server(remote):
 
 def test_socket_server_serves_several_clients_and_its_death_is_dead_object(tmp_path):
     path = str(tmp_path / "driver.sock")
-    server = subprocess.Popen([sys.executable, "-m", "nnapi_ref.cli", "serve", "reference", "--socket", path],
+    server = subprocess.Popen([sys.executable, "-m", "nnts", "serve", "reference", "--socket", path],
                               stderr=subprocess.PIPE, cwd=ROOT)
     try:
         for _ in range(200):
@@ -362,7 +363,7 @@ def test_a_closed_connection_is_released_by_its_reader_thread(served, tmp_path):
         device = load_driver("remote:nnts serve reference")
     else:
         path = str(tmp_path / "s.sock")
-        server = subprocess.Popen([sys.executable, "-m", "nnapi_ref.cli", "serve", "reference", "--socket", path],
+        server = subprocess.Popen([sys.executable, "-m", "nnts", "serve", "reference", "--socket", path],
                                   stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while not os.path.exists(path) and time.monotonic() < deadline:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from nnapi_ref import cli
+from nnts import cli
 from nnts.reports import bench, conformance, results
 
 # One test of each verdict pytest knows, in a module the report files under "CTS API and runtime".

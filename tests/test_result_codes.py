@@ -9,12 +9,12 @@ import pytest
 
 from nnapi_ref import (Burst, Compilation, Execution, Memory, Model, NnapiError, OperandCode as T,
                        OperandType, OperationCode, ResultCode, using_drivers)
-from nnapi_ref.drivers import load_driver
+from nnts.runners.drivers import load_driver
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice
 from nnapi_ref.hal import ErrorStatus
 from nnapi_ref.runtime.memory import PROT_READ
-from nnapi_ref.testing import add_model, counting_loop_model
+from nnts.generators.builders import add_model, counting_loop_model
 
 F2 = OperandType(T.TENSOR_FLOAT32, [2])
 

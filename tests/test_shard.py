@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nnapi_ref import cli, shard
+from nnts import cli
+from nnts.runners import shard
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nnts.mlts import stress, stress_load
-from nnapi_ref import cli
+from nnts import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTY = "nnapi_ref.drivers.faulty:"
@@ -108,7 +108,7 @@ def test_a_driver_serializing_its_executions_fails_the_degradation_test_by_count
 def test_a_stdio_driver_is_loaded_by_threads_of_one_client_process():
     """A driver that speaks only stdio cannot be shared by processes: the clients are threads of
     one process on one connection, and serialization is caught all the same."""
-    stdio_only = f"remote:{sys.executable} -m nnapi_ref.cli serve {FAULTY}serializes_executions"
+    stdio_only = f"remote:{sys.executable} -m nnts serve {FAULTY}serializes_executions"
     result, = stress.run_tests(stdio_only, ["degradation_under_load"], SHORT_S)
     assert result.verdict == "FAILURE" and "the driver serializes executions" in result.message, result.message
     assert result.metrics["processes"] == 1 and "client threads of one process" in result.message
@@ -123,7 +123,7 @@ def test_quiet_shares_count_the_longest_stretch_without_a_short_execution_ending
 
 def test_a_running_socket_server_is_tested_its_memory_read_through_the_socket(tmp_path):
     path = str(tmp_path / "driver.sock")
-    server = subprocess.Popen([sys.executable, "-m", "nnapi_ref.cli", "serve", "reference", "--socket", path],
+    server = subprocess.Popen([sys.executable, "-m", "nnts", "serve", "reference", "--socket", path],
                               stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
         deadline = time.monotonic() + 60
@@ -141,12 +141,12 @@ def test_a_running_socket_server_is_tested_its_memory_read_through_the_socket(tm
 
 # A driver speaking only stdio that lives on when its client dies (as a native driver blocked in
 # anything but reading its input would): the server returns at the end of its input, then it sleeps.
-ORPHANING_DRIVER = ("import time\nfrom nnapi_ref.cli import main\n"
+ORPHANING_DRIVER = ("import time\nfrom nnts.cli import main\n"
                     "try:\n    main(['serve', 'reference'])\nfinally:\n    time.sleep(60)\n")
 
 
 def test_a_stdio_driver_gets_a_process_per_client_and_must_exit_with_it(tmp_path):
-    stdio_only = f"remote:{sys.executable} -m nnapi_ref.cli serve reference"  # not `nnts serve`: no socket server
+    stdio_only = f"remote:{sys.executable} -m nnts serve reference"  # not `nnts serve`: no socket server
     names = ["client_killed_during_execution", "multi_process_random_kills"]
     results = stress.run_tests(stdio_only, names, SHORT_S)
     assert verdicts(results) == {name: "SUCCESS" for name in names}, [r.message for r in results]

@@ -7,18 +7,18 @@ import numpy as np
 import pytest
 
 from nnapi_ref import Model, NnapiError, OperandType, ResultCode, hal, using_drivers, vectors
-from nnapi_ref.drivers import load_driver
+from nnts.runners.drivers import load_driver
 from nnapi_ref.drivers.reference import ReferenceDevice
-from nnapi_ref.harness import run_test
-from nnapi_ref.testing import output, run_operation, scalar, tensor
+from nnts.runners.model_runner import run_test
+from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
 from . import support
 
 pytest.importorskip("ai_edge_litert", reason="the tflite driver needs the ai-edge-litert package (nnts[tflite])")
 
-from nnapi_ref.drivers import tflite as tflite_driver  # noqa: E402  (after the skip)
-from nnapi_ref.drivers.tflite.convert import to_flatbuffer  # noqa: E402
+from nnts.adapters import tflite as tflite_driver
+from nnts.formats.tflite.export import to_flatbuffer  # noqa: E402
 
 REPRODUCERS = sorted((Path(__file__).resolve().parents[1] / "docs" / "conformance" / "tflite").glob("*.json"))
 F32, I32, Q8, S8 = T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED

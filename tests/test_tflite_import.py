@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnts.mlts import tflite
-from nnts.mlts.tflite import TFLiteImportError, load_tflite, parse_tflite, convert
+from nnts.formats.tflite import importer as tflite
+from nnts.formats.tflite.importer import TFLiteImportError, load_tflite, parse_tflite, convert
 from nnapi_ref import Compilation, Execution
 
 # The importer reads .tflite files with ai-edge-litert's schema module.

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnts.mlts import tflite
-from nnts.mlts.tflite import TFLiteImportError, convert, load_tflite, parse_tflite
+from nnts.formats.tflite import importer as tflite
+from nnts.formats.tflite.importer import TFLiteImportError, convert, load_tflite, parse_tflite
 from nnapi_ref import Compilation
 
 schema = pytest.importorskip("ai_edge_litert.schema_py_generated", reason="needs ai-edge-litert")
@@ -887,7 +887,7 @@ def test_flatc_layout_truncations_and_corruptions_are_clear_errors():
 
 
 def test_missing_ai_edge_litert_is_named(monkeypatch):
-    from nnts.mlts import tflite_format
+    from nnts.formats.tflite import flatbuffer as tflite_format
     monkeypatch.setattr(tflite_format, "schema", None)
     with pytest.raises(TFLiteImportError, match="needs the ai-edge-litert package"):
         parse_tflite(b"\x00" * 64)
@@ -1048,7 +1048,7 @@ def test_a_folded_constant_as_model_output_is_named():
 
 
 def test_stablehlo_operator_is_named_and_listed():
-    from nnts.mlts.tflite import unmapped_operators
+    from nnts.formats.tflite.importer import unmapped_operators
     g = Graph()
     x, y = g.tensor((2,)), g.tensor((2,))
     g.op("STABLEHLO_ADD", [x, x], [y])

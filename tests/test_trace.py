@@ -6,12 +6,14 @@ import json
 import numpy as np
 import pytest
 
-from nnapi_ref import cli, trace, trace_summary
-from nnapi_ref.drivers import load_driver
+from nnapi_ref import trace
+from nnts import cli
+from nnts.formats import trace_summary
+from nnts.runners.drivers import load_driver
 from nnapi_ref.runtime import Compilation, Execution, Model
 from nnapi_ref.runtime.devices import Device
 from nnapi_ref.runtime.model import OperandType
-from nnapi_ref.testing import execute_chain
+from nnts.generators.builders import execute_chain
 from nnapi_ref.types import OperandCode, OperationCode
 
 A = np.array([[1, 2], [3, 4]], np.float32)
@@ -233,7 +235,7 @@ def test_a_partitioned_execution_has_a_span_per_step(tracing):
 
 
 def test_trace_option_of_nnts_vectors_run_writes_the_trace(tmp_path, capsys):
-    from nnapi_ref.cases import CORPUS
+    from nnts.formats.paths import CORPUS
     trace.reset()
     path = tmp_path / "vectors.trace.json"
     vectors_file = CORPUS / "arithmetic.json"

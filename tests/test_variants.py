@@ -1,4 +1,4 @@
-"""A generated test runs its test model's variants in turn (nnts/variants.py): its verdict, the
+"""A generated test runs its test model's variants in turn (nnts/runners/variants.py): its verdict, the
 variants' own results and ids in the report, --expected-failures by variant, and --variants."""
 import json
 import os
@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from nnapi_ref.cases import MODEL_VARIANTS, TWIN_VARIANTS
-from nnts import variants
+from nnts.runners.cases import MODEL_VARIANTS, TWIN_VARIANTS
+from nnts.runners import variants
 from nnts.reports.results import pytest_replay, records_of_report, summarize
-from nnts.variants import VariantResult, conclude, run_variant
+from nnts.runners.variants import VariantResult, conclude, run_variant
 from nnts.vts.test_generated import FAILING_VARIANTS, SUBSET_VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The cache of decoded test-vector files (nnapi_ref.vector_cache): a file read from the cache is
+"""The cache of decoded test-vector files (nnts.runners.vector_cache): a file read from the cache is
 the file read by ``vectors.load_file``, field by field; an edited file, a changed reader, a
 damaged entry or a bad file never yields stale or wrong test models."""
 from __future__ import annotations
@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnapi_ref import using_drivers, vector_cache, vectors
-from nnapi_ref.cases import CORPUS
+from nnapi_ref import using_drivers, vectors
+from nnts.runners import vector_cache
+from nnts.formats.paths import CORPUS
 from nnapi_ref.drivers.example_extension import ExampleExtensionDevice
 from nnapi_ref.drivers.reference import ReferenceDevice
 

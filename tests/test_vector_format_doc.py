@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from nnapi_ref import vectors
-from nnapi_ref.harness import MODES, run_test
+from nnts.runners.model_runner import MODES, run_test
 from nnapi_ref.runtime import get_devices
 from nnapi_ref.types import Lifetime, OperandCode, type_name
 
@@ -41,7 +41,7 @@ def test_example_file_passes_on_the_reference_in_every_mode():
 
 
 def test_nnts_vectors_run_accepts_the_example():
-    done = subprocess.run([sys.executable, "-m", "nnapi_ref.cli", "vectors", "run", str(EXAMPLE), "-j", "1"],
+    done = subprocess.run([sys.executable, "-m", "nnts", "vectors", "run", str(EXAMPLE), "-j", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 passed, 0 failed, 0 skipped" in done.stdout
@@ -122,7 +122,7 @@ def test_unknown_formats_are_refused_by_name(tmp_path, content, message):
 def test_nnts_vectors_run_reports_an_unknown_version_in_one_line(tmp_path):
     path = tmp_path / "future.json"
     path.write_text(json.dumps({"format": "nnapi-test-vector/3", "tests": []}))
-    done = subprocess.run([sys.executable, "-m", "nnapi_ref.cli", "vectors", "run", str(path), "-j", "1"],
+    done = subprocess.run([sys.executable, "-m", "nnts", "vectors", "run", str(path), "-j", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "nnapi-test-vector/3" in done.stdout and "Traceback" not in done.stdout + done.stderr

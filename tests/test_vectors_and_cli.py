@@ -6,8 +6,9 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from nnapi_ref import cli, vectors
-from nnapi_ref.harness import build_model, run_test
+from nnapi_ref import vectors
+from nnts import cli
+from nnts.runners.model_runner import build_model, run_test
 from nnapi_ref.runtime import get_devices
 from nnapi_ref.tolerance import compare, compare_multinomial
 from nnapi_ref.types import OperandCode as T

@@ -10,7 +10,7 @@ from nnapi_ref import Compilation, OperationCode, using_drivers, vlog
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice, SubsetDevice
 from nnapi_ref.hal import ErrorStatus
-from nnapi_ref.testing import chain_model
+from nnts.generators.builders import chain_model
 
 
 
@@ -72,7 +72,7 @@ def test_unknown_component_is_refused():
 
 
 def test_environment_switches_logs_to_stderr():
-    code = ("from nnapi_ref.testing import chain_model\n"
+    code = ("from nnts.generators.builders import chain_model\n"
             "from nnapi_ref import Compilation\n"
             "Compilation(chain_model()).finish()\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -15,8 +15,8 @@ import pytest
 
 from nnapi_ref import hal
 from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request, RequestArgument, SharedMemory
-from nnapi_ref.cases import model_cases  # noqa: F401 (the VTS modules' test models, from here)
-from nnapi_ref.harness import supports_dynamic_outputs
+from nnts.runners.cases import model_cases  # noqa: F401 (the VTS modules' test models, from here)
+from nnts.runners.model_runner import supports_dynamic_outputs
 from nnapi_ref.types import DTYPES, SCALAR_TYPES, OperationCode, PreferenceCode, PriorityCode
 
 SUBSET_ENV = "NNTS_VTS_SUBSET"

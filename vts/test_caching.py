@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from nnapi_ref.hal import ErrorStatus, HalError
-from nnapi_ref.harness import check_outputs
+from nnts.runners.model_runner import check_outputs
 
-from .support import (SUBSET_ENV, case_marks, clone_model, first_per_file, make_io, mark_node, model_cases,
+from nnts.vts.support import (SUBSET_ENV, case_marks, clone_model, first_per_file, make_io, mark_node, model_cases,
                       prepare, prepare_or_skip, run_path, subset_size)
 
 N_MODELS = 10

@@ -19,7 +19,7 @@ from nnapi_ref.drivers.example_extension import DEQUANTIZE64, EXTENSION_NAME, TE
 from nnapi_ref.extensions import encode, extension_problems
 from nnapi_ref.hal import ErrorStatus, ExtensionNameAndPrefix, HalError, Lifetime, Operand, Operation, Subgraph
 from nnapi_ref.types import OperandCode as T, OperationCode
-from .support import PATHS, make_io, prepare, run_path
+from nnts.vts.support import PATHS, make_io, prepare, run_path
 
 pytestmark = pytest.mark.extension
 

@@ -1,6 +1,6 @@
 """VTS generated tests: every test model of CTS (``cts/corpus`` and ``--vectors``) prepared and
 executed straight through the driver interface, as AOSP's GeneratedTestHarness does: one test per
-model, running the variants below in turn (``nnts.variants``).
+model, running the variants below in turn (``nnts.runners.variants``).
 
 Every model runs the synchronous path (arguments in shared memory pools). The first
 ``NNTS_VTS_SUBSET`` models of each test-vector file (default 1, ``all`` for every one) also run:
@@ -27,10 +27,11 @@ import pytest
 
 from nnapi_ref import hal
 from nnapi_ref.hal import ErrorStatus, HalError
-from nnapi_ref.harness import check_outputs
-from nnts import ordering, variants
+from nnts.runners.model_runner import check_outputs
+from nnts.runners import ordering
+from nnts.runners import variants
 
-from .support import (EXPECT_FAILURE_LOOP_TIMEOUT_NS, PATHS, SUBSET_ENV, case_marks, clone_model, dynamic_model,
+from nnts.vts.support import (EXPECT_FAILURE_LOOP_TIMEOUT_NS, PATHS, SUBSET_ENV, case_marks, clone_model, dynamic_model,
                       first_per_file, has_dynamic_variant, has_unspecified_output, make_io, mark_node, model_cases,
                       prepare, prepare_or_skip, run_path, subset_size, timing_problems)
 

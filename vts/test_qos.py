@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request, RequestArgument, SharedMemory
-from nnapi_ref.harness import check_outputs
-from nnapi_ref.testing import counting_loop_model
+from nnts.runners.model_runner import check_outputs
+from nnts.generators.builders import counting_loop_model
 from nnapi_ref.types import PreferenceCode, PriorityCode
 
-from .support import PATHS, clone_model, make_io, mark_node, model_cases, prepare, run_path
+from nnts.vts.support import PATHS, clone_model, make_io, mark_node, model_cases, prepare, run_path
 
 pytestmark = pytest.mark.vts
 MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)

@@ -6,8 +6,8 @@ too-small outputs, another prepared model, other threads, device memory, failed 
 driver carrying stale state from one execution to the next passes every single-execution test;
 these catch it.
 
-The model is nnapi_ref.testing.chain_model, out = ((a + b) * b) + a on float32 (two of its three
-operations write intermediates), or for output shapes decided by data nnapi_ref.testing.nms_model
+The model is nnts.generators.builders.chain_model, out = ((a + b) * b) + a on float32 (two of its three
+operations write intermediates), or for output shapes decided by data nnts.generators.builders.nms_model
 (BOX_WITH_NMS_LIMIT feeding ADD); every output of every step is compared with numpy's result under
 NNAPI's tolerances, and a failure names the step. A burst lives for the whole sequence, pool k
 always under memory identifier token k, as a runtime's memory cache would give them.
@@ -29,10 +29,10 @@ import pytest
 from nnapi_ref import hal
 from nnapi_ref.hal import (ArgumentLifetime, BufferDesc, BufferRole, ErrorStatus, HalError, Request,
                            RequestArgument, SharedMemory)
-from nnapi_ref.testing import (NMS_STEPS, add_model, assert_step, chain, chain_inputs, chain_model, nms_expected,
+from nnts.generators.builders import (NMS_STEPS, add_model, assert_step, chain, chain_inputs, chain_model, nms_expected,
                                nms_model, nms_scores)
 
-from .support import (LOOP_TIMEOUT_NS, PATHS, WAIT_S, Outcome, clone_model, operation_names, prepare, run_burst,
+from nnts.vts.support import (LOOP_TIMEOUT_NS, PATHS, WAIT_S, Outcome, clone_model, operation_names, prepare, run_burst,
                       run_path)
 
 pytestmark = pytest.mark.vts
@@ -253,7 +253,7 @@ def test_insufficient_output_then_retry(path, driver):
 
 
 def _add_step(sequence: Sequence, pool: SharedMemory, seed: int) -> tuple[Outcome, np.ndarray]:
-    """out = a + b on [2] (nnapi_ref.testing.add_model): a at 0, b at 8, out at 16 in ``pool``."""
+    """out = a + b on [2] (nnts.generators.builders.add_model): a at 0, b at 8, out at 16 in ``pool``."""
     a, b = (v.reshape(-1)[:2] for v in chain_inputs(seed))
     put(pool, 0, a)
     put(pool, 8, b)

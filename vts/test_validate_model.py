@@ -22,9 +22,9 @@ import pytest
 from nnapi_ref import hal
 from nnapi_ref.hal import ChannelQuant, ErrorStatus, HalError, Operand, Operation
 from nnapi_ref.types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op, PreferenceCode, PriorityCode
-from nnts import ordering
+from nnts.runners import ordering
 
-from .support import MUTATION_SUBSET_ENV, case_marks, clone_model, first_per_file, mark_node, model_cases, \
+from nnts.vts.support import MUTATION_SUBSET_ENV, case_marks, clone_model, first_per_file, mark_node, model_cases, \
     subset_size
 
 # Mutations grow with the square of a model's size (every operand, every type, each validating

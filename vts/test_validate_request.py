@@ -17,9 +17,9 @@ import pytest
 from nnapi_ref import hal
 from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request
 from nnapi_ref.types import SCALAR_TYPES
-from nnts import ordering
+from nnts.runners import ordering
 
-from .support import (PATHS, SUBSET_ENV, case_marks, clone_model, first_per_file, has_unspecified_output, make_io, mark_node, model_cases,
+from nnts.vts.support import (PATHS, SUBSET_ENV, case_marks, clone_model, first_per_file, has_unspecified_output, make_io, mark_node, model_cases,
                       prepare_or_skip, run_path, subset_size)
 
 

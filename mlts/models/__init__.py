@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import builder
+from nnts.mlts.models import builder
 
 VERSION = "1"   # bump when the models change: the cache folder is per version
 CALIBRATION_SEED = 1234
@@ -156,7 +156,7 @@ def synthetic_inputs(shape, dtype, scale: float, zero_point: int, n: int, seed: 
 def _calibrate(float_model: bytes, activations: dict[str, int], input_shape, keep: str):
     """(min, max) of every named activation of the float model, on nnapi_ref's reference driver
     over the calibration inputs, and the values of activation ``keep`` stacked over them."""
-    from nnts.mlts.tflite import load_tflite
+    from nnts.formats.tflite.importer import load_tflite
     from nnapi_ref import Compilation, Execution, using_drivers
     from nnapi_ref.drivers.reference import ReferenceDevice
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.drivers.tflite.writer import GraphBuilder, available, options  # noqa: F401  (this module's API)
+from nnts.formats.tflite.writer import GraphBuilder, available, options  # noqa: F401  (this module's API)
 
 
 def activation_quant(lo: float, hi: float) -> tuple[float, int]:

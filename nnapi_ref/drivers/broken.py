@@ -67,11 +67,11 @@ import time
 
 import numpy as np
 
-from .. import hal
-from ..ops.base import Arg, Call
-from ..types import Lifetime, OperandCode as T, OperationCode
-from .example_extension import ExampleExtensionDevice
-from .reference import ReferenceDevice, ReferencePreparedModel
+from nnapi_ref import hal
+from nnapi_ref.ops.base import Arg, Call
+from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode
+from nnapi_ref.drivers.example_extension import ExampleExtensionDevice
+from nnapi_ref.drivers.reference import ReferenceDevice, ReferencePreparedModel
 
 ADD_QUANT8_ERROR = 2
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ..hal import ErrorStatus, HalError, Model
-from ..vectors import FormatError, model_from_json, model_to_json
-from .reference import check_cache_files
+from nnapi_ref.hal import ErrorStatus, HalError, Model
+from nnapi_ref.vectors import FormatError, model_from_json, model_to_json
+from nnapi_ref.drivers.reference import check_cache_files
 
 MAGIC = b"NNTSREF1"
 _HEADER = len(MAGIC) + 32 + 32

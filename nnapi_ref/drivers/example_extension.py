@@ -21,13 +21,13 @@ import struct
 
 import numpy as np
 
-from .. import extensions as ext, hal
-from ..errors import NnapiError
-from ..executor import Executor, prepare_plans
-from ..hal import ErrorStatus, HalError
-from ..ops import requantization
-from ..types import DTYPES, Lifetime, OperandCode
-from .reference import ReferenceDevice, ReferencePreparedModel, check_prepare_arguments, hal_error
+from nnapi_ref import extensions as ext, hal
+from nnapi_ref.errors import NnapiError
+from nnapi_ref.executor import Executor, prepare_plans
+from nnapi_ref.hal import ErrorStatus, HalError
+from nnapi_ref.ops import requantization
+from nnapi_ref.types import DTYPES, Lifetime, OperandCode
+from nnapi_ref.drivers.reference import ReferenceDevice, ReferencePreparedModel, check_prepare_arguments, hal_error
 
 EXTENSION_NAME = "org.nnts.example"
 TENSOR_QUANT64_ASYMM = 0  # operand type within the extension
@@ -117,7 +117,7 @@ class ExampleExtensionDevice(ReferenceDevice):
     def _segments(self, model: hal.Model) -> list:
         """The main model's operations (in execution order) as runs of built-in operations, each
         a sub-model with the reference's plans, and single DEQUANTIZE64 operations."""
-        from ..runtime.compilation import step_model
+        from nnapi_ref.runtime.compilation import step_model
         segments, run = [], []
 
         def close_run():

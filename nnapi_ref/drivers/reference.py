@@ -12,14 +12,14 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import extensions, hal, ops, trace
-from ..ops import requantization
-from ..errors import NnapiError
-from ..executor import Executor, Plan, prepare_plans
-from ..hal import ErrorStatus, HalError
-from ..types import (DTYPES, MAX_NUMBER_OF_CACHE_FILES, SCALAR_TYPES, DeviceTypeCode, FeatureLevel, Lifetime,
+from nnapi_ref import extensions, hal, ops, trace
+from nnapi_ref.ops import requantization
+from nnapi_ref.errors import NnapiError
+from nnapi_ref.executor import Executor, Plan, prepare_plans
+from nnapi_ref.hal import ErrorStatus, HalError
+from nnapi_ref.types import (DTYPES, MAX_NUMBER_OF_CACHE_FILES, SCALAR_TYPES, DeviceTypeCode, FeatureLevel, Lifetime,
                      OperandCode, PreferenceCode, PriorityCode, ResultCode, combine_dimensions)
-from ..validation import runtime_validated_level, validate_model
+from nnapi_ref.validation import runtime_validated_level, validate_model
 
 # How the executor's result codes travel back across the driver interface.
 STATUS_OF_RESULT = {
@@ -231,7 +231,7 @@ class ReferenceDevice(hal.Device):
             raise hal_error(e) from None
         prepared = ReferencePreparedModel(self, model, plans)
         if model_cache or data_cache:
-            from .cache import save_to_cache
+            from nnapi_ref.drivers.cache import save_to_cache
             try:
                 save_to_cache(model, model_cache, data_cache, token, self.get_number_of_cache_files_needed())
             except HalError:
@@ -239,7 +239,7 @@ class ReferenceDevice(hal.Device):
         return prepared
 
     def prepare_model_from_cache(self, deadline_ns, model_cache, data_cache, token):
-        from .cache import load_from_cache
+        from nnapi_ref.drivers.cache import load_from_cache
         check_deadline(deadline_ns, "compilation")
         model = load_from_cache(model_cache, data_cache, token, self.get_number_of_cache_files_needed())
         return self.prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, deadline_ns,

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .. import hal
-from ..hal import ErrorStatus, HalError
-from ..types import FeatureLevel, OperationCode
-from .reference import ReferenceBurst, ReferenceDevice, ReferencePreparedModel
+from nnapi_ref import hal
+from nnapi_ref.hal import ErrorStatus, HalError
+from nnapi_ref.types import FeatureLevel, OperationCode
+from nnapi_ref.drivers.reference import ReferenceBurst, ReferenceDevice, ReferencePreparedModel
 
 
 class SubsetDevice(ReferenceDevice):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .base import REGISTRY, Operation
+from nnapi_ref.ops.base import REGISTRY, Operation
 
 _NOT_FAMILIES = {"base", "common", "fixedpoint", "requantization"}  # shared arithmetic, no operations
 _loaded = False

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import NnapiError
-from ..types import DTYPES, FuseCode, ResultCode
-from . import fixedpoint as fp
-from .base import Call, Operation, OperationCode, Signature, T, check, register, signatures
-from .common import QUANT_RANGE, activation_range_quant
-from .requantization import quantize_multiplier
+from nnapi_ref.errors import NnapiError
+from nnapi_ref.types import DTYPES, FuseCode, ResultCode
+from nnapi_ref.ops import fixedpoint as fp
+from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register, signatures
+from nnapi_ref.ops.common import QUANT_RANGE, activation_range_quant
+from nnapi_ref.ops.requantization import quantize_multiplier
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)

@@ -27,9 +27,9 @@ from typing import Any, ClassVar, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import NnapiError, check
-from ..hal import ChannelQuant
-from ..types import OperandCode, OperationCode, ResultCode
+from nnapi_ref.errors import NnapiError, check
+from nnapi_ref.hal import ChannelQuant
+from nnapi_ref.types import OperandCode, OperationCode, ResultCode
 
 T = OperandCode
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import requantization
-from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import BroadcastBinary, check_rank_at_least_1
-from .elementwise import QUANT8, requantize
-from .requantization import multiply_by_quantized_multiplier, quantize_multiplier
+from nnapi_ref.ops import requantization
+from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.common import BroadcastBinary, check_rank_at_least_1
+from nnapi_ref.ops.elementwise import QUANT8, requantize
+from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, quantize_multiplier
 
 F32 = np.float32
 

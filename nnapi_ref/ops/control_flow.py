@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import time
 
-from ..errors import NnapiError
-from ..hal import Model, Operation as HalOperation, Subgraph
-from ..types import Lifetime, ResultCode, type_name
-from .base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.errors import NnapiError
+from nnapi_ref.hal import Model, Operation as HalOperation, Subgraph
+from nnapi_ref.types import Lifetime, ResultCode, type_name
+from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
 
 
 def _referenced(model: Model, sg: Subgraph, operand_index: int, what: str) -> Subgraph:

@@ -39,12 +39,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import PaddingCode
-from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import check_fuse_code
-from .conv_fast_paths import conv2d_fast, depthwise_fast
-from .conv_quantization import accumulator_type, check_quant_conv, finish, operand_values, quant_magnitudes
-from .spatial import (Spatial, from_nhwc, im2col, layout_shape, nhwc_dims, out_size, padded_window_input, parse_spatial,
+from nnapi_ref.types import PaddingCode
+from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.common import check_fuse_code
+from nnapi_ref.ops.conv_fast_paths import conv2d_fast, depthwise_fast
+from nnapi_ref.ops.conv_quantization import accumulator_type, check_quant_conv, finish, operand_values, quant_magnitudes
+from nnapi_ref.ops.spatial import (Spatial, from_nhwc, im2col, layout_shape, nhwc_dims, out_size, padded_window_input, parse_spatial,
                       resolve_padding, same_padding, to_nhwc)
 
 F32, F16, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register
-from .common import QUANT_RANGE
-from ..types import DTYPES
+from nnapi_ref.ops.base import Arg, Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.common import QUANT_RANGE
+from nnapi_ref.types import DTYPES
 
 _F32 = np.float32
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)

@@ -35,10 +35,10 @@ import functools
 
 import numpy as np
 
-from .base import Arg, Call, Operation, OperationCode, Signature, T, check, fail, register, signatures
-from .common import QUANT_RANGE, BroadcastBinary, apply_activation, broadcast_shape, check_fuse_code, round_half_away
-from . import requantization
-from .requantization import (multiply_by_quantized_multiplier, prelu_multipliers, product_multipliers,
+from nnapi_ref.ops.base import Arg, Call, Operation, OperationCode, Signature, T, check, fail, register, signatures
+from nnapi_ref.ops.common import QUANT_RANGE, BroadcastBinary, apply_activation, broadcast_shape, check_fuse_code, round_half_away
+from nnapi_ref.ops import requantization
+from nnapi_ref.ops.requantization import (multiply_by_quantized_multiplier, prelu_multipliers, product_multipliers,
                              quantize_multiplier)
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 # The primitives shared with the rest of the package (one implementation, in requantization).
-from .requantization import (INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier, rounding_divide_by_pot,
+from nnapi_ref.ops.requantization import (INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier, rounding_divide_by_pot,
                               saturating_rounding_doubling_high_mul, wrap_int32)
 
 __all__ = [

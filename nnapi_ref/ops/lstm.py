@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register
-from .rnn import check_aux_input, check_rank, check_shape, fvalue, present, to_output
+from nnapi_ref.ops.base import Arg, Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.rnn import check_aux_input, check_rank, check_shape, fvalue, present, to_output
 
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
 SCALAR = {F32: T.FLOAT32, F16: T.FLOAT16}

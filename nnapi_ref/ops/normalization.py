@@ -24,10 +24,10 @@ import functools
 
 import numpy as np
 
-from . import fixedpoint as fp
-from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import normalize_axis
-from .requantization import quantize_multiplier
+from nnapi_ref.ops import fixedpoint as fp
+from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.common import normalize_axis
+from nnapi_ref.ops.requantization import quantize_multiplier
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 Q8_RANGE = {T.TENSOR_QUANT8_ASYMM: (0, 255), T.TENSOR_QUANT8_ASYMM_SIGNED: (-128, 127)}

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import QUANT_RANGE, apply_activation
-from .spatial import (layout_shape, nhwc_dims, out_size, padded_window_input, parse_spatial, resolve_padding, to_nhwc,
+from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.common import QUANT_RANGE, apply_activation
+from nnapi_ref.ops.spatial import (layout_shape, nhwc_dims, out_size, padded_window_input, parse_spatial, resolve_padding, to_nhwc,
                       from_nhwc)
 
 F32, F16, Q8, S8, I32, BOOL = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..types import DTYPES
-from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import QUANT_RANGE, check_rank_at_least_1
+from nnapi_ref.types import DTYPES
+from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.common import QUANT_RANGE, check_rank_at_least_1
 
 F32 = np.float32
 

@@ -13,7 +13,7 @@ AOSP and TFLite
 QUANTIZED_16BIT_LSTM: AOSP's QuantizedLSTM runs TFLite's uint8 basic LSTM cell
 (LstmCell), so identical to TFLite's 8x8->16 basic LSTM kernel (read, not measured: the
 importer does not produce it). QUANTIZED_LSTM: TFLite's integer LSTM (lstm_eval's 8x8->16
-path) is organised differently (gate biases outside layer normalization, see mlts/tflite_recurrent.py);
+path) is organised differently (gate biases outside layer normalization, see nnts/formats/tflite/recurrent.py);
 no TFLite convention is defined for it, AOSP's arithmetic in both.
 """
 from __future__ import annotations
@@ -22,14 +22,14 @@ import math
 
 import numpy as np
 
-from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import wrap
-from .requantization import multiply_by_quantized_multiplier as mbqm
-from .requantization import quantize_multiplier
-from .requantization import rounding_divide_by_pot as rdbpot
-from .requantization import saturating_rounding_doubling_high_mul as srdhm  # (a, b, bits)
-from .fixedpoint import rounding_half_sum
-from .rnn import check_rank, check_shape, present
+from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.common import wrap
+from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier as mbqm
+from nnapi_ref.ops.requantization import quantize_multiplier
+from nnapi_ref.ops.requantization import rounding_divide_by_pot as rdbpot
+from nnapi_ref.ops.requantization import saturating_rounding_doubling_high_mul as srdhm  # (a, b, bits)
+from nnapi_ref.ops.fixedpoint import rounding_half_sum
+from nnapi_ref.ops.rnn import check_rank, check_shape, present
 
 # ----------------------------------------------------------------------------- fixed point
 

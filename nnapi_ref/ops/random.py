@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
 
 
 @register

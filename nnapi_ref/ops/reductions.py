@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import requantization
-from .base import Call, Operation, OperationCode, T, check, register, signatures
-from .common import normalize_axis
+from nnapi_ref.ops import requantization
+from nnapi_ref.ops.base import Call, Operation, OperationCode, T, check, register, signatures
+from nnapi_ref.ops.common import normalize_axis
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import requantization
-from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import round_half_away
-from ..types import DTYPES
+from nnapi_ref.ops import requantization
+from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.common import round_half_away
+from nnapi_ref.types import DTYPES
 
 _F32 = np.float32
 MAX_DIMENSION = 2**31 - 1  # AOSP computes output sizes as int32

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Arg, Call, Operation, OperationCode, Signature, T, check, register
-from .common import FLOAT_ACTIVATION_RANGE, check_fuse_code
-from ..types import DTYPES, FuseCode
+from nnapi_ref.ops.base import Arg, Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.common import FLOAT_ACTIVATION_RANGE, check_fuse_code
+from nnapi_ref.types import DTYPES, FuseCode
 
 FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Call, Operation, OperationCode, T, check, register, signatures
-from .common import round_half_away
-from .shapes import QUANT8, check_same_quant, int_vector, maybe_value
+from nnapi_ref.ops.base import Call, Operation, OperationCode, T, check, register, signatures
+from nnapi_ref.ops.common import round_half_away
+from nnapi_ref.ops.shapes import QUANT8, check_same_quant, int_vector, maybe_value
 
 FLOAT_Q8 = (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM)
 WITH_INT32 = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)

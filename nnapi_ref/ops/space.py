@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Call, Operation, OperationCode, Signature, T, check, register, signatures
-from .shapes import QUANT8, check_same_quant, int_vector
-from .padding import pad_constant
+from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register, signatures
+from nnapi_ref.ops.shapes import QUANT8, check_same_quant, int_vector
+from nnapi_ref.ops.padding import pad_constant
 
 LEGACY = (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Call, Operation, OperationCode, Signature, T, check, register
-from .common import check_fuse_code
-from .rnn import check_rank, check_shape, fused_activation, fvalue, present, to_output
+from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.common import check_fuse_code
+from nnapi_ref.ops.rnn import check_rank, check_shape, fused_activation, fvalue, present, to_output
 
 
 @register

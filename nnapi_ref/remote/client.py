@@ -32,10 +32,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import hal, trace, vlog
-from ..hal import ErrorStatus, HalError
-from . import close_between_writes, shm, wire
-from .wire import EncodeError, Msg, ProtocolError, Reader, Writer
+from nnapi_ref import hal, trace, vlog
+from nnapi_ref.hal import ErrorStatus, HalError
+from nnapi_ref.remote import close_between_writes, shm, wire
+from nnapi_ref.remote.wire import EncodeError, Msg, ProtocolError, Reader, Writer
 
 DEFAULT_CALL_TIMEOUT_S = 60.0
 DEFAULT_PREPARE_TIMEOUT_S = 120.0
@@ -89,12 +89,12 @@ def _record(incident: Incident) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def _command_argv(command: str) -> list[str]:
-    """``nnts ...`` runs this very installation (``python -m nnapi_ref.cli``), on PATH or not."""
+    """``nnts ...`` runs this very installation (``python -m nnts``), on PATH or not."""
     argv = shlex.split(command)
     if not argv:
         raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, "remote: no command given")
     if argv[0] == "nnts":
-        argv = [sys.executable, "-m", "nnapi_ref.cli"] + argv[1:]
+        argv = [sys.executable, "-m", "nnts"] + argv[1:]
     return argv
 
 

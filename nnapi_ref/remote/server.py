@@ -21,10 +21,10 @@ import time
 
 import numpy as np
 
-from .. import hal, trace
-from ..hal import ErrorStatus, HalError
-from . import close_between_writes, wire
-from .wire import Msg, ProtocolError, Reader, Writer
+from nnapi_ref import hal, trace
+from nnapi_ref.hal import ErrorStatus, HalError
+from nnapi_ref.remote import close_between_writes, wire
+from nnapi_ref.remote.wire import Msg, ProtocolError, Reader, Writer
 
 
 def _deadline(relative_ns: int | None) -> int | None:
@@ -494,7 +494,7 @@ SOCKET_PATH_MAX = 107  # bytes of sockaddr_un.sun_path (108 on Linux) less the t
 def check_socket_path(path: str) -> None:
     """A path ``serve_socket`` can listen on: its folder exists, it fits in a socket address, and
     nothing but a socket (an earlier server's) is there; a UsageError naming the problem."""
-    from ..usage import UsageError
+    from nnts.formats.files import UsageError
     if not path:
         raise UsageError("--socket: an empty path")
     if len(os.fsencode(path)) > SOCKET_PATH_MAX:

@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import HostResourceError
+from nnapi_ref.errors import HostResourceError
 
 SHM_DIR = os.environ.get("NNTS_SHM_DIR") or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
 _PREFIX = "nnts-"

@@ -13,14 +13,14 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .. import extensions as ext, hal, trace, vlog
-from ..errors import HostResourceError, NnapiError, check
-from ..hal import Model as HalModel, Operand, Operation, Subgraph
-from ..types import (BYTE_SIZE_OF_CACHE_TOKEN, Lifetime, OperandCode, OperationCode, PreferenceCode, PriorityCode,
+from nnapi_ref import extensions as ext, hal, trace, vlog
+from nnapi_ref.errors import HostResourceError, NnapiError, check
+from nnapi_ref.hal import Model as HalModel, Operand, Operation, Subgraph
+from nnapi_ref.types import (BYTE_SIZE_OF_CACHE_TOKEN, Lifetime, OperandCode, OperationCode, PreferenceCode, PriorityCode,
                      ResultCode)
-from ..validation import topological_order
-from .devices import MANAGER, Device, Partitioning
-from .model import Model
+from nnapi_ref.validation import topological_order
+from nnapi_ref.runtime.devices import MANAGER, Device, Partitioning
+from nnapi_ref.runtime.model import Model
 
 BAD_STATE = ResultCode.BAD_STATE
 

@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from enum import IntEnum
 from typing import Iterator, Sequence
 
-from .. import hal
-from ..errors import NnapiError
-from ..types import DeviceTypeCode, ResultCode
+from nnapi_ref import hal
+from nnapi_ref.errors import NnapiError
+from nnapi_ref.types import DeviceTypeCode, ResultCode
 
 
 class Partitioning(IntEnum):
@@ -67,7 +67,7 @@ class DeviceManager:
     def devices(self) -> list[Device]:
         with self._lock:
             if self._devices is None:
-                from ..drivers import load_drivers
+                from nnts.runners.drivers import load_drivers
                 self._devices = [Device(d) for d in load_drivers(os.environ.get("NNTS_DRIVER", "reference"))]
             return list(self._devices)
 
@@ -75,7 +75,7 @@ class DeviceManager:
     def cpu(self) -> Device:
         """The CPU reference device used for fallback: the listed one when it is there (in this
         process: a driver in another process may die, the fallback must not)."""
-        from ..drivers.reference import ReferenceDevice
+        from nnapi_ref.drivers.reference import ReferenceDevice
         for device in self.devices:
             if isinstance(device.driver, ReferenceDevice) and device.name == "nnapi-reference":
                 return device

@@ -15,15 +15,15 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import hal, trace, vlog
-from ..errors import HostResourceError, NnapiError, check
-from ..extensions import uses_extensions
-from ..types import (LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, DurationCode,
+from nnapi_ref import hal, trace, vlog
+from nnapi_ref.errors import HostResourceError, NnapiError, check
+from nnapi_ref.extensions import uses_extensions
+from nnapi_ref.types import (LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, DurationCode,
                      ResultCode, type_name)
-from .compilation import RESULT_OF_STATUS, Burst, Compilation, Step, call_driver, nnapi_error
-from .devices import MANAGER
-from .memory import Memory
-from .model import OperandType
+from nnapi_ref.runtime.compilation import RESULT_OF_STATUS, Burst, Compilation, Step, call_driver, nnapi_error
+from nnapi_ref.runtime.devices import MANAGER
+from nnapi_ref.runtime.memory import Memory
+from nnapi_ref.runtime.model import OperandType
 
 BAD_STATE = ResultCode.BAD_STATE
 UINT64_MAX = (1 << 64) - 1

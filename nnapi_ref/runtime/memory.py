@@ -13,10 +13,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import hal
-from ..errors import HostResourceError, NnapiError, check
-from ..remote import shm
-from ..types import ResultCode, combine_dimensions
+from nnapi_ref import hal
+from nnapi_ref.errors import HostResourceError, NnapiError, check
+from nnapi_ref.remote import shm
+from nnapi_ref.types import ResultCode, combine_dimensions
 
 PROT_READ, PROT_WRITE = mmap.PROT_READ, mmap.PROT_WRITE
 BAD_STATE = ResultCode.BAD_STATE

@@ -15,13 +15,13 @@ import threading
 
 import numpy as np
 
-from .. import extensions as ext, ops, trace, vlog
-from ..errors import HostResourceError, NnapiError, check
-from ..hal import ChannelQuant, ExtensionNameAndPrefix, Model as HalModel, Operand, Operation, Subgraph
-from ..types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
+from nnapi_ref import extensions as ext, ops, trace, vlog
+from nnapi_ref.errors import HostResourceError, NnapiError, check
+from nnapi_ref.hal import ChannelQuant, ExtensionNameAndPrefix, Model as HalModel, Operand, Operation, Subgraph
+from nnapi_ref.types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
                      OperationCode, ResultCode, type_name)
-from .devices import declared_extensions, extension_operand_info
-from ..validation import (note_runtime_validated, operand_type_problem, plain_indexes, topological_order,
+from nnapi_ref.runtime.devices import declared_extensions, extension_operand_info
+from nnapi_ref.validation import (note_runtime_validated, operand_type_problem, plain_indexes, topological_order,
                           validate_model, validate_operand_type)
 
 UNEXPECTED_NULL = ResultCode.UNEXPECTED_NULL

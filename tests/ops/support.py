@@ -3,7 +3,7 @@ given NNAPI result code."""
 import pytest
 
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.testing import Operand, run_operation, tensor
+from nnts.generators.builders import Operand, run_operation, tensor
 from nnapi_ref.types import OperandCode, OperationCode, ResultCode
 
 

@@ -12,7 +12,7 @@ from scipy.special import expit
 
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops.base import REGISTRY, Arg, Call
-from nnapi_ref.testing import Operand, output, run_operation, scalar, tensor
+from nnts.generators.builders import Operand, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
 
 from .support import assert_op_bad_data

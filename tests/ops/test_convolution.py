@@ -13,7 +13,7 @@ import pytest
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, quantize_multiplier
 from nnapi_ref.ops import requantization
-from nnapi_ref.testing import compile_operation, execute_operation, omitted, output, run_operation, scalar, tensor
+from nnts.generators.builders import compile_operation, execute_operation, omitted, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
 
 from .support import assert_bad_data as bad
@@ -752,7 +752,7 @@ def test_cached_quant_paths_are_taken(monkeypatch):
 def test_dilation_factors_come_in_pairs(code, extra, explicit):
     """The optional layout and dilation inputs: none, the layout, or the layout and both dilation
     factors; a model with a single dilation factor is rejected when it is built (BAD_DATA)."""
-    from nnapi_ref.testing import build_operation_model
+    from nnts.generators.builders import build_operation_model
     x, w = rand_f(1, 5, 5, 2), rand_f(1, 3, 3, 2) if extra else rand_f(2, 3, 3, 2)
     pads = [scalar(INT, 1)] * 4 if explicit else [scalar(INT, 1)]
     head = [tensor(F32, x), tensor(F32, w, as_input=False), tensor(F32, rand_f(2), as_input=False), *pads,

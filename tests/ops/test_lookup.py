@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.testing import omitted, output, run_operation, scalar, tensor
+from nnts.generators.builders import omitted, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32

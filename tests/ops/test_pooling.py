@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.testing import output, run_operation, scalar, tensor
+from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
 
 F32, F16, Q8, S8, INT, BOOL = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,

@@ -5,7 +5,7 @@ import pytest
 from scipy.special import softmax
 
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.testing import output, run_operation, scalar, tensor
+from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32

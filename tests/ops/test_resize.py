@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.testing import output, run_operation, scalar, tensor
+from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
 
 BIL, NN = O.RESIZE_BILINEAR, O.RESIZE_NEAREST_NEIGHBOR

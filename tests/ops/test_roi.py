@@ -4,7 +4,7 @@ import pytest
 
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime import Compilation, Execution, Model, OperandType
-from nnapi_ref.testing import output, run_operation, scalar, tensor
+from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
 
 # f(x, y) = x + 10 y on a 4x4 map; bilinear interpolation reproduces a linear f exactly

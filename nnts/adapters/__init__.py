@@ -1,0 +1,1 @@
+"""Other runtimes as NNAPI drivers: ONNX Runtime and TensorFlow Lite behind nnapi_ref.hal.Device."""

@@ -1,0 +1,1 @@
+"""The suite's file formats, below everything that reads or writes them."""

@@ -1,0 +1,1 @@
+"""The .tflite format: reading, writing, importing to NNAPI and exporting from it."""

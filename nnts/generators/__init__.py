@@ -1,0 +1,1 @@
+"""Models made for testing: random graphs and operations, and one-operation builders."""

@@ -1,0 +1,252 @@
+"""Which signature forms of each operation the random-graph generator draws.
+
+A *form* is one way the registry (:mod:`nnapi_ref.ops`) lets an operation be written: the operand
+types of one of its signatures, with each number of trailing optional inputs it may leave out (a
+convolution's layout and dilation tail present or not, implicit or explicit padding being two
+signatures). Its level is the lowest feature level that declares it. Besides forms, some meanings
+live in the values of scalar inputs, which the types cannot tell apart: the NCHW layout, dilation
+factors above 1 (with a depth multiplier above 1, for DEPTHWISE_CONV_2D), each fused activation,
+an omittable input present or omitted, the detection operations' NMS kernel, layout and NMS
+form. :func:`features` names them.
+
+``python -m nnts.generators.coverage --seeds N`` generates the graphs of the random-graph test's seeds
+0..N-1 (``cts/test_random_graph.py``: the same sizes, at the highest feature level, and the same
+number again at each lower level) and reports, per operation, the forms drawn out of those
+declared, the forms never drawn, and the value features seen. With ``--single`` it measures the
+single-operation cases instead (``cts/test_random_operation.py``: seeds 0..N-1 at each level),
+which also draw the operations random graphs leave out (recurrent, control flow, detection).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from dataclasses import dataclass, field
+
+from nnapi_ref import ops
+from nnapi_ref.types import FeatureLevel, Lifetime, OperandCode as T, OperationCode as Op
+
+LEVELS = (27, 28, 29, 30, int(max(FeatureLevel)))
+ACTIVATIONS = ("NONE", "RELU", "RELU1", "RELU6")
+
+@dataclass(frozen=True)
+class Form:
+    """Operand types of one way to write an operation (``...`` marks an input that repeats)."""
+
+    inputs: tuple
+    outputs: tuple
+
+    def __str__(self) -> str:
+        # Tensors in capitals without TENSOR_, scalars in lower case.
+        short = lambda t: t if t == "..." else T(t).name.replace("QUANT8_", "Q8_").replace("TENSOR_", "") \
+            if T(t).name.startswith("TENSOR_") else T(t).name.lower()
+        return f"({', '.join(map(short, self.inputs))}) -> ({', '.join(map(short, self.outputs))})"
+
+
+def _left_out(sig) -> tuple:
+    return sig.optional if isinstance(sig.optional, tuple) else tuple(range(sig.optional + 1))
+
+
+def _form(sig, arity: int) -> Form:
+    if sig.repeat is not None:
+        inputs = sig.inputs[:sig.repeat + 1] + ("...",) + sig.inputs[sig.repeat + 1:]
+    else:
+        inputs = sig.inputs[:arity]
+    return Form(tuple(inputs), tuple(sig.outputs) + (("...",) if sig.repeat_outputs else ()))
+
+
+def declared_forms(code: Op, level: int = LEVELS[-1]) -> dict[Form, int]:
+    """Every form of ``code`` up to ``level``, with the lowest level declaring it."""
+    forms: dict[Form, int] = {}
+    for sig in ops.load_all()[code].signatures:
+        if sig.level > level:
+            continue
+        for k in _left_out(sig) if sig.repeat is None else (0,):
+            form = _form(sig, len(sig.inputs) - k)
+            forms[form] = min(forms.get(form, sig.level), sig.level)
+    return forms
+
+
+def drawable_forms(code: Op) -> dict[Form, int]:
+    """The declared forms whose first tensor (the one the generator starts an operation from, at
+    the family's position) is of a type graph tensors have: no graph holds a quant16 or
+    TENSOR_QUANT8_SYMM tensor, so DEQUANTIZE from TENSOR_QUANT8_SYMM, say, is not drawn."""
+    from nnts.generators.families import FAMILIES, SINGLE_FAMILIES
+    from nnts.generators.graphs import DATA_TYPES
+    family = FAMILIES.get(code) or SINGLE_FAMILIES.get(code)
+    position = family.position if family is not None else 0
+    return {f: level for f, level in declared_forms(code).items()
+            if len(f.inputs) <= position or f.inputs[position] in DATA_TYPES}
+
+
+def form_of(operation, operands) -> Form | None:
+    """The form an operation of a model is written in (None when no signature accepts it)."""
+    ins = [operands[k].type for k in operation.inputs]
+    outs = [operands[k].type for k in operation.outputs]
+    sig = ops.load_all()[operation.type].match(ins, outs)
+    return None if sig is None else _form(sig, len(ins))
+
+
+def _scalar(operands, k):
+    o = operands[k]
+    return None if o.value is None or o.lifetime != Lifetime.CONSTANT_COPY else o.value.item()
+
+
+# The scalar positions of the convolutions and pools: (activation, layout, first dilation factor,
+# depth multiplier), None where the operation has none, for the implicit-padding forms and the
+# explicit ones. A form is implicit when it has no input at the implicit layout's position, or a
+# BOOL there.
+SPATIAL = {
+    Op.CONV_2D: {False: (6, 7, 8, None), True: (9, 10, 11, None)},
+    Op.DEPTHWISE_CONV_2D: {False: (7, 8, 9, 6), True: (10, 11, 12, 9)},
+    Op.GROUPED_CONV_2D: {False: (7, 8, None, None), True: (10, 11, None, None)},
+    Op.TRANSPOSE_CONV_2D: {False: (7, 8, None, None), True: (9, 10, None, None)},
+    **{code: {False: (6, 7, None, None), True: (9, 10, None, None)}
+       for code in (Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D)},
+}
+ACTIVATION_ONLY = {Op.ADD: 2, Op.SUB: 2, Op.MUL: 2, Op.DIV: 2, Op.FULLY_CONNECTED: 3}
+# Scalar choices of the detection operations: {input position: {value: feature}}.
+CHOICES = {
+    Op.BOX_WITH_NMS_LIMIT: {5: {0: "hard NMS", 1: "linear NMS", 2: "gaussian NMS"}},
+    Op.GENERATE_PROPOSALS: {10: {False: "NHWC", True: "NCHW"}},
+    Op.DETECTION_POSTPROCESSING: {7: {False: "fast NMS", True: "regular NMS"},
+                                  13: {False: "background not in labels", True: "background in labels"}},
+}
+
+
+def features(operation, operands) -> set[str]:
+    """The value features of one operation (see the module docstring)."""
+    code, n = Op(operation.type), len(operation.inputs)
+    found = set()
+    sig = ops.load_all()[code].match([operands[k].type for k in operation.inputs],
+                                     [operands[k].type for k in operation.outputs])
+    for k in sorted(sig.omittable) if sig is not None else ():
+        if k < n:
+            found.add(f"input {k} {'omitted' if operands[operation.inputs[k]].lifetime == Lifetime.NO_VALUE else 'present'}")
+    activation = ACTIVATION_ONLY.get(code)
+    layout = dilation = multiplier = None
+    if code in SPATIAL:
+        probe = SPATIAL[code][False][1]
+        explicit = n > probe and operands[operation.inputs[probe]].type != T.BOOL
+        activation, layout, dilation, multiplier = SPATIAL[code][explicit]
+        found.add("explicit padding" if explicit else "implicit padding")
+    value = lambda i: _scalar(operands, operation.inputs[i]) if i is not None and i < n else None
+    for position, names in CHOICES.get(code, {}).items():
+        if value(position) in names:
+            found.add(names[value(position)])
+    if value(activation) in range(4):
+        found.add(f"activation {ACTIVATIONS[value(activation)]}")
+    if code in SPATIAL:
+        found.add("NCHW" if value(layout) else "NHWC")
+    dilated = max(value(dilation) or 1, value(dilation and dilation + 1) or 1) > 1
+    if dilated:
+        found.add("dilation > 1")
+    if multiplier is not None and (value(multiplier) or 1) > 1:
+        found.add("depth multiplier > 1")
+        if dilated:
+            found.add("depth multiplier > 1 with dilation > 1")
+    return found
+
+
+# Features each operation's draws should show, beyond its forms.
+EXPECTED_FEATURES = {
+    code: {"explicit padding", "implicit padding", "NCHW", "NHWC"} | {f"activation {a}" for a in ACTIVATIONS}
+    for code in SPATIAL}
+EXPECTED_FEATURES[Op.CONV_2D] |= {"dilation > 1"}
+EXPECTED_FEATURES[Op.DEPTHWISE_CONV_2D] |= {"dilation > 1", "depth multiplier > 1",
+                                            "depth multiplier > 1 with dilation > 1"}
+for _code in ACTIVATION_ONLY:
+    EXPECTED_FEATURES[_code] = {f"activation {a}" for a in ACTIVATIONS}
+for _code, _choices in CHOICES.items():
+    EXPECTED_FEATURES[_code] = {name for names in _choices.values() for name in names.values()}
+
+
+@dataclass
+class Coverage:
+    graphs: int = 0
+    forms: dict = field(default_factory=lambda: collections.defaultdict(collections.Counter))
+    features: dict = field(default_factory=lambda: collections.defaultdict(collections.Counter))
+
+    def add(self, graph) -> None:
+        self.graphs += 1
+        for op in graph.operations:
+            code = Op(op.type)
+            form = form_of(op, graph.operands)
+            if form is not None:
+                self.forms[code][form] += 1
+            self.features[code].update(features(op, graph.operands))
+
+    def missing_forms(self, code: Op) -> list[Form]:
+        return [f for f in drawable_forms(code) if f not in self.forms[code]]
+
+    def missing_features(self, code: Op) -> list[str]:
+        return sorted(EXPECTED_FEATURES.get(code, set()) - set(self.features[code]))
+
+
+def measure(seeds: int, start: int = 0, levels=LEVELS) -> Coverage:
+    """The coverage of the random-graph cases ``start`` .. ``start + seeds - 1`` at each level."""
+    from nnts.runners.differential import case_size
+    from nnts.generators.graphs import generate
+    coverage = Coverage()
+    for level in levels:
+        for seed in range(start, start + seeds):
+            coverage.add(generate(seed, case_size(seed), level=level))
+    return coverage
+
+
+def measure_single(seeds: int, start: int = 0, levels=LEVELS) -> Coverage:
+    """The coverage of the single-operation cases ``start`` .. ``start + seeds - 1`` at each level."""
+    from nnts.generators.single import generate_case
+    coverage = Coverage()
+    for level in levels:
+        for seed in range(start, start + seeds):
+            coverage.add(generate_case(seed, level))
+    return coverage
+
+
+def report(coverage: Coverage, codes=None) -> str:
+    from nnts.generators.families import FAMILIES
+    lines = [f"{coverage.graphs} graphs"]
+    total = drawn = 0
+    for code in sorted(codes or FAMILIES):
+        declared = drawable_forms(code)
+        missing = coverage.missing_forms(code)
+        total, drawn = total + len(declared), drawn + len(declared) - len(missing)
+        lines.append(f"{code.name}: {len(declared) - len(missing)}/{len(declared)} forms, "
+                     f"{sum(coverage.forms[code].values())} drawn")
+        lines += [f"  never drawn (level {declared[f]}): {f}" for f in missing]
+        if coverage.features[code]:
+            lines.append("  features: " + ", ".join(f"{name} x{n}" for name, n in sorted(coverage.features[code].items())))
+        lines += [f"  feature never drawn: {name}" for name in coverage.missing_features(code)]
+        lines += [f"  not drawable (no graph tensor of its first type): {f}"
+                  for f in declared_forms(code) if f not in declared]
+    lines.append(f"total: {drawn}/{total} forms drawn")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m nnts.generators.coverage", description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=2000, help="random-graph seeds per feature level (default 2000)")
+    p.add_argument("--start", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--operation", action="append", help="report only this operation (repeatable)")
+    p.add_argument("--single", action="store_true",
+                   help="measure the single-operation cases (every operation they draw) instead of random graphs")
+    args = p.parse_args(argv)
+    if args.seeds < 1:
+        p.error("--seeds must be at least 1")
+    codes = None
+    if args.operation:
+        try:
+            codes = [Op[name.upper()] for name in args.operation]
+        except KeyError as e:
+            p.error(f"unknown operation {e.args[0]}")
+    if args.single:
+        from nnts.generators.single import operations
+        print(report(measure_single(args.seeds, args.start), codes or operations()))
+    else:
+        print(report(measure(args.seeds, args.start), codes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Running test models on drivers: cases, variants, order, containment, comparison."""

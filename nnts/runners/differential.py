@@ -1,0 +1,322 @@
+"""Differential testing of random models: run one on the driver under test and on the reference
+driver through the runtime API, compare with the accuracy criteria of AOSP's RandomGraphTest, and
+shrink a failing model to the fewest operations that still fail the same way.
+
+Criteria (AOSP ``TestRandomGraph.cpp`` ``kSmallGraphCriteria`` / ``kLargeGraphCriteria``, checked
+as its ``TestHarness.cpp`` ``expectNear`` does): every element within ``atol + rtol * |expected|``;
+over the compared elements of an output of at least 10 of them, the mean difference (bias) and
+mean squared difference (MSE) within limits, differences of floats divided by max(1, |expected|).
+
+====================  =====================  =====================  =================
+output type           small graph (<= 5 ops)  large graph (> 5 ops)  bias / MSE
+====================  =====================  =====================  =================
+TENSOR_FLOAT32        atol 1e-2, rtol 1e-2   atol 1e-1, rtol 1e-1   small 4e-4 / 1e-5,
+                                                                    large 1e-2 / 1e-4
+TENSOR_FLOAT16        atol 1, rtol 1         atol 1, rtol 1         small 5e-2 / 1e-2,
+                                                                    large 1e-1 / 5e-2
+TENSOR_INT32          atol 1                 atol 1                 none
+TENSOR_QUANT8_*       atol 12                atol 12                2 / 2 (in steps)
+TENSOR_BOOL8          at most ceil(10%) of the elements differ
+====================  =====================  =====================  =================
+
+Float32 outputs of a relaxed model are judged as float16. Expected values that are not finite,
+float32 beyond 1e3 or float16 beyond 1e2 are skipped (what AOSP means to skip; its code skips
+every float16 element and every element beyond 1e2 by an operator-precedence slip). Besides the
+values, each output's shape must match, and the driver must compile and execute the model: a
+failure to is a failure (an operation it reports unsupported is a skip). The reference failing on
+a generated model (an error code or an exception) is a reference bug: reported as such, with a
+``reference_bug_*`` reproducer, before the driver under test is run.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from nnapi_ref import vectors
+from nnapi_ref.errors import NnapiError
+from nnts.runners.graph import picture_beside
+from nnts.runners.model_runner import build_model, execute
+from nnapi_ref.runtime import Compilation, Device
+from nnapi_ref.types import OperandCode as T
+
+from nnts.generators.graphs import (BOOL8, F16, F32, I32, QUANT8, Graph, dimension_cuts, generate, with_dimension_cut,
+                     without_operation, without_output)
+from nnts.runners.known_classes import classes_for, explain
+
+SMALL_GRAPH_OPERATIONS = 5  # AOSP's GraphSize::SMALL
+MIN_ELEMENTS_FOR_BIAS_MSE = 10
+BOOL8_MISMATCH_RATIO = 0.1
+SKIP_ABOVE = {F32: 1e3, F16: 1e2}
+
+
+@dataclass(frozen=True)
+class Criterion:
+    atol: float
+    rtol: float = 0.0
+    bias: float = math.inf
+    mse: float = math.inf
+
+
+# Quantized types share their figures (AOSP: quant8 asymm, asymm signed, symm, quant16 asymm, symm).
+QUANTIZED = QUANT8 + (T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM)
+SMALL_GRAPH = {F32: Criterion(1e-2, 1e-2, 4e-4, 1e-5), F16: Criterion(1.0, 1.0, 5e-2, 1e-2),
+               I32: Criterion(1), **{t: Criterion(12, 0, 2, 2) for t in QUANTIZED}}
+LARGE_GRAPH = {F32: Criterion(1e-1, 1e-1, 1e-2, 1e-4), F16: Criterion(1.0, 1.0, 1e-1, 5e-2),
+               I32: Criterion(1), **{t: Criterion(12, 0, 2, 2) for t in QUANTIZED}}
+
+
+def criteria_for(graph: Graph) -> dict:
+    table = SMALL_GRAPH if len(graph.operations) <= SMALL_GRAPH_OPERATIONS else LARGE_GRAPH
+    return {**table, F32: table[F16]} if graph.relaxed else table
+
+
+def compare_output(expected: np.ndarray, actual: np.ndarray, type_: T, criterion: Criterion | None,
+                   what: str) -> str | None:
+    """Why ``actual`` fails the criterion, or None when it passes."""
+    if expected.shape != actual.shape:
+        return f"{what}: shape {list(actual.shape)}, expected {list(expected.shape)}"
+    if type_ == BOOL8:
+        wrong = int(np.count_nonzero(expected != actual))
+        allowed = math.ceil(BOOL8_MISMATCH_RATIO * expected.size)
+        return None if wrong <= allowed else f"{what}: {wrong} of {expected.size} booleans differ (at most {allowed})"
+    e, a = expected.astype(np.float64), actual.astype(np.float64)
+    compared = np.isfinite(e)
+    if type_ in SKIP_ABOVE:
+        compared &= np.abs(e) <= SKIP_ABOVE[type_]
+    tolerance = criterion.atol + criterion.rtol * np.abs(e)
+    with np.errstate(invalid="ignore"):
+        diff = np.where(compared, a - e, 0.0)
+        excess = np.where(compared, np.where(np.isfinite(diff), np.abs(diff) - tolerance, np.inf), -np.inf)
+    if np.any(excess > 0):
+        worst = np.unravel_index(int(np.argmax(excess)), e.shape)
+        return (f"{what}: {int(np.count_nonzero(excess > 0))} of {e.size} elements beyond {criterion.atol:g} + "
+                f"{criterion.rtol:g}*|expected|; worst at {list(map(int, worst))}: expected {e[worst]:.6g}, "
+                f"got {a[worst]:.6g}")
+    n = int(np.count_nonzero(compared))
+    if n < MIN_ELEMENTS_FOR_BIAS_MSE:
+        return None
+    if type_ in SKIP_ABOVE:
+        diff = diff / np.maximum(1.0, np.abs(np.where(compared, e, 0.0)))
+    bias, mse = float(np.sum(diff) / n), float(np.sum(diff * diff) / n)
+    if abs(bias) > criterion.bias:
+        return f"{what}: bias {bias:.4g} beyond {criterion.bias:g} over {n} elements"
+    if mse > criterion.mse:
+        return f"{what}: mean squared error {mse:.4g} beyond {criterion.mse:g} over {n} elements"
+    return None
+
+
+def run(devices: Sequence[Device], test: vectors.TestModel) -> list[np.ndarray]:
+    """The outputs of ``test`` compiled for ``devices`` (no CPU fallback), shaped as the driver
+    reported; raises NnapiError."""
+    compilation = Compilation(build_model(test.model), list(devices))
+    compilation.finish()
+    outputs, dims = execute(compilation, test)
+    return [o[:int(np.prod(d, dtype=np.int64))].reshape(d) for o, d in zip(outputs, dims)]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a model fails, what shrinking must keep: the ``kind`` (``mismatch``, ``result code``,
+    ``crash``, ``hang``, or ``reference``: the reference itself failed), for a mismatch ``where``
+    (the operation producing the first mismatching output) and ``detail`` (``values`` or
+    ``shape``), for the others the error text (numbers as ``#``, since operand and node indexes
+    change as the model shrinks)."""
+
+    kind: str
+    where: str = ""
+    detail: str = ""
+
+    def __str__(self) -> str:
+        if self.kind == "mismatch":
+            return f"{self.detail} mismatch in an output of {self.where}"
+        return f"{self.kind}: {self.detail}"
+
+
+def error_failure(message: str, reference: bool = False) -> Failure:
+    """The failure of an execution or compilation that ended with ``message``."""
+    detail = re.sub(r"\d+", "#", message)
+    if reference:
+        return Failure("reference", "", detail)
+    if "CRASH:" in message or "HANG:" in message:  # the kind is what counts (stderr lines vary)
+        return Failure("crash" if "CRASH:" in message else "hang")
+    return Failure("result code", "", detail)
+
+
+@dataclass
+class Outcome:
+    status: str  # pass, fail, skip
+    message: str = ""
+    expected: list[np.ndarray] = field(default_factory=list)
+    actual: list[np.ndarray] = field(default_factory=list)
+    reference_failed: bool = False
+    failure: Failure | None = None
+    mismatched: list[int] = field(default_factory=list)  # positions of the outputs that differ
+
+
+def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device],
+          criteria: dict | None = None) -> Outcome:
+    """Run ``graph`` on ``devices`` and on ``reference``; compare the outputs (by output type,
+    with ``criteria``, the graph criteria by default)."""
+    test = graph.to_test(f"random_graph_{graph.seed}")
+    level = graph.min_level()
+    if all(d.feature_level < level for d in devices):
+        return Outcome("skip", f"feature level {level} needed")
+    try:
+        expected = run(reference, test)
+    except Exception as e:  # the generator's promise broken: a bug of the generator or the reference
+        what = e.code.name if isinstance(e, NnapiError) else type(e).__name__
+        return Outcome("fail", f"reference bug (not a finding against the driver under test): the reference "
+                               f"failed on a generated model: {what}: {e}", reference_failed=True,
+                       failure=error_failure(f"{what}: {e}", reference=True))
+    try:
+        supported = build_model(test.model).get_supported_operations_for_devices(list(devices))
+        if not all(supported):
+            names = sorted({graph.operation_names[j] for j, ok in enumerate(supported) if not ok})
+            return Outcome("skip", f"unsupported: {', '.join(names)}", expected)
+        actual = run(devices, test)
+    except NnapiError as e:
+        return Outcome("fail", f"{e.code.name}: {e}", expected, failure=error_failure(f"{e.code.name}: {e}"))
+    table = criteria or criteria_for(graph)
+    scalar_as_tensor = {T.INT32: I32}  # RANK's output, judged as int32 tensors are
+    problems = [None if k in graph.ignored else
+                compare_output(e, a, graph.operands[k].type,
+                               table.get(scalar_as_tensor.get(graph.operands[k].type, graph.operands[k].type)),
+                               f"output {i}")
+                for i, (k, e, a) in enumerate(zip(graph.outputs, expected, actual))]
+    mismatched = [i for i, p in enumerate(problems) if p]
+    if not mismatched:
+        return Outcome("pass", "", expected, actual)
+    first = mismatched[0]
+    shape = expected[first].shape != actual[first].shape
+    failure = Failure("mismatch", producer(graph, graph.outputs[first]), "shape" if shape else "values")
+    return Outcome("fail", "; ".join(p for p in problems if p), expected, actual, failure=failure,
+                   mismatched=mismatched)
+
+
+def producer(graph: Graph, k: int) -> str:
+    """The name of the operation producing operand ``k`` (a model input: "a model input")."""
+    for op, name in zip(graph.operations, graph.operation_names):
+        if k in op.outputs:
+            return name
+    return "a model input"
+
+
+def shrink(graph: Graph, fails: Callable[[Graph], bool]) -> Graph:
+    """The smallest graph reached from ``graph`` one step at a time while ``fails`` holds: a step
+    removes one operation (its results fed as model inputs holding the reference's values) or
+    one output, or, once none can go, cuts one dimension of the model inputs (to 1, to half, or
+    by one; :func:`fuzz.graphs.with_dimension_cut`)."""
+    progress = True
+    while progress:
+        progress = False
+        candidates = [lambda j=j: without_operation(graph, j) for j in reversed(range(len(graph.operations)))]
+        candidates += [lambda i=i: without_output(graph, i) for i in range(len(graph.outputs))]
+        candidates += [lambda cut=cut: with_dimension_cut(graph, *cut) for cut in dimension_cuts(graph)]
+        for make in candidates:
+            smaller = make()
+            if smaller is not None and fails(smaller):
+                graph, progress = smaller, True
+                break
+    return graph
+
+
+def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: str,
+                    failures: dict | None = None) -> tuple[Path, str]:
+    """The failing graph as a one-test vector file: the reference's outputs as the expected
+    values, the driver's beside them (``driver_outputs``, which the loader ignores), the
+    ``failures`` record (the original failure and the shrunk one, and the class explaining
+    them; also ignored by the loader) and the command that replays it. Returns the path and
+    the command."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    kind = "reference_bug" if outcome.reference_failed else "random_graph"
+    name = f"{kind}_{graph.seed}_" + "_".join(n.lower() for n in graph.operation_names)
+    path = folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:150] + ".json")
+    replay = f"nnts vectors run {shlex.quote(str(path))} --driver {shlex.quote(driver)}" + (" --dynamic" if graph.has_unknown_outputs() else "")
+    test = vectors.test_to_json(graph.to_test(name, outcome.expected or None, known_outputs=True))
+    test["driver_outputs"] = {"driver": driver, "outputs": [vectors.encode_data(a) for a in outcome.actual]}
+    test["replay"] = replay
+    if failures is not None:
+        test["failure"] = failures
+    doc = {"format": vectors.FORMAT, "source": f"nnts random graph, seed {graph.seed}", "license": vectors.LICENSE,
+           "tests": [test]}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path, replay
+
+
+def operation_summary(graph: Graph) -> str:
+    names = graph.operation_names
+    shapes = ", ".join(str(list(graph.values[k].shape)) for k in graph.inputs)
+    return f"{len(names)} operation{'s' if len(names) != 1 else ''} ({', '.join(names)}) on inputs {shapes or 'none'}"
+
+
+def case_size(seed: int) -> int:
+    """Operations in case ``seed``: small graphs (1-5) for even seeds, large ones (6-40) for odd
+    seeds, as AOSP runs 5- and 40-operation graphs."""
+    return 1 + seed % 5 if seed % 2 == 0 else 6 + seed % 35
+
+
+@dataclass
+class CaseResult:
+    status: str  # pass, fail, skip
+    message: str
+    graph: Graph
+    shrunk: Graph | None = None
+    reproducer: Path | None = None
+    explained: str | None = None  # the documented class explaining the failure (fuzz.known_classes)
+    failure: Failure | None = None
+
+
+def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], level: int,
+             folder: str | Path, driver: str, graph: Graph | None = None, criteria: dict | None = None,
+             **options) -> CaseResult:
+    """Random-graph case ``seed``: generate (unless given ``graph``), compare (with ``criteria``,
+    the graph criteria by default); on a failure, the documented class of the driver explaining
+    it (:func:`fuzz.known_classes.explain`), then shrink, keeping only steps that fail the same way
+    (:func:`same_failure`) and are explained by the same class (or by none, as the original), and
+    save the smallest such model. A failure of the reference itself is a reference bug, named as
+    such. ``options`` go to :func:`fuzz.graphs.generate`."""
+    if graph is None:
+        graph = generate(seed, options.pop("num_operations", case_size(seed)), level=level, **options)
+    outcome = check(graph, devices, reference, criteria)
+    if outcome.status != "fail":
+        return CaseResult(outcome.status, outcome.message, graph)
+    explained = None if outcome.reference_failed else explain(graph, outcome, driver)
+
+    def fails(g: Graph) -> bool:
+        smaller = check(g, devices, reference, criteria)
+        return (smaller.status == "fail" and same_failure(outcome.failure, smaller.failure)
+                and (outcome.reference_failed or explain(g, smaller, driver) == explained))
+
+    shrunk = shrink(graph, fails)
+    final = check(shrunk, devices, reference, criteria)
+    if not (final.status == "fail" and same_failure(outcome.failure, final.failure)):
+        shrunk, final = graph, outcome  # a driver that fails one way, then another: keep what was found
+    record = {"original": str(outcome.failure), "shrunk": str(final.failure),
+              "class": explained or "not explained by a documented class"}
+    path, replay = save_reproducer(shrunk, final, folder, driver, record)
+    verdict = f"explained by {explained}" if explained else (
+        "not explained by a documented class" if classes_for(driver) and not outcome.reference_failed else "")
+    message = (("REFERENCE BUG: " if outcome.reference_failed else "") +
+               f"random graph seed {seed}, {operation_summary(graph)}: {outcome.message}\n"
+               f"failure: {outcome.failure}" + (f"; {verdict}" if verdict else "") + "\n"
+               f"shrunk to {operation_summary(shrunk)}: {final.message}\n"
+               f"shrunk failure: {final.failure}\nreproducer: {path}\nreplay: {replay}")
+    picture = picture_beside(path)  # the shrunk model's graph, where Graphviz is installed
+    if picture is not None:
+        message += f"\ngraph: {picture}"
+    return CaseResult("fail", message, graph, shrunk, path, explained, outcome.failure)
+
+
+def same_failure(original: Failure | None, smaller: Failure | None) -> bool:
+    """Whether ``smaller`` is the failure ``original`` (same kind; for a mismatch the same
+    operation producing the first mismatching output and the same aspect, values or shape; for
+    a result code the same error text)."""
+    return original is not None and original == smaller

@@ -1,0 +1,223 @@
+"""``nnts graph``: a model as a Graphviz graph, as NNAPI's GraphDump prints one.
+
+Operations are boxes, the tensors between them ellipses; the model's inputs and outputs are
+marked (a house shape, bold), and constants are folded into the label of the operation that
+reads them (a scalar with its value, a tensor with its type and shape), so the picture shows
+the data flow rather than dozens of weight nodes. With ``--driver``, each operation is coloured
+by the device the runtime's partitioner assigns it to (the same decision a compilation makes,
+``nnapi_ref.runtime.compilation.partition``), with a legend. SVG comes from Graphviz's ``dot``
+(Debian package ``graphviz``) when it is installed; the dot text needs nothing.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from nnapi_ref.hal import Model, Subgraph
+from nnapi_ref.types import Lifetime, OperandCode, OperationCode, SCALAR_TYPES
+from nnapi_ref.validation import CONSTANT_LIFETIMES, topological_order
+
+PALETTE = ("#8dd3c7", "#fdb462", "#bebada", "#fb8072", "#80b1d3", "#b3de69", "#fccde5", "#d9d9d9")
+MAX_SCALAR_LABEL = 6  # a constant with up to this many elements shows its values
+
+
+class GraphError(Exception):
+    """A model file that cannot be read (one line for the command)."""
+
+
+def load_model(path: str) -> tuple[Model, str]:
+    """The HAL model of a test-vector file (its first test) or a .tflite file, and its name."""
+    if not os.path.exists(path):
+        raise GraphError(f"{path}: no such file")
+    if path.endswith(".tflite"):
+        from nnts.formats.tflite.importer import load_tflite
+        try:
+            model, _ = load_tflite(path)
+        except (ValueError, OSError) as e:
+            raise GraphError(f"{path}: cannot import: {e}") from None
+        return model.hal_model, Path(path).stem
+    from nnapi_ref.vectors import FormatError, load_file
+    try:
+        tests = load_file(path)
+    except FormatError as e:
+        raise GraphError(e.message) from None
+    if not tests:
+        raise GraphError(f"{path}: the file holds no test")
+    return tests[0].model, tests[0].name
+
+
+def _type(code) -> str:
+    try:
+        return OperandCode(code).name
+    except ValueError:
+        return str(code)
+
+
+def _operation_name(code) -> str:
+    try:
+        return OperationCode(code).name
+    except ValueError:
+        return f"operation {code}"
+
+
+def _constant_text(operand) -> str:
+    value = np.asarray(operand.value) if operand.value is not None else None
+    if operand.type in SCALAR_TYPES and value is not None and value.size == 1:
+        return f"{_type(operand.type)} {value.reshape(-1)[0].item()!r}"
+    shape = "x".join(str(d) for d in operand.dimensions)
+    if value is not None and value.size <= MAX_SCALAR_LABEL:
+        return f"{_type(operand.type)} [{shape}] = {np.array2string(value.reshape(-1), separator=',')}"
+    return f"{_type(operand.type)} [{shape}] const"
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def assign_devices(model: Model, driver: str) -> dict[int, str]:
+    """The device name per main operation index, as the runtime's partitioner assigns them
+    among the drivers of the ``--driver`` string ``driver``."""
+    from nnts.runners.drivers import load_drivers
+    from nnapi_ref.runtime.devices import Device
+    try:
+        drivers = load_drivers(driver)
+    except Exception as e:  # a bad driver string or a driver that does not start: one line
+        raise GraphError(f"--driver {driver}: {e}") from None
+    return partition_devices(model, [Device(d) for d in drivers])
+
+
+def partition_devices(model: Model, devices) -> dict[int, str]:
+    """The device name per main operation index among runtime ``devices``."""
+    from nnapi_ref.runtime.compilation import partition
+    from nnapi_ref.types import PreferenceCode
+    steps = partition(_in_execution_order(model), devices, PreferenceCode.FAST_SINGLE_ANSWER, allow_cpu=True)
+    order = topological_order(model.main)
+    return {order[j]: device.name for device, group in steps for j in group}
+
+
+def _in_execution_order(model: Model) -> Model:
+    """A copy whose main operations are in execution order (what drivers are handed)."""
+    order = topological_order(model.main)
+    main = model.main
+    sg = Subgraph(main.operands, [main.operations[j] for j in order], main.input_indexes, main.output_indexes)
+    return Model(sg, model.referenced, model.relax_computation_float32_to_float16)
+
+
+def to_dot(model: Model, name: str = "model", devices: dict[int, str] | None = None) -> str:
+    """The dot text of ``model``'s main subgraph; ``devices``: device name per operation."""
+    main = model.main
+    inputs, outputs = set(main.input_indexes), set(main.output_indexes)
+    colours = {}
+    for device in sorted(set((devices or {}).values())):
+        colours[device] = PALETTE[len(colours) % len(PALETTE)]
+    lines = [f"digraph {_quote(name)} {{", "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];',
+             '  edge [fontname="Helvetica", fontsize=9];']
+    for k, operand in enumerate(main.operands):
+        if operand.lifetime in CONSTANT_LIFETIMES or operand.lifetime in (Lifetime.NO_VALUE, Lifetime.SUBGRAPH):
+            continue
+        shape = "x".join(str(d) for d in operand.dimensions) or "?"
+        label = f"#{k} {_type(operand.type)} [{shape}]"
+        if k in inputs:
+            lines.append(f"  t{k} [label={_quote('input ' + str(main.input_indexes.index(k)) + chr(10) + label)}, "
+                         f"shape=invhouse, style=bold];")
+        elif k in outputs:
+            lines.append(f"  t{k} [label={_quote('output ' + str(main.output_indexes.index(k)) + chr(10) + label)}, "
+                         f"shape=house, style=bold];")
+        else:
+            lines.append(f"  t{k} [label={_quote(label)}, shape=ellipse];")
+    for j, operation in enumerate(main.operations):
+        rows = [f"{_operation_name(operation.type)} (#{j})"]
+        for position, k in enumerate(operation.inputs):
+            operand = main.operands[k]
+            if operand.lifetime in CONSTANT_LIFETIMES:
+                rows.append(f"in{position}: {_constant_text(operand)}")
+            elif operand.lifetime == Lifetime.NO_VALUE:
+                rows.append(f"in{position}: omitted")
+            elif operand.lifetime == Lifetime.SUBGRAPH:
+                rows.append(f"in{position}: subgraph {operand.value}")
+        style = ""
+        if devices is not None and j in devices:
+            rows.append(f"on {devices[j]}")
+            style = f', style=filled, fillcolor="{colours[devices[j]]}"'
+        lines.append(f"  op{j} [label={_quote(chr(10).join(rows))}, shape=box{style}];")
+        for position, k in enumerate(operation.inputs):
+            if main.operands[k].lifetime not in CONSTANT_LIFETIMES + (Lifetime.NO_VALUE, Lifetime.SUBGRAPH):
+                lines.append(f"  t{k} -> op{j} [label=\"in{position}\"];")
+        for k in operation.outputs:
+            lines.append(f"  op{j} -> t{k};")
+    if colours:
+        lines.append("  subgraph cluster_legend { label=\"devices\"; fontname=\"Helvetica\";")
+        for n, (device, colour) in enumerate(colours.items()):
+            lines.append(f"    legend{n} [label={_quote(device)}, shape=box, style=filled, fillcolor=\"{colour}\"];")
+        lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def dot_program() -> str | None:
+    return shutil.which("dot")
+
+
+def render_svg(dot_text: str, out: str) -> None:
+    """Write the SVG of ``dot_text`` to ``out`` (atomically) through Graphviz."""
+    program = dot_program()
+    if program is None:
+        raise GraphError("Graphviz's dot is not installed (apt-get install graphviz); use --dot for the text")
+    done = subprocess.run([program, "-Tsvg"], input=dot_text, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise GraphError(f"dot failed: {done.stderr.strip()[:300]}")
+    _write(out, done.stdout)
+
+
+def _write(path: str, text: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".graph-", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def picture_beside(model_path: str | os.PathLike) -> Path | None:
+    """The SVG of a model file written beside it (``x.json`` -> ``x.svg``) when Graphviz is
+    installed, for failure messages (a random graph's reproducer); None without Graphviz or when
+    it fails (a picture is a help, never a reason for the failure report to fail)."""
+    if dot_program() is None:
+        return None
+    out = Path(model_path).with_suffix(".svg")
+    try:
+        model, name = load_model(str(model_path))
+        render_svg(to_dot(model, name), str(out))
+    except (GraphError, OSError, subprocess.TimeoutExpired):
+        return None
+    return out
+
+
+def main(path: str, driver: str | None = None, svg: str | None = None, dot: str | None = None) -> int:
+    """``nnts graph``: dot text to stdout (or --dot FILE), or an SVG (--svg FILE)."""
+    try:
+        model, name = load_model(path)
+        devices = assign_devices(model, driver) if driver else None
+        text = to_dot(model, name, devices)
+        for out in (svg, dot):
+            if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+                raise GraphError(f"{out}: the folder does not exist")
+        if svg:
+            render_svg(text, svg)
+        elif dot:
+            _write(dot, text)
+        else:
+            sys.stdout.write(text)
+    except GraphError as e:
+        print(f"nnts graph: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,159 @@
+"""A cache of decoded test-vector files, so that the suite's collection does not parse 59 MB of
+JSON in every process (each pytest-xdist worker collects the whole suite, and a driver engineer
+runs it again and again: parsing was a third of the CPU time of collecting 48k tests).
+
+A cached file is the file's JSON with every decoded ``data`` list replaced by a reference into
+a binary blob of the decoded arrays. Loading it runs the same reader (``vectors.test_from_json``,
+every check included) on that much smaller document, the references resolved to the arrays;
+only the conversion of number lists to arrays is skipped. An entry is keyed by the file's
+resolved path, size and modification time and by the source of the reader and of this module,
+so an edited file or a changed reader is read afresh. A missing, unreadable or damaged entry is
+a miss (the file is read as usual); a file that does not load is never cached (its error is
+raised as usual). No code is loaded from the cache: JSON and raw array bytes only.
+
+The cache folder: ``NNTS_CACHE_DIR`` if set (empty: no cache), else ``$XDG_CACHE_HOME/nnts`` or
+``~/.cache/nnts``; entries go in its ``vectors`` folder and are written atomically (two xdist
+workers writing the same entry is harmless).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import struct
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from nnapi_ref import vectors
+
+MAGIC = b"nnts-vector-cache/1\n"
+BLOB_KEY = "$nnts_blob"  # {"$nnts_blob": [offset, dtype, shape]} stands for a decoded data list
+ALIGN = 16
+
+
+def cache_folder() -> Path | None:
+    """Where entries go; None when ``NNTS_CACHE_DIR`` is set empty (caching off)."""
+    configured = os.environ.get("NNTS_CACHE_DIR")
+    if configured is not None:
+        return Path(configured) / "vectors" if configured else None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "nnts" / "vectors"
+
+
+@functools.cache
+def _reader_version() -> bytes:
+    """Changes whenever the reader or this module changes."""
+    digest = hashlib.sha256()
+    for module in (vectors.__file__, __file__):
+        digest.update(Path(module).read_bytes())
+    return digest.digest()
+
+
+def _entry(path: Path, folder: Path) -> Path | None:
+    try:
+        resolved = path.resolve()
+        stat = resolved.stat()
+    except OSError:
+        return None
+    key = f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode() + _reader_version()
+    return folder / (hashlib.sha256(key).hexdigest() + ".bin")
+
+
+def load_file(path: str | os.PathLike) -> list[vectors.TestModel]:
+    """``vectors.load_file(path)``, from the cache when it holds the file."""
+    path = Path(path)
+    folder = cache_folder()
+    entry = _entry(path, folder) if folder else None
+    if entry is None:
+        return vectors.load_file(path)
+    tests = _read(entry, path)
+    if tests is not None:
+        return tests
+    doc = vectors.read_document(path)
+    recorded: dict[int, tuple[list, np.ndarray]] = {}  # id(data list) -> (the list, its array)
+
+    def record(values, decode):
+        array = decode()
+        if isinstance(values, list) and values:
+            recorded.setdefault(id(values), (values, array))
+        return array
+
+    token = vectors.DATA_HOOK.set(record)
+    try:
+        tests = vectors.tests_of_document(doc, path)  # a bad file raises FormatError: nothing is cached
+    finally:
+        vectors.DATA_HOOK.reset(token)
+    _write(entry, doc, recorded)
+    return tests
+
+
+def _read(entry: Path, path: Path) -> list[vectors.TestModel] | None:
+    """The cached file's test models; None when there is no usable entry."""
+    try:
+        raw = entry.read_bytes()
+    except OSError:
+        return None
+    if not raw.startswith(MAGIC):
+        return None
+    try:
+        start = len(MAGIC) + 8
+        (length,) = struct.unpack("<Q", raw[len(MAGIC):start])
+        doc = json.loads(raw[start:start + length])
+        blob_start = start + length + (-(start + length) % ALIGN)
+        blob = memoryview(raw)[blob_start:]
+
+        def resolve(values, decode):
+            if isinstance(values, dict) and BLOB_KEY in values:
+                offset, dtype, shape = values[BLOB_KEY]
+                return np.frombuffer(blob, dtype, math.prod(shape), offset).reshape(shape).copy()
+            return decode()
+
+        token = vectors.DATA_HOOK.set(resolve)
+        try:
+            return vectors.tests_of_document(doc, path)
+        finally:
+            vectors.DATA_HOOK.reset(token)
+    except (ValueError, KeyError, TypeError, IndexError, struct.error, vectors.FormatError):
+        return None  # damaged or foreign: the file itself is read
+
+
+def _write(entry: Path, doc, recorded: dict[int, tuple[list, np.ndarray]]) -> None:
+    """The document with its decoded data lists replaced by references, then the blob."""
+    chunks: list[bytes] = []
+    offset = 0
+
+    def replace(node):
+        nonlocal offset
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
+            if isinstance(value, list) and id(value) in recorded:
+                array = np.ascontiguousarray(recorded[id(value)][1])
+                pad = -offset % ALIGN
+                chunks.append(b"\0" * pad)
+                node[key] = {BLOB_KEY: [offset + pad, array.dtype.str, list(array.shape)]}
+                chunks.append(array.tobytes())
+                offset += pad + array.nbytes
+            else:
+                replace(value)
+
+    replace(doc)
+    skeleton = json.dumps(doc, separators=(",", ":")).encode()
+    head = MAGIC + struct.pack("<Q", len(skeleton)) + skeleton
+    head += b"\0" * (-len(head) % ALIGN)
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-", suffix=".bin")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(head)
+                f.writelines(chunks)
+            os.replace(tmp, entry)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass  # a read-only or full cache folder: the next run reads the file again
