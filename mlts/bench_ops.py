@@ -7,7 +7,7 @@ and quant8), the time per call through the operation's ``execute`` and the achie
 (2 flops per multiply-add), next to numpy's float32 matmul GFLOP/s on this machine; then the time
 per inference of a MobileNet v2 built with the NDK-style :class:`nnapi_ref.Model` builder, run
 through Compilation/Execution, with random weights. Not a test: figures vary with the machine.
-Real models against TensorFlow Lite, side by side: ``python -m nnts.mlts.bench_models``.
+Real models against TensorFlow Lite, side by side: ``nnts bench``.
 """
 from __future__ import annotations
 

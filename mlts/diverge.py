@@ -21,7 +21,7 @@ convention="tflite")``: a quantized MEAN keeps TFLite's output quantization, whi
 cannot express, and the driver computes TFLite's integer mean).
 ``--inputs`` is an .npz whose arrays are batches of the model's first input (axis 0; dtype and
 shape of the input); without it the real images of ``../shared/models`` are used (as
-``mlts.bench_models`` prepares them), else 2 random inputs (seed 0).
+``nnts bench`` prepares them), else 2 random inputs (seed 0).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnts.mlts.bench_models import MODELS_DIR, model_inputs, tflite_interpreter_class
+from nnts.mlts.bench import MODELS_DIR, model_inputs, tflite_interpreter_class
 from nnts.formats.tflite.importer import infer, load_tflite, parse_tflite
 from nnapi_ref import Compilation
 from nnts.runners.drivers import load_driver

@@ -11,7 +11,8 @@ from pathlib import Path
 import jinja2
 
 from nnts.formats.trace_summary import html_tables
-from nnts.reports.results import FAILING, upgrade_v1
+from nnts.formats.results import FAILING
+from nnts.reports.results import upgrade_v1
 
 DRIVER_COLOUR, BASELINE_COLOUR = "#3465a4", "#f57900"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import jinja2
 
 from nnts.reports import results
-from nnts.reports.results import FAILING, STATUSES
+from nnts.formats.results import FAILING, STATUSES
 
 # Short column names for the matrix (the full name is in each header's title and the legend).
 DTYPE_ABBREVIATIONS = {

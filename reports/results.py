@@ -52,11 +52,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from nnts.formats.results import FAILING, PYTEST_STATUS, STATUSES, pytest_outcome
+
 SCHEMA = "nnts-conformance/2"
-STATUSES = ("passed", "failed", "crashed", "hung", "error", "xfailed", "xpassed", "unsupported", "skipped")
-FAILING = ("failed", "crashed", "hung", "error", "xpassed")
-PYTEST_STATUS = {"passed": "passed", "failed": "failed", "crashed": "failed", "hung": "failed", "error": "error",
-                 "xfailed": "xfailed", "xpassed": "xpassed", "unsupported": "skipped", "skipped": "skipped"}
 V1_STATUS = {"pass": "passed", "fail": "failed", "crash": "crashed", "hang": "hung", "xfail": "xfailed",
              "xpass": "xpassed", "skip": "skipped", "unsupported": "unsupported"}
 
@@ -165,17 +163,6 @@ def record_of_report(report, props: dict) -> dict | None:
 def is_variant(record: dict) -> bool:
     """Whether a record is one variant of a generated test (``records_of_report``)."""
     return bool(record.get("test")) and record["id"] != record["test"] and not record["id"].endswith(" (teardown)")
-
-
-def pytest_outcome(statuses: list[str]) -> str:
-    """pytest's outcome of a test from its variants' statuses: failed when any failed, xfailed
-    when any failed as expected, skipped when all were, passed otherwise (``nnts.runners.variants.conclude``
-    concludes so)."""
-    if any(PYTEST_STATUS[s] == "failed" for s in statuses):
-        return "failed"
-    if "xfailed" in statuses:
-        return "xfailed"
-    return "skipped" if all(s in ("skipped", "unsupported") for s in statuses) else "passed"
 
 
 def _add_message(record: dict, text: str) -> None:

@@ -493,23 +493,22 @@ SOCKET_PATH_MAX = 107  # bytes of sockaddr_un.sun_path (108 on Linux) less the t
 
 def check_socket_path(path: str) -> None:
     """A path ``serve_socket`` can listen on: its folder exists, it fits in a socket address, and
-    nothing but a socket (an earlier server's) is there; a UsageError naming the problem."""
-    from nnts.formats.files import UsageError
+    nothing but a socket (an earlier server's) is there; a ValueError naming the problem."""
     if not path:
-        raise UsageError("--socket: an empty path")
+        raise ValueError("--socket: an empty path")
     if len(os.fsencode(path)) > SOCKET_PATH_MAX:
-        raise UsageError(f"--socket {path}: {len(os.fsencode(path))} bytes, over the {SOCKET_PATH_MAX}-byte "
+        raise ValueError(f"--socket {path}: {len(os.fsencode(path))} bytes, over the {SOCKET_PATH_MAX}-byte "
                          "limit of a Unix socket path (use a shorter or relative path)")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise UsageError(f"--socket {path}: the folder {folder} does not exist")
+        raise ValueError(f"--socket {path}: the folder {folder} does not exist")
     if os.path.lexists(path) and not stat.S_ISSOCK(os.lstat(path).st_mode):
-        raise UsageError(f"--socket {path}: exists and is not a socket (refusing to replace it)")
+        raise ValueError(f"--socket {path}: exists and is not a socket (refusing to replace it)")
 
 
 def serve_socket(device: hal.Device, path: str) -> None:
     """Serve clients on a Unix socket, each in its own session, until interrupted. Only a socket
-    left by an earlier server is replaced: anything else at ``path`` is a UsageError."""
+    left by an earlier server is replaced: anything else at ``path`` is a ValueError."""
     check_socket_path(path)
     if os.path.lexists(path):
         os.unlink(path)

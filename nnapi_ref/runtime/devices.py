@@ -1,6 +1,6 @@
 """Device discovery (ANeuralNetworksDevice) and the runtime's device manager.
 
-The manager holds the drivers the runtime may use (``reference`` unless configured otherwise)
+The manager holds the drivers the runtime may use (the reference driver unless set otherwise)
 and a hidden CPU reference device used for CPU fallback, as NNAPI's runtime does.
 """
 from __future__ import annotations
@@ -66,9 +66,9 @@ class DeviceManager:
     @property
     def devices(self) -> list[Device]:
         with self._lock:
-            if self._devices is None:
-                from nnts.runners.drivers import load_drivers
-                self._devices = [Device(d) for d in load_drivers(os.environ.get("NNTS_DRIVER", "reference"))]
+            if self._devices is None:  # nothing chosen: the reference, as a device has no other default
+                from nnapi_ref.drivers.reference import ReferenceDevice
+                self._devices = [Device(ReferenceDevice())]
             return list(self._devices)
 
     @property

@@ -66,6 +66,8 @@ def cmd_serve(args) -> int:
                 serve_socket(device, args.socket)
             except KeyboardInterrupt:
                 pass
+            except ValueError as e:  # the path changed since it was checked
+                raise UsageError(str(e)) from None
         else:
             serve_stdio(device)
     return 0
@@ -549,7 +551,10 @@ def check_arguments(args) -> None:
         usage.positive("--blas-threads", args.blas_threads)
         if args.socket is not None:
             from nnapi_ref.remote.server import check_socket_path
-            check_socket_path(args.socket)
+            try:
+                check_socket_path(args.socket)
+            except ValueError as e:
+                raise UsageError(str(e)) from None
     elif args.command == "vectors" and args.vectors_command == "run":
         usage.regex("--filter", args.filter)
         usage.folder("--cache-dir", args.cache_dir)

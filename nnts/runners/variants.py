@@ -21,7 +21,7 @@ from typing import Callable
 
 import pytest
 
-from nnts.reports.results import pytest_outcome
+from nnts.formats.results import pytest_outcome
 
 PROPERTY = "nnts_variants"
 _EXPECTED = pytest.StashKey[dict]()
