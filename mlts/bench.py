@@ -739,36 +739,3 @@ def write_json(path: str, results: dict) -> None:
     from nnts.formats.files import write_atomic
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(results, indent=1) + "\n")
-
-
-def main(driver: str, model_specs, baseline: str, warmup: int, runs: int, max_time: float,
-         json_path: str | None, html_path: str | None, includes) -> int:
-    """``nnts bench`` (the runtime's drivers are already set): 1 when a model fails on the
-    driver or its accuracy criteria, else 0."""
-    try:
-        models = resolve_models(model_specs)
-    except (FileNotFoundError, RuntimeError) as e:
-        print(f"nnts bench: {e}", file=sys.stderr)
-        return 2
-    if baseline == "tflite" and tflite_interpreter_class()[0] is None:
-        print("nnts bench: ai_edge_litert is not installed: no TFLite baseline (pip install ai-edge-litert)",
-              file=sys.stderr)
-    progress = Progress(len(models))
-    try:
-        results = run(models, driver, Settings(warmup, runs, max_time, baseline), progress)
-    finally:
-        progress.close()
-    print_table(results)
-    if json_path:
-        write_json(json_path, results)
-        print(f"nnts bench: results written to {json_path}", file=sys.stderr)
-    if html_path:
-        from nnts.reports.bench import write_report
-        write_report(html_path, results, includes or [])
-        print(f"nnts bench: report written to {html_path}", file=sys.stderr)
-    rows = results["models"]
-    if rows and all(r["status"] in ("import_error", "error") for r in rows):
-        print(f"nnts bench: none of the {len(rows)} model(s) could be imported", file=sys.stderr)
-        return 1
-    bad = [r for r in rows if r["status"] in ("driver_error", "error") or (r.get("accuracy") or {}).get("failures")]
-    return 1 if bad else 0

@@ -76,7 +76,7 @@ def pytest_addoption(parser):
 
 
 def _expected_failures(value: str) -> str:
-    from nnts.runners.cases import expected_failures_file
+    from nnts.formats.expected_failures import expected_failures_file
     return expected_failures_file(value)
 
 

@@ -124,7 +124,7 @@ import nnts.mlts.bench, nnts.reports.conformance, nnts.plugin
 corpus = [p.name for p in (r.files('nnts.cts') / 'corpus').iterdir() if p.name.endswith('.json')]
 templates = [p.name for p in (r.files('nnts.reports') / 'templates').iterdir()]
 eps = [e.value for e in m.entry_points(group='pytest11') if e.name == 'nnts']
-from nnts.runners.cases import expected_failures_file
+from nnts.formats.expected_failures import expected_failures_file
 import os
 assert os.path.isfile(expected_failures_file('onnxruntime')) and 'site-packages' in expected_failures_file('tflite')
 assert (r.files('nnts') / 'conformance' / 'onnxruntime' / 'nan_maximum.json').is_file()

@@ -24,6 +24,12 @@ remote:COMMAND, socket:PATH), -n N (parallel workers), -k EXPR, -m MARKER, -x,
 `pytest --help` lists them all (the nnts group)."""
 
 
+def register(sub) -> None:
+    """``nnts test`` in the command list (its arguments are pytest's: ``main`` takes them as they are)."""
+    sub.add_parser("test", help="run the conformance suites (CTS and VTS) against a driver through pytest "
+                                "(nnts test --help)")
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
@@ -49,6 +55,3 @@ def _package_root() -> str:
     from importlib import resources
     return os.path.dirname(os.path.dirname(str(resources.files("nnts.cts"))))
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from nnts.formats.paths import CONFORMANCE, CORPUS, SHARED_VECTORS
+from nnts.formats.expected_failures import load_known_failures
+from nnts.formats.paths import CORPUS, SHARED_VECTORS
 
 from nnapi_ref import ops, vectors
 from nnts.runners import vector_cache
@@ -121,21 +122,9 @@ def vector_paths(config) -> list[Path]:
     return paths
 
 
-PUBLISHED_EXPECTED_FAILURES = ("onnxruntime", "tflite", "tflite-ref")
-
-
-def expected_failures_file(value: str) -> str:
-    """``--expected-failures FILE``, or the name of a published list (``onnxruntime``, ``tflite``,
-    ``tflite-ref``: ``docs/conformance/NAME-expected-failures.txt``, installed with nnts)."""
-    if value in PUBLISHED_EXPECTED_FAILURES and not Path(value).exists():
-        return str(CONFORMANCE / f"{value}-expected-failures.txt")
-    return value
-
-
 def load_expected_failures(config) -> dict[str, str]:
     """``--expected-failures``: test ids or model names, with their reasons."""
     path = config.getoption("expected_failures")
     if not path:
         return {}
-    from nnts.cli import load_known_failures
     return load_known_failures(path)

@@ -27,6 +27,7 @@ import sys
 
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import Device
+from nnapi_ref.runtime import get_devices, set_drivers
 from nnapi_ref.types import ResultCode
 
 
@@ -113,3 +114,16 @@ def load_drivers(specs: str | list[str], isolate: bool = False) -> list[Device]:
         vlog.info("Manager", "drivers loaded: %s", ", ".join(f"{s.strip()} ({d.get_name()})"
                                                            for s, d in zip(specs, drivers)))
     return drivers
+
+
+_LOADED: dict[tuple, list[Device]] = {}
+
+
+def runtime_devices(spec: str, isolate: bool = False):
+    """The runtime's devices for a driver string, its drivers loaded once per process (a remote
+    driver is a process of its own: one per worker, not one per file)."""
+    key = (spec, isolate, os.getpid())
+    if key not in _LOADED:
+        _LOADED[key] = load_drivers(spec, isolate)
+    set_drivers(_LOADED[key])
+    return get_devices()

@@ -1,0 +1,143 @@
+"""``nnts vectors run`` (test-vector files against a driver, contained: :mod:`nnts.runners.vector_run`)
+and ``nnts vectors import-aosp`` (an AOSP checkout's test specs as test-vector files)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from nnapi_ref.vectors import find_files
+from nnts.cli.common import add_driver_options, add_trace_option, shard_option
+from nnts.formats import files
+from nnts.formats.aosp import differences, import_checkout
+from nnts.formats.expected_failures import expected_failures_file, load_known_failures
+from nnts.formats.files import UsageError
+from nnts.formats.paths import CORPUS
+from nnts.runners import vector_run
+from nnts.runners import contained
+from nnts.runners.drivers import runtime_devices
+
+
+def register(sub) -> None:
+    p = sub.add_parser("vectors", help="test vectors")
+    vsub = p.add_subparsers(dest="vectors_command", required=True)
+    r = vsub.add_parser("run", help="run test-vector files or folders against a driver")
+    r.add_argument("paths", nargs="*", metavar="PATH",
+                   help="test-vector files or folders (default: the project corpus installed with nnts)")
+    add_driver_options(r)
+    r.add_argument("--filter", help="only tests whose name matches this regular expression")
+    r.add_argument("--mode", choices=("sync", "async", "burst", "fenced"), default="sync",
+                   help="the execution path each test runs through (default sync)")
+    r.add_argument("--dynamic", action="store_true", help="leave output dimensions unspecified")
+    r.add_argument("--device-memory", action="store_true",
+                   help="put inputs and outputs in memory from descriptors (memory domains)")
+    r.add_argument("--cache-dir", help="compile through the compilation cache in this folder (save, then reload)")
+    r.add_argument("--json", help="write results as JSON to this file")
+    r.add_argument("--junitxml", dest="junit", help="write results as JUnit XML to this file")
+    r.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: one per core)")
+    r.add_argument("--expected-failures", dest="known_failures", type=expected_failures_file,
+                   help="file of test names expected to fail (reported as skips), or a published list: "
+                        "onnxruntime, tflite, tflite-ref")
+    r.add_argument("--shard", type=shard_option, metavar="K/N",
+                   help="run only the K-th of N deterministic parts of the tests (the N parts are the whole run)")
+    r.add_argument("-v", "--verbose", action="store_true", help="also print skipped tests")
+    r.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
+    add_trace_option(r)
+    r.set_defaults(func=run, check_args=check_run)
+    i = vsub.add_parser("import-aosp", help="the NNAPI test specs of an AOSP checkout as test-vector files "
+                                            "(runs the checkout's own test generator)")
+    i.add_argument("checkout", help="frameworks/ml (up to Android 11), packages/modules/NeuralNetworks, or an "
+                                    "AOSP tree holding them")
+    i.add_argument("--out", required=True, help="folder for the vector files (one folder per spec version)")
+    i.add_argument("--versions", nargs="+", metavar="V", help="only these spec folders (e.g. V1_3 AIDL_V3)")
+    i.add_argument("--check", metavar="DIR", help="then compare every test model of the vector files under DIR "
+                                                  "with the imported one of the same name (exit 1 on a difference)")
+    i.set_defaults(func=import_aosp)
+
+
+def check_run(args) -> None:
+    files.regex("--filter", args.filter)
+    files.folder("--cache-dir", args.cache_dir)
+    files.input_file("--expected-failures", args.known_failures)
+    if args.jobs < 0:
+        raise UsageError(f"--jobs {args.jobs}: must be 0 (one per core) or more")
+
+
+def run(args) -> int:
+    if not args.paths:
+        args.paths = [str(CORPUS)]
+    start = time.monotonic()
+    missing = [p for p in args.paths if not os.path.exists(p)]
+    if missing:
+        print(f"nnts vectors run: no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    found = [str(p) for p in find_files(args.paths)]
+    known = load_known_failures(args.known_failures) if args.known_failures else None  # bad: one line, now
+    runtime_devices(args.driver, args.isolate)
+    jobs = args.jobs or os.cpu_count() or 1
+    job_args = (args.driver, args.isolate, args.filter, args.mode, args.dynamic, args.device_memory, args.cache_dir,
+                args.shard)
+    reported: list[list[dict]] = []
+
+    def report(part):
+        reported.append(part)
+        vector_run.print_part(part, args.verbose, args.quiet)
+
+    interrupted = False
+    try:
+        if getattr(args, "trace", None):  # a worker process's spans would not reach the trace: run here
+            results = vector_run.run_here(found, job_args, report)
+        else:
+            results = contained.run_contained(vector_run.run_file, job_args, found, jobs, report)
+    except KeyboardInterrupt:  # Ctrl-C: write what is done
+        interrupted = True
+        results = [r for part in reported for r in part]
+    n_known = vector_run.apply_known_failures(results, args.known_failures, known) if known is not None else 0
+    elapsed = time.monotonic() - start
+    counts = {s: sum(r["status"] == s for r in results) for s in vector_run.STATUSES}
+    if args.json:
+        files.write_atomic(args.json, json.dumps(
+            {"passed": counts["pass"], "failed": counts["fail"], "skipped": counts["skip"],
+             "errors": counts["error"], "crashed": counts["crash"], "hung": counts["hang"],
+             "interrupted": interrupted, "results": results}, indent=1))
+    if args.junit:
+        vector_run.write_junit(args.junit, results, elapsed)
+    if interrupted:
+        print(f"nnts vectors run: interrupted after {len(results)} results", file=sys.stderr)
+        return 130
+    if not results:
+        print("nnts: no test models found", file=sys.stderr)
+        return 5
+    extra = "".join(f", {counts[s]} {word}" for s, word in (("error", "errors"), ("crash", "crashed"),
+                                                              ("hang", "hung")) if counts[s])
+    if n_known:
+        print(f"({n_known} of the skipped are known failures listed in {args.known_failures})")
+    print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped{extra} in {elapsed:.1f}s")
+    return 1 if any(counts[s] for s in ("fail", "error", "crash", "hang")) else 0
+
+
+def import_aosp(args) -> int:
+    if not os.path.isdir(args.checkout):
+        print(f"nnts vectors import-aosp: {args.checkout}: no such folder", file=sys.stderr)
+        return 2
+    if args.check and not os.path.isdir(args.check):
+        print(f"nnts vectors import-aosp: --check {args.check}: no such folder", file=sys.stderr)
+        return 2
+    try:
+        written, models, problems = import_checkout(args.checkout, args.out, args.versions)
+    except FileNotFoundError as e:
+        print(f"nnts vectors import-aosp: {e}", file=sys.stderr)
+        return 2
+    for problem in problems:
+        print(f"PROBLEM {problem}")
+    print(f"nnts vectors import-aosp: {models} test models in {written} files written to {args.out}"
+          + (f", {len(problems)} problem(s)" if problems else ""))
+    status = 1 if problems else 0
+    if args.check:
+        compared, found = differences(args.out, args.check, args.versions)
+        for line in found:
+            print(f"DIFFERS {line}")
+        print(f"nnts vectors import-aosp: {compared} test models of {args.check} compared, {len(found)} differ")
+        status = status or (1 if found else 0)
+    return status
