@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import pytest
 
-from nnts.generators.single import case_operation, run_single
+from nnts.generators.single import case_operation
+from nnts.runners.differential import run_single
 from nnapi_ref.types import type_name
 
 

@@ -68,9 +68,11 @@ from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
-from nnts.runners.differential import case_size, check, operation_summary
+from nnts.generators.random_graphs import case_size
+from nnts.runners.differential import check, operation_summary
 from nnts.generators.families import FAMILIES
-from nnts.generators.graphs import DATA_TYPES, generate
+from nnts.generators.graphs import DATA_TYPES
+from nnts.generators.random_graphs import generate
 from nnts.runners.drivers import load_driver
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError

@@ -12,7 +12,7 @@ import pytest
 
 from nnts.generators import coverage
 from nnts.generators.families import FAMILIES
-from nnts.generators.graphs import generate
+from nnts.generators.random_graphs import generate
 from nnapi_ref import hal
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
 

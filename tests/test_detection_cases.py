@@ -11,12 +11,14 @@ import collections
 import numpy as np
 import pytest
 
+from nnts.runners import differential
 from nnts.generators import coverage
 from nnts.generators import single
 from nnts.generators.detection import iou
 from nnts.runners.differential import run
 from nnts.generators.families import FAMILIES, NOT_COVERED
-from nnts.generators.graphs import F16, F32, MAX_LEVEL, generate
+from nnts.generators.graphs import F16, F32, MAX_LEVEL
+from nnts.generators.random_graphs import generate
 from nnapi_ref.drivers import broken
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
@@ -84,7 +86,7 @@ def test_cases_pass_on_the_reference(code, tmp_path):
     """Every case draws a valid operation (no skip) and passes, at the highest level and at 29."""
     for level in (MAX_LEVEL, 29):
         for seed in _seeds(code, 25):
-            result = single.run_single(seed, REFERENCE, REFERENCE, level, tmp_path, "reference")
+            result = differential.run_single(seed, REFERENCE, REFERENCE, level, tmp_path, "reference")
             assert result.status == "pass", (seed, level, result.message)
 
 
@@ -133,7 +135,7 @@ def test_a_driver_computing_relaxed_models_in_float16_passes(tmp_path):
         for seed in _seeds(code, 60):
             if single.generate_case(seed, MAX_LEVEL).relaxed:
                 relaxed += 1
-                result = single.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "float16")
+                result = differential.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "float16")
                 assert result.status == "pass", result.message
     assert relaxed >= 20
 
@@ -200,7 +202,7 @@ def test_nms_limit_on_classes_only_is_caught(tmp_path):
     driver = [Device(broken.NmsLimitPerClass())]
     failed = None
     for seed in _seeds(Op.BOX_WITH_NMS_LIMIT, 40):
-        result = single.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken")
+        result = differential.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken")
         if result.status == "fail":
             failed = result
             break
@@ -208,7 +210,7 @@ def test_nms_limit_on_classes_only_is_caught(tmp_path):
     assert Op.BOX_WITH_NMS_LIMIT not in FAMILIES
     for code in (Op.GENERATE_PROPOSALS, Op.DETECTION_POSTPROCESSING, Op.ROI_ALIGN, Op.ADD):
         for seed in _seeds(code, 3):
-            assert single.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken").status == "pass"
+            assert differential.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken").status == "pass"
 
 
 def test_proposals_clipped_to_the_last_pixel_are_caught(tmp_path):
@@ -217,11 +219,11 @@ def test_proposals_clipped_to_the_last_pixel_are_caught(tmp_path):
     whose image edge clips or drops a box fail (float32 cases: a pixel is within the quant8 and
     float16 tolerances unless a box is dropped)."""
     driver = [Device(broken.ProposalsClipLastPixel())]
-    statuses = [single.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken").status
+    statuses = [differential.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken").status
                 for seed in _seeds(Op.GENERATE_PROPOSALS, 40)]
     assert statuses.count("fail") >= 4 and set(statuses) == {"pass", "fail"}
     for seed in _seeds(Op.BOX_WITH_NMS_LIMIT, 3):
-        assert single.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken").status == "pass"
+        assert differential.run_single(seed, driver, REFERENCE, MAX_LEVEL, tmp_path, "broken").status == "pass"
 
 
 @pytest.mark.parametrize("level", (27, 28))
@@ -232,7 +234,7 @@ def test_operations_above_the_drivers_level_are_skipped(level, tmp_path):
     ValueError)."""
     statuses = collections.Counter()
     for seed in range(len(single.operations())):
-        result = single.run_single(seed, REFERENCE, REFERENCE, level, tmp_path, "reference")
+        result = differential.run_single(seed, REFERENCE, REFERENCE, level, tmp_path, "reference")
         statuses[result.status] += 1
         code = single.case_operation(seed)
         if code in (Op.POW, Op.AXIS_ALIGNED_BBOX_TRANSFORM, Op.HEATMAP_MAX_KEYPOINT) + DETECTION:

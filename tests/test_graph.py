@@ -10,7 +10,7 @@ from nnts.runners import graph
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
 from nnts.runners.differential import check, save_reproducer
-from nnts.generators.graphs import generate
+from nnts.generators.random_graphs import generate
 
 SVG = "{http://www.w3.org/2000/svg}"
 

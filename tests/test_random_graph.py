@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from nnts.runners.differential import (SMALL_GRAPH, Failure, case_size, check, compare_output, error_failure, run_case,
-                                   same_failure)
+from nnts.generators.criteria import SMALL_GRAPH, compare_output
+from nnts.generators.random_graphs import case_size
+from nnts.runners.differential import Failure, check, error_failure, run_case, same_failure
 from nnts.generators.families import FAMILIES, NOT_COVERED, SINGLE_FAMILIES
-from nnts.generators.graphs import (BOOL8, DATA_TYPES, F16, F32, MAX_LEVEL, Q8, Graph, dimension_cuts, generate,
-                         with_dimension_cut, without_operation, without_output)
+from nnts.generators.graphs import (BOOL8, DATA_TYPES, F16, F32, MAX_LEVEL, Q8, Graph, dimension_cuts, with_dimension_cut, without_operation, without_output)
+from nnts.generators.random_graphs import generate
 from nnts.generators.strategies import models
 from nnapi_ref import ops, vectors
 from nnapi_ref.drivers.broken import WrongAddQuant8Sparse

@@ -9,12 +9,13 @@ import math
 
 import numpy as np
 
+from nnts.runners import differential
 from nnts.generators import coverage
 from nnts.generators import single
 from nnts.generators.coverage import features
 from nnts.runners.differential import run
 from nnts.generators.families import FAMILIES, SINGLE_FAMILIES
-from nnts.generators.graphs import generate
+from nnts.generators.random_graphs import generate
 from nnts.generators.graphs import F16, F32, MAX_LEVEL
 from nnapi_ref.drivers import broken
 from nnapi_ref.drivers.reference import ReferenceDevice
@@ -35,7 +36,7 @@ def test_every_operation_has_aosps_tier():
 
 def test_cases_pass_on_the_reference(tmp_path):
     for seed in range(0, 2 * COUNT, 3):
-        result = single.run_single(seed, REFERENCE, REFERENCE, MAX_LEVEL, tmp_path, "reference")
+        result = differential.run_single(seed, REFERENCE, REFERENCE, MAX_LEVEL, tmp_path, "reference")
         assert result.status in ("pass", "skip"), result.message
 
 
@@ -54,7 +55,7 @@ def test_a_share_of_cases_is_wide():
 def caught(driver, seeds, level=MAX_LEVEL, tmp=None):
     """The first seed whose case fails on ``driver``, or None."""
     for seed in seeds:
-        if single.run_single(seed, [Device(driver)], REFERENCE, level, tmp, "broken").status == "fail":
+        if differential.run_single(seed, [Device(driver)], REFERENCE, level, tmp, "broken").status == "fail":
             return seed
     return None
 

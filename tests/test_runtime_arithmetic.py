@@ -9,8 +9,10 @@ from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
 from nnts.runners import runtime_arithmetic
-from nnts.runners.differential import Failure, Outcome, case_size, check
-from nnts.generators.graphs import Graph, generate
+from nnts.generators.random_graphs import case_size
+from nnts.runners.differential import Failure, Outcome, check
+from nnts.generators.graphs import Graph
+from nnts.generators.random_graphs import generate
 from nnts.runners.known_classes import explain, simulate, classes_for
 
 REFERENCE = [Device(ReferenceDevice())]

@@ -19,8 +19,8 @@ import numpy as np
 from nnapi_ref import hal
 from nnapi_ref.types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op
 
-from nnts.generators.families import FAMILIES, declare
-from nnts.generators.graphs import BOOL8, F16, F32, I32, Builder, Reject, Tensor, generate
+from nnts.generators.families import FAMILIES, SINGLE_FAMILIES, declare
+from nnts.generators.graphs import BOOL8, F16, F32, I32, Builder, Reject, Tensor, generate_from
 
 CONVOLUTIONS = {Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D}
 NEGATION = {F32: Op.NEG, F16: Op.NEG, I32: Op.NEG, BOOL8: Op.LOGICAL_NOT}
@@ -33,8 +33,9 @@ def _condition(b: Builder, code: Op) -> Tensor:
 def _branches(b: Builder) -> tuple[hal.Subgraph, hal.Subgraph, list[np.ndarray], list[np.ndarray], list]:
     """The then- and else-subgraphs, their inputs' values, the then-branch's output values, and
     its graph (for the operands' types)."""
-    body = generate(int(b.rng.integers(1 << 31)), int(b.rng.integers(1, 4)), types=[F32, F16], level=b.level,
-                    operations=sorted(c for c in FAMILIES if c not in CONVOLUTIONS), relaxed=False)
+    body = generate_from(FAMILIES, SINGLE_FAMILIES, int(b.rng.integers(1 << 31)), int(b.rng.integers(1, 4)),
+                         types=[F32, F16], level=b.level,
+                         operations=sorted(c for c in FAMILIES if c not in CONVOLUTIONS), relaxed=False)
     if not body.operations or any(body.operands[k].type not in NEGATION for k in body.outputs):
         raise Reject("IF: the branch drawn has no operation, or an output NEG cannot negate")
     then = body.to_test("then").model.main

@@ -24,67 +24,24 @@ import sys
 from dataclasses import dataclass, field
 
 from nnapi_ref import ops
-from nnapi_ref.types import FeatureLevel, Lifetime, OperandCode as T, OperationCode as Op
+from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
+from nnts.generators import single
+from nnts.generators.families import FAMILIES, SINGLE_FAMILIES
+from nnts.generators.forms import LEVELS, Form, declared_forms, form_of
+from nnts.generators.graphs import DATA_TYPES
+from nnts.generators.random_graphs import case_size, generate
 
-LEVELS = (27, 28, 29, 30, int(max(FeatureLevel)))
 ACTIVATIONS = ("NONE", "RELU", "RELU1", "RELU6")
-
-@dataclass(frozen=True)
-class Form:
-    """Operand types of one way to write an operation (``...`` marks an input that repeats)."""
-
-    inputs: tuple
-    outputs: tuple
-
-    def __str__(self) -> str:
-        # Tensors in capitals without TENSOR_, scalars in lower case.
-        short = lambda t: t if t == "..." else T(t).name.replace("QUANT8_", "Q8_").replace("TENSOR_", "") \
-            if T(t).name.startswith("TENSOR_") else T(t).name.lower()
-        return f"({', '.join(map(short, self.inputs))}) -> ({', '.join(map(short, self.outputs))})"
-
-
-def _left_out(sig) -> tuple:
-    return sig.optional if isinstance(sig.optional, tuple) else tuple(range(sig.optional + 1))
-
-
-def _form(sig, arity: int) -> Form:
-    if sig.repeat is not None:
-        inputs = sig.inputs[:sig.repeat + 1] + ("...",) + sig.inputs[sig.repeat + 1:]
-    else:
-        inputs = sig.inputs[:arity]
-    return Form(tuple(inputs), tuple(sig.outputs) + (("...",) if sig.repeat_outputs else ()))
-
-
-def declared_forms(code: Op, level: int = LEVELS[-1]) -> dict[Form, int]:
-    """Every form of ``code`` up to ``level``, with the lowest level declaring it."""
-    forms: dict[Form, int] = {}
-    for sig in ops.load_all()[code].signatures:
-        if sig.level > level:
-            continue
-        for k in _left_out(sig) if sig.repeat is None else (0,):
-            form = _form(sig, len(sig.inputs) - k)
-            forms[form] = min(forms.get(form, sig.level), sig.level)
-    return forms
 
 
 def drawable_forms(code: Op) -> dict[Form, int]:
     """The declared forms whose first tensor (the one the generator starts an operation from, at
     the family's position) is of a type graph tensors have: no graph holds a quant16 or
     TENSOR_QUANT8_SYMM tensor, so DEQUANTIZE from TENSOR_QUANT8_SYMM, say, is not drawn."""
-    from nnts.generators.families import FAMILIES, SINGLE_FAMILIES
-    from nnts.generators.graphs import DATA_TYPES
     family = FAMILIES.get(code) or SINGLE_FAMILIES.get(code)
     position = family.position if family is not None else 0
     return {f: level for f, level in declared_forms(code).items()
             if len(f.inputs) <= position or f.inputs[position] in DATA_TYPES}
-
-
-def form_of(operation, operands) -> Form | None:
-    """The form an operation of a model is written in (None when no signature accepts it)."""
-    ins = [operands[k].type for k in operation.inputs]
-    outs = [operands[k].type for k in operation.outputs]
-    sig = ops.load_all()[operation.type].match(ins, outs)
-    return None if sig is None else _form(sig, len(ins))
 
 
 def _scalar(operands, k):
@@ -185,8 +142,6 @@ class Coverage:
 
 def measure(seeds: int, start: int = 0, levels=LEVELS) -> Coverage:
     """The coverage of the random-graph cases ``start`` .. ``start + seeds - 1`` at each level."""
-    from nnts.runners.differential import case_size
-    from nnts.generators.graphs import generate
     coverage = Coverage()
     for level in levels:
         for seed in range(start, start + seeds):
@@ -196,16 +151,14 @@ def measure(seeds: int, start: int = 0, levels=LEVELS) -> Coverage:
 
 def measure_single(seeds: int, start: int = 0, levels=LEVELS) -> Coverage:
     """The coverage of the single-operation cases ``start`` .. ``start + seeds - 1`` at each level."""
-    from nnts.generators.single import generate_case
     coverage = Coverage()
     for level in levels:
         for seed in range(start, start + seeds):
-            coverage.add(generate_case(seed, level))
+            coverage.add(single.generate_case(seed, level))
     return coverage
 
 
 def report(coverage: Coverage, codes=None) -> str:
-    from nnts.generators.families import FAMILIES
     lines = [f"{coverage.graphs} graphs"]
     total = drawn = 0
     for code in sorted(codes or FAMILIES):
@@ -241,8 +194,7 @@ def main(argv=None) -> int:
         except KeyError as e:
             p.error(f"unknown operation {e.args[0]}")
     if args.single:
-        from nnts.generators.single import operations
-        print(report(measure_single(args.seeds, args.start), codes or operations()))
+        print(report(measure_single(args.seeds, args.start), codes or single.operations()))
     else:
         print(report(measure(args.seeds, args.start), codes))
     return 0

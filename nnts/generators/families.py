@@ -26,7 +26,7 @@ import numpy as np
 from nnapi_ref import hal, ops
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
-from nnts.generators.coverage import declared_forms
+from nnts.generators.forms import declared_forms
 from nnts.generators.graphs import BOOL8, FLOATS, I32, Q8, Q8S, QUANT8, Builder, Out, Reject, Tensor, like
 
 INT32, BOOL = T.INT32, T.BOOL
@@ -740,10 +740,3 @@ def cast(b: Builder, x: Tensor, code: Op) -> None:
     if target in (I32,) + QUANT8 and x.type in FLOATS and not far_from_integers(x):
         raise Reject("float to integer cast decided by a rounding difference")
     b.add(code, [x], [like(x) if target == x.type else Out(target, 1.0, 0) if target in QUANT8 else Out(target)])
-
-
-# Declare the box, shape-source, control-flow, detection and recurrent operations.
-from nnts.generators import boxes
-from nnts.generators import control_flow
-from nnts.generators import detection
-from nnts.generators import recurrent

@@ -378,23 +378,25 @@ def check_result(out: Out, result: np.ndarray, free: bool) -> None:
 # Generation
 # ---------------------------------------------------------------------------------------------
 
-def generate(seed: int, num_operations: int = 10, types=None, operations=None, level: int = MAX_LEVEL,
-             max_dim: int = 6, relaxed: bool | None = None, wide: bool = False) -> Graph:
+def generate_from(families: dict, single_families: dict, seed: int, num_operations: int = 10, types=None,
+                  operations=None, level: int = MAX_LEVEL, max_dim: int = 6, relaxed: bool | None = None,
+                  wide: bool = False) -> Graph:
     """A random connected model of up to ``num_operations`` operations (fewer only when no
     operation fits after many tries), deterministic in its arguments. ``operations`` limits the
-    operation codes (default: every family of :mod:`fuzz.families`), ``types`` the data types of
+    operation codes (default: every family in ``families``; ``single_families`` are drawn only by
+    name), ``types`` the data types of
     the tensors operations start from (default :data:`DATA_TYPES`), ``level`` the feature level
     of the signatures used; ``wide`` draws the tensors operations start from with dimensions up to
     WIDE_DIM (within WIDE_ELEMENTS elements).
 
     Only ``num_operations`` stops the loop, so the graph for n - 1 operations is the graph for n
     without its last operation: shrinking the size shrinks the graph."""
-    from nnts.generators.families import FAMILIES, SINGLE_FAMILIES
-    families = FAMILIES if operations is None else {**FAMILIES, **SINGLE_FAMILIES}  # those only by name
+    codes = sorted(families if operations is None else (OperationCode(c) for c in operations))
+    if operations is not None:
+        families = {**families, **single_families}
     rng = np.random.default_rng(seed)
     b = Builder(rng, level, max_dim, wide)
     types = [T(t) for t in (types or DATA_TYPES)]
-    codes = sorted(FAMILIES if operations is None else (OperationCode(c) for c in operations))
     codes = [c for c in codes if c in families]
     for _ in range(num_operations * 25):
         if len(b.operations) >= num_operations:

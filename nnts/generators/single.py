@@ -36,16 +36,13 @@ operation accepts falls back to the small range), the others from dimensions up 
 """
 from __future__ import annotations
 
-import math
-from pathlib import Path
-from typing import Sequence
 
-from nnapi_ref.runtime import Device
 from nnapi_ref.types import OperationCode as Op
 
-from nnts.runners.differential import QUANTIZED, CaseResult, Criterion, run_case
+from nnts.generators.criteria import QUANTIZED, Criterion
 from nnts.generators.families import FAMILIES, SINGLE_FAMILIES
-from nnts.generators.graphs import F16, F32, I32, generate
+from nnts.generators.graphs import F16, F32, I32
+from nnts.generators.random_graphs import generate
 
 STRICT = {F32: Criterion(1e-6, 1e-6, 1e-7, 1e-10), F16: Criterion(1e-3, 1e-3, 1e-4, 1e-8), I32: Criterion(1),
           **{t: Criterion(1, 0, 0.1, 0.1) for t in QUANTIZED}}
@@ -145,22 +142,3 @@ def generate_case(seed: int, level: int):
         if graph.operations:
             break
     return graph
-
-
-def run_single(seed: int, devices: Sequence[Device], reference: Sequence[Device], level: int,
-               folder: str | Path, driver: str) -> CaseResult:
-    """Single-operation case ``seed``: generate, compare with the operation's tier; on a failure
-    shrink (dimension cuts) and save the smallest failing model."""
-    code = case_operation(seed)
-    graph = generate_case(seed, level)
-    if not graph.operations:
-        return CaseResult("skip", f"{code.name}: no valid operation drawn at feature level {int(level)} in "
-                                  f"{ATTEMPTS} attempts", graph)
-    table = criteria_for(code, graph)
-    result = run_case(seed, devices, reference, level, folder, driver, graph=graph, criteria=table)
-    if result.status == "fail":
-        size = math.prod(graph.values[graph.inputs[0]].shape) if graph.inputs else 0
-        result.message = (f"{code.name} ({TIER_NAMES[id(tier(code, graph.min_level()))]} criteria"
-                          f"{', relaxed model' if graph.relaxed else ''}, first input of {size} elements): "
-                          + result.message)
-    return result

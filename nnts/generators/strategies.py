@@ -9,7 +9,7 @@ array-api-tests exposes its strategies)::
         ...  # graph.to_test(name) is a test model with input values and the reference's outputs
 
 A drawn :class:`fuzz.graphs.Graph` comes from a seed and an operation count; hypothesis shrinks
-both, and fewer operations give a prefix of the same graph (see :func:`fuzz.graphs.generate`).
+both, and fewer operations give a prefix of the same graph (see :func:`nnts.generators.random_graphs.generate`).
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from nnapi_ref.types import OperandCode, OperationCode
 
-from nnts.generators.graphs import MAX_LEVEL, generate
+from nnts.generators.graphs import MAX_LEVEL
+from nnts.generators.random_graphs import generate
 
 
 def _codes(enum, names):

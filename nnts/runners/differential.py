@@ -46,71 +46,11 @@ from nnts.runners.model_runner import build_model, execute
 from nnapi_ref.runtime import Compilation, Device
 from nnapi_ref.types import OperandCode as T
 
-from nnts.generators.graphs import (BOOL8, F16, F32, I32, QUANT8, Graph, dimension_cuts, generate, with_dimension_cut,
-                     without_operation, without_output)
+from nnts.generators import single
+from nnts.generators.criteria import compare_output, criteria_for
+from nnts.generators.graphs import I32, Graph, dimension_cuts, with_dimension_cut, without_operation, without_output
+from nnts.generators.random_graphs import case_size, generate
 from nnts.runners.known_classes import classes_for, explain
-
-SMALL_GRAPH_OPERATIONS = 5  # AOSP's GraphSize::SMALL
-MIN_ELEMENTS_FOR_BIAS_MSE = 10
-BOOL8_MISMATCH_RATIO = 0.1
-SKIP_ABOVE = {F32: 1e3, F16: 1e2}
-
-
-@dataclass(frozen=True)
-class Criterion:
-    atol: float
-    rtol: float = 0.0
-    bias: float = math.inf
-    mse: float = math.inf
-
-
-# Quantized types share their figures (AOSP: quant8 asymm, asymm signed, symm, quant16 asymm, symm).
-QUANTIZED = QUANT8 + (T.TENSOR_QUANT16_ASYMM, T.TENSOR_QUANT16_SYMM)
-SMALL_GRAPH = {F32: Criterion(1e-2, 1e-2, 4e-4, 1e-5), F16: Criterion(1.0, 1.0, 5e-2, 1e-2),
-               I32: Criterion(1), **{t: Criterion(12, 0, 2, 2) for t in QUANTIZED}}
-LARGE_GRAPH = {F32: Criterion(1e-1, 1e-1, 1e-2, 1e-4), F16: Criterion(1.0, 1.0, 1e-1, 5e-2),
-               I32: Criterion(1), **{t: Criterion(12, 0, 2, 2) for t in QUANTIZED}}
-
-
-def criteria_for(graph: Graph) -> dict:
-    table = SMALL_GRAPH if len(graph.operations) <= SMALL_GRAPH_OPERATIONS else LARGE_GRAPH
-    return {**table, F32: table[F16]} if graph.relaxed else table
-
-
-def compare_output(expected: np.ndarray, actual: np.ndarray, type_: T, criterion: Criterion | None,
-                   what: str) -> str | None:
-    """Why ``actual`` fails the criterion, or None when it passes."""
-    if expected.shape != actual.shape:
-        return f"{what}: shape {list(actual.shape)}, expected {list(expected.shape)}"
-    if type_ == BOOL8:
-        wrong = int(np.count_nonzero(expected != actual))
-        allowed = math.ceil(BOOL8_MISMATCH_RATIO * expected.size)
-        return None if wrong <= allowed else f"{what}: {wrong} of {expected.size} booleans differ (at most {allowed})"
-    e, a = expected.astype(np.float64), actual.astype(np.float64)
-    compared = np.isfinite(e)
-    if type_ in SKIP_ABOVE:
-        compared &= np.abs(e) <= SKIP_ABOVE[type_]
-    tolerance = criterion.atol + criterion.rtol * np.abs(e)
-    with np.errstate(invalid="ignore"):
-        diff = np.where(compared, a - e, 0.0)
-        excess = np.where(compared, np.where(np.isfinite(diff), np.abs(diff) - tolerance, np.inf), -np.inf)
-    if np.any(excess > 0):
-        worst = np.unravel_index(int(np.argmax(excess)), e.shape)
-        return (f"{what}: {int(np.count_nonzero(excess > 0))} of {e.size} elements beyond {criterion.atol:g} + "
-                f"{criterion.rtol:g}*|expected|; worst at {list(map(int, worst))}: expected {e[worst]:.6g}, "
-                f"got {a[worst]:.6g}")
-    n = int(np.count_nonzero(compared))
-    if n < MIN_ELEMENTS_FOR_BIAS_MSE:
-        return None
-    if type_ in SKIP_ABOVE:
-        diff = diff / np.maximum(1.0, np.abs(np.where(compared, e, 0.0)))
-    bias, mse = float(np.sum(diff) / n), float(np.sum(diff * diff) / n)
-    if abs(bias) > criterion.bias:
-        return f"{what}: bias {bias:.4g} beyond {criterion.bias:g} over {n} elements"
-    if mse > criterion.mse:
-        return f"{what}: mean squared error {mse:.4g} beyond {criterion.mse:g} over {n} elements"
-    return None
-
 
 def run(devices: Sequence[Device], test: vectors.TestModel) -> list[np.ndarray]:
     """The outputs of ``test`` compiled for ``devices`` (no CPU fallback), shaped as the driver
@@ -257,12 +197,6 @@ def operation_summary(graph: Graph) -> str:
     return f"{len(names)} operation{'s' if len(names) != 1 else ''} ({', '.join(names)}) on inputs {shapes or 'none'}"
 
 
-def case_size(seed: int) -> int:
-    """Operations in case ``seed``: small graphs (1-5) for even seeds, large ones (6-40) for odd
-    seeds, as AOSP runs 5- and 40-operation graphs."""
-    return 1 + seed % 5 if seed % 2 == 0 else 6 + seed % 35
-
-
 @dataclass
 class CaseResult:
     status: str  # pass, fail, skip
@@ -282,7 +216,7 @@ def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], 
     it (:func:`fuzz.known_classes.explain`), then shrink, keeping only steps that fail the same way
     (:func:`same_failure`) and are explained by the same class (or by none, as the original), and
     save the smallest such model. A failure of the reference itself is a reference bug, named as
-    such. ``options`` go to :func:`fuzz.graphs.generate`."""
+    such. ``options`` go to :func:`nnts.generators.random_graphs.generate`."""
     if graph is None:
         graph = generate(seed, options.pop("num_operations", case_size(seed)), level=level, **options)
     outcome = check(graph, devices, reference, criteria)
@@ -320,3 +254,23 @@ def same_failure(original: Failure | None, smaller: Failure | None) -> bool:
     operation producing the first mismatching output and the same aspect, values or shape; for
     a result code the same error text)."""
     return original is not None and original == smaller
+
+
+def run_single(seed: int, devices: Sequence[Device], reference: Sequence[Device], level: int,
+               folder: str | Path, driver: str) -> CaseResult:
+    """Single-operation case ``seed``: generate, compare with the operation's tier; on a failure
+    shrink (dimension cuts) and save the smallest failing model."""
+    code = single.case_operation(seed)
+    graph = single.generate_case(seed, level)
+    if not graph.operations:
+        return CaseResult("skip", f"{code.name}: no valid operation drawn at feature level {int(level)} in "
+                                  f"{single.ATTEMPTS} attempts", graph)
+    table = single.criteria_for(code, graph)
+    result = run_case(seed, devices, reference, level, folder, driver, graph=graph, criteria=table)
+    if result.status == "fail":
+        size = math.prod(graph.values[graph.inputs[0]].shape) if graph.inputs else 0
+        result.message = (f"{code.name} ({single.TIER_NAMES[id(single.tier(code, graph.min_level()))]} criteria"
+                          f"{', relaxed model' if graph.relaxed else ''}, first input of {size} elements): "
+                          + result.message)
+    return result
+

@@ -30,6 +30,7 @@ from nnapi_ref.ops.common import QUANT_RANGE, activation_range_quant
 from nnapi_ref.ops.base import Arg
 from nnapi_ref.types import DTYPES, SCALAR_TYPES, Lifetime, OperandCode as T, OperationCode as Op
 
+from nnts.generators.criteria import compare_output, criteria_for
 from nnts.runners import runtime_arithmetic
 from nnts.generators.graphs import F32, I32, QUANT8, Graph, Out, Reject, run_operation
 
@@ -388,7 +389,6 @@ def simulate(g: Graph, classes: list[KnownClass]) -> tuple[list[np.ndarray], boo
 def explain(g: Graph, outcome, driver: str) -> str | None:
     """The name of the documented class (or classes, joined by " + ") that explains
     ``outcome``, a failure of ``g`` on ``driver``; None when none does."""
-    from nnts.runners.differential import compare_output, criteria_for  # (differential imports this module)
     classes = classes_for(driver)
     failure = getattr(outcome, "failure", None)
     if not classes or failure is None or failure.kind == "reference":
