@@ -23,7 +23,7 @@ import pytest
 
 from nnapi_ref import (Burst, Compilation, Execution, Memory, MemoryDesc, Model, NnapiError,
                        OperandCode as T, OperandType, OperationCode, ResultCode)
-from nnts.runners.model_runner import compute_in_mode
+from nnts.generators.builders import compute_in_mode
 from nnts.generators.builders import (NMS_STEPS, add_model, assert_step, chain, chain_inputs, chain_model, nms_expected,
                                nms_model, nms_scores)
 

@@ -157,7 +157,7 @@ class IncludeHarness(InputHarness):
                  "operations": []}]
 
     def run(self, data: bytes) -> None:
-        from nnts.reports.bench import included
+        from nnts.formats.results import included
         included(self.write(self.mutated_json(data)))
 
 

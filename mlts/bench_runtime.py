@@ -5,7 +5,7 @@ arithmetic (a 4-element ADD computes in about a microsecond).
 
 Prints CPU microseconds per phase (median of N) for a one-ADD model and a three-operation chain:
 CPU time, so that other work on the machine does not inflate it. ``python -m
-nnts.mlts.bench_overhead --baseline PYTHON`` measures the same side by side with another checkout.
+nnts.fuzz.bench_overhead --baseline PYTHON`` measures the same side by side with another checkout.
 """
 from __future__ import annotations
 

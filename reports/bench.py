@@ -4,15 +4,13 @@ when their JSON is given (``--include``)."""
 from __future__ import annotations
 
 import itertools
-import json
 from html import escape
 from pathlib import Path
 
 import jinja2
 
 from nnts.formats.trace_summary import html_tables
-from nnts.formats.results import FAILING
-from nnts.reports.results import upgrade_v1
+from nnts.formats.results import included
 
 DRIVER_COLOUR, BASELINE_COLOUR = "#3465a4", "#f57900"
 
@@ -80,35 +78,6 @@ def ratio_svg(rows: list[dict]) -> str:
                     f'<title>{escape(name)}: x{v:.2f}</title></rect>'
                     f'<text x="{label_w + w + 4:.1f}" y="{y + bar_h - 3}" font-size="11">x{v:.1f}</text>')
     return _svg(width, len(items) * (bar_h + 4), "ratios", len(items), body, "driver / TFLite median latency")
-
-
-def included(path: str) -> dict:
-    """An --include file as {kind, title, ...} for the template: stress (a list of results with
-    verdicts), conformance (reports/results.py's JSON, schema 2 or 1) or vectors (nnts vectors run --json).
-    ValueError for anything else, or for one of them with fields of the wrong JSON types."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, RecursionError) as e:
-        raise ValueError(f"{path}: not a JSON file ({type(e).__name__})") from None
-    name = Path(path).name
-    if isinstance(data, list) and all(isinstance(r, dict) and isinstance(r.get("verdict"), str) for r in data):
-        counts = {v: sum(r["verdict"] == v for r in data) for v in dict.fromkeys(r["verdict"] for r in data)}
-        return {"kind": "stress", "title": f"Stress tests ({name})", "rows": data, "counts": counts,
-                "ok": all(r["verdict"] == "SUCCESS" for r in data)}
-    if isinstance(data, dict) and str(data.get("schema", "")).startswith("nnts-conformance/"):
-        if not isinstance(data.get("totals"), dict) or not isinstance(data.get("driver"), str):
-            raise ValueError(f"{path}: a conformance JSON without 'driver' and 'totals'")
-        if data["schema"] == "nnts-conformance/1":
-            data = upgrade_v1(data)
-        return {"kind": "conformance", "title": f"Conformance ({name}, driver {data['driver']})", "data": data,
-                "ok": not any(data["totals"].get(o) for o in FAILING)}
-    if isinstance(data, dict) and isinstance(data.get("results"), list) and "passed" in data:
-        if not all(isinstance(r, dict) and isinstance(r.get("status"), str) for r in data["results"]):
-            raise ValueError(f"{path}: a vectors JSON whose results are not objects with a status")
-        bad = [r for r in data["results"] if r["status"] in ("fail", "error", "crash", "hang")]
-        return {"kind": "vectors", "title": f"Test vectors / fuzz reproducers ({name})", "data": data, "bad": bad,
-                "ok": not bad}
-    raise ValueError(f"{path}: not a stress, conformance or vectors JSON file")
 
 
 def render(results: dict, includes: list[str]) -> str:

@@ -10,13 +10,13 @@ import statistics
 import sys
 from pathlib import Path
 
-from nnts.reports import results
+from nnts.formats.results import included
+from nnts.reports import bench, results
 from nnts.reports.conformance import render
 
 
 def other_result(path: str) -> dict:
     """A stress, vectors or bench JSON file as {kind, title, ok, summary, rows} for the page."""
-    from nnts.reports import bench
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
@@ -36,7 +36,7 @@ def other_result(path: str) -> dict:
         return {"kind": "bench", "title": f"Benchmark ({name})", "ok": not bad, "summary": summary,
                 "columns": ("model", "status", "latency / TFLite", "note"), "rows": table}
     try:
-        part = bench.included(path)
+        part = included(path)
     except (ValueError, KeyError, TypeError):
         raise results.ResultsError(f"{path}: not a conformance, stress, vectors or bench JSON file") from None
     if part["kind"] == "stress":

@@ -38,7 +38,7 @@ Statuses: passed, failed, crashed and hung (the driver, out of process, died or 
 failed in pytest's terms), error (a setup or teardown failure, pytest's "error"), xfailed, xpassed,
 unsupported (skipped because the driver reported the operation unsupported) and skipped (any other
 skip). Schema 1 (``nnts-conformance/1``: totals and matrix only, other status names) is still read by
-``nnts bench --include`` (:func:`upgrade_v1`).
+``nnts bench --include`` (:func:`nnts.formats.results.upgrade_v1`).
 """
 from __future__ import annotations
 
@@ -55,8 +55,6 @@ from pathlib import Path
 from nnts.formats.results import FAILING, PYTEST_STATUS, STATUSES, pytest_outcome
 
 SCHEMA = "nnts-conformance/2"
-V1_STATUS = {"pass": "passed", "fail": "failed", "crash": "crashed", "hang": "hung", "xfail": "xfailed",
-             "xpass": "xpassed", "skip": "skipped", "unsupported": "unsupported"}
 
 # The part of the suite a test belongs to, from its module (folder and file name).
 MODULE_PARTS = {
@@ -419,19 +417,6 @@ def load(path: str | Path) -> dict:
         machine = meta["machine"] if isinstance(meta["machine"], dict) else {}
         meta["machine"] = {k: machine.get(k) for k in ("cpu", "cores", "python", "numpy", "platform")}
     return data
-
-
-def upgrade_v1(data: dict) -> dict:
-    """Schema 1's figures under schema 2's status names (for ``nnts bench --include``)."""
-    def statuses(counts):
-        named = {V1_STATUS.get(k, k): v for k, v in counts.items()}
-        return {s: named.get(s, 0) for s in STATUSES}
-    return {"schema": data["schema"], "driver": data.get("driver"), "meta": {},
-            "totals": statuses(data.get("totals", {})),
-            "matrix": {op: {d: statuses(c) for d, c in per.items()} for op, per in data.get("matrix", {}).items()},
-            "failures": [{"id": f.split(" ", 1)[-1] if f.startswith(("CRASH ", "HANG ")) else f,
-                          "status": "crashed" if f.startswith("CRASH ") else "hung" if f.startswith("HANG ") else "failed",
-                          "message": None, "replay": None} for f in data.get("failures", [])]}
 
 
 def merge(files: list[dict], names: list[str]) -> tuple[dict, list[dict]]:

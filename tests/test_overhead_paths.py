@@ -148,11 +148,11 @@ def test_unaligned_input_is_computed_from_an_aligned_copy():
 
 
 def test_bench_overhead_refuses_bad_options():
-    done = subprocess.run([sys.executable, "-m", "nnts.mlts.bench_overhead", "--rounds", "0"],
+    done = subprocess.run([sys.executable, "-m", "nnts.fuzz.bench_overhead", "--rounds", "0"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "--rounds must be at least 1" in done.stderr
     assert "Traceback" not in done.stderr
-    done = subprocess.run([sys.executable, "-m", "nnts.mlts.bench_overhead", "--baseline", "/nonexistent/python"],
+    done = subprocess.run([sys.executable, "-m", "nnts.fuzz.bench_overhead", "--baseline", "/nonexistent/python"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "not an executable Python" in done.stderr
 
@@ -165,11 +165,11 @@ def test_bench_overhead_says_in_one_line_what_a_baseline_lacks(tmp_path):
     failing.write_text('#!/bin/sh\n[ "$2" = "-c" ] && exit 0\nexit 3\n')
     for script in (without_atheris, failing):
         script.chmod(0o755)
-    done = subprocess.run([sys.executable, "-m", "nnts.mlts.bench_overhead", "--baseline", str(without_atheris)],
+    done = subprocess.run([sys.executable, "-m", "nnts.fuzz.bench_overhead", "--baseline", str(without_atheris)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "atheris is not installed for" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
-    done = subprocess.run([sys.executable, "-m", "nnts.mlts.bench_overhead", "--baseline", str(failing),
+    done = subprocess.run([sys.executable, "-m", "nnts.fuzz.bench_overhead", "--baseline", str(failing),
                            "--rounds", "1", "--batches", "1", "--inputs", "10", "--fuzz-runs", "0"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "measurement under" in done.stderr and "exit code 3" in done.stderr
@@ -179,7 +179,7 @@ def test_bench_overhead_says_in_one_line_what_a_baseline_lacks(tmp_path):
 def test_bench_overhead_measures_how_thorough_the_campaign_is():
     """--coverage-runs: libFuzzer's cov and ft of a seeded campaign, and the lines and arcs of
     the model builder and validation its corpus runs (a corpus of the seeds at least)."""
-    done = subprocess.run([sys.executable, "-m", "nnts.mlts.bench_overhead", "--rounds", "1", "--batches", "1",
+    done = subprocess.run([sys.executable, "-m", "nnts.fuzz.bench_overhead", "--rounds", "1", "--batches", "1",
                            "--inputs", "20", "--fuzz-runs", "0", "--coverage-runs", "300"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -187,13 +187,13 @@ def test_bench_overhead_measures_how_thorough_the_campaign_is():
     assert rows["coverage campaign: libFuzzer's cov (edges)"] > 0
     assert rows["coverage campaign: lines of COVERED_FILES"] > 100
     assert rows["coverage campaign: arcs of COVERED_FILES"] > rows["coverage campaign: lines of COVERED_FILES"]
-    done = subprocess.run([sys.executable, "-m", "nnts.mlts.bench_overhead", "--coverage-runs", "-1"],
+    done = subprocess.run([sys.executable, "-m", "nnts.fuzz.bench_overhead", "--coverage-runs", "-1"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "must not be negative" in done.stderr
 
 
 def test_bench_overhead_measures_this_checkout():
-    done = subprocess.run([sys.executable, "-m", "nnts.mlts.bench_overhead", "--rounds", "1", "--batches", "1",
+    done = subprocess.run([sys.executable, "-m", "nnts.fuzz.bench_overhead", "--rounds", "1", "--batches", "1",
                            "--inputs", "50", "--fuzz-runs", "0"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "one ADD total (CPU us)" in done.stdout and "model harness, fixed inputs" in done.stdout

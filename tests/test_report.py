@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from nnts import cli
+from nnts.formats.results import included
 from nnts.reports import bench, conformance, results
 
 # One test of each verdict pytest knows, in a module the report files under "CTS API and runtime".
@@ -175,7 +176,7 @@ def test_bench_includes_schema_2_and_schema_1(tmp_path):
         "matrix": {"ADD": {"TENSOR_FLOAT32": {"pass": 1, "crash": 0}}, "MUL": {"TENSOR_FLOAT32": {"pass": 0, "crash": 1}}},
         "failures": ["CRASH cts/test_generated.py::test_generated[MUL-TENSOR_FLOAT32-b-sync]"]}))
     for name in ("v2.json", "v1.json"):
-        part = bench.included(str(tmp_path / name))
+        part = included(str(tmp_path / name))
         assert part["kind"] == "conformance" and not part["ok"]
         assert part["data"]["totals"]["crashed"] == 1 and part["data"]["failures"][0]["status"] == "crashed"
         run = {"models": [], "driver": "d", "generated": "now", "devices": ["d"], "baseline": "none",

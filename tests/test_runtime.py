@@ -9,7 +9,7 @@ import pytest
 
 from nnapi_ref import (UINT64_MAX, Compilation, DurationCode, Execution, FuseCode, Memory, Model, NnapiError,
                        OperandCode as T, OperandType, OperationCode, ResultCode, get_devices)
-from nnts.runners.model_runner import compute_in_mode
+from nnts.generators.builders import compute_in_mode
 from nnapi_ref.runtime.memory import PROT_READ
 
 C0 = np.arange(12, dtype=np.float32).reshape(3, 4) / 4

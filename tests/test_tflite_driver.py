@@ -18,7 +18,7 @@ from . import support
 pytest.importorskip("ai_edge_litert", reason="the tflite driver needs the ai-edge-litert package (nnts[tflite])")
 
 from nnts.adapters import tflite as tflite_driver
-from nnts.formats.tflite.export import to_flatbuffer  # noqa: E402
+from nnts.adapters.tflite_export import to_flatbuffer  # noqa: E402
 
 REPRODUCERS = sorted((Path(__file__).resolve().parents[1] / "docs" / "conformance" / "tflite").glob("*.json"))
 F32, I32, Q8, S8 = T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED

@@ -26,7 +26,7 @@ from nnapi_ref import hal
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.types import ResultCode
 from nnts.adapters.base import AdapterDevice, AdapterPreparedModel
-from nnts.formats.tflite.export import BOOL8, F32, I32, Q8, S8, check_operation, to_flatbuffer
+from nnts.adapters.tflite_export import BOOL8, F32, I32, Q8, S8, check_operation, to_flatbuffer
 
 _IMPORT_ERROR = ""
 try:

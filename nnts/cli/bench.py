@@ -8,7 +8,8 @@ from nnts.cli.common import add_driver_options, add_trace_option
 from nnts.formats import files
 from nnts.formats.files import UsageError
 from nnts.mlts import bench
-from nnts.reports.bench import included, write_report
+from nnts.formats.results import included
+from nnts.reports.bench import write_report
 from nnts.runners.drivers import runtime_devices
 
 

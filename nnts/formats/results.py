@@ -6,10 +6,15 @@ these words, the reports and JUnit files count by them, and a run's exit status 
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 STATUSES = ("passed", "failed", "crashed", "hung", "error", "xfailed", "xpassed", "unsupported", "skipped")
 FAILING = ("failed", "crashed", "hung", "error", "xpassed")
 PYTEST_STATUS = {"passed": "passed", "failed": "failed", "crashed": "failed", "hung": "failed", "error": "error",
                  "xfailed": "xfailed", "xpassed": "xpassed", "unsupported": "skipped", "skipped": "skipped"}
+V1_STATUS = {"pass": "passed", "fail": "failed", "crash": "crashed", "hang": "hung", "xfail": "xfailed",
+             "xpass": "xpassed", "skip": "skipped", "unsupported": "unsupported"}
 
 
 def pytest_outcome(statuses: list[str]) -> str:
@@ -21,3 +26,45 @@ def pytest_outcome(statuses: list[str]) -> str:
     if "xfailed" in statuses:
         return "xfailed"
     return "skipped" if all(s in ("skipped", "unsupported") for s in statuses) else "passed"
+
+
+def upgrade_v1(data: dict) -> dict:
+    """Schema 1's figures under schema 2's status names (for ``nnts bench --include``)."""
+    def statuses(counts):
+        named = {V1_STATUS.get(k, k): v for k, v in counts.items()}
+        return {s: named.get(s, 0) for s in STATUSES}
+    return {"schema": data["schema"], "driver": data.get("driver"), "meta": {},
+            "totals": statuses(data.get("totals", {})),
+            "matrix": {op: {d: statuses(c) for d, c in per.items()} for op, per in data.get("matrix", {}).items()},
+            "failures": [{"id": f.split(" ", 1)[-1] if f.startswith(("CRASH ", "HANG ")) else f,
+                          "status": "crashed" if f.startswith("CRASH ") else "hung" if f.startswith("HANG ") else "failed",
+                          "message": None, "replay": None} for f in data.get("failures", [])]}
+
+
+def included(path: str) -> dict:
+    """An --include file as {kind, title, ...} for the template: stress (a list of results with
+    verdicts), conformance (reports/results.py's JSON, schema 2 or 1) or vectors (nnts vectors run --json).
+    ValueError for anything else, or for one of them with fields of the wrong JSON types."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{path}: not a JSON file ({type(e).__name__})") from None
+    name = Path(path).name
+    if isinstance(data, list) and all(isinstance(r, dict) and isinstance(r.get("verdict"), str) for r in data):
+        counts = {v: sum(r["verdict"] == v for r in data) for v in dict.fromkeys(r["verdict"] for r in data)}
+        return {"kind": "stress", "title": f"Stress tests ({name})", "rows": data, "counts": counts,
+                "ok": all(r["verdict"] == "SUCCESS" for r in data)}
+    if isinstance(data, dict) and str(data.get("schema", "")).startswith("nnts-conformance/"):
+        if not isinstance(data.get("totals"), dict) or not isinstance(data.get("driver"), str):
+            raise ValueError(f"{path}: a conformance JSON without 'driver' and 'totals'")
+        if data["schema"] == "nnts-conformance/1":
+            data = upgrade_v1(data)
+        return {"kind": "conformance", "title": f"Conformance ({name}, driver {data['driver']})", "data": data,
+                "ok": not any(data["totals"].get(o) for o in FAILING)}
+    if isinstance(data, dict) and isinstance(data.get("results"), list) and "passed" in data:
+        if not all(isinstance(r, dict) and isinstance(r.get("status"), str) for r in data["results"]):
+            raise ValueError(f"{path}: a vectors JSON whose results are not objects with a status")
+        bad = [r for r in data["results"] if r["status"] in ("fail", "error", "crash", "hang")]
+        return {"kind": "vectors", "title": f"Test vectors / fuzz reproducers ({name})", "data": data, "bad": bad,
+                "ok": not bad}
+    raise ValueError(f"{path}: not a stress, conformance or vectors JSON file")

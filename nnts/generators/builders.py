@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from nnapi_ref.runtime import Compilation, Execution, Model, OperandType
+from nnapi_ref.runtime import Burst, Compilation, Execution, Model, OperandType
 from nnapi_ref.tolerance import compare
 from nnapi_ref.types import DTYPES, SCALAR_TYPES, OperandCode, OperationCode
 
@@ -127,11 +127,26 @@ def chain_inputs(seed: int, shape: Sequence[int] = (2, 2)) -> tuple[np.ndarray, 
     return rng.uniform(-2, 2, shape).astype(np.float32), rng.uniform(0.5, 1.5, shape).astype(np.float32)
 
 
+def compute_in_mode(execution: Execution, mode: str, compilation: Compilation | None = None) -> None:
+    """Run ``execution`` the way ``mode`` names: "sync" (compute), "async" (start_compute),
+    "burst" (a new burst of ``compilation``, by default the execution's own) or "fenced"
+    (start_compute_with_dependencies with none)."""
+    if mode == "sync":
+        execution.compute()
+    elif mode == "async":
+        execution.start_compute().wait()
+    elif mode == "burst":
+        execution.burst_compute(Burst(compilation or execution.compilation))
+    elif mode == "fenced":
+        execution.start_compute_with_dependencies([]).wait()
+    else:
+        raise ValueError(f"unknown execution mode {mode!r}")
+
+
 def execute_chain(compilation: Compilation, a: np.ndarray, b: np.ndarray, mode: str = "sync") -> np.ndarray:
     """The output of a finished compilation of a two-input model whose output has ``a``'s shape
     (:func:`chain_model`, or a shorter chain), executed on ``a``, ``b`` in ``mode`` (sync,
     async, burst, fenced)."""
-    from nnts.runners.model_runner import compute_in_mode
     execution = Execution(compilation)
     execution.set_input(0, a)
     execution.set_input(1, b)

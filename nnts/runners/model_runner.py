@@ -12,10 +12,11 @@ import numpy as np
 from nnapi_ref import extensions
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import Model as HalModel, Subgraph
-from nnapi_ref.runtime import Burst, Compilation, Device, Execution, Memory, MemoryDesc, Model, OperandType
+from nnapi_ref.runtime import Compilation, Device, Execution, Memory, MemoryDesc, Model, OperandType
 from nnapi_ref.tolerance import compare, compare_multinomial
 from nnapi_ref.types import SCALAR_TYPES, Lifetime, OperandCode, OperationCode, ResultCode
 from nnapi_ref.vectors import TestModel
+from nnts.generators.builders import compute_in_mode
 
 MODES = ("sync", "async", "burst", "fenced")
 # A model that must fail only has to fail: an infinite WHILE loop need not run for NNAPI's
@@ -128,22 +129,6 @@ def _device_memory(compilation: Compilation, index: int, is_input: bool) -> Memo
     (desc.add_input_role if is_input else desc.add_output_role)(compilation, index)
     desc.finish()
     return Memory.from_desc(desc)
-
-
-def compute_in_mode(execution: Execution, mode: str, compilation: Compilation | None = None) -> None:
-    """Run ``execution`` the way ``mode`` names: "sync" (compute), "async" (start_compute),
-    "burst" (a new burst of ``compilation``, by default the execution's own) or "fenced"
-    (start_compute_with_dependencies with none)."""
-    if mode == "sync":
-        execution.compute()
-    elif mode == "async":
-        execution.start_compute().wait()
-    elif mode == "burst":
-        execution.burst_compute(Burst(compilation or execution.compilation))
-    elif mode == "fenced":
-        execution.start_compute_with_dependencies([]).wait()
-    else:
-        raise ValueError(f"unknown execution mode {mode!r}")
 
 
 def execute(compilation: Compilation, test: TestModel, mode: str = "sync",

@@ -1,6 +1,6 @@
 """The per-model overhead every test pays, side by side with another checkout of nnts.
 
-    python -m nnts.mlts.bench_overhead [--baseline PYTHON] [--rounds N] [--fuzz-runs N]
+    python -m nnts.fuzz.bench_overhead [--baseline PYTHON] [--rounds N] [--fuzz-runs N]
 
 For this checkout, and for the one whose virtual environment's ``PYTHON`` is given (a worktree of
 an older commit), measures in alternating child processes (so that both see the same load):
