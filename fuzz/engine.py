@@ -33,6 +33,8 @@ import tempfile
 import time
 import traceback
 
+from nnts.fuzz.sidecar import read_sidecar
+
 try:
     import atheris
 except ImportError:
@@ -367,27 +369,6 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
         return 1
     print("nnts fuzz: no findings", file=out)
     return 0
-
-
-def read_sidecar(path: str) -> dict:
-    """An artifact's ``.json`` sidecar (harness, driver, vectors, provider), or {} without one;
-    a UsageError when it is there but not such an object."""
-    from nnts.formats.files import UsageError
-    sidecar = path + ".json"
-    if not os.path.exists(sidecar):
-        return {}
-    try:
-        with open(sidecar, encoding="utf-8") as f:
-            meta = json.load(f)
-    except (OSError, ValueError, RecursionError) as e:
-        raise UsageError(f"--replay {path}: its sidecar {sidecar} is not readable JSON ({e})") from None
-    kinds = {"harness": str, "driver": str, "provider": str, "vectors": list}
-    if not isinstance(meta, dict) or any(k in meta and meta[k] is not None and not isinstance(meta[k], kind)
-                                         for k, kind in kinds.items()) \
-            or not all(isinstance(v, str) for v in meta.get("vectors") or ()):
-        raise UsageError(f"--replay {path}: its sidecar {sidecar} is not an object of harness, driver, provider "
-                         "(strings) and vectors (a list of paths)")
-    return meta
 
 
 def replay(path: str, harness: str | None = None, driver: str | None = None, vector_paths=None) -> int:

@@ -170,7 +170,7 @@ class SidecarHarness(InputHarness):
         return [{"harness": "model", "driver": "reference", "vectors": ["/a", "/b"], "provider": "atheris"}]
 
     def run(self, data: bytes) -> None:
-        from nnts.fuzz.engine import read_sidecar
+        from nnts.fuzz.sidecar import read_sidecar
         artifact = self.path + "-artifact"
         self.write(self.mutated_json(data))
         os.replace(self.path, artifact + ".json")

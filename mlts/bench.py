@@ -54,14 +54,13 @@ import os
 import platform
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 from nnts.formats.tflite.importer import TFLiteImportError, check_io, load_tflite, parse_tflite
-from nnts.mlts.tflite_baseline import BaselineCrashed, TfliteProcess
+from nnts.mlts.tflite_baseline import INFLIGHT, BaselineCrashed, TfliteProcess, tflite_interpreter_class, timed
 from nnts.formats.paths import SHARED_MODELS
 from nnapi_ref import Burst, Compilation, Execution, NnapiError, get_devices, trace
 from nnts.formats import trace_summary
@@ -69,20 +68,10 @@ from nnapi_ref.types import OperationCode
 
 SCHEMA = "nnts-bench/1"
 MODELS_DIR = SHARED_MODELS  # ../shared/models beside a clone
-INFLIGHT = 4          # executions in flight for the throughput figure
 HISTOGRAM_BINS = 20
 MIN_RUNS = 5          # timed runs even past --max-time
 # Weights that are seeded, not trained: the seeded set, and ../shared/models's speech LSTMs (its README, section 3).
 SEEDED_WEIGHTS = ("*_seeded_*", "lstm_*_like_*")
-
-
-def tflite_interpreter_class():
-    """ai_edge_litert's Interpreter and OpResolverType, or (None, None) when not installed."""
-    try:
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
-    except ImportError:
-        return None, None
-    return Interpreter, OpResolverType
 
 
 # -- inputs --------------------------------------------------------------------------------------
@@ -143,12 +132,6 @@ def latency(times_s: list[float]) -> dict | None:
 def histogram(times_s: list[float]) -> dict:
     counts, edges = np.histogram(np.asarray(times_s) * 1e3, bins=HISTOGRAM_BINS)
     return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
-
-
-def timed(fn, *args) -> tuple[float, object]:
-    t0 = time.perf_counter()
-    result = fn(*args)
-    return time.perf_counter() - t0, result
 
 
 # -- runtimes ------------------------------------------------------------------------------------------
@@ -247,52 +230,6 @@ def _supported(device, model) -> list[bool]:
         return list(device.driver.get_supported_operations(model.hal_model))
     except Exception:   # a driver is foreign code: one that cannot answer supports nothing
         return [False] * len(model.hal_model.main.operations)
-
-
-class TfliteRunner:
-    """One TFLite Interpreter, one thread; LSTM variable states reset before each inference,
-    as nnapi_ref starts every execution from zero states."""
-
-    def __init__(self, path: Path, reference_kernels: bool = False):
-        interpreter_cls, resolver = tflite_interpreter_class()
-        self.path = path
-        kwargs = {"experimental_op_resolver_type": resolver.BUILTIN_REF} if reference_kernels else {}
-        self.make = lambda: _allocated(interpreter_cls(model_path=str(path), num_threads=1, **kwargs))
-        self.compile_ms, self.it = timed(self.make)
-        self.compile_ms *= 1e3
-        self.inputs = self.it.get_input_details()
-        self.outputs = self.it.get_output_details()
-        self.stateful = any(t.is_variable for t in parse_tflite(Path(path).read_bytes()).tensors)
-
-    def run(self, inputs, it=None) -> list[np.ndarray]:
-        it = it or self.it
-        if self.stateful:
-            it.reset_all_variables()
-        for d, x in zip(self.inputs, inputs):
-            it.set_tensor(d["index"], x)
-        it.invoke()
-        return [it.get_tensor(d["index"]).copy() for d in self.outputs]
-
-    def throughput(self, samples, total: int) -> float:
-        """Inferences per second from INFLIGHT interpreters invoking in as many threads."""
-        interpreters = [self.make() for _ in range(INFLIGHT)]
-
-        def work(k):
-            for i in range(k, total, INFLIGHT):
-                self.run(samples[i % len(samples)], interpreters[k])
-
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(INFLIGHT)]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return total / (time.perf_counter() - t0)
-
-
-def _allocated(interpreter):
-    interpreter.allocate_tensors()
-    return interpreter
 
 
 # -- accuracy ------------------------------------------------------------------------------------

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nnts.mlts.bench import MODELS_DIR, model_inputs, tflite_interpreter_class
+from nnts.mlts.bench import MODELS_DIR, model_inputs
+from nnts.mlts.tflite_baseline import tflite_interpreter_class
 from nnts.formats.tflite.importer import infer, load_tflite, parse_tflite
 from nnapi_ref import Compilation
 from nnts.runners.drivers import load_driver

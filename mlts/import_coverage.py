@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nnts.mlts.bench import TfliteRunner, accuracy, tflite_interpreter_class
+from nnts.mlts.bench import accuracy
+from nnts.mlts.tflite_baseline import TfliteRunner, tflite_interpreter_class
 from nnts.formats.tflite.importer import TFLiteImportError, infer, load_tflite, parse_tflite, unmapped_operators
 from nnts.mlts.tflite_probe import crash_reason
 from nnapi_ref import Compilation

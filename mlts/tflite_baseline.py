@@ -24,13 +24,78 @@ import select
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 
+from nnts.formats.tflite.importer import parse_tflite
 from nnts.runners.contained import exit_text
 
 ANSWER_TIMEOUT_S = 600  # one request: creating the interpreter, or the throughput run of a large model
+INFLIGHT = 4  # executions (and interpreters) in flight for the throughput figure
+
+
+def tflite_interpreter_class():
+    """ai_edge_litert's Interpreter and OpResolverType, or (None, None) when not installed."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    except ImportError:
+        return None, None
+    return Interpreter, OpResolverType
+
+
+def timed(fn, *args) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    result = fn(*args)
+    return time.perf_counter() - t0, result
+
+
+class TfliteRunner:
+    """One TFLite Interpreter, one thread; LSTM variable states reset before each inference,
+    as nnapi_ref starts every execution from zero states."""
+
+    def __init__(self, path: Path, reference_kernels: bool = False):
+        interpreter_cls, resolver = tflite_interpreter_class()
+        self.path = path
+        kwargs = {"experimental_op_resolver_type": resolver.BUILTIN_REF} if reference_kernels else {}
+        self.make = lambda: _allocated(interpreter_cls(model_path=str(path), num_threads=1, **kwargs))
+        self.compile_ms, self.it = timed(self.make)
+        self.compile_ms *= 1e3
+        self.inputs = self.it.get_input_details()
+        self.outputs = self.it.get_output_details()
+        self.stateful = any(t.is_variable for t in parse_tflite(Path(path).read_bytes()).tensors)
+
+    def run(self, inputs, it=None) -> list[np.ndarray]:
+        it = it or self.it
+        if self.stateful:
+            it.reset_all_variables()
+        for d, x in zip(self.inputs, inputs):
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        return [it.get_tensor(d["index"]).copy() for d in self.outputs]
+
+    def throughput(self, samples, total: int) -> float:
+        """Inferences per second from INFLIGHT interpreters invoking in as many threads."""
+        interpreters = [self.make() for _ in range(INFLIGHT)]
+
+        def work(k):
+            for i in range(k, total, INFLIGHT):
+                self.run(samples[i % len(samples)], interpreters[k])
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(INFLIGHT)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return total / (time.perf_counter() - t0)
+
+
+def _allocated(interpreter):
+    interpreter.allocate_tensors()
+    return interpreter
 
 
 class BaselineCrashed(Exception):
@@ -123,7 +188,6 @@ def _serve(path: str, reference_kernels: bool) -> None:
     """The child: one interpreter, requests from stdin, answers on the private pipe."""
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # TFLite's and numpy's prints go to stderr, never into the answers
-    from nnts.mlts.bench import TfliteRunner, timed
 
     def answer(**fields):
         answers.write(json.dumps(fields) + "\n")

@@ -39,7 +39,7 @@ def crash_reason(path) -> str | None:
 def _probe(path: str) -> None:
     import numpy as np
 
-    from nnts.mlts.bench import tflite_interpreter_class
+    from nnts.mlts.tflite_baseline import tflite_interpreter_class
     from nnts.formats.tflite.importer import MAX_IO_ELEMENTS
     interpreter_cls, resolver = tflite_interpreter_class()
     if interpreter_cls is None:

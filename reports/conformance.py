@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import sys
 from pathlib import Path
 
 import jinja2
@@ -118,3 +119,35 @@ def write_reports(config, gathered) -> list[str]:
             continue
         lines.append(f"nnts: conformance report written to {path}")
     return lines
+
+
+def main_merge(paths: list[str], html: str | None, json_out: str | None, baseline: str | None = None) -> int:
+    """``nnts report merge A.json B.json ... --html OUT --json OUT``."""
+    if not html and not json_out:
+        print("nnts: report merge needs --html OUT and/or --json OUT", file=sys.stderr)
+        return 2
+    try:
+        files = [results.load(p) for p in paths]
+        earlier = results.load(baseline) if baseline else None
+    except results.ResultsError as e:
+        print(f"nnts: {e}", file=sys.stderr)
+        return 2
+    meta, tests = results.merge(files, paths)
+    ids = collections.Counter(t["id"] for t in tests)
+    repeated = [i for i, n in ids.items() if n > 1]
+    if repeated:
+        print(f"nnts: warning: {len(repeated)} test ids appear in more than one file (e.g. {repeated[0]}); "
+              "each is counted every time", file=sys.stderr)
+    comparison = dict(results.compare(tests, earlier["tests"]), path=baseline) if earlier else None
+    data = results.to_json(meta, tests, comparison)
+    try:
+        if json_out:
+            results.write_atomically(json_out, results.dumps(data))
+        if html:
+            results.write_atomically(html, render(data))
+    except OSError as e:
+        print(f"nnts: cannot write {e.filename or 'the report'}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(f"nnts: merged {len(paths)} files, {len(tests)} tests: " +
+          ", ".join(f"{n} {s}" for s, n in data["totals"].items() if n))
+    return 0

@@ -49,7 +49,6 @@ import os
 import platform
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 from nnts.formats.results import FAILING, PYTEST_STATUS, STATUSES, pytest_outcome
@@ -441,59 +440,3 @@ def merge(files: list[dict], names: list[str]) -> tuple[dict, list[dict]]:
                  "driver_spec": ",".join(dict.fromkeys(str(m.get("driver_spec")) for m in metas)),
                  "merged_from": names})
     return meta, tests
-
-
-def main_merge(paths: list[str], html: str | None, json_out: str | None, baseline: str | None = None) -> int:
-    """``nnts report merge A.json B.json ... --html OUT --json OUT``."""
-    from nnts.reports.conformance import render
-    if not html and not json_out:
-        print("nnts: report merge needs --html OUT and/or --json OUT", file=sys.stderr)
-        return 2
-    try:
-        files = [load(p) for p in paths]
-        earlier = load(baseline) if baseline else None
-    except ResultsError as e:
-        print(f"nnts: {e}", file=sys.stderr)
-        return 2
-    meta, tests = merge(files, paths)
-    ids = collections.Counter(t["id"] for t in tests)
-    repeated = [i for i, n in ids.items() if n > 1]
-    if repeated:
-        print(f"nnts: warning: {len(repeated)} test ids appear in more than one file (e.g. {repeated[0]}); "
-              "each is counted every time", file=sys.stderr)
-    comparison = dict(compare(tests, earlier["tests"]), path=baseline) if earlier else None
-    data = to_json(meta, tests, comparison)
-    try:
-        if json_out:
-            write_atomically(json_out, dumps(data))
-        if html:
-            write_atomically(html, render(data))
-    except OSError as e:
-        print(f"nnts: cannot write {e.filename or 'the report'}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    print(f"nnts: merged {len(paths)} files, {len(tests)} tests: " +
-          ", ".join(f"{n} {s}" for s, n in data["totals"].items() if n))
-    return 0
-
-
-def add_report_arguments(parser) -> None:
-    """``nnts report merge`` and ``nnts report page`` (registered by nnts/cli/__init__.py)."""
-    sub = parser.add_subparsers(dest="report_command", required=True)
-    m = sub.add_parser("merge", help="one conformance report of several --report JSON files (shards: counts add up)")
-    m.add_argument("results", nargs="+", metavar="RESULTS.json", help="conformance JSON files (schema 2)")
-    m.add_argument("--html", help="write the merged page to this file")
-    m.add_argument("--json", help="write the merged JSON to this file")
-    m.add_argument("--baseline", metavar="EARLIER.json", help="compare with an earlier run")
-    m.set_defaults(func=lambda args: main_merge(args.results, args.html, args.json, args.baseline))
-    p = sub.add_parser("page", help="one page of a driver: its conformance results with its stress, vectors/fuzz "
-                                    "and bench results summarized at the top")
-    p.add_argument("results", nargs="+", metavar="RESULTS.json",
-                   help="conformance JSON (several are merged), nnts stress/vectors run/bench --json files")
-    p.add_argument("--html", required=True, help="write the page to this file")
-    p.add_argument("--baseline", metavar="EARLIER.json", help="compare the conformance results with an earlier run")
-    p.set_defaults(func=lambda args: _page(args))
-
-
-def _page(args) -> int:
-    from nnts.reports.driver_page import main_page
-    return main_page(args.results, args.html, args.baseline)

@@ -11,10 +11,16 @@ import json
 
 from nnapi_ref.hal import ErrorStatus, HalError, Model
 from nnapi_ref.vectors import FormatError, model_from_json, model_to_json
-from nnapi_ref.drivers.reference import check_cache_files
+from nnapi_ref.types import MAX_NUMBER_OF_CACHE_FILES
 
 MAGIC = b"NNTSREF1"
 _HEADER = len(MAGIC) + 32 + 32
+
+
+def check_cache_files(files, needed: int, what: str) -> None:
+    if len(files) != needed or needed > MAX_NUMBER_OF_CACHE_FILES:
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{len(files)} {what} cache files given, {needed} needed")
+
 
 
 def _digest(data: bytes) -> bytes:

@@ -14,10 +14,11 @@ import numpy as np
 
 from nnapi_ref import extensions, hal, ops, trace
 from nnapi_ref.ops import requantization
+from nnapi_ref.drivers.cache import load_from_cache, save_to_cache
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.executor import Executor, Plan, prepare_plans
 from nnapi_ref.hal import ErrorStatus, HalError
-from nnapi_ref.types import (DTYPES, MAX_NUMBER_OF_CACHE_FILES, SCALAR_TYPES, DeviceTypeCode, FeatureLevel, Lifetime,
+from nnapi_ref.types import (DTYPES, SCALAR_TYPES, DeviceTypeCode, FeatureLevel, Lifetime,
                      OperandCode, PreferenceCode, PriorityCode, ResultCode, combine_dimensions)
 from nnapi_ref.validation import runtime_validated_level, validate_model
 
@@ -231,7 +232,6 @@ class ReferenceDevice(hal.Device):
             raise hal_error(e) from None
         prepared = ReferencePreparedModel(self, model, plans)
         if model_cache or data_cache:
-            from nnapi_ref.drivers.cache import save_to_cache
             try:
                 save_to_cache(model, model_cache, data_cache, token, self.get_number_of_cache_files_needed())
             except HalError:
@@ -239,7 +239,6 @@ class ReferenceDevice(hal.Device):
         return prepared
 
     def prepare_model_from_cache(self, deadline_ns, model_cache, data_cache, token):
-        from nnapi_ref.drivers.cache import load_from_cache
         check_deadline(deadline_ns, "compilation")
         model = load_from_cache(model_cache, data_cache, token, self.get_number_of_cache_files_needed())
         return self.prepare_model(model, PreferenceCode.FAST_SINGLE_ANSWER, PriorityCode.MEDIUM, deadline_ns,
@@ -573,8 +572,3 @@ class ReferenceBurst(hal.Burst):
         if len(memory_identifier_tokens) != len(request.pools):
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "burst: one memory identifier token per pool needed")
         return self.prepared._run(request, measure, deadline_ns, loop_timeout_ns)
-
-
-def check_cache_files(files, needed: int, what: str) -> None:
-    if len(files) != needed or needed > MAX_NUMBER_OF_CACHE_FILES:
-        raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{len(files)} {what} cache files given, {needed} needed")

@@ -29,7 +29,8 @@ from nnapi_ref.ops.base import Arg, Call, ValueUnknown
 from nnapi_ref.ops.spatial import Spatial, parse_spatial
 from nnapi_ref.types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op
 from nnapi_ref.vectors import FormatError, model_from_json, model_to_json
-from nnapi_ref.drivers.reference import (ReferenceDevice, ReferencePreparedModel, check_cache_files, check_deadline,
+from nnapi_ref.drivers.cache import check_cache_files
+from nnapi_ref.drivers.reference import (ReferenceDevice, ReferencePreparedModel, check_deadline,
                         check_prepare_arguments, hal_error)
 
 

@@ -8,6 +8,7 @@ from nnts.cli.common import add_driver_options, add_trace_option
 from nnts.formats import files
 from nnts.formats.files import UsageError
 from nnts.mlts import bench
+from nnts.mlts.tflite_baseline import tflite_interpreter_class
 from nnts.formats.results import included
 from nnts.reports.bench import write_report
 from nnts.runners.drivers import runtime_devices
@@ -54,7 +55,7 @@ def run(args) -> int:
     except (FileNotFoundError, RuntimeError) as e:
         print(f"nnts bench: {e}", file=sys.stderr)
         return 2
-    if args.baseline == "tflite" and bench.tflite_interpreter_class()[0] is None:
+    if args.baseline == "tflite" and tflite_interpreter_class()[0] is None:
         print("nnts bench: ai_edge_litert is not installed: no TFLite baseline (pip install ai-edge-litert)",
               file=sys.stderr)
     progress = bench.Progress(len(models))

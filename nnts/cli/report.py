@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from nnts.reports.driver_page import main_page
-from nnts.reports.results import main_merge
+from nnts.reports.conformance import main_merge
 
 
 def register(sub) -> None:
