@@ -93,9 +93,9 @@ def limit_memory(megabytes: int) -> None:
 
 def load(harness: str, driver: str, vector_paths):
     """The harness, set up (imports ``nnapi_ref``: call it inside the instrumentation)."""
-    from nnts.fuzz import harnesses
+    from nnts.fuzz import targets
     from nnts.runners.drivers import load_driver
-    return harnesses.make(harness, load_driver(driver) if harness != "model" else None, vector_paths)
+    return targets.make(harness, load_driver(driver) if harness != "model" else None, vector_paths)
 
 
 def seed_corpus_zip(harness: str, path: str, *vector_paths: str) -> None:
@@ -291,7 +291,8 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
     """``nnts fuzz``: the harness in a child process; progress passed through, then a summary.
     0 when nothing was found, 1 for a finding (or a child that died without one)."""
     out = sys.stdout
-    from nnts.fuzz.harnesses import HARNESSES, default_vector_paths
+    from nnts.fuzz.harnesses import default_vector_paths
+    from nnts.fuzz.targets import HARNESSES
     if harness not in HARNESSES:
         print(f"nnts fuzz: unknown harness {harness!r} (one of {', '.join(HARNESSES)})", file=sys.stderr)
         return 2
@@ -374,7 +375,7 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
 def replay(path: str, harness: str | None = None, driver: str | None = None, vector_paths=None) -> int:
     """``nnts fuzz --replay FILE``: run one artifact again, in this process, and show the traceback."""
     from nnts.formats.files import UsageError
-    from nnts.fuzz.harnesses import HARNESSES
+    from nnts.fuzz.targets import HARNESSES
     meta = read_sidecar(path)
     harness = harness or meta.get("harness") or os.path.basename(path).split("-")[0]
     if harness not in HARNESSES:

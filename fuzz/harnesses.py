@@ -882,17 +882,4 @@ class RemoteHarness(Harness):
                     raise Finding(f"the server replied: {error.message}")
 
 
-HARNESSES = {h.name: h for h in (ModelHarness, ExecuteHarness, RequestHarness, VectorsHarness, RemoteHarness)}
-
-
-def make(name: str, driver: hal.Device | None = None, vector_paths=None) -> Harness:
-    """A harness by name, set up (its seeds loaded)."""
-    harness = HARNESSES[name](driver, vector_paths)
-    harness.setup()
-    return harness
-
-# The suite's own input formats (.tflite, gate files, --include JSON, artifact sidecars): built on
-# Harness above, so imported here, at the end.
-from nnts.fuzz.input_harnesses import INPUT_HARNESSES  # noqa: E402
-
-HARNESSES.update(INPUT_HARNESSES)
+NNAPI_HARNESSES = {h.name: h for h in (ModelHarness, ExecuteHarness, RequestHarness, VectorsHarness, RemoteHarness)}

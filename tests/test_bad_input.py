@@ -431,9 +431,9 @@ def test_gate_takes_a_null_accuracy_figure_as_absent(tmp_path, capsys):
 def test_the_input_format_harnesses_find_nothing_in_a_short_campaign(name, monkeypatch):
     import random
 
-    from nnts.fuzz import harnesses
+    from nnts.fuzz import harnesses, targets
     monkeypatch.setattr(harnesses, "FuzzedDataProvider", None)  # the plain provider: no atheris needed
-    harness = harnesses.make(name)
+    harness = targets.make(name)
     rng = random.Random(0)
     seeds = harness.seed_inputs()
     assert seeds

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from nnts.fuzz import engine, harnesses
+from nnts.fuzz import engine, harnesses, targets
 from nnts import cli
 from nnapi_ref.drivers.reference import ReferenceDevice
 
@@ -26,13 +26,13 @@ def inputs(harness, count: int, seed: int = 0):
 
 
 @pytest.mark.parametrize("provider", ["atheris", "plain"])
-@pytest.mark.parametrize("name", sorted(harnesses.HARNESSES))
+@pytest.mark.parametrize("name", sorted(targets.HARNESSES))
 def test_reference_survives_each_harness(name, provider, monkeypatch):
     if provider == "plain":
         monkeypatch.setattr(harnesses, "FuzzedDataProvider", None)
     elif harnesses.FuzzedDataProvider is None:
         pytest.skip("atheris is not installed")
-    harness = harnesses.make(name, ReferenceDevice(), [CORPUS])
+    harness = targets.make(name, ReferenceDevice(), [CORPUS])
     assert harness.seeds, "no seed models"
     for data in inputs(harness, 300):
         harness(data)  # raises on a finding
@@ -43,7 +43,7 @@ def test_harness_reports_a_driver_exception():
         def prepare_model(self, *args):
             raise KeyError("oops")
 
-    harness = harnesses.make("execute", Raising(), [CORPUS])
+    harness = targets.make("execute", Raising(), [CORPUS])
     with pytest.raises(KeyError):
         harness(harness.seed_inputs()[0])
 
@@ -57,7 +57,7 @@ def test_masked_driver_exception_is_a_finding():
                 from nnapi_ref.hal import ErrorStatus, HalError
                 raise HalError(ErrorStatus.GENERAL_FAILURE, str(e))
 
-    harness = harnesses.make("execute", Masking(), [CORPUS])
+    harness = targets.make("execute", Masking(), [CORPUS])
     with pytest.raises(harnesses.Finding, match="KeyError reported as GENERAL_FAILURE"):
         harness(harness.seed_inputs()[0])
 
@@ -110,7 +110,7 @@ def test_child_dying_inside_an_input_leaves_the_input(tmp_path, capsys):
             raise LookupError("prepare reached")
 
     # The saved input is the one that was running: it reaches prepare (where the driver died).
-    harness = harnesses.make("execute", Refuses(), [vectors])
+    harness = targets.make("execute", Refuses(), [vectors])
     with open(artifacts[0], "rb") as f:
         data = f.read()
     with pytest.raises(LookupError, match="prepare reached"):
@@ -162,7 +162,7 @@ def test_reference_bug_is_named_as_such(monkeypatch):
     def overflowing(self, *args):
         raise OverflowError("cannot convert float infinity to integer")
     monkeypatch.setattr(ReferenceDevice, "prepare_model", overflowing)
-    harness = harnesses.make("execute", _BuiltOnTheReference(), [CORPUS])
+    harness = targets.make("execute", _BuiltOnTheReference(), [CORPUS])
     with pytest.raises(harnesses.ReferenceBug, match="reference driver itself raises OverflowError") as e:
         harness(harness.seed_inputs()[0])
     assert isinstance(e.value.__cause__, OverflowError)
@@ -171,7 +171,7 @@ def test_reference_bug_is_named_as_such(monkeypatch):
     class OwnFault(ReferenceDevice):
         def prepare_model(self, *args):
             raise OverflowError("the driver's own")
-    harness = harnesses.make("execute", OwnFault(), [CORPUS])
+    harness = targets.make("execute", OwnFault(), [CORPUS])
     with pytest.raises(OverflowError, match="the driver's own"):
         harness(harness.seed_inputs()[0])
 

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from nnts.fuzz import engine, harnesses
+from nnts.fuzz import engine, harnesses, targets
 from nnts.fuzz.harnesses import Builder, BytesProvider
 from nnapi_ref import hal, ops
 from nnapi_ref.errors import NnapiError
@@ -128,7 +128,7 @@ def test_a_runtime_crash_past_a_refused_operand_is_found_saved_and_replayed(tmp_
             raise IndexError("value set past the last operand")
         return original(self, index, value)
     monkeypatch.setattr(Model, "set_operand_value", crashes_past_the_last)
-    harness = harnesses.make("model", None, [ARITHMETIC])
+    harness = targets.make("model", None, [ARITHMETIC])
     args = argparse.Namespace(seed=1, corpus=None, runs=3000, max_time=0, timeout=10,
                               artifact_prefix=str(tmp_path / "model-"))
     assert engine.plain_loop(engine.Recorded(harness, str(tmp_path / "pending")), args) == 1
@@ -329,7 +329,7 @@ def test_the_model_harness_reaches_output_operand_has_a_value_set(monkeypatch):
             raise
     monkeypatch.setattr(Model, "add_operation", noted)
     monkeypatch.setattr(harnesses, "FuzzedDataProvider", None)
-    harness = harnesses.make("model", None, [ARITHMETIC])
+    harness = targets.make("model", None, [ARITHMETIC])
     harness.setup()
     index = next(i for i, t in enumerate(harness.seeds) if len(t.model.main.operations) == 1 and
                  not t.model.referenced)
