@@ -1,5 +1,5 @@
 """Random-graph differential tests (AOSP's RandomGraphTest): each case generates one valid random
-model from its seed (:mod:`fuzz.graphs`; 1-5 operations for even seeds, 6-40 for odd ones), runs
+model from its seed (:mod:`nnts.generators.graphs`; 1-5 operations for even seeds, 6-40 for odd ones), runs
 it through the runtime API on the driver under test and on the in-process reference driver, and
 compares the outputs with RandomGraphTest's criteria for random graphs:
 
@@ -12,7 +12,7 @@ compares the outputs with RandomGraphTest's criteria for random graphs:
 
 Bias and MSE are taken over outputs of at least 10 compared elements, float differences divided
 by max(1, |expected|); expected values that are not finite, float32 beyond 1e3 and float16
-beyond 1e2 are not compared (details in :mod:`fuzz.differential`).
+beyond 1e2 are not compared (details in :mod:`nnts.runners.differential`).
 
 ``--random-graphs N`` cases from seed ``--random-seed S`` (ids ``seed<S>``; rerun one with
 ``-k seed<S>``). A failing case is shrunk one step at a time while it still fails (an operation
@@ -20,10 +20,10 @@ or an output removed, then a dimension of the model inputs cut) and saved under 
 as a test-vector file with the reference's outputs as expected values and the driver's beside
 them; the message names the remaining operations and their input shapes, and gives the replay
 command. Shrinking keeps the failure: a step counts only if the smaller model fails the same way
-(:func:`fuzz.differential.same_failure`).
+(:func:`nnts.runners.differential.same_failure`).
 
 On ``onnxruntime``, ``tflite`` and ``tflite-ref`` a failure that a documented class of
-``docs/conformance/`` explains (:mod:`fuzz.known_classes`, decided from the failing model and its
+``docs/conformance/`` explains (:mod:`nnts.runners.known_classes`, decided from the failing model and its
 values) is an expected failure naming the class; any other fails with "not explained by a
 documented class".
 """

@@ -1,7 +1,7 @@
 """Single-operation random tests (AOSP's SingleOperationTest): each case is one operation of a
 random form (padding, layout, dilation, optional inputs, operand types at the driver's feature
 level) on random values, run on the driver under test and on the reference, and compared with
-the accuracy tier AOSP assigns the operation (:mod:`fuzz.single`):
+the accuracy tier AOSP assigns the operation (:mod:`nnts.generators.single`):
 
 * strict (data movement, comparisons: RESHAPE, GATHER, EQUAL, ARGMAX, TOPK_V2...): float32
   |diff| <= 1e-6 + 1e-6 |expected|, bias 1e-7, MSE 1e-10; float16 1e-3 + 1e-3 |expected|, bias
@@ -22,12 +22,12 @@ One case in four starts from a tensor of dimensions up to 1000 (at most 300,000 
 
 Besides the random-graph generator's 92 operations, the recurrent operations the graphs leave out
 (LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_RNN,
-QUANTIZED_16BIT_LSTM, QUANTIZED_LSTM: :mod:`fuzz.recurrent`), IF with generated branches and
-WHILE with a generated body and a counted condition (:mod:`fuzz.control_flow`), relaxed tier;
+QUANTIZED_16BIT_LSTM, QUANTIZED_LSTM: :mod:`nnts.generators.recurrent`), IF with generated branches and
+WHILE with a generated body and a counted condition (:mod:`nnts.generators.control_flow`), relaxed tier;
 LSTM's scratch buffer is not compared. The detection operations BOX_WITH_NMS_LIMIT (hard, linear
 and gaussian NMS), GENERATE_PROPOSALS (NHWC and NCHW) and DETECTION_POSTPROCESSING (regular and
 fast NMS), relaxed tier, with scores and boxes drawn so that every threshold, overlap and score
-order they decide on is clear of rounding (:mod:`fuzz.detection`); HASHTABLE_LOOKUP, strict.
+order they decide on is clear of rounding (:mod:`nnts.generators.detection`); HASHTABLE_LOOKUP, strict.
 
 ``--random-ops N`` cases from seed ``--random-seed S`` (ids ``<OPERATION>-seed<S>``: case S tests
 operation S modulo the operation count, so N cases give each operation about N / 100 of them). A
@@ -74,7 +74,7 @@ def test_random_operation(operation_seed, devices, reference_devices, request, d
         request.node.nnts_dtype = type_name(graph.operands[graph.operations[0].inputs[0]].type)
     if result.status == "skip":
         pytest.skip(result.message)
-    if result.status != "pass" and result.explained:  # a documented class of the driver (fuzz.known_classes)
+    if result.status != "pass" and result.explained:  # a documented class of the driver (nnts.runners.known_classes)
         pytest.xfail(f"{result.explained}: {result.message}")
     if result.status != "pass":
         pytest.fail(result.message, pytrace=False)

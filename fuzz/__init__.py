@@ -1,3 +1,3 @@
-"""Random-graph differential testing of NNAPI drivers: a generator of valid random models
-(:mod:`fuzz.graphs`, :mod:`fuzz.families`), hypothesis strategies (:mod:`fuzz.strategies`) and
-the comparison and shrinking the random-graph suite uses (:mod:`fuzz.differential`)."""
+"""Fuzzing NNAPI drivers and the suite's own inputs: the fuzz targets (:mod:`nnts.fuzz.targets`),
+the engine behind ``nnts fuzz`` (:mod:`nnts.fuzz.engine`) and libFuzzer entry points for atheris and
+ClusterFuzzLite (``*_fuzzer.py``). Random models come from :mod:`nnts.generators`."""

@@ -1,1 +1,2 @@
-"""Benchmarks of the NNAPI reference (mlts: machine-learning test suite)."""
+"""MLTS: the benchmark (``nnts bench``: latency and accuracy on real models against TFLite), the
+seeded models, and the crash and stress tests (``nnts stress``)."""

@@ -1,7 +1,7 @@
 """``nnts bench``: a driver's latency and accuracy on real models against TensorFlow Lite, as
 AOSP's MLTS measures them.
 
-Every model is imported by :func:`mlts.tflite.load_tflite` and run through nnapi_ref's runtime on
+Every model is imported by :func:`nnts.formats.tflite.importer.load_tflite` and run through nnapi_ref's runtime on
 the driver under test (``Compilation(model)`` over the drivers given, with CPU fallback, as an
 app would), and, for the baseline, in TFLite's own Interpreter (``ai_edge_litert``, one thread,
 default op resolver with XNNPACK) on the same inputs, the two timed alternately input by input so

@@ -3,7 +3,7 @@
     python -m nnts.mlts.diverge MODEL.tflite [--driver D] [--convention nnapi|tflite] [--inputs FILE]
 
 Imports the model with every TFLite operator's output exposed as an extra model output
-(:func:`mlts.tflite.load_tflite` ``extra_outputs``), runs it on the driver alone (no CPU
+(:func:`nnts.formats.tflite.importer.load_tflite` ``extra_outputs``), runs it on the driver alone (no CPU
 fallback), runs the file in TFLite's reference kernels (``OpResolverType.BUILTIN_REF``,
 ``experimental_preserve_all_tensors=True``: every intermediate stays readable) and compares the
 two tensor by tensor, on every input. It prints every operator output that differs (quantization
@@ -108,7 +108,7 @@ def diverge(path, driver: str = "reference", inputs: list[np.ndarray] | None = N
             inputs_file: str | None = None, convention: str = "nnapi") -> list[Difference]:
     """Compare every operator output of ``path`` on ``driver`` with TFLite's reference kernels;
     one :class:`Difference` per operator output, in operator order. ``convention`` is the
-    import's (:func:`mlts.tflite.load_tflite`)."""
+    import's (:func:`nnts.formats.tflite.importer.load_tflite`)."""
     # Operator outputs folded into constants at import (float16 or sparse weights, SHAPE) are
     # no NNAPI operation's: only the computed ones can be exposed and compared.
     computed = load_tflite(path, convention=convention)[1].operand_of

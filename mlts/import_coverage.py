@@ -3,7 +3,7 @@
     python -m nnts.mlts.import_coverage FILE_OR_DIR... [--samples N] [--json OUT]
 
 For every model (a folder: its ``*.tflite`` files, recursively): import it with
-:func:`mlts.tflite.load_tflite`; if that fails, the reason and every operator the importer has no
+:func:`nnts.formats.tflite.importer.load_tflite`; if that fails, the reason and every operator the importer has no
 mapping for. If it imports, run it on nnapi_ref (the runtime's devices, CPU fallback) and in
 TFLite's interpreter (reference kernels; its default ones when the reference resolver lacks an
 operator; a fresh one per input for models with resource variables) on the same seeded synthetic

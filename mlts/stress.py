@@ -19,7 +19,7 @@ of its own and ends SUCCESS, FAILURE, HANG or CRASH with a message.
                                    the run, may grow by ``LOAD_UNLOAD_BUDGET_MIB`` (8 MiB)
 ``memory_mapped_model``            constants of the model from ``Memory.from_fd`` (a file) and
                                    ``Memory.create_shared``, at offsets, in several compilations
-``random_graphs``                  random models from ``fuzz.graphs`` of the operations and types the
+``random_graphs``                  random models from ``nnts.generators.graphs`` of the operations and types the
                                    driver supports (probed with one-operation graphs), the in-process
                                    reference as oracle (AOSP RandomGraphTest criteria)
 ``degradation_under_load``         4 client processes on one driver process (mlts/stress_load.py):

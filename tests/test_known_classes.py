@@ -1,4 +1,4 @@
-"""The documented failure classes as random-graph matchers (fuzz.known_classes): a class explains
+"""The documented failure classes as random-graph matchers (nnts.runners.known_classes): a class explains
 a failure only where it applies in the failing model and its semantics reproduce what the driver
 gave; nothing else is explained (issue 22)."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""mlts.tflite: .tflite flatbuffers imported as nnapi_ref Models.
+"""nnts.formats.tflite.importer: .tflite flatbuffers imported as nnapi_ref Models.
 
 Hand-built models (a minimal flatbuffer *writer* below, independent of the schema module the importer reads with)
 check the mapping against outputs computed here with plain numpy; the real models of

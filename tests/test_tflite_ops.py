@@ -1,8 +1,8 @@
-"""mlts.tflite: every operator mapping against TFLite's own interpreter.
+"""nnts.formats.tflite.importer: every operator mapping against TFLite's own interpreter.
 
 Each case writes a small .tflite model of one operator (or a short chain) with TFLite's schema
 (``ai_edge_litert.schema_py_generated``), runs it in TFLite's interpreter with its reference
-kernels (the goldens: a second implementation) and, imported by :func:`mlts.tflite.load_tflite`,
+kernels (the goldens: a second implementation) and, imported by :func:`nnts.formats.tflite.importer.load_tflite`,
 on nnapi_ref; the outputs must agree: float32 within 1e-5 (relative and absolute), integer and
 boolean outputs exactly, quantized outputs within one quantization step (NNAPI and TFLite round
 their requantization multipliers differently, README).

@@ -1,4 +1,4 @@
-"""Family declarations (:mod:`fuzz.families`) for operations whose inputs need a structure random
+"""Family declarations (:mod:`nnts.generators.families`) for operations whose inputs need a structure random
 tensors lack, generated valid: regions of interest inside the feature map with batch indices
 (ROI_ALIGN, ROI_POOLING), heatmaps with one clear maximum and their boxes (HEATMAP_MAX_KEYPOINT),
 and the operations at the ends of a graph: FILL (from a shape tensor of positive sizes) and RANK

@@ -1,4 +1,4 @@
-"""Family declarations (:mod:`fuzz.families`) for the control-flow operations:
+"""Family declarations (:mod:`nnts.generators.families`) for the control-flow operations:
 
 * IF with generated branches: the then-branch is a random graph of 1-3 operations of the
   random-graph generator (float inputs; the convolutions, with their looser tier, left out), the

@@ -1,4 +1,4 @@
-"""Family declarations (:mod:`fuzz.families`) for the detection operations, generated so that
+"""Family declarations (:mod:`nnts.generators.families`) for the detection operations, generated so that
 every decision they make is clear: BOX_WITH_NMS_LIMIT (hard, linear and gaussian NMS),
 GENERATE_PROPOSALS (NHWC and NCHW) and DETECTION_POSTPROCESSING (regular and fast NMS, with and
 without the background class in the labels).
@@ -24,7 +24,7 @@ distinct scores has few points). HASHTABLE_LOOKUP (sorted unique keys, hits and 
 here too: like the others, an operation whose inputs need a structure random tensors lack.
 
 Declared ``single_only``: the single-operation tests draw them by name; the random-graph
-generator (every existing seed) does not. Relaxed tier, HASHTABLE_LOOKUP strict (:mod:`fuzz.single`).
+generator (every existing seed) does not. Relaxed tier, HASHTABLE_LOOKUP strict (:mod:`nnts.generators.single`).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One declaration per operation family for the random-graph generator (:mod:`fuzz.graphs`), as
+"""One declaration per operation family for the random-graph generator (:mod:`nnts.generators.graphs`), as
 AOSP's TestRandomGraph declares its operation signatures: given the tensor an operation starts
 from, choose the other inputs, the parameters and the output quantization so that NNAPI's
 constraints between them hold, and keep the input values inside the operation's domain.
@@ -11,8 +11,8 @@ difference); results that overflow or saturate are rejected by the builder.
 
 Not covered (``NOT_COVERED``): operations whose inputs need a structure random tensors don't
 have, or whose results cannot be compared element by element. ``SINGLE_FAMILIES`` (the recurrent
-operations of :mod:`fuzz.recurrent`, IF and WHILE of :mod:`fuzz.control_flow`, the detection
-operations and HASHTABLE_LOOKUP of :mod:`fuzz.detection`) are drawn only when asked for by name,
+operations of :mod:`nnts.generators.recurrent`, IF and WHILE of :mod:`nnts.generators.control_flow`, the detection
+operations and HASHTABLE_LOOKUP of :mod:`nnts.generators.detection`) are drawn only when asked for by name,
 by the single-operation tests: the random graphs of existing seeds stay as they were.
 """
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Family:
 
 FAMILIES: dict[Op, Family] = {}
 # Families drawn only where an operation is asked for by name (the single-operation tests,
-# :mod:`fuzz.single`): in FAMILIES they would change the random graph of every existing seed.
+# :mod:`nnts.generators.single`): in FAMILIES they would change the random graph of every existing seed.
 SINGLE_FAMILIES: dict[Op, Family] = {}
 
 
@@ -268,7 +268,7 @@ def _forms(code: Op, level: int) -> list:
 
 def pick_form(b: Builder, code: Op, x: Tensor, position: int = 0):
     """One of the registry's forms of ``code`` at the builder's level taking ``x`` at ``position``,
-    every form as likely (:mod:`fuzz.coverage`)."""
+    every form as likely (:mod:`nnts.generators.coverage`)."""
     forms = [f for f in _forms(code, b.level) if len(f.inputs) > position and f.inputs[position] == x.type]
     if not forms:
         raise Reject(f"{code.name}: no form takes {x.type.name}")

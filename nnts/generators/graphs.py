@@ -3,7 +3,7 @@
 :func:`generate` grows a connected graph one operation at a time. Each step picks a tensor the
 graph already has (or a new model input), then an operation whose registry signatures accept that
 tensor's type at the feature level, and lets the operation's family declaration
-(:mod:`fuzz.families`) choose the other inputs, parameters and output quantization so that the
+(:mod:`nnts.generators.families`) choose the other inputs, parameters and output quantization so that the
 constraints between them hold. The builder then runs the operation on the reference's registry
 (``infer`` + ``execute``) on the actual values: an operation NNAPI would reject, or whose result
 leaves the range random graphs can compare (non-finite, huge, saturated quantized outputs), is

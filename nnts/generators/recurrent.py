@@ -1,4 +1,4 @@
-"""Family declarations (:mod:`fuzz.families`) for the recurrent operations whose many inputs are
+"""Family declarations (:mod:`nnts.generators.families`) for the recurrent operations whose many inputs are
 tied to a few sizes: LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM,
 BIDIRECTIONAL_SEQUENCE_RNN, and the integer QUANTIZED_16BIT_LSTM (NNAPI's fixed quantizations)
 and QUANTIZED_LSTM. One draw picks the sizes (units, output size, input size, batch,

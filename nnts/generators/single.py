@@ -3,7 +3,7 @@ operation of random form, types and sizes per case, compared against the referen
 accuracy tier AOSP assigns that operation, far tighter than the graph criteria.
 
 Tiers (every element within atol + rtol * |expected|; bias and MSE over outputs of at least 10
-compared elements, float differences divided by max(1, |expected|), as in :mod:`fuzz.differential`):
+compared elements, float differences divided by max(1, |expected|), as in :mod:`nnts.runners.differential`):
 
 ========  ===================================  ===================================  ==================
 tier      TENSOR_FLOAT32 atol/rtol, bias, MSE  TENSOR_FLOAT16 atol/rtol, bias, MSE  quant8 atol, bias, MSE
@@ -31,7 +31,7 @@ BOX_WITH_NMS_LIMIT, GENERATE_PROPOSALS and DETECTION_POSTPROCESSING (relaxed, as
 ROI_ALIGN and HEATMAP_MAX_KEYPOINT: exp, IoU and soft-NMS rescoring in float32).
 
 Sizes: one case in ``WIDE_EVERY`` starts from a tensor of dimensions up to 1000 within
-``fuzz.graphs.WIDE_ELEMENTS`` elements (AOSP's wide range; a wide draw that no form of the
+``nnts.generators.graphs.WIDE_ELEMENTS`` elements (AOSP's wide range; a wide draw that no form of the
 operation accepts falls back to the small range), the others from dimensions up to 6.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ array-api-tests exposes its strategies)::
     def test_my_driver_agrees(graph):
         ...  # graph.to_test(name) is a test model with input values and the reference's outputs
 
-A drawn :class:`fuzz.graphs.Graph` comes from a seed and an operation count; hypothesis shrinks
+A drawn :class:`nnts.generators.graphs.Graph` comes from a seed and an operation count; hypothesis shrinks
 both, and fewer operations give a prefix of the same graph (see :func:`nnts.generators.random_graphs.generate`).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _codes(enum, names):
 
 def models(operations=None, types=None, level: int = MAX_LEVEL, min_operations: int = 1,
            max_operations: int = 40, max_dim: int = 6, relaxed: bool | None = None) -> st.SearchStrategy:
-    """Valid random models (:class:`fuzz.graphs.Graph`, with input values) built from
+    """Valid random models (:class:`nnts.generators.graphs.Graph`, with input values) built from
     ``operations`` (OperationCode names or values; default every family the generator declares),
     starting from tensors of ``types`` (OperandCode names or values), with signatures up to
     feature level ``level``, of ``min_operations`` to ``max_operations`` operations."""

@@ -152,7 +152,7 @@ def shrink(graph: Graph, fails: Callable[[Graph], bool]) -> Graph:
     """The smallest graph reached from ``graph`` one step at a time while ``fails`` holds: a step
     removes one operation (its results fed as model inputs holding the reference's values) or
     one output, or, once none can go, cuts one dimension of the model inputs (to 1, to half, or
-    by one; :func:`fuzz.graphs.with_dimension_cut`)."""
+    by one; :func:`nnts.generators.graphs.with_dimension_cut`)."""
     progress = True
     while progress:
         progress = False
@@ -204,7 +204,7 @@ class CaseResult:
     graph: Graph
     shrunk: Graph | None = None
     reproducer: Path | None = None
-    explained: str | None = None  # the documented class explaining the failure (fuzz.known_classes)
+    explained: str | None = None  # the documented class explaining the failure (nnts.runners.known_classes)
     failure: Failure | None = None
 
 
@@ -213,7 +213,7 @@ def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], 
              **options) -> CaseResult:
     """Random-graph case ``seed``: generate (unless given ``graph``), compare (with ``criteria``,
     the graph criteria by default); on a failure, the documented class of the driver explaining
-    it (:func:`fuzz.known_classes.explain`), then shrink, keeping only steps that fail the same way
+    it (:func:`nnts.runners.known_classes.explain`), then shrink, keeping only steps that fail the same way
     (:func:`same_failure`) and are explained by the same class (or by none, as the original), and
     save the smallest such model. A failure of the reference itself is a reference bug, named as
     such. ``options`` go to :func:`nnts.generators.random_graphs.generate`."""

@@ -161,7 +161,7 @@ def _tflite_convention(g: Graph, op: hal.Operation, values: dict):
 
 def _ort_resize_bilinear(g: Graph, op: hal.Operation, values: dict):
     """ONNX Runtime's quantized RESIZE_BILINEAR, bit-exact (the driver's DequantizeLinear ->
-    Resize -> QuantizeLinear, :func:`fuzz.runtime_arithmetic.ort_quantized_resize_bilinear`)."""
+    Resize -> QuantizeLinear, :func:`nnts.runners.runtime_arithmetic.ort_quantized_resize_bilinear`)."""
     x, out = g.operands[op.inputs[0]], g.operands[op.outputs[0]]
     if x.type not in QUANT8:
         return None
@@ -178,7 +178,7 @@ def _ort_resize_bilinear(g: Graph, op: hal.Operation, values: dict):
 
 
 def _xnnpack_mean(g: Graph, op: hal.Operation, values: dict):
-    """XNNPACK's quantized MEAN, bit-exact (:func:`fuzz.runtime_arithmetic.xnnpack_quantized_mean`:
+    """XNNPACK's quantized MEAN, bit-exact (:func:`nnts.runners.runtime_arithmetic.xnnpack_quantized_mean`:
     float32 scaling, the output zero point added before rounding halves to even)."""
     x, out = g.operands[op.inputs[0]], g.operands[op.outputs[0]]
     if x.type not in QUANT8:

@@ -1,5 +1,5 @@
 """Bit-exact models of how the runtime-backed drivers compute some quantized operations, for the
-rounding classes of :mod:`fuzz.known_classes`.
+rounding classes of :mod:`nnts.runners.known_classes`.
 
 A rounding class explains a random-graph failure by recomputing the failing model with the
 runtime's arithmetic where the class applies. Rounding the exact real result (half to even, say)
