@@ -229,15 +229,18 @@ def test_gate_judges_a_quantized_model_by_either_convention_not_neither():
 
 def test_reference_passes_its_own_gate_where_nnapi_and_tflite_arithmetic_differ(tmp_path):
     """The seeded int8 MobileNet v2 (quantized MEAN, which NNAPI truncates and TFLite rounds): the
-    reference misses the criteria against TFLite, meets them against NNAPI's arithmetic, and the
-    reference in TFLite's convention shows the gap is the conventions; a wrong driver still fails."""
+    reference passes its gate; where it misses the criteria against TFLite (how far TFLite's
+    rounding moves the top-1 differs between ai-edge-litert releases: below 0.85 with some, 0.875
+    with 2.3), it meets them against NNAPI's arithmetic and the reference in TFLite's convention
+    shows the gap is the conventions; a wrong driver still fails."""
     model = seeded_models(tmp_path / "seeded", ["mobilenet_v2_0.35_96_seeded"])
     int8 = [p for p in model if p.name.endswith("_int8.tflite")]
     results, proc = bench_json(tmp_path, "v2", int8, "--driver", "reference")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     acc = results["models"][0]["accuracy"]
-    assert acc["top1_agreement"] < 0.85 and acc["failures"] == []
-    assert acc["nnapi_convention"]["explained"] and acc["nnapi_convention"]["max_error_steps"] == 0
+    assert acc["failures"] == [] and acc["top1_agreement"] < 1.0  # a gap, within the criteria or explained
+    if "nnapi_convention" in acc:  # missed against TFLite: the conventions explain all of it
+        assert acc["nnapi_convention"]["explained"] and acc["nnapi_convention"]["max_error_steps"] == 0
     assert nnts("gate", tmp_path / "v2.json").returncode == 0
     results, proc = bench_json(tmp_path, "wrong", int8, "--driver", "tests.test_bench:ShiftedSoftmax")
     assert proc.returncode == 1 and results["models"][0]["accuracy"]["nnapi_convention"]["failures"]
