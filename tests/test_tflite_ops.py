@@ -18,46 +18,26 @@ import pytest
 from nnts.formats.tflite import importer as tflite
 from nnts.formats.tflite.importer import TFLiteImportError, convert, load_tflite, parse_tflite
 from nnapi_ref import Compilation
+from nnts.formats.tflite.writer import GraphBuilder, options as tflite_options
 
 schema = pytest.importorskip("ai_edge_litert.schema_py_generated", reason="needs ai-edge-litert")
-flatbuffers = pytest.importorskip("flatbuffers")
+pytest.importorskip("flatbuffers")
 from ai_edge_litert.interpreter import Interpreter, OpResolverType  # noqa: E402
 
-TENSOR_TYPES = {np.dtype(np.float32): "FLOAT32", np.dtype(np.float16): "FLOAT16", np.dtype(np.int32): "INT32",
-                np.dtype(np.uint8): "UINT8", np.dtype(np.int64): "INT64", np.dtype(np.bool_): "BOOL",
-                np.dtype(np.int16): "INT16", np.dtype(np.int8): "INT8"}
-
-
-class Graph:
-    """One subgraph written with the schema's object API: tensors of any numpy dtype, optional
-    quantization and sparsity."""
+class Graph(GraphBuilder):
+    """The project's .tflite writer (:mod:`nnts.formats.tflite.writer`) with the tests' shorthands:
+    numpy dtypes, (scale, zero point) pairs, options named with their fields."""
 
     def __init__(self):
-        self.tensors, self.operators, self.codes = [], [], []
-        self.buffers = [schema.BufferT()]
+        super().__init__("tests/test_tflite_ops.py")
 
     def tensor(self, shape, dtype=np.float32, data=None, quant=None, axis=0, sparsity=None, raw=None,
                variable=False) -> int:
         """``quant``: (scale, zero point) or (scales, zero points) per channel along ``axis``;
         ``raw``: the buffer's values when they are not ``data`` (sparse tensors)."""
-        t = schema.TensorT()
-        t.name, t.shape, t.type = f"t{len(self.tensors)}", list(shape), getattr(schema.TensorType,
-                                                                                  TENSOR_TYPES[np.dtype(dtype)])
-        values = raw if raw is not None else data
-        if values is not None:
-            b = schema.BufferT()
-            b.data = np.ascontiguousarray(values, dtype).reshape(-1).view(np.uint8)
-            t.buffer = len(self.buffers)
-            self.buffers.append(b)
-        if quant is not None:
-            q = schema.QuantizationParametersT()
-            q.scale = [float(s) for s in np.atleast_1d(quant[0])]
-            q.zeroPoint = [int(z) for z in np.atleast_1d(quant[1])]
-            q.quantizedDimension = axis
-            t.quantization = q
-        t.sparsity, t.isVariable = sparsity, variable
-        self.tensors.append(t)
-        return len(self.tensors) - 1
+        scale, zero_point = quant if quant is not None else (None, None)
+        return super().tensor(f"t{len(self.tensors)}", shape, np.dtype(dtype).name, data, scale, zero_point, axis,
+                              variable, sparsity=sparsity, stored=raw)
 
     def const(self, data, dtype=None, quant=None, axis=0) -> int:
         data = np.asarray(data, dtype)
@@ -65,47 +45,8 @@ class Graph:
 
     def op(self, name: str, ins, outs, options: str | None = None, **fields) -> None:
         """Operator ``name`` with ``options`` (e.g. "Conv2DOptions") of ``fields`` (camelCase)."""
-        code = getattr(schema.BuiltinOperator, name)
-        if code not in [c.builtinCode for c in self.codes]:
-            c = schema.OperatorCodeT()
-            c.builtinCode, c.deprecatedBuiltinCode = code, min(code, 127)
-            c.version = 2 if name == "BROADCAST_TO" else 1   # BROADCAST_TO's versions start at 2
-            self.codes.append(c)
-        o = schema.OperatorT()
-        o.opcodeIndex = [c.builtinCode for c in self.codes].index(code)
-        o.inputs, o.outputs = list(ins), list(outs)
-        if options is not None:
-            opts = getattr(schema, options + "T")()
-            for k, v in fields.items():
-                setattr(opts, k, v)
-            o.builtinOptionsType, o.builtinOptions = getattr(schema.BuiltinOptions, options), opts
-        self.operators.append(o)
-
-    def custom_op(self, code: str, ins, outs, options: bytes) -> None:
-        c = schema.OperatorCodeT()
-        c.builtinCode, c.deprecatedBuiltinCode, c.customCode, c.version = 32, 32, code, 1
-        self.codes.append(c)
-        o = schema.OperatorT()
-        o.opcodeIndex, o.inputs, o.outputs = len(self.codes) - 1, list(ins), list(outs)
-        o.customOptions = np.frombuffer(options, np.uint8)
-        self.operators.append(o)
-
-    def subgraph(self, inputs, outputs):
-        """The tensors and operators so far as a subgraph; the next ones start a new one."""
-        sg = schema.SubGraphT()
-        sg.tensors, sg.operators, sg.inputs, sg.outputs = self.tensors, self.operators, list(inputs), list(outputs)
-        self.tensors, self.operators = [], []
-        return sg
-
-    def finish(self, inputs, outputs, others=()) -> bytes:
-        """The model: the current subgraph (main), then ``others`` (from :meth:`subgraph`)."""
-        m = schema.ModelT()
-        m.version, m.buffers, m.operatorCodes = 3, self.buffers, self.codes
-        m.subgraphs = [self.subgraph(inputs, outputs)] + list(others)
-        m.description = "tests/test_tflite_ops.py"
-        fb = flatbuffers.Builder(1024)
-        fb.Finish(m.Pack(fb), file_identifier=b"TFL3")
-        return bytes(fb.Output())
+        super().op(name, ins, outs, tflite_options(options, **fields) if options is not None else None,
+                   version=2 if name == "BROADCAST_TO" else 1)  # BROADCAST_TO's versions start at 2
 
 
 def load_bytes(data: bytes):

@@ -2,8 +2,8 @@
 ``ai_edge_litert.schema_py_generated`` (flatc-generated, shipped with the interpreter, so the
 schema always matches the runtime that reads the file), packed by the ``flatbuffers`` package.
 
-Shared by the ``tflite`` driver (NNAPI models converted for the interpreter) and
-:mod:`mlts.models.builder` (the benchmark's synthetic models).
+Shared by the ``tflite`` driver (NNAPI models converted for the interpreter), the benchmark's
+seeded models (:mod:`nnts.mlts.models.builder`) and the importer's tests.
 """
 from __future__ import annotations
 
@@ -36,17 +36,21 @@ class GraphBuilder:
         self.codes: list = []
 
     def tensor(self, name: str, shape, dtype: str = "float32", data=None, scale=None, zero_point=None,
-               axis: int = 0, variable: bool = False, signature=None) -> int:
+               axis: int = 0, variable: bool = False, signature=None, sparsity=None, stored=None) -> int:
         """Append a tensor; ``data`` makes it a constant, ``scale`` (one, or one per slice along
-        ``axis``) quantized, ``signature`` (-1 for an unknown dimension) dynamically shaped."""
+        ``axis``) quantized, ``signature`` (-1 for an unknown dimension) dynamically shaped;
+        ``sparsity`` (a ``SparsityParametersT``) makes it sparse, its buffer ``stored`` (the values
+        the sparse format keeps) in place of ``data``."""
         t = schema.TensorT()
         t.name, t.shape, t.type, t.isVariable = name, [int(d) for d in shape], TYPES[dtype], variable
         if signature is not None:
             t.shapeSignature = [int(d) for d in signature]
+        t.sparsity = sparsity
         t.buffer = 0
-        if data is not None:
+        values = stored if stored is not None else data
+        if values is not None:
             b = schema.BufferT()
-            b.data = np.ascontiguousarray(data, dtype).reshape(-1).view(np.uint8)
+            b.data = np.ascontiguousarray(values, dtype).reshape(-1).view(np.uint8)
             t.buffer = len(self.buffers)
             self.buffers.append(b)
         if scale is not None:
@@ -76,11 +80,30 @@ class GraphBuilder:
             o.builtinOptions = options
         self.operators.append(o)
 
-    def finish(self, inputs, outputs) -> bytes:
+    def custom_op(self, code: str, inputs, outputs, custom_options: bytes) -> None:
+        """Append a custom operator ``code`` (TFLite's own custom kernels: Convolution2DTransposeBias)."""
+        c = schema.OperatorCodeT()
+        c.builtinCode, c.deprecatedBuiltinCode, c.customCode, c.version = 32, 32, code, 1
+        self.codes.append(c)
+        o = schema.OperatorT()
+        o.opcodeIndex, o.inputs, o.outputs = len(self.codes) - 1, list(inputs), list(outputs)
+        o.customOptions = np.frombuffer(custom_options, np.uint8)
+        self.operators.append(o)
+
+    def subgraph(self, inputs, outputs, name: str = ""):
+        """The tensors and operators so far as a subgraph (a WHILE's condition or body, say); the
+        next ones start a new one, sharing buffers and operator codes."""
         sg = schema.SubGraphT()
-        sg.tensors, sg.operators, sg.inputs, sg.outputs, sg.name = self.tensors, self.operators, inputs, outputs, "main"
+        sg.tensors, sg.operators, sg.inputs, sg.outputs, sg.name = self.tensors, self.operators, list(inputs), \
+            list(outputs), name
+        self.tensors, self.operators = [], []
+        return sg
+
+    def finish(self, inputs, outputs, others=()) -> bytes:
+        """The model: the current subgraph (main), then ``others`` (from :meth:`subgraph`)."""
         m = schema.ModelT()
-        m.version, m.subgraphs, m.buffers, m.description = 3, [sg], self.buffers, self.description
+        m.version, m.buffers, m.description = 3, self.buffers, self.description
+        m.subgraphs = [self.subgraph(inputs, outputs, "main")] + list(others)
         m.operatorCodes = self.codes
         fb = flatbuffers.Builder(1 << 16)
         fb.Finish(m.Pack(fb), file_identifier=b"TFL3")
