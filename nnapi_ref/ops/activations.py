@@ -27,7 +27,7 @@ import numpy as np
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.types import DTYPES, FuseCode, ResultCode
 from nnapi_ref.ops import fixedpoint as fp
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register, signatures
 from nnapi_ref.ops.common import QUANT_RANGE, activation_range_quant
 from nnapi_ref.ops.requantization import quantize_multiplier
 
@@ -57,7 +57,7 @@ def _op_failed(message: str) -> NnapiError:
     return NnapiError(ResultCode.OP_FAILED, message)
 
 
-class _Unary(Operation):
+class _Unary(OperationRegistration):
     """One tensor in, one tensor of the same shape out."""
 
     max_rank: int | None = 4
@@ -232,7 +232,7 @@ class Tanh(_QuantizedSigmoidLike):
 # ---- ELU ------------------------------------------------------------------------------------
 
 @register
-class Elu(Operation):
+class Elu(OperationRegistration):
     code = OperationCode.ELU
     signatures = [Signature(30, [T.TENSOR_FLOAT16, T.FLOAT16], [T.TENSOR_FLOAT16]),
                   Signature(30, [T.TENSOR_FLOAT32, T.FLOAT32], [T.TENSOR_FLOAT32])]

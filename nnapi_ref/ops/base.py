@@ -1,9 +1,10 @@
 """How an operation is declared: its signatures, its shape function and its numpy execution.
 
-Every operation is one :class:`Operation` subclass, registered with :func:`register`::
+Every operation is one :class:`OperationRegistration` subclass (as AOSP's OperationRegistration,
+which NN_REGISTER_OPERATION adds to the OperationResolver), registered with :func:`register`::
 
     @register
-    class Floor(Operation):
+    class Floor(OperationRegistration):
         code = OperationCode.FLOOR
         signatures = [Signature(27, [T.TENSOR_FLOAT32], [T.TENSOR_FLOAT32]), ...]
 
@@ -166,8 +167,9 @@ class Signature:
         return tuple(in_types) == self.inputs[:n]
 
 
-class Operation:
-    """Base class of every operation; see the module docstring."""
+class OperationRegistration:
+    """Base class of every operation's declaration; see the module docstring. Not
+    :class:`nnapi_ref.hal.Operation`, one use of an operation in a model."""
 
     code: ClassVar[OperationCode]
     signatures: ClassVar[Sequence[Signature]] = ()
@@ -208,10 +210,10 @@ class Operation:
         raise NotImplementedError(self.name)
 
 
-REGISTRY: dict[OperationCode, Operation] = {}
+REGISTRY: dict[OperationCode, OperationRegistration] = {}
 
 
-def register(cls: type[Operation]) -> type[Operation]:
+def register(cls: type[OperationRegistration]) -> type[OperationRegistration]:
     """Class decorator: add one instance of ``cls`` to the registry."""
     if cls.code in REGISTRY:
         raise RuntimeError(f"operation {cls.code.name} registered twice")
@@ -234,5 +236,5 @@ def fail(message: str) -> NnapiError:
     return NnapiError(ResultCode.BAD_DATA, message)
 
 
-__all__ = ["Arg", "Call", "Operation", "Signature", "ValueUnknown", "REGISTRY", "register",
+__all__ = ["Arg", "Call", "OperationRegistration", "Signature", "ValueUnknown", "REGISTRY", "register",
            "signatures", "fail", "check", "T", "OperationCode", "np"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.ops import requantization
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import BroadcastBinary, check_rank_at_least_1
 from nnapi_ref.ops.elementwise import QUANT8, requantize
 from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, quantize_multiplier
@@ -117,7 +117,7 @@ class LogicalOr(_LogicalBinary):
 
 
 @register
-class LogicalNot(Operation):
+class LogicalNot(OperationRegistration):
     code = OperationCode.LOGICAL_NOT
     signatures = [Signature(29, [T.TENSOR_BOOL8], [T.TENSOR_BOOL8])]
 
@@ -130,7 +130,7 @@ class LogicalNot(Operation):
 
 
 @register
-class Select(Operation):
+class Select(OperationRegistration):
     code = OperationCode.SELECT
     signatures = [Signature(level, [T.TENSOR_BOOL8, t, t], [t])
                   for level, types in {29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32,

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.types import PaddingCode
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import check_fuse_code
 from nnapi_ref.ops.conv_fast_paths import conv2d_fast, depthwise_fast
 from nnapi_ref.ops.conv_quantization import accumulator_type, check_quant_conv, finish, operand_values, quant_magnitudes
@@ -106,7 +106,7 @@ def _check_padding_vs_filter(name, p: Spatial, kh, kw):
           f"(width {ew}, height {eh})")
 
 
-class _Conv(Operation):
+class _Conv(OperationRegistration):
     base = 3
     n_extra = 0
     dilation = True
@@ -321,7 +321,7 @@ def _transpose_signatures():
 
 
 @register
-class TransposeConv2D(Operation):
+class TransposeConv2D(OperationRegistration):
     code = OperationCode.TRANSPOSE_CONV_2D
     signatures = _transpose_signatures()
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Arg, Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Arg, Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.types import DTYPES
 
@@ -147,7 +147,7 @@ def bbox_transform(rois: np.ndarray, deltas: np.ndarray, image_hw: np.ndarray) -
 # ----------------------------------------------------------------------------------------------
 
 @register
-class AxisAlignedBboxTransform(Operation):
+class AxisAlignedBboxTransform(OperationRegistration):
     code = OperationCode.AXIS_ALIGNED_BBOX_TRANSFORM
     signatures = [
         Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_FLOAT32], [T.TENSOR_FLOAT32]),
@@ -206,7 +206,7 @@ def _box_nms_signatures() -> list[Signature]:
 
 
 @register
-class BoxWithNmsLimit(Operation):
+class BoxWithNmsLimit(OperationRegistration):
     code = OperationCode.BOX_WITH_NMS_LIMIT
     signatures = _box_nms_signatures()
 
@@ -315,7 +315,7 @@ def _proposal_signatures() -> list[Signature]:
 
 
 @register
-class GenerateProposals(Operation):
+class GenerateProposals(OperationRegistration):
     code = OperationCode.GENERATE_PROPOSALS
     signatures = _proposal_signatures()
 
@@ -398,7 +398,7 @@ class GenerateProposals(Operation):
 # ----------------------------------------------------------------------------------------------
 
 @register
-class DetectionPostprocessing(Operation):
+class DetectionPostprocessing(OperationRegistration):
     code = OperationCode.DETECTION_POSTPROCESSING
     signatures = [
         Signature(29, [t, t, t, f, f, f, f, T.BOOL, T.INT32, T.INT32, T.INT32, f, f, T.BOOL],
@@ -503,7 +503,7 @@ class DetectionPostprocessing(Operation):
 # ----------------------------------------------------------------------------------------------
 
 @register
-class HeatmapMaxKeypoint(Operation):
+class HeatmapMaxKeypoint(OperationRegistration):
     code = OperationCode.HEATMAP_MAX_KEYPOINT
     signatures = [
         Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_FLOAT32, T.BOOL], [T.TENSOR_FLOAT32, T.TENSOR_FLOAT32]),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Arg, Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Arg, Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.rnn import check_aux_input, check_rank, check_shape, fvalue, present, to_output
 
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
@@ -215,7 +215,7 @@ def cell_values(a: dict) -> dict:
 # ----------------------------------------------------------------------------- LSTM
 
 @register
-class Lstm(Operation):
+class Lstm(OperationRegistration):
     code = OperationCode.LSTM
     signatures = [
         Signature(27, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32], [F32] * 4, omittable=optional_cell_inputs(1)),
@@ -252,7 +252,7 @@ class Lstm(Operation):
 # ----------------------------------------------------------------------------- UNIDIRECTIONAL_SEQUENCE_LSTM
 
 @register
-class UnidirectionalSequenceLstm(Operation):
+class UnidirectionalSequenceLstm(OperationRegistration):
     """Inputs 0-19 as LSTM's (the input [max_time, batch, input] or batch-major), 20 activation,
     21 cell clip, 22 projection clip, 23 time_major, 24-27 layer normalization weights.
     Outputs: the output sequence, then (feature level 4) the final output and cell states."""
@@ -311,7 +311,7 @@ def bidirectional_lstm_signatures() -> list[Signature]:
 
 
 @register
-class BidirectionalSequenceLstm(Operation):
+class BidirectionalSequenceLstm(OperationRegistration):
     """Inputs: 0 input; 1-17 forward cell (as LSTM's 1-17); 18-34 backward cell; 35-38 forward
     output/cell state, backward output/cell state; 39 aux input; 40-43 forward and 44-47 backward
     aux input-to-{input, forget, cell, output} weights; 48 activation; 49 cell clip; 50 projection

@@ -25,7 +25,7 @@ import functools
 import numpy as np
 
 from nnapi_ref.ops import fixedpoint as fp
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import normalize_axis
 from nnapi_ref.ops.requantization import quantize_multiplier
 
@@ -122,7 +122,7 @@ def _softmax_signatures() -> list[Signature]:
 
 
 @register
-class Softmax(Operation):
+class Softmax(OperationRegistration):
     code = OperationCode.SOFTMAX
     signatures = _softmax_signatures()
 
@@ -150,7 +150,7 @@ class Softmax(Operation):
 
 
 @register
-class LogSoftmax(Operation):
+class LogSoftmax(OperationRegistration):
     code = OperationCode.LOG_SOFTMAX
     signatures = [Signature(29, [T.TENSOR_FLOAT32, T.FLOAT32, T.INT32], [T.TENSOR_FLOAT32]),
                   Signature(29, [T.TENSOR_FLOAT16, T.FLOAT16, T.INT32], [T.TENSOR_FLOAT16])]
@@ -239,7 +239,7 @@ def _l2_signatures() -> list[Signature]:
 
 
 @register
-class L2Normalization(Operation):
+class L2Normalization(OperationRegistration):
     code = OperationCode.L2_NORMALIZATION
     signatures = _l2_signatures()
 
@@ -275,7 +275,7 @@ def _lrn_signatures() -> list[Signature]:
 
 
 @register
-class LocalResponseNormalization(Operation):
+class LocalResponseNormalization(OperationRegistration):
     code = OperationCode.LOCAL_RESPONSE_NORMALIZATION
     signatures = _lrn_signatures()
 
@@ -308,7 +308,7 @@ class LocalResponseNormalization(Operation):
 # ---- INSTANCE_NORMALIZATION ----------------------------------------------------------------
 
 @register
-class InstanceNormalization(Operation):
+class InstanceNormalization(OperationRegistration):
     code = OperationCode.INSTANCE_NORMALIZATION
     signatures = [Signature(29, [T.TENSOR_FLOAT32, T.FLOAT32, T.FLOAT32, T.FLOAT32, T.BOOL], [T.TENSOR_FLOAT32]),
                   Signature(29, [T.TENSOR_FLOAT16, T.FLOAT16, T.FLOAT16, T.FLOAT16, T.BOOL], [T.TENSOR_FLOAT16])]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.types import DTYPES
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register, signatures
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.ops.shapes import QUANT8, check_same_quant
 
@@ -37,7 +37,7 @@ def pad_constant(x: np.ndarray, pads, value) -> np.ndarray:
     return out
 
 
-class _Pad(Operation):
+class _Pad(OperationRegistration):
     def infer(self, call: Call):
         x = call.ins[0]
         check(x.rank <= 4, f"{self.name}: input rank {x.rank} exceeds 4")
@@ -82,7 +82,7 @@ class PadV2(_Pad):
 
 
 @register
-class MirrorPad(Operation):
+class MirrorPad(OperationRegistration):
     code = OperationCode.MIRROR_PAD
     signatures = signatures(1000007, (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM,
                                       T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32),

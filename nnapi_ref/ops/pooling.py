@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import QUANT_RANGE, apply_activation
 from nnapi_ref.ops.spatial import (layout_shape, nhwc_dims, out_size, padded_window_input, parse_spatial, resolve_padding, to_nhwc,
                       from_nhwc)
@@ -36,7 +36,7 @@ def _pool_signatures(by_level: dict[int, tuple]) -> list[Signature]:
     return sigs
 
 
-class _Pool(Operation):
+class _Pool(OperationRegistration):
     def geometry(self, call: Call):
         inp, out = call.ins[0], call.outs[0]
         name = self.name

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.types import DTYPES
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import QUANT_RANGE, check_rank_at_least_1
 
 F32 = np.float32
@@ -29,7 +29,7 @@ F32 = np.float32
 
 
 @register
-class Quantize(Operation):
+class Quantize(OperationRegistration):
     code = OperationCode.QUANTIZE
     signatures = [Signature(29 if out == T.TENSOR_QUANT8_ASYMM else 30, [inp], [out])
                   for inp in (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
@@ -65,7 +65,7 @@ _DEQUANTIZE_INPUTS = {
 
 
 @register
-class Dequantize(Operation):
+class Dequantize(OperationRegistration):
     code = OperationCode.DEQUANTIZE
     signatures = [Signature(max(level, 29 if out == T.TENSOR_FLOAT16 else 27), [inp], [out])
                   for inp, level in _DEQUANTIZE_INPUTS.items()
@@ -104,7 +104,7 @@ _FLOATS = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
 
 
 @register
-class Cast(Operation):
+class Cast(OperationRegistration):
     code = OperationCode.CAST
     signatures = ([Signature(29, [a], [b]) for a in _CAST_BASIC for b in _CAST_BASIC]
                   + [Signature(30, [a], [a]) for a in _CAST_IDENTITY_ONLY])

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import wrap
 from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier as mbqm
 from nnapi_ref.ops.requantization import quantize_multiplier
@@ -182,7 +182,7 @@ Q8, Q16, I32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT16_SYMM, T.TENSOR_INT32
 
 
 @register
-class Quantized16BitLstm(Operation):
+class Quantized16BitLstm(OperationRegistration):
     """Inputs: 0 input [batch, input] (scale 1/128, zero point 128); 1-4 input-to-{input, forget,
     cell, output} weights; 5-8 recurrent-to-* weights (all sharing scale and zero point); 9-12
     {input, forget, cell, output} gate biases (int32, scale = weights scale / 128); 13 previous
@@ -291,7 +291,7 @@ def trunc_div(a, d: int):
 
 
 @register
-class QuantizedLstm(Operation):
+class QuantizedLstm(OperationRegistration):
     """Inputs: 0 input (int8 asymm); 1-8 input-to-* and recurrent-to-* weights (int8 symm);
     9-11 peephole weights (int16); 12-15 gate biases (int32); 16 projection weights; 17 projection
     bias; 18 previous output (int8 asymm); 19 previous cell state (int16); 20-23 layer norm weights

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.ops import requantization
-from nnapi_ref.ops.base import Call, Operation, OperationCode, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, T, check, register, signatures
 from nnapi_ref.ops.common import normalize_axis
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
@@ -64,7 +64,7 @@ def reduced_shape(shape: tuple, axes: tuple, keep_dims: bool) -> tuple:
     return tuple(out) if out else (1,)
 
 
-class _Reduce(Operation):
+class _Reduce(OperationRegistration):
     """Shared by MEAN and REDUCE_*: (input, axes, keep_dims)."""
 
     same_quant = False
@@ -224,7 +224,7 @@ class ReduceAll(_Reduce):
 _ARG_TYPES_29 = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
 
 
-class _ArgMinMax(Operation):
+class _ArgMinMax(OperationRegistration):
     signatures = (signatures(29, _ARG_TYPES_29, [None, T.INT32], [T.TENSOR_INT32])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32], [T.TENSOR_INT32]))
 
@@ -263,7 +263,7 @@ class ArgMin(_ArgMinMax):
 
 
 @register
-class TopKV2(Operation):
+class TopKV2(OperationRegistration):
     code = OperationCode.TOPK_V2
     signatures = (signatures(29, _ARG_TYPES_29, [None, T.INT32], [None, T.TENSOR_INT32])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32], [None, T.TENSOR_INT32]))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.ops import requantization
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import round_half_away
 from nnapi_ref.types import DTYPES
 
@@ -65,7 +65,7 @@ def _resize_scale(in_size: int, out_size: int, align_corners: bool) -> np.float3
     return _F32(in_size) / _F32(out_size)
 
 
-class _Resize(Operation):
+class _Resize(OperationRegistration):
     """Shared shape inference, validation and layout handling."""
 
     min_inputs = 3

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Arg, Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Arg, Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, quantize_multiplier
 from nnapi_ref.types import DTYPES
@@ -47,7 +47,7 @@ def roi_values(rois: Arg) -> np.ndarray:
     return rois.value.astype(_F32)
 
 
-class _RoiOp(Operation):
+class _RoiOp(OperationRegistration):
     layout_index: int
 
     def infer(self, call: Call):

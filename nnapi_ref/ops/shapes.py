@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.types import DTYPES
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, ValueUnknown, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, ValueUnknown, check, register, signatures
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
@@ -43,7 +43,7 @@ def maybe_value(arg):
 
 
 @register
-class Reshape(Operation):
+class Reshape(OperationRegistration):
     code = OperationCode.RESHAPE
     signatures = (signatures(27, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None])
@@ -75,7 +75,7 @@ class Reshape(Operation):
 
 
 @register
-class Squeeze(Operation):
+class Squeeze(OperationRegistration):
     code = OperationCode.SQUEEZE
     signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None],
                              omittable=[1])
@@ -105,7 +105,7 @@ class Squeeze(Operation):
 
 
 @register
-class ExpandDims(Operation):
+class ExpandDims(OperationRegistration):
     code = OperationCode.EXPAND_DIMS
     signatures = (signatures(29, (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM),
                              [None, T.INT32], [None])
@@ -126,7 +126,7 @@ class ExpandDims(Operation):
 
 
 @register
-class Fill(Operation):
+class Fill(OperationRegistration):
     code = OperationCode.FILL
     signatures = [Signature(30, [T.TENSOR_INT32, T.FLOAT16], [T.TENSOR_FLOAT16]),
                   Signature(30, [T.TENSOR_INT32, T.FLOAT32], [T.TENSOR_FLOAT32]),
@@ -149,7 +149,7 @@ RANK_TYPES = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT
 
 
 @register
-class Rank(Operation):
+class Rank(OperationRegistration):
     code = OperationCode.RANK
     signatures = [Signature(30, [t], [T.INT32]) for t in RANK_TYPES]
 

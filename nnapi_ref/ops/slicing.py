@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, Operation, OperationCode, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, T, check, register, signatures
 from nnapi_ref.ops.common import round_half_away
 from nnapi_ref.ops.shapes import QUANT8, check_same_quant, int_vector, maybe_value
 
@@ -40,7 +40,7 @@ def requantize_concat(arg, out) -> np.ndarray:
 
 
 @register
-class Concatenation(Operation):
+class Concatenation(OperationRegistration):
     code = OperationCode.CONCATENATION
     signatures = (signatures(27, FLOAT_Q8, [None, T.INT32], [None], repeat=0)
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.INT32], [None], repeat=0)
@@ -76,7 +76,7 @@ class Concatenation(Operation):
 
 
 @register
-class Split(Operation):
+class Split(OperationRegistration):
     code = OperationCode.SPLIT
     signatures = (signatures(29, WITH_INT32, [None, T.INT32, T.INT32], [None], repeat_outputs=True)
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.INT32], [None],
@@ -106,7 +106,7 @@ class Split(Operation):
 
 
 @register
-class Pack(Operation):
+class Pack(OperationRegistration):
     code = OperationCode.PACK
     signatures = signatures(1000006, LEVEL6_TYPES, [T.INT32, None], [None], repeat=1)
 
@@ -128,7 +128,7 @@ class Pack(Operation):
 
 
 @register
-class Slice(Operation):
+class Slice(OperationRegistration):
     code = OperationCode.SLICE
     signatures = (signatures(29, WITH_INT32, [None, T.TENSOR_INT32, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32, T.TENSOR_INT32], [None]))
@@ -167,7 +167,7 @@ def _clamped_index(index: int, dim: int, positive: bool) -> int:
 
 
 @register
-class StridedSlice(Operation):
+class StridedSlice(OperationRegistration):
     code = OperationCode.STRIDED_SLICE
     _params = [None, T.TENSOR_INT32, T.TENSOR_INT32, T.TENSOR_INT32, T.INT32, T.INT32, T.INT32]
     signatures = (signatures(28, FLOAT_Q8, _params, [None])
@@ -211,7 +211,7 @@ class StridedSlice(Operation):
 
 
 @register
-class Gather(Operation):
+class Gather(OperationRegistration):
     code = OperationCode.GATHER
     signatures = (signatures(29, WITH_INT32, [None, T.INT32, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.TENSOR_INT32], [None]))
@@ -236,7 +236,7 @@ class Gather(Operation):
 
 
 @register
-class Tile(Operation):
+class Tile(OperationRegistration):
     code = OperationCode.TILE
     signatures = (signatures(29, WITH_INT32, [None, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None]))
@@ -254,7 +254,7 @@ class Tile(Operation):
 
 
 @register
-class Reverse(Operation):
+class Reverse(OperationRegistration):
     code = OperationCode.REVERSE
     signatures = signatures(1000007, LEVEL6_TYPES, [None, T.TENSOR_INT32], [None])
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register, signatures
 from nnapi_ref.ops.shapes import QUANT8, check_same_quant, int_vector
 from nnapi_ref.ops.padding import pad_constant
 
@@ -42,7 +42,7 @@ def from_nhwc_shape(shape, nchw: bool) -> tuple:
     return (shape[0], shape[3], shape[1], shape[2]) if nchw else tuple(shape)
 
 
-class _Layout4D(Operation):
+class _Layout4D(OperationRegistration):
     """A 4-D operation whose input ``layout_input`` is the optional NCHW flag."""
 
     layout_input: int
@@ -173,7 +173,7 @@ class SpaceToBatchND(_Layout4D):
 
 
 @register
-class Transpose(Operation):
+class Transpose(OperationRegistration):
     code = OperationCode.TRANSPOSE
     signatures = (signatures(28, LEGACY, [None, T.TENSOR_INT32], [None], omittable=[1])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None], omittable=[1])
@@ -198,7 +198,7 @@ class Transpose(Operation):
 
 
 @register
-class ChannelShuffle(Operation):
+class ChannelShuffle(OperationRegistration):
     code = OperationCode.CHANNEL_SHUFFLE
     signatures = (signatures(29, LEGACY + (T.TENSOR_FLOAT16,), [None, T.INT32, T.INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.INT32], [None]))

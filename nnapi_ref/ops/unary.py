@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.types import DTYPES
-from nnapi_ref.ops.base import Call, Operation, OperationCode, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, T, check, register, signatures
 from nnapi_ref.ops.common import QUANT_RANGE
 
 FLOATS = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
@@ -31,7 +31,7 @@ def _unary_signatures(by_level: dict[int, tuple]) -> list:
     return sigs
 
 
-class _UnaryMath(Operation):
+class _UnaryMath(OperationRegistration):
     """Shape-preserving elementwise function of one tensor."""
 
     signatures = _unary_signatures({29: FLOATS})
