@@ -424,7 +424,7 @@ class Burst:
             raise NnapiError(ResultCode.UNEXPECTED_NULL, "Burst: compilation is None")
         check(compilation.finished, "Burst: the compilation is not finished", BAD_STATE)
         self.compilation = compilation
-        self.hal_bursts: dict[int, tuple[Device, hal.Burst]] = {}
+        self.hal_bursts: dict[int, tuple[Device, hal.IBurst]] = {}
         self.busy = False
         self._tokens: dict[tuple, tuple[int, object]] = {}  # pool -> (memory identifier token, pool)
         self._next_token = 1
@@ -460,7 +460,7 @@ class Burst:
             except NnapiError:
                 pass
 
-    def for_step(self, step: Step) -> hal.Burst:
+    def for_step(self, step: Step) -> hal.IBurst:
         if id(step.prepared) not in self.hal_bursts:
             self.hal_bursts[id(step.prepared)] = step.device, call_driver(
                 step.device, "configure_execution_burst", step.prepared.configure_execution_burst)
