@@ -38,6 +38,8 @@ LARGE_WEIGHTS = 1 << 18
 @register
 class FullyConnected(OperationRegistration):
     code = OperationCode.FULLY_CONNECTED
+    accuracy = "relaxed"
+    fused_activation = 3
     signatures = [
         Signature(27, [F32, F32, F32, I32], [F32]),
         Signature(27, [Q8, Q8, TI32, I32], [Q8]),
@@ -133,6 +135,7 @@ def _fully_connected_fast(call: Call, num_units: int, input_size: int, fuse: int
 @register
 class BatchMatmul(OperationRegistration):
     code = OperationCode.BATCH_MATMUL
+    accuracy = "relaxed"
     signatures = [Signature(1000006, [t, t, BOOL, BOOL], [t]) for t in (F32, F16, TI32, S8)]
 
     def infer(self, call: Call):

@@ -149,6 +149,7 @@ def bbox_transform(rois: np.ndarray, deltas: np.ndarray, image_hw: np.ndarray) -
 @register
 class AxisAlignedBboxTransform(OperationRegistration):
     code = OperationCode.AXIS_ALIGNED_BBOX_TRANSFORM
+    accuracy = "relaxed"
     signatures = [
         Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_FLOAT32], [T.TENSOR_FLOAT32]),
         Signature(29, [T.TENSOR_FLOAT16, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_FLOAT16], [T.TENSOR_FLOAT16]),
@@ -208,6 +209,8 @@ def _box_nms_signatures() -> list[Signature]:
 @register
 class BoxWithNmsLimit(OperationRegistration):
     code = OperationCode.BOX_WITH_NMS_LIMIT
+    accuracy = "relaxed"
+    choices = {5: {0: "hard NMS", 1: "linear NMS", 2: "gaussian NMS"}}
     signatures = _box_nms_signatures()
 
     def infer(self, call: Call):
@@ -317,6 +320,8 @@ def _proposal_signatures() -> list[Signature]:
 @register
 class GenerateProposals(OperationRegistration):
     code = OperationCode.GENERATE_PROPOSALS
+    accuracy = "relaxed"
+    choices = {10: {False: "NHWC", True: "NCHW"}}
     signatures = _proposal_signatures()
 
     def infer(self, call: Call):
@@ -400,6 +405,9 @@ class GenerateProposals(OperationRegistration):
 @register
 class DetectionPostprocessing(OperationRegistration):
     code = OperationCode.DETECTION_POSTPROCESSING
+    accuracy = "relaxed"
+    choices = {7: {False: "fast NMS", True: "regular NMS"},
+               13: {False: "background not in labels", True: "background in labels"}}
     signatures = [
         Signature(29, [t, t, t, f, f, f, f, T.BOOL, T.INT32, T.INT32, T.INT32, f, f, T.BOOL],
                   [t, t, T.TENSOR_INT32, T.TENSOR_INT32])
@@ -505,6 +513,7 @@ class DetectionPostprocessing(OperationRegistration):
 @register
 class HeatmapMaxKeypoint(OperationRegistration):
     code = OperationCode.HEATMAP_MAX_KEYPOINT
+    accuracy = "relaxed"
     signatures = [
         Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_FLOAT32, T.BOOL], [T.TENSOR_FLOAT32, T.TENSOR_FLOAT32]),
         Signature(29, [T.TENSOR_FLOAT16, T.TENSOR_FLOAT16, T.BOOL], [T.TENSOR_FLOAT16, T.TENSOR_FLOAT16]),

@@ -78,6 +78,8 @@ def requantize(arg, out) -> np.ndarray:
 class _BinaryWithActivation(OperationRegistration):
     """Shared by the arithmetic operations taking (input0, input1, fuse code)."""
 
+    fused_activation = 2
+
     def infer(self, call: Call):
         a, b, fuse, out = call.ins[0], call.ins[1], call.ins[2], call.outs[0]
         if not (a.rank <= 4 and b.rank <= 4):
@@ -169,6 +171,7 @@ def add_sub_quantized(a, b, out, sign: int) -> np.ndarray:
 @register
 class Add(_BinaryWithActivation):
     code = OperationCode.ADD
+    accuracy = "medium"
     signatures = _binary_signatures({
         27: (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM),
         29: (T.TENSOR_FLOAT16,),
@@ -185,6 +188,7 @@ class Add(_BinaryWithActivation):
 @register
 class Mul(_BinaryWithActivation):
     code = OperationCode.MUL
+    accuracy = "medium"
     signatures = Add.signatures
 
     def check_quantization(self, a, b, out):
@@ -205,6 +209,7 @@ class Mul(_BinaryWithActivation):
 @register
 class Sub(_BinaryWithActivation):
     code = OperationCode.SUB
+    accuracy = "medium"
     signatures = _binary_signatures({
         28: (T.TENSOR_FLOAT32,),
         29: (T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM),
@@ -221,11 +226,16 @@ class Sub(_BinaryWithActivation):
 @register
 class Div(_BinaryWithActivation):
     code = OperationCode.DIV
+    accuracy = "medium"
     signatures = _binary_signatures({
         28: (T.TENSOR_FLOAT32,),
         29: (T.TENSOR_FLOAT16,),
         30: (T.TENSOR_INT32,),
     })
+
+    def accuracy_at(self, level):
+        """Relaxed up to feature level 29, as AOSP tests it per HAL version."""
+        return "relaxed" if level < 30 else self.accuracy
 
     def compute(self, x, y):
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -262,6 +272,7 @@ class _MaximumMinimum(BroadcastBinary):
 @register
 class Maximum(_MaximumMinimum):
     code = OperationCode.MAXIMUM
+    accuracy = "medium"
 
     def pick(self, x, y):
         return np.where(x < y, y, x)  # std::max: the first operand unless it is less
@@ -270,6 +281,7 @@ class Maximum(_MaximumMinimum):
 @register
 class Minimum(_MaximumMinimum):
     code = OperationCode.MINIMUM
+    accuracy = "medium"
 
     def pick(self, x, y):
         return np.where(y < x, y, x)  # std::min: the first operand unless the second is less
@@ -278,6 +290,7 @@ class Minimum(_MaximumMinimum):
 @register
 class Pow(BroadcastBinary):
     code = OperationCode.POW
+    accuracy = "relaxed"
     signatures = _pair_signatures({29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)})
 
     def execute(self, call: Call):
@@ -290,6 +303,7 @@ class Pow(BroadcastBinary):
 @register
 class Prelu(BroadcastBinary):
     code = OperationCode.PRELU
+    accuracy = "medium"
     signatures = _pair_signatures({
         29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM),
         30: (T.TENSOR_QUANT8_ASYMM_SIGNED,),

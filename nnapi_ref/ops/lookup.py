@@ -31,6 +31,7 @@ def _check_same_quant(name: str, values, out) -> None:
 @register
 class EmbeddingLookup(OperationRegistration):
     code = OperationCode.EMBEDDING_LOOKUP
+    accuracy = "strict"
     signatures = (signatures(27, (T.TENSOR_FLOAT32,), [T.TENSOR_INT32, None], [None])
                   + signatures(29, (T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM), [T.TENSOR_INT32, None], [None])
                   + signatures(30, (T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM_SIGNED), [T.TENSOR_INT32, None], [None]))
@@ -59,6 +60,7 @@ class EmbeddingLookup(OperationRegistration):
 @register
 class HashtableLookup(OperationRegistration):
     code = OperationCode.HASHTABLE_LOOKUP
+    accuracy = "strict"
     signatures = signatures(27, (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM),
                             [T.TENSOR_INT32, T.TENSOR_INT32, None], [None, T.TENSOR_QUANT8_ASYMM])
 
@@ -268,6 +270,7 @@ def lsh_bits(seeds: np.ndarray, rows: np.ndarray, weights: np.ndarray | None) ->
 @register
 class LshProjection(OperationRegistration):
     code = OperationCode.LSH_PROJECTION
+    incomparable = "sign hashes: any rounding difference flips an output bit"
     signatures = _lsh_signatures()
 
     def infer(self, call: Call):

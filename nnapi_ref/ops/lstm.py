@@ -217,6 +217,7 @@ def cell_values(a: dict) -> dict:
 @register
 class Lstm(OperationRegistration):
     code = OperationCode.LSTM
+    accuracy = "relaxed"
     signatures = [
         Signature(27, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32], [F32] * 4, omittable=optional_cell_inputs(1)),
         Signature(29, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32] + [F32] * 4, [F32] * 4, optional=(0, 4),
@@ -258,6 +259,7 @@ class UnidirectionalSequenceLstm(OperationRegistration):
     Outputs: the output sequence, then (feature level 4) the final output and cell states."""
 
     code = OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM
+    accuracy = "relaxed"
     signatures = [
         Signature(level, [t] * 20 + [T.INT32, SCALAR[t], SCALAR[t], T.BOOL] + [t] * 4, outs,
                   omittable=optional_cell_inputs(1) + [24, 25, 26, 27])
@@ -320,6 +322,7 @@ class BidirectionalSequenceLstm(OperationRegistration):
     output state, forward cell state, backward output state, backward cell state."""
 
     code = OperationCode.BIDIRECTIONAL_SEQUENCE_LSTM
+    accuracy = "relaxed"
     signatures = bidirectional_lstm_signatures()
 
     @staticmethod

@@ -40,9 +40,9 @@ def _to_float_output(x: np.ndarray, dtype) -> np.ndarray:
         return np.asarray(x, np.float64).astype(np.float32).astype(dtype)
 
 
-def _check_fixed_output_quant(name: str, out, scale: float, zero_points: dict) -> None:
-    if out.type in zero_points:
-        zp = zero_points[out.type]
+def _check_fixed_output_quant(op: OperationRegistration, out) -> None:
+    if out.type in op.fixed_output_quant:
+        name, (scale, zp) = op.name, op.fixed_output_quant[out.type]
         check(np.float32(out.scale) == np.float32(scale) and out.zero_point == zp,
               f"{name}: a {out.type.name} output must have scale {scale} and zero point {zp}, "
               f"got {out.scale} and {out.zero_point}")
@@ -124,6 +124,8 @@ def _softmax_signatures() -> list[Signature]:
 @register
 class Softmax(OperationRegistration):
     code = OperationCode.SOFTMAX
+    accuracy = "relaxed"
+    fixed_output_quant = {T.TENSOR_QUANT8_ASYMM: (1.0 / 256, 0), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 256, -128)}
     signatures = _softmax_signatures()
 
     def infer(self, call: Call):
@@ -132,8 +134,7 @@ class Softmax(OperationRegistration):
         _axis(call, 2, inp.rank)
         b = beta.scalar()
         check(b > 0, f"SOFTMAX: beta must be positive, got {b}")
-        _check_fixed_output_quant("SOFTMAX", out, 1.0 / 256,
-                                  {T.TENSOR_QUANT8_ASYMM: 0, T.TENSOR_QUANT8_ASYMM_SIGNED: -128})
+        _check_fixed_output_quant(self, out)
         return [inp.shape]
 
     def execute(self, call: Call):
@@ -152,6 +153,7 @@ class Softmax(OperationRegistration):
 @register
 class LogSoftmax(OperationRegistration):
     code = OperationCode.LOG_SOFTMAX
+    accuracy = "relaxed"
     signatures = [Signature(29, [T.TENSOR_FLOAT32, T.FLOAT32, T.INT32], [T.TENSOR_FLOAT32]),
                   Signature(29, [T.TENSOR_FLOAT16, T.FLOAT16, T.INT32], [T.TENSOR_FLOAT16])]
 
@@ -241,14 +243,15 @@ def _l2_signatures() -> list[Signature]:
 @register
 class L2Normalization(OperationRegistration):
     code = OperationCode.L2_NORMALIZATION
+    accuracy = "relaxed"
+    fixed_output_quant = {T.TENSOR_QUANT8_ASYMM: (1.0 / 128, 128), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 128, 0)}
     signatures = _l2_signatures()
 
     def infer(self, call: Call):
         inp, out = call.ins[0], call.outs[0]
         check(1 <= inp.rank <= 4, f"L2_NORMALIZATION: input rank {inp.rank} is not in 1..4")
         _axis(call, 1, inp.rank)
-        _check_fixed_output_quant("L2_NORMALIZATION", out, 1.0 / 128,
-                                  {T.TENSOR_QUANT8_ASYMM: 128, T.TENSOR_QUANT8_ASYMM_SIGNED: 0})
+        _check_fixed_output_quant(self, out)
         return [inp.shape]
 
     def execute(self, call: Call):
@@ -277,6 +280,7 @@ def _lrn_signatures() -> list[Signature]:
 @register
 class LocalResponseNormalization(OperationRegistration):
     code = OperationCode.LOCAL_RESPONSE_NORMALIZATION
+    accuracy = "relaxed"
     signatures = _lrn_signatures()
 
     def infer(self, call: Call):
@@ -310,6 +314,7 @@ class LocalResponseNormalization(OperationRegistration):
 @register
 class InstanceNormalization(OperationRegistration):
     code = OperationCode.INSTANCE_NORMALIZATION
+    accuracy = "relaxed"
     signatures = [Signature(29, [T.TENSOR_FLOAT32, T.FLOAT32, T.FLOAT32, T.FLOAT32, T.BOOL], [T.TENSOR_FLOAT32]),
                   Signature(29, [T.TENSOR_FLOAT16, T.FLOAT16, T.FLOAT16, T.FLOAT16, T.BOOL], [T.TENSOR_FLOAT16])]
 

@@ -31,6 +31,7 @@ F32 = np.float32
 @register
 class Quantize(OperationRegistration):
     code = OperationCode.QUANTIZE
+    accuracy = "medium"
     signatures = [Signature(29 if out == T.TENSOR_QUANT8_ASYMM else 30, [inp], [out])
                   for inp in (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
                   for out in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)]
@@ -67,6 +68,7 @@ _DEQUANTIZE_INPUTS = {
 @register
 class Dequantize(OperationRegistration):
     code = OperationCode.DEQUANTIZE
+    accuracy = "medium"
     signatures = [Signature(max(level, 29 if out == T.TENSOR_FLOAT16 else 27), [inp], [out])
                   for inp, level in _DEQUANTIZE_INPUTS.items()
                   for out in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)]
@@ -106,6 +108,8 @@ _FLOATS = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
 @register
 class Cast(OperationRegistration):
     code = OperationCode.CAST
+    accuracy = "medium"
+    same_when_signed = False  # converts raw values
     signatures = ([Signature(29, [a], [b]) for a in _CAST_BASIC for b in _CAST_BASIC]
                   + [Signature(30, [a], [a]) for a in _CAST_IDENTITY_ONLY])
 

@@ -189,6 +189,7 @@ class Quantized16BitLstm(OperationRegistration):
     cell state (int16, scale 2**-11); 14 previous output. Outputs: cell state, output."""
 
     code = OperationCode.QUANTIZED_16BIT_LSTM
+    accuracy = "relaxed"
     signatures = [Signature(29, [Q8] * 9 + [I32] * 4 + [Q16, Q8], [Q16, Q8])]
 
     def infer(self, call: Call):
@@ -299,6 +300,7 @@ class QuantizedLstm(OperationRegistration):
     30 hidden state zero point; 31 hidden state scale. Outputs: output state, cell state, output."""
 
     code = OperationCode.QUANTIZED_LSTM
+    accuracy = "relaxed"
     signatures = [Signature(30, [Q8AS] + [Q8S] * 8 + [Q16] * 3 + [I32] * 4 + [Q8S, I32, Q8AS, Q16] + [Q16] * 4
                             + [T.FLOAT32] * 6 + [T.INT32, T.FLOAT32], [Q8AS, Q16, Q8AS],
                             # Optional: CIFG, peephole, projection and layer norm tensors.

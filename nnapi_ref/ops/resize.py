@@ -134,6 +134,7 @@ def _bilinear_axis(in_size: int, out_size: int, align: bool, half: bool):
 @register
 class ResizeBilinear(_Resize):
     code = OperationCode.RESIZE_BILINEAR
+    accuracy = "relaxed"
     signatures = _bilinear_signatures()
 
     def resize(self, img, out_h, out_w, align, half):
@@ -207,6 +208,7 @@ def _nearest_axis(in_size: int, out_size: int, align: bool, half: bool):
 @register
 class ResizeNearestNeighbor(_Resize):
     code = OperationCode.RESIZE_NEAREST_NEIGHBOR
+    accuracy = "relaxed"
     signatures = _nearest_signatures()
 
     def resize(self, img, out_h, out_w, align, half):

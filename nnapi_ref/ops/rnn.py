@@ -94,6 +94,7 @@ def check_cell(weights: Arg, recurrent: Arg, bias: Arg, hidden: Arg, batch: int,
 @register
 class Rnn(OperationRegistration):
     code = OperationCode.RNN
+    accuracy = "relaxed"
     signatures = [
         Signature(27, [T.TENSOR_FLOAT32] * 5 + [T.INT32], [T.TENSOR_FLOAT32] * 2),
         Signature(29, [T.TENSOR_FLOAT16] * 5 + [T.INT32], [T.TENSOR_FLOAT16] * 2),
@@ -118,6 +119,7 @@ class Rnn(OperationRegistration):
 @register
 class UnidirectionalSequenceRnn(OperationRegistration):
     code = OperationCode.UNIDIRECTIONAL_SEQUENCE_RNN
+    accuracy = "relaxed"
     signatures = [
         Signature(29, [t] * 5 + [T.INT32, T.INT32], [t]) for t in FLOATS
     ] + [
@@ -170,6 +172,7 @@ class BidirectionalSequenceRnn(OperationRegistration):
     level 4) the forward and backward final hidden states."""
 
     code = OperationCode.BIDIRECTIONAL_SEQUENCE_RNN
+    accuracy = "relaxed"
     signatures = bidirectional_rnn_signatures()
 
     @staticmethod

@@ -151,6 +151,7 @@ def _bin_sum(values: np.ndarray, owner: np.ndarray, count: int, axis: int) -> np
 @register
 class RoiAlign(_RoiOp):
     code = OperationCode.ROI_ALIGN
+    accuracy = "relaxed"
     signatures = _roi_signatures(2)
     layout_index = 9
 
@@ -230,6 +231,7 @@ def _pool_axis_max(values: np.ndarray, starts: np.ndarray, ends: np.ndarray, axi
 @register
 class RoiPooling(_RoiOp):
     code = OperationCode.ROI_POOLING
+    accuracy = "relaxed"
     signatures = _roi_signatures(0)
     layout_index = 7
 

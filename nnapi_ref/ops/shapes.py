@@ -45,6 +45,7 @@ def maybe_value(arg):
 @register
 class Reshape(OperationRegistration):
     code = OperationCode.RESHAPE
+    accuracy = "strict"
     signatures = (signatures(27, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None])
@@ -77,6 +78,7 @@ class Reshape(OperationRegistration):
 @register
 class Squeeze(OperationRegistration):
     code = OperationCode.SQUEEZE
+    accuracy = "strict"
     signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None],
                              omittable=[1])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None], omittable=[1])
@@ -107,6 +109,7 @@ class Squeeze(OperationRegistration):
 @register
 class ExpandDims(OperationRegistration):
     code = OperationCode.EXPAND_DIMS
+    accuracy = "strict"
     signatures = (signatures(29, (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM),
                              [None, T.INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32], [None]))
@@ -128,6 +131,7 @@ class ExpandDims(OperationRegistration):
 @register
 class Fill(OperationRegistration):
     code = OperationCode.FILL
+    accuracy = "strict"
     signatures = [Signature(30, [T.TENSOR_INT32, T.FLOAT16], [T.TENSOR_FLOAT16]),
                   Signature(30, [T.TENSOR_INT32, T.FLOAT32], [T.TENSOR_FLOAT32]),
                   Signature(30, [T.TENSOR_INT32, T.INT32], [T.TENSOR_INT32])]
@@ -151,6 +155,7 @@ RANK_TYPES = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT
 @register
 class Rank(OperationRegistration):
     code = OperationCode.RANK
+    accuracy = "strict"
     signatures = [Signature(30, [t], [T.INT32]) for t in RANK_TYPES]
 
     def infer(self, call: Call):

@@ -42,6 +42,7 @@ def requantize_concat(arg, out) -> np.ndarray:
 @register
 class Concatenation(OperationRegistration):
     code = OperationCode.CONCATENATION
+    accuracy = "medium"
     signatures = (signatures(27, FLOAT_Q8, [None, T.INT32], [None], repeat=0)
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.INT32], [None], repeat=0)
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32], [None], repeat=0))
@@ -78,6 +79,7 @@ class Concatenation(OperationRegistration):
 @register
 class Split(OperationRegistration):
     code = OperationCode.SPLIT
+    accuracy = "medium"
     signatures = (signatures(29, WITH_INT32, [None, T.INT32, T.INT32], [None], repeat_outputs=True)
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.INT32], [None],
                                repeat_outputs=True))
@@ -108,6 +110,7 @@ class Split(OperationRegistration):
 @register
 class Pack(OperationRegistration):
     code = OperationCode.PACK
+    accuracy = "strict"
     signatures = signatures(1000006, LEVEL6_TYPES, [T.INT32, None], [None], repeat=1)
 
     def infer(self, call: Call):
@@ -130,6 +133,7 @@ class Pack(OperationRegistration):
 @register
 class Slice(OperationRegistration):
     code = OperationCode.SLICE
+    accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.TENSOR_INT32, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32, T.TENSOR_INT32], [None]))
 
@@ -169,6 +173,7 @@ def _clamped_index(index: int, dim: int, positive: bool) -> int:
 @register
 class StridedSlice(OperationRegistration):
     code = OperationCode.STRIDED_SLICE
+    accuracy = "strict"
     _params = [None, T.TENSOR_INT32, T.TENSOR_INT32, T.TENSOR_INT32, T.INT32, T.INT32, T.INT32]
     signatures = (signatures(28, FLOAT_Q8, _params, [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), _params, [None])
@@ -213,6 +218,7 @@ class StridedSlice(OperationRegistration):
 @register
 class Gather(OperationRegistration):
     code = OperationCode.GATHER
+    accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.INT32, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.TENSOR_INT32], [None]))
 
@@ -238,6 +244,7 @@ class Gather(OperationRegistration):
 @register
 class Tile(OperationRegistration):
     code = OperationCode.TILE
+    accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None]))
 
@@ -256,6 +263,7 @@ class Tile(OperationRegistration):
 @register
 class Reverse(OperationRegistration):
     code = OperationCode.REVERSE
+    accuracy = "strict"
     signatures = signatures(1000007, LEVEL6_TYPES, [None, T.TENSOR_INT32], [None])
 
     def infer(self, call: Call):
