@@ -2,8 +2,15 @@
 
 Read this module top to bottom to write a driver. The runtime (``nnapi_ref.runtime``) reaches a
 driver only through the classes at the end (:class:`Device`, :class:`PreparedModel`,
-:class:`Burst`, :class:`Buffer`); the data classes before them are the canonical types that
+:class:`IBurst`, :class:`Buffer`); the data classes before them are the canonical types that
 travel across the interface.
+
+Names are those of AOSP's canonical interface (``nn::Model``, ``nn::Request``, ``IBurst``...), where
+the runtime's NDK objects have names of their own: :class:`Model` is the canonical model a driver
+receives, which ``nnapi_ref.Model`` (the NDK's ANeuralNetworksModel, a builder) produces when
+finished; :class:`IBurst` is a driver's burst, which ``nnapi_ref.Burst`` (ANeuralNetworksBurst)
+configures per prepared model; :class:`Operation` is one operation of a subgraph, declared by an
+``nnapi_ref.ops.OperationRegistration``.
 
 Conventions (the HAL's, in Python form):
 
@@ -342,7 +349,7 @@ class Buffer:
 # The driver
 # ---------------------------------------------------------------------------------------------
 
-class Burst:
+class IBurst:
     """A reusable execution context for low-latency repeated executions of one prepared model."""
 
     def execute(self, request: Request, memory_identifier_tokens: Sequence[int], measure: bool,
@@ -374,7 +381,7 @@ class PreparedModel:
         when the outputs are ready, and a callback giving the status and timing."""
         raise NotImplementedError
 
-    def configure_execution_burst(self) -> Burst:
+    def configure_execution_burst(self) -> IBurst:
         raise NotImplementedError
 
 

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from nnapi_ref.errors import NnapiError
-from nnapi_ref import extensions as ext
+from nnapi_ref import extensions as ext, ops
 from nnapi_ref.hal import ChannelQuant, ExtensionNameAndPrefix, Model, Operand, Operation, Subgraph
 from nnapi_ref.types import DTYPES, FLOAT_TYPES, Lifetime, OperandCode, OperationCode, ResultCode, type_name
 
@@ -423,12 +423,13 @@ def _signed(array: np.ndarray) -> np.ndarray:
 def signed_twin(test: TestModel) -> TestModel | None:
     """The model with every TENSOR_QUANT8_ASYMM operand made TENSOR_QUANT8_ASYMM_SIGNED (zero point
     and values shifted by -128): it must compute the same real values. None when the model has no
-    such operand, or has an operation whose meaning the shift changes: CAST converts raw values,
-    and PAD_V2's pad value is an INT32 scalar in the quantized domain."""
+    such operand, or has an operation whose meaning the shift changes (its declaration's
+    ``same_when_signed``: CAST, PAD_V2)."""
     subgraphs = [test.model.main] + test.model.referenced
     if not any(o.type == OperandCode.TENSOR_QUANT8_ASYMM for sg in subgraphs for o in sg.operands):
         return None
-    if any(op.type in (OperationCode.CAST, OperationCode.PAD_V2) for sg in subgraphs for op in sg.operations):
+    registry = ops.load_all()
+    if any(op.type in registry and not registry[op.type].same_when_signed for sg in subgraphs for op in sg.operations):
         return None
 
     def convert(sg: Subgraph) -> Subgraph:

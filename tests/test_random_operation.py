@@ -17,6 +17,7 @@ from nnts.runners.differential import run
 from nnts.generators.families import FAMILIES, SINGLE_FAMILIES
 from nnts.generators.random_graphs import generate
 from nnts.generators.graphs import F16, F32, MAX_LEVEL
+from nnapi_ref import ops
 from nnapi_ref.drivers import broken
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
@@ -27,7 +28,7 @@ COUNT = len(single.operations())
 
 
 def test_every_operation_has_aosps_tier():
-    assert set(single.TIERS) == set(FAMILIES) | set(SINGLE_FAMILIES)
+    assert {code for code, op in ops.load_all().items() if op.accuracy} == set(FAMILIES) | set(SINGLE_FAMILIES)
     assert single.tier(Op.ADD, 30) is single.MEDIUM and single.tier(Op.RESHAPE, 30) is single.STRICT
     assert single.tier(Op.LOGISTIC, 30) is single.RELAXED and single.tier(Op.DEPTHWISE_CONV_2D, 30) is single.CONV
     assert single.tier(Op.DIV, 29) is single.RELAXED and single.tier(Op.DIV, 30) is single.MEDIUM
@@ -87,7 +88,7 @@ def test_relaxed_float32_below_float16_precision_is_caught(tmp_path):
     relaxed = []
     for seed in range(6 * COUNT):
         code = single.case_operation(seed)
-        if single.TIERS[code] in (id(single.STRICT), id(single.MEDIUM)) and not single.is_wide(seed):
+        if ops.get(code).accuracy in ("strict", "medium") and not single.is_wide(seed):
             graph = single.generate_case(seed, MAX_LEVEL)
             if graph.relaxed:
                 relaxed.append(seed)

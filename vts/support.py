@@ -293,7 +293,7 @@ def run_path(prepared: hal.PreparedModel, request: Request, path: str, measure: 
     raise ValueError(f"unknown execution path {path!r}")
 
 
-def run_burst(burst: hal.Burst, request: Request, tokens: list[int], measure: bool = False,
+def run_burst(burst: hal.IBurst, request: Request, tokens: list[int], measure: bool = False,
               deadline_ns: int | None = None, loop_timeout_ns: int = LOOP_TIMEOUT_NS) -> Outcome:
     """One execution in ``burst``, ``tokens`` naming the request's pools; a HalError is an outcome."""
     try:

@@ -320,7 +320,7 @@ class ToyPreparedModel(hal.PreparedModel):
         return ToyBurst(self)
 
 
-class ToyBurst(hal.Burst):
+class ToyBurst(hal.IBurst):
     def __init__(self, prepared: ToyPreparedModel):
         self.prepared = prepared
 

@@ -311,7 +311,7 @@ class BadTiming(BrokenDevice):
 
 # -- burst_caches_pool ---------------------------------------------------------------------------
 
-class _ContentCachingBurst(hal.Burst):
+class _ContentCachingBurst(hal.IBurst):
     """Inputs are read from a copy of each shared memory pool taken when its memory identifier
     token was first seen; the copy lives until the token is released."""
 

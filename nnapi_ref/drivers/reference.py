@@ -564,7 +564,7 @@ class ReferencePreparedModel(hal.PreparedModel):
                                f"execute_fenced: output {i} has unspecified dimensions {list(dims)}")
 
 
-class ReferenceBurst(hal.Burst):
+class ReferenceBurst(hal.IBurst):
     def __init__(self, prepared: ReferencePreparedModel):
         self.prepared = prepared
 

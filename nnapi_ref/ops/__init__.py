@@ -7,14 +7,14 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from nnapi_ref.ops.base import REGISTRY, Operation
+from nnapi_ref.ops.base import REGISTRY, OperationRegistration
 
 _NOT_FAMILIES = {"base", "common", "fixedpoint", "requantization"}  # shared arithmetic, no operations
 _loaded = False
 
 
 def load_all() -> dict:
-    """Import every operation family once; return the registry (OperationCode -> Operation)."""
+    """Import every operation family once; return the registry (OperationCode -> OperationRegistration)."""
     global _loaded
     if not _loaded:
         for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
@@ -24,5 +24,5 @@ def load_all() -> dict:
     return REGISTRY
 
 
-def get(code) -> Operation | None:
+def get(code) -> OperationRegistration | None:
     return load_all().get(code)

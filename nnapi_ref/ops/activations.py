@@ -27,7 +27,7 @@ import numpy as np
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.types import DTYPES, FuseCode, ResultCode
 from nnapi_ref.ops import fixedpoint as fp
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register, signatures
 from nnapi_ref.ops.common import QUANT_RANGE, activation_range_quant
 from nnapi_ref.ops.requantization import quantize_multiplier
 
@@ -57,7 +57,7 @@ def _op_failed(message: str) -> NnapiError:
     return NnapiError(ResultCode.OP_FAILED, message)
 
 
-class _Unary(Operation):
+class _Unary(OperationRegistration):
     """One tensor in, one tensor of the same shape out."""
 
     max_rank: int | None = 4
@@ -108,18 +108,21 @@ class _ReluX(_Unary):
 @register
 class Relu(_ReluX):
     code = OperationCode.RELU
+    accuracy = "medium"
     fuse, lo, hi = FuseCode.RELU, 0.0, float(np.finfo(np.float32).max)
 
 
 @register
 class Relu1(_ReluX):
     code = OperationCode.RELU1
+    accuracy = "medium"
     fuse, lo, hi = FuseCode.RELU1, -1.0, 1.0
 
 
 @register
 class Relu6(_ReluX):
     code = OperationCode.RELU6
+    accuracy = "medium"
     fuse, lo, hi = FuseCode.RELU6, 0.0, 6.0
 
 
@@ -141,13 +144,11 @@ def _input_rescaling(scale: float):
 
 class _QuantizedSigmoidLike(_Unary):
     signatures: list
-    # Required (scale, zero point) of the output, per quantized type.
-    out_quant: dict
 
     def check_quantization(self, call):
         x, out = call.ins[0], call.outs[0]
         if x.type in QUANT8:
-            scale, zp = self.out_quant[x.type]
+            scale, zp = self.fixed_output_quant[x.type]
             check(np.float32(out.scale) == np.float32(scale) and out.zero_point == zp,
                   f"{self.name} {x.type.name} output must have scale {scale} and zero point {zp}, "
                   f"got {out.scale} and {out.zero_point}")
@@ -184,8 +185,9 @@ class _QuantizedSigmoidLike(_Unary):
 @register
 class Logistic(_QuantizedSigmoidLike):
     code = OperationCode.LOGISTIC
+    accuracy = "relaxed"
     signatures = ACTIVATION_SIGNATURES
-    out_quant = {T.TENSOR_QUANT8_ASYMM: (1.0 / 256, 0), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 256, -128)}
+    fixed_output_quant = {T.TENSOR_QUANT8_ASYMM: (1.0 / 256, 0), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 256, -128)}
 
     def compute(self, v):
         with np.errstate(over="ignore"):
@@ -209,12 +211,13 @@ class Logistic(_QuantizedSigmoidLike):
 @register
 class Tanh(_QuantizedSigmoidLike):
     code = OperationCode.TANH
+    accuracy = "relaxed"
     signatures = _unary_signatures({
         27: (T.TENSOR_FLOAT32,),
         29: (T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM),
         30: (T.TENSOR_QUANT8_ASYMM_SIGNED,),
     })
-    out_quant = {T.TENSOR_QUANT8_ASYMM: (1.0 / 128, 128), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 128, 0)}
+    fixed_output_quant = {T.TENSOR_QUANT8_ASYMM: (1.0 / 128, 128), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 128, 0)}
 
     def compute(self, v):
         return np.tanh(v)
@@ -232,8 +235,9 @@ class Tanh(_QuantizedSigmoidLike):
 # ---- ELU ------------------------------------------------------------------------------------
 
 @register
-class Elu(Operation):
+class Elu(OperationRegistration):
     code = OperationCode.ELU
+    accuracy = "medium"
     signatures = [Signature(30, [T.TENSOR_FLOAT16, T.FLOAT16], [T.TENSOR_FLOAT16]),
                   Signature(30, [T.TENSOR_FLOAT32, T.FLOAT32], [T.TENSOR_FLOAT32])]
 
@@ -321,6 +325,7 @@ def hard_swish_quantized(x_value, in_scale, in_zp, out_scale, out_zp, out_type) 
 @register
 class HardSwish(_Unary):
     code = OperationCode.HARD_SWISH
+    accuracy = "medium"
     signatures = _unary_signatures({30: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32) + QUANT8})
     max_rank = None
 

@@ -1,9 +1,10 @@
 """How an operation is declared: its signatures, its shape function and its numpy execution.
 
-Every operation is one :class:`Operation` subclass, registered with :func:`register`::
+Every operation is one :class:`OperationRegistration` subclass (as AOSP's OperationRegistration,
+which NN_REGISTER_OPERATION adds to the OperationResolver), registered with :func:`register`::
 
     @register
-    class Floor(Operation):
+    class Floor(OperationRegistration):
         code = OperationCode.FLOOR
         signatures = [Signature(27, [T.TENSOR_FLOAT32], [T.TENSOR_FLOAT32]), ...]
 
@@ -166,11 +167,49 @@ class Signature:
         return tuple(in_types) == self.inputs[:n]
 
 
-class Operation:
-    """Base class of every operation; see the module docstring."""
+@dataclass(frozen=True)
+class WindowInputs:
+    """Where a convolution's or pool's scalar inputs are in one padding form (None where it has
+    none): ``arity`` counts its inputs without the optional tail (the layout, then the dilation
+    factors) or, where the layout is not optional, with it."""
+
+    arity: int
+    activation: int
+    layout: int
+    dilation: int | None = None
+    multiplier: int | None = None
+
+
+class OperationRegistration:
+    """Base class of every operation's declaration; see the module docstring. Not
+    :class:`nnapi_ref.hal.Operation`, one use of an operation in a model.
+
+    Besides the signatures and the two functions, a declaration states the facts about the
+    operation that the suite's generators and checks read, so that one declaration is the whole
+    operation; ``code`` and ``signatures`` are the only ones it must give:
+
+    * ``accuracy``: the tier the single-operation tests compare it by, as AOSP's
+      TEST_SINGLE_OPERATION assigns it: "strict" (moves data or compares), "medium" (one simple
+      computation per element), "relaxed" (complex or accumulating), "conv" (the convolutions);
+      :meth:`accuracy_at` where it depends on the feature level.
+    * ``incomparable``: why its outputs cannot be compared element by element (no random tests).
+    * ``fixed_output_quant``: the (scale, zero point) NNAPI fixes for an output, by its type.
+    * ``fused_activation``: the position of the fused activation input of a non-window operation.
+    * ``window_inputs``: a convolution's or pool's :class:`WindowInputs`, implicit padding then explicit.
+    * ``choices``: what the values of scalar inputs choose ({position: {value: name}}).
+    * ``same_when_signed``: False where making its TENSOR_QUANT8_ASYMM operands
+      TENSOR_QUANT8_ASYMM_SIGNED (values and zero point shifted by -128) changes its meaning.
+    """
 
     code: ClassVar[OperationCode]
     signatures: ClassVar[Sequence[Signature]] = ()
+    accuracy: ClassVar[str | None] = None
+    incomparable: ClassVar[str | None] = None
+    fixed_output_quant: ClassVar[dict[OperandCode, tuple[float, int]]] = {}
+    fused_activation: ClassVar[int | None] = None
+    window_inputs: ClassVar[tuple[WindowInputs, WindowInputs] | None] = None
+    choices: ClassVar[dict[int, dict]] = {}
+    same_when_signed: ClassVar[bool] = True
 
     @property
     def name(self) -> str:
@@ -201,6 +240,10 @@ class Operation:
                 best = sig
         return best
 
+    def accuracy_at(self, level: int) -> str | None:
+        """The accuracy tier at feature ``level``."""
+        return self.accuracy
+
     def infer(self, call: Call) -> list[tuple[int, ...] | None]:
         raise NotImplementedError(self.name)
 
@@ -208,10 +251,10 @@ class Operation:
         raise NotImplementedError(self.name)
 
 
-REGISTRY: dict[OperationCode, Operation] = {}
+REGISTRY: dict[OperationCode, OperationRegistration] = {}
 
 
-def register(cls: type[Operation]) -> type[Operation]:
+def register(cls: type[OperationRegistration]) -> type[OperationRegistration]:
     """Class decorator: add one instance of ``cls`` to the registry."""
     if cls.code in REGISTRY:
         raise RuntimeError(f"operation {cls.code.name} registered twice")
@@ -234,5 +277,5 @@ def fail(message: str) -> NnapiError:
     return NnapiError(ResultCode.BAD_DATA, message)
 
 
-__all__ = ["Arg", "Call", "Operation", "Signature", "ValueUnknown", "REGISTRY", "register",
+__all__ = ["Arg", "Call", "OperationRegistration", "Signature", "ValueUnknown", "WindowInputs", "REGISTRY", "register",
            "signatures", "fail", "check", "T", "OperationCode", "np"]

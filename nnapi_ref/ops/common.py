@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.types import DTYPES, FuseCode, OperandCode as T
-from nnapi_ref.ops.base import Arg, Call, Operation, fail
+from nnapi_ref.ops.base import Arg, Call, OperationRegistration, fail
 
 QUANT_RANGE = {
     T.TENSOR_QUANT8_ASYMM: (0, 255),
@@ -98,7 +98,7 @@ def check_rank_at_least_1(name: str, *args: Arg) -> None:
             raise fail(f"{name} input {i} must have rank >= 1, got a rank-0 tensor")
 
 
-class BroadcastBinary(Operation):
+class BroadcastBinary(OperationRegistration):
     """An operation on two tensors of rank >= 1 broadcast against each other (comparisons,
     logical operations, MAXIMUM, MINIMUM, POW, PRELU)."""
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.ops import requantization
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import BroadcastBinary, check_rank_at_least_1
 from nnapi_ref.ops.elementwise import QUANT8, requantize
 from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, quantize_multiplier
@@ -62,36 +62,42 @@ class _Comparison(BroadcastBinary):
 @register
 class Equal(_Comparison):
     code = OperationCode.EQUAL
+    accuracy = "strict"
     ufunc = np.equal
 
 
 @register
 class NotEqual(_Comparison):
     code = OperationCode.NOT_EQUAL
+    accuracy = "strict"
     ufunc = np.not_equal
 
 
 @register
 class Greater(_Comparison):
     code = OperationCode.GREATER
+    accuracy = "strict"
     ufunc = np.greater
 
 
 @register
 class GreaterEqual(_Comparison):
     code = OperationCode.GREATER_EQUAL
+    accuracy = "strict"
     ufunc = np.greater_equal
 
 
 @register
 class Less(_Comparison):
     code = OperationCode.LESS
+    accuracy = "strict"
     ufunc = np.less
 
 
 @register
 class LessEqual(_Comparison):
     code = OperationCode.LESS_EQUAL
+    accuracy = "strict"
     ufunc = np.less_equal
 
 
@@ -107,18 +113,21 @@ class _LogicalBinary(BroadcastBinary):
 @register
 class LogicalAnd(_LogicalBinary):
     code = OperationCode.LOGICAL_AND
+    accuracy = "strict"
     ufunc = np.logical_and
 
 
 @register
 class LogicalOr(_LogicalBinary):
     code = OperationCode.LOGICAL_OR
+    accuracy = "strict"
     ufunc = np.logical_or
 
 
 @register
-class LogicalNot(Operation):
+class LogicalNot(OperationRegistration):
     code = OperationCode.LOGICAL_NOT
+    accuracy = "strict"
     signatures = [Signature(29, [T.TENSOR_BOOL8], [T.TENSOR_BOOL8])]
 
     def infer(self, call: Call):
@@ -130,8 +139,9 @@ class LogicalNot(Operation):
 
 
 @register
-class Select(Operation):
+class Select(OperationRegistration):
     code = OperationCode.SELECT
+    accuracy = "strict"
     signatures = [Signature(level, [T.TENSOR_BOOL8, t, t], [t])
                   for level, types in {29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32,
                                             T.TENSOR_QUANT8_ASYMM),

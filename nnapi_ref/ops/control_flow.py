@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.hal import Model, Operation as HalOperation, Subgraph
+from nnapi_ref.hal import Model, Operation, Subgraph
 from nnapi_ref.types import Lifetime, ResultCode, type_name
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 
 
 def _referenced(model: Model, sg: Subgraph, operand_index: int, what: str) -> Subgraph:
@@ -49,7 +49,7 @@ def _is_condition(sg: Subgraph, k: int) -> bool:
     return o.type == T.TENSOR_BOOL8 and (not o.dimensions or tuple(o.dimensions) in ((1,), (0,)))
 
 
-class _ControlFlow(Operation):
+class _ControlFlow(OperationRegistration):
     signatures = ()
 
     def infer(self, call: Call):
@@ -59,6 +59,7 @@ class _ControlFlow(Operation):
 @register
 class If(_ControlFlow):
     code = OperationCode.IF
+    accuracy = "relaxed"
     signatures = [Signature(30, [T.TENSOR_BOOL8, T.SUBGRAPH, T.SUBGRAPH], [T.TENSOR_FLOAT32])]
 
     def match(self, in_types, out_types):
@@ -67,7 +68,7 @@ class If(_ControlFlow):
             return self.signatures[0]
         return None
 
-    def check_references(self, model: Model, sg: Subgraph, operation: HalOperation) -> int:
+    def check_references(self, model: Model, sg: Subgraph, operation: Operation) -> int:
         check(_is_condition(sg, operation.inputs[0]), "IF condition must be a TENSOR_BOOL8 of shape [1]")
         for n, which in ((1, "then"), (2, "else")):
             branch = _referenced(model, sg, operation.inputs[n], f"IF {which} model")
@@ -85,6 +86,7 @@ class If(_ControlFlow):
 @register
 class While(_ControlFlow):
     code = OperationCode.WHILE
+    accuracy = "relaxed"
     signatures = [Signature(30, [T.SUBGRAPH, T.SUBGRAPH, T.TENSOR_FLOAT32], [T.TENSOR_FLOAT32])]
 
     def match(self, in_types, out_types):
@@ -93,7 +95,7 @@ class While(_ControlFlow):
             return self.signatures[0]
         return None
 
-    def check_references(self, model: Model, sg: Subgraph, operation: HalOperation) -> int:
+    def check_references(self, model: Model, sg: Subgraph, operation: Operation) -> int:
         cond = _referenced(model, sg, operation.inputs[0], "WHILE condition model")
         body = _referenced(model, sg, operation.inputs[1], "WHILE body model")
         loop_inputs = operation.inputs[2:]

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.types import PaddingCode
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, WindowInputs, check, register
 from nnapi_ref.ops.common import check_fuse_code
 from nnapi_ref.ops.conv_fast_paths import conv2d_fast, depthwise_fast
 from nnapi_ref.ops.conv_quantization import accumulator_type, check_quant_conv, finish, operand_values, quant_magnitudes
@@ -106,7 +106,7 @@ def _check_padding_vs_filter(name, p: Spatial, kh, kw):
           f"(width {ew}, height {eh})")
 
 
-class _Conv(Operation):
+class _Conv(OperationRegistration):
     base = 3
     n_extra = 0
     dilation = True
@@ -148,6 +148,8 @@ class _Conv(Operation):
 @register
 class Conv2D(_Conv):
     code = OperationCode.CONV_2D
+    accuracy = "conv"
+    window_inputs = (WindowInputs(7, 6, 7, 8), WindowInputs(10, 9, 10, 11))
     signatures = conv_signatures(7, 4, optional_from_29=True)
     channel_dim = 0
 
@@ -200,6 +202,8 @@ def conv2d_nhwc(x, wt, p: Spatial, kh, kw, oh, ow, groups: int = 1) -> np.ndarra
 @register
 class DepthwiseConv2D(_Conv):
     code = OperationCode.DEPTHWISE_CONV_2D
+    accuracy = "conv"
+    window_inputs = (WindowInputs(8, 7, 8, 9, 6), WindowInputs(11, 10, 11, 12, 9))
     signatures = conv_signatures(8, 5, optional_from_29=True)
     n_extra = 1
     channel_dim = 3
@@ -284,6 +288,8 @@ def depthwise_nhwc(x, wt, p: Spatial, oh, ow, padded: bool = False):
 @register
 class GroupedConv2D(_Conv):
     code = OperationCode.GROUPED_CONV_2D
+    accuracy = "conv"
+    window_inputs = (WindowInputs(9, 7, 8), WindowInputs(12, 10, 11))
     signatures = conv_signatures(8, 5, optional_from_29=False, min_level=29, always_tail=(BOOL,))
     n_extra = 1
     dilation = False
@@ -321,8 +327,10 @@ def _transpose_signatures():
 
 
 @register
-class TransposeConv2D(Operation):
+class TransposeConv2D(OperationRegistration):
     code = OperationCode.TRANSPOSE_CONV_2D
+    accuracy = "conv"
+    window_inputs = (WindowInputs(9, 7, 8), WindowInputs(11, 9, 10))
     signatures = _transpose_signatures()
 
     def geometry(self, call: Call):

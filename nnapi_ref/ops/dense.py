@@ -20,7 +20,7 @@ import numpy as np
 
 from nnapi_ref.types import DTYPES
 from nnapi_ref.ops import requantization
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import activation_range_quant, broadcast_shape, check_fuse_code
 from nnapi_ref.ops.conv_fast_paths import prepare_quant, quant_fast_ok, requant_block, requant_params
 from nnapi_ref.ops.conv_quantization import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype, output_multipliers,
@@ -36,8 +36,10 @@ LARGE_WEIGHTS = 1 << 18
 
 
 @register
-class FullyConnected(Operation):
+class FullyConnected(OperationRegistration):
     code = OperationCode.FULLY_CONNECTED
+    accuracy = "relaxed"
+    fused_activation = 3
     signatures = [
         Signature(27, [F32, F32, F32, I32], [F32]),
         Signature(27, [Q8, Q8, TI32, I32], [Q8]),
@@ -131,8 +133,9 @@ def _fully_connected_fast(call: Call, num_units: int, input_size: int, fuse: int
 
 
 @register
-class BatchMatmul(Operation):
+class BatchMatmul(OperationRegistration):
     code = OperationCode.BATCH_MATMUL
+    accuracy = "relaxed"
     signatures = [Signature(1000006, [t, t, BOOL, BOOL], [t]) for t in (F32, F16, TI32, S8)]
 
     def infer(self, call: Call):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Arg, Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Arg, Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.types import DTYPES
 
@@ -147,8 +147,9 @@ def bbox_transform(rois: np.ndarray, deltas: np.ndarray, image_hw: np.ndarray) -
 # ----------------------------------------------------------------------------------------------
 
 @register
-class AxisAlignedBboxTransform(Operation):
+class AxisAlignedBboxTransform(OperationRegistration):
     code = OperationCode.AXIS_ALIGNED_BBOX_TRANSFORM
+    accuracy = "relaxed"
     signatures = [
         Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_FLOAT32], [T.TENSOR_FLOAT32]),
         Signature(29, [T.TENSOR_FLOAT16, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_FLOAT16], [T.TENSOR_FLOAT16]),
@@ -206,8 +207,10 @@ def _box_nms_signatures() -> list[Signature]:
 
 
 @register
-class BoxWithNmsLimit(Operation):
+class BoxWithNmsLimit(OperationRegistration):
     code = OperationCode.BOX_WITH_NMS_LIMIT
+    accuracy = "relaxed"
+    choices = {5: {0: "hard NMS", 1: "linear NMS", 2: "gaussian NMS"}}
     signatures = _box_nms_signatures()
 
     def infer(self, call: Call):
@@ -315,8 +318,10 @@ def _proposal_signatures() -> list[Signature]:
 
 
 @register
-class GenerateProposals(Operation):
+class GenerateProposals(OperationRegistration):
     code = OperationCode.GENERATE_PROPOSALS
+    accuracy = "relaxed"
+    choices = {10: {False: "NHWC", True: "NCHW"}}
     signatures = _proposal_signatures()
 
     def infer(self, call: Call):
@@ -398,8 +403,11 @@ class GenerateProposals(Operation):
 # ----------------------------------------------------------------------------------------------
 
 @register
-class DetectionPostprocessing(Operation):
+class DetectionPostprocessing(OperationRegistration):
     code = OperationCode.DETECTION_POSTPROCESSING
+    accuracy = "relaxed"
+    choices = {7: {False: "fast NMS", True: "regular NMS"},
+               13: {False: "background not in labels", True: "background in labels"}}
     signatures = [
         Signature(29, [t, t, t, f, f, f, f, T.BOOL, T.INT32, T.INT32, T.INT32, f, f, T.BOOL],
                   [t, t, T.TENSOR_INT32, T.TENSOR_INT32])
@@ -503,8 +511,9 @@ class DetectionPostprocessing(Operation):
 # ----------------------------------------------------------------------------------------------
 
 @register
-class HeatmapMaxKeypoint(Operation):
+class HeatmapMaxKeypoint(OperationRegistration):
     code = OperationCode.HEATMAP_MAX_KEYPOINT
+    accuracy = "relaxed"
     signatures = [
         Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_FLOAT32, T.BOOL], [T.TENSOR_FLOAT32, T.TENSOR_FLOAT32]),
         Signature(29, [T.TENSOR_FLOAT16, T.TENSOR_FLOAT16, T.BOOL], [T.TENSOR_FLOAT16, T.TENSOR_FLOAT16]),

@@ -35,7 +35,8 @@ import functools
 
 import numpy as np
 
-from nnapi_ref.ops.base import Arg, Call, Operation, OperationCode, Signature, T, check, fail, register, signatures
+from nnapi_ref.ops.base import (Arg, Call, OperationRegistration, OperationCode, Signature,
+                               T, check, fail, register, signatures)
 from nnapi_ref.ops.common import QUANT_RANGE, BroadcastBinary, apply_activation, broadcast_shape, check_fuse_code, round_half_away
 from nnapi_ref.ops import requantization
 from nnapi_ref.ops.requantization import (multiply_by_quantized_multiplier, prelu_multipliers, product_multipliers,
@@ -75,8 +76,10 @@ def requantize(arg, out) -> np.ndarray:
 
 
 
-class _BinaryWithActivation(Operation):
+class _BinaryWithActivation(OperationRegistration):
     """Shared by the arithmetic operations taking (input0, input1, fuse code)."""
+
+    fused_activation = 2
 
     def infer(self, call: Call):
         a, b, fuse, out = call.ins[0], call.ins[1], call.ins[2], call.outs[0]
@@ -169,6 +172,7 @@ def add_sub_quantized(a, b, out, sign: int) -> np.ndarray:
 @register
 class Add(_BinaryWithActivation):
     code = OperationCode.ADD
+    accuracy = "medium"
     signatures = _binary_signatures({
         27: (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM),
         29: (T.TENSOR_FLOAT16,),
@@ -185,6 +189,7 @@ class Add(_BinaryWithActivation):
 @register
 class Mul(_BinaryWithActivation):
     code = OperationCode.MUL
+    accuracy = "medium"
     signatures = Add.signatures
 
     def check_quantization(self, a, b, out):
@@ -205,6 +210,7 @@ class Mul(_BinaryWithActivation):
 @register
 class Sub(_BinaryWithActivation):
     code = OperationCode.SUB
+    accuracy = "medium"
     signatures = _binary_signatures({
         28: (T.TENSOR_FLOAT32,),
         29: (T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM),
@@ -221,11 +227,16 @@ class Sub(_BinaryWithActivation):
 @register
 class Div(_BinaryWithActivation):
     code = OperationCode.DIV
+    accuracy = "medium"
     signatures = _binary_signatures({
         28: (T.TENSOR_FLOAT32,),
         29: (T.TENSOR_FLOAT16,),
         30: (T.TENSOR_INT32,),
     })
+
+    def accuracy_at(self, level):
+        """Relaxed up to feature level 29, as AOSP tests it per HAL version."""
+        return "relaxed" if level < 30 else self.accuracy
 
     def compute(self, x, y):
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -262,6 +273,7 @@ class _MaximumMinimum(BroadcastBinary):
 @register
 class Maximum(_MaximumMinimum):
     code = OperationCode.MAXIMUM
+    accuracy = "medium"
 
     def pick(self, x, y):
         return np.where(x < y, y, x)  # std::max: the first operand unless it is less
@@ -270,6 +282,7 @@ class Maximum(_MaximumMinimum):
 @register
 class Minimum(_MaximumMinimum):
     code = OperationCode.MINIMUM
+    accuracy = "medium"
 
     def pick(self, x, y):
         return np.where(y < x, y, x)  # std::min: the first operand unless the second is less
@@ -278,6 +291,7 @@ class Minimum(_MaximumMinimum):
 @register
 class Pow(BroadcastBinary):
     code = OperationCode.POW
+    accuracy = "relaxed"
     signatures = _pair_signatures({29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)})
 
     def execute(self, call: Call):
@@ -290,6 +304,7 @@ class Pow(BroadcastBinary):
 @register
 class Prelu(BroadcastBinary):
     code = OperationCode.PRELU
+    accuracy = "medium"
     signatures = _pair_signatures({
         29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM),
         30: (T.TENSOR_QUANT8_ASYMM_SIGNED,),

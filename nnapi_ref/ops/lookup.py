@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, ValueUnknown, check, register, signatures
+from nnapi_ref.ops.base import (Call, OperationRegistration, OperationCode, Signature,
+                               T, ValueUnknown, check, register, signatures)
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
@@ -29,8 +30,9 @@ def _check_same_quant(name: str, values, out) -> None:
 # ---- EMBEDDING_LOOKUP ----------------------------------------------------------------------
 
 @register
-class EmbeddingLookup(Operation):
+class EmbeddingLookup(OperationRegistration):
     code = OperationCode.EMBEDDING_LOOKUP
+    accuracy = "strict"
     signatures = (signatures(27, (T.TENSOR_FLOAT32,), [T.TENSOR_INT32, None], [None])
                   + signatures(29, (T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM), [T.TENSOR_INT32, None], [None])
                   + signatures(30, (T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM_SIGNED), [T.TENSOR_INT32, None], [None]))
@@ -57,8 +59,9 @@ class EmbeddingLookup(Operation):
 # ---- HASHTABLE_LOOKUP ----------------------------------------------------------------------
 
 @register
-class HashtableLookup(Operation):
+class HashtableLookup(OperationRegistration):
     code = OperationCode.HASHTABLE_LOOKUP
+    accuracy = "strict"
     signatures = signatures(27, (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM),
                             [T.TENSOR_INT32, T.TENSOR_INT32, None], [None, T.TENSOR_QUANT8_ASYMM])
 
@@ -266,8 +269,9 @@ def lsh_bits(seeds: np.ndarray, rows: np.ndarray, weights: np.ndarray | None) ->
 
 
 @register
-class LshProjection(Operation):
+class LshProjection(OperationRegistration):
     code = OperationCode.LSH_PROJECTION
+    incomparable = "sign hashes: any rounding difference flips an output bit"
     signatures = _lsh_signatures()
 
     def infer(self, call: Call):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Arg, Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Arg, Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.rnn import check_aux_input, check_rank, check_shape, fvalue, present, to_output
 
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
@@ -215,8 +215,9 @@ def cell_values(a: dict) -> dict:
 # ----------------------------------------------------------------------------- LSTM
 
 @register
-class Lstm(Operation):
+class Lstm(OperationRegistration):
     code = OperationCode.LSTM
+    accuracy = "relaxed"
     signatures = [
         Signature(27, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32], [F32] * 4, omittable=optional_cell_inputs(1)),
         Signature(29, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32] + [F32] * 4, [F32] * 4, optional=(0, 4),
@@ -252,12 +253,13 @@ class Lstm(Operation):
 # ----------------------------------------------------------------------------- UNIDIRECTIONAL_SEQUENCE_LSTM
 
 @register
-class UnidirectionalSequenceLstm(Operation):
+class UnidirectionalSequenceLstm(OperationRegistration):
     """Inputs 0-19 as LSTM's (the input [max_time, batch, input] or batch-major), 20 activation,
     21 cell clip, 22 projection clip, 23 time_major, 24-27 layer normalization weights.
     Outputs: the output sequence, then (feature level 4) the final output and cell states."""
 
     code = OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM
+    accuracy = "relaxed"
     signatures = [
         Signature(level, [t] * 20 + [T.INT32, SCALAR[t], SCALAR[t], T.BOOL] + [t] * 4, outs,
                   omittable=optional_cell_inputs(1) + [24, 25, 26, 27])
@@ -311,7 +313,7 @@ def bidirectional_lstm_signatures() -> list[Signature]:
 
 
 @register
-class BidirectionalSequenceLstm(Operation):
+class BidirectionalSequenceLstm(OperationRegistration):
     """Inputs: 0 input; 1-17 forward cell (as LSTM's 1-17); 18-34 backward cell; 35-38 forward
     output/cell state, backward output/cell state; 39 aux input; 40-43 forward and 44-47 backward
     aux input-to-{input, forget, cell, output} weights; 48 activation; 49 cell clip; 50 projection
@@ -320,6 +322,7 @@ class BidirectionalSequenceLstm(Operation):
     output state, forward cell state, backward output state, backward cell state."""
 
     code = OperationCode.BIDIRECTIONAL_SEQUENCE_LSTM
+    accuracy = "relaxed"
     signatures = bidirectional_lstm_signatures()
 
     @staticmethod

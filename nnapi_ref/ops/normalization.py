@@ -25,7 +25,7 @@ import functools
 import numpy as np
 
 from nnapi_ref.ops import fixedpoint as fp
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import normalize_axis
 from nnapi_ref.ops.requantization import quantize_multiplier
 
@@ -40,9 +40,9 @@ def _to_float_output(x: np.ndarray, dtype) -> np.ndarray:
         return np.asarray(x, np.float64).astype(np.float32).astype(dtype)
 
 
-def _check_fixed_output_quant(name: str, out, scale: float, zero_points: dict) -> None:
-    if out.type in zero_points:
-        zp = zero_points[out.type]
+def _check_fixed_output_quant(op: OperationRegistration, out) -> None:
+    if out.type in op.fixed_output_quant:
+        name, (scale, zp) = op.name, op.fixed_output_quant[out.type]
         check(np.float32(out.scale) == np.float32(scale) and out.zero_point == zp,
               f"{name}: a {out.type.name} output must have scale {scale} and zero point {zp}, "
               f"got {out.scale} and {out.zero_point}")
@@ -122,8 +122,10 @@ def _softmax_signatures() -> list[Signature]:
 
 
 @register
-class Softmax(Operation):
+class Softmax(OperationRegistration):
     code = OperationCode.SOFTMAX
+    accuracy = "relaxed"
+    fixed_output_quant = {T.TENSOR_QUANT8_ASYMM: (1.0 / 256, 0), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 256, -128)}
     signatures = _softmax_signatures()
 
     def infer(self, call: Call):
@@ -132,8 +134,7 @@ class Softmax(Operation):
         _axis(call, 2, inp.rank)
         b = beta.scalar()
         check(b > 0, f"SOFTMAX: beta must be positive, got {b}")
-        _check_fixed_output_quant("SOFTMAX", out, 1.0 / 256,
-                                  {T.TENSOR_QUANT8_ASYMM: 0, T.TENSOR_QUANT8_ASYMM_SIGNED: -128})
+        _check_fixed_output_quant(self, out)
         return [inp.shape]
 
     def execute(self, call: Call):
@@ -150,8 +151,9 @@ class Softmax(Operation):
 
 
 @register
-class LogSoftmax(Operation):
+class LogSoftmax(OperationRegistration):
     code = OperationCode.LOG_SOFTMAX
+    accuracy = "relaxed"
     signatures = [Signature(29, [T.TENSOR_FLOAT32, T.FLOAT32, T.INT32], [T.TENSOR_FLOAT32]),
                   Signature(29, [T.TENSOR_FLOAT16, T.FLOAT16, T.INT32], [T.TENSOR_FLOAT16])]
 
@@ -239,16 +241,17 @@ def _l2_signatures() -> list[Signature]:
 
 
 @register
-class L2Normalization(Operation):
+class L2Normalization(OperationRegistration):
     code = OperationCode.L2_NORMALIZATION
+    accuracy = "relaxed"
+    fixed_output_quant = {T.TENSOR_QUANT8_ASYMM: (1.0 / 128, 128), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 128, 0)}
     signatures = _l2_signatures()
 
     def infer(self, call: Call):
         inp, out = call.ins[0], call.outs[0]
         check(1 <= inp.rank <= 4, f"L2_NORMALIZATION: input rank {inp.rank} is not in 1..4")
         _axis(call, 1, inp.rank)
-        _check_fixed_output_quant("L2_NORMALIZATION", out, 1.0 / 128,
-                                  {T.TENSOR_QUANT8_ASYMM: 128, T.TENSOR_QUANT8_ASYMM_SIGNED: 0})
+        _check_fixed_output_quant(self, out)
         return [inp.shape]
 
     def execute(self, call: Call):
@@ -275,8 +278,9 @@ def _lrn_signatures() -> list[Signature]:
 
 
 @register
-class LocalResponseNormalization(Operation):
+class LocalResponseNormalization(OperationRegistration):
     code = OperationCode.LOCAL_RESPONSE_NORMALIZATION
+    accuracy = "relaxed"
     signatures = _lrn_signatures()
 
     def infer(self, call: Call):
@@ -308,8 +312,9 @@ class LocalResponseNormalization(Operation):
 # ---- INSTANCE_NORMALIZATION ----------------------------------------------------------------
 
 @register
-class InstanceNormalization(Operation):
+class InstanceNormalization(OperationRegistration):
     code = OperationCode.INSTANCE_NORMALIZATION
+    accuracy = "relaxed"
     signatures = [Signature(29, [T.TENSOR_FLOAT32, T.FLOAT32, T.FLOAT32, T.FLOAT32, T.BOOL], [T.TENSOR_FLOAT32]),
                   Signature(29, [T.TENSOR_FLOAT16, T.FLOAT16, T.FLOAT16, T.FLOAT16, T.BOOL], [T.TENSOR_FLOAT16])]
 

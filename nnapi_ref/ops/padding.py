@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.types import DTYPES
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register, signatures
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.ops.shapes import QUANT8, check_same_quant
 
@@ -37,7 +37,7 @@ def pad_constant(x: np.ndarray, pads, value) -> np.ndarray:
     return out
 
 
-class _Pad(Operation):
+class _Pad(OperationRegistration):
     def infer(self, call: Call):
         x = call.ins[0]
         check(x.rank <= 4, f"{self.name}: input rank {x.rank} exceeds 4")
@@ -48,6 +48,7 @@ class _Pad(Operation):
 @register
 class Pad(_Pad):
     code = OperationCode.PAD
+    accuracy = "strict"
     signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None]))
@@ -61,6 +62,8 @@ class Pad(_Pad):
 @register
 class PadV2(_Pad):
     code = OperationCode.PAD_V2
+    accuracy = "strict"
+    same_when_signed = False  # the pad value is an INT32 scalar in the quantized domain
     signatures = [Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_INT32, T.FLOAT32], [T.TENSOR_FLOAT32]),
                   Signature(29, [T.TENSOR_FLOAT16, T.TENSOR_INT32, T.FLOAT16], [T.TENSOR_FLOAT16]),
                   Signature(29, [T.TENSOR_QUANT8_ASYMM, T.TENSOR_INT32, T.INT32], [T.TENSOR_QUANT8_ASYMM]),
@@ -82,8 +85,9 @@ class PadV2(_Pad):
 
 
 @register
-class MirrorPad(Operation):
+class MirrorPad(OperationRegistration):
     code = OperationCode.MIRROR_PAD
+    accuracy = "strict"
     signatures = signatures(1000007, (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM,
                                       T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32),
                             [None, T.TENSOR_INT32, T.INT32], [None])

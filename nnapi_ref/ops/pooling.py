@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, WindowInputs, check, register
 from nnapi_ref.ops.common import QUANT_RANGE, apply_activation
 from nnapi_ref.ops.spatial import (layout_shape, nhwc_dims, out_size, padded_window_input, parse_spatial, resolve_padding, to_nhwc,
                       from_nhwc)
@@ -36,7 +36,9 @@ def _pool_signatures(by_level: dict[int, tuple]) -> list[Signature]:
     return sigs
 
 
-class _Pool(Operation):
+class _Pool(OperationRegistration):
+    window_inputs = (WindowInputs(7, 6, 7), WindowInputs(10, 9, 10))
+
     def geometry(self, call: Call):
         inp, out = call.ins[0], call.outs[0]
         name = self.name
@@ -99,6 +101,7 @@ def _float_input(inp) -> np.ndarray:
 @register
 class AveragePool2D(_Pool):
     code = OperationCode.AVERAGE_POOL_2D
+    accuracy = "relaxed"
     signatures = _pool_signatures({27: (F32, Q8), 29: (F16,), 30: (S8,)})
 
     def execute(self, call: Call):
@@ -120,6 +123,7 @@ class AveragePool2D(_Pool):
 @register
 class MaxPool2D(_Pool):
     code = OperationCode.MAX_POOL_2D
+    accuracy = "relaxed"
     signatures = _pool_signatures({27: (F32, Q8), 29: (F16,), 30: (S8,)})
 
     def execute(self, call: Call):
@@ -138,6 +142,7 @@ class MaxPool2D(_Pool):
 @register
 class L2Pool2D(_Pool):
     code = OperationCode.L2_POOL_2D
+    accuracy = "relaxed"
     signatures = _pool_signatures({27: (F32,), 29: (F16,)})
 
     def execute(self, call: Call):

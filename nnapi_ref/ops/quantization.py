@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.types import DTYPES
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import QUANT_RANGE, check_rank_at_least_1
 
 F32 = np.float32
@@ -29,8 +29,9 @@ F32 = np.float32
 
 
 @register
-class Quantize(Operation):
+class Quantize(OperationRegistration):
     code = OperationCode.QUANTIZE
+    accuracy = "medium"
     signatures = [Signature(29 if out == T.TENSOR_QUANT8_ASYMM else 30, [inp], [out])
                   for inp in (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
                   for out in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)]
@@ -65,8 +66,9 @@ _DEQUANTIZE_INPUTS = {
 
 
 @register
-class Dequantize(Operation):
+class Dequantize(OperationRegistration):
     code = OperationCode.DEQUANTIZE
+    accuracy = "medium"
     signatures = [Signature(max(level, 29 if out == T.TENSOR_FLOAT16 else 27), [inp], [out])
                   for inp, level in _DEQUANTIZE_INPUTS.items()
                   for out in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)]
@@ -104,8 +106,10 @@ _FLOATS = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
 
 
 @register
-class Cast(Operation):
+class Cast(OperationRegistration):
     code = OperationCode.CAST
+    accuracy = "medium"
+    same_when_signed = False  # converts raw values
     signatures = ([Signature(29, [a], [b]) for a in _CAST_BASIC for b in _CAST_BASIC]
                   + [Signature(30, [a], [a]) for a in _CAST_IDENTITY_ONLY])
 

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import wrap
 from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier as mbqm
 from nnapi_ref.ops.requantization import quantize_multiplier
@@ -182,13 +182,14 @@ Q8, Q16, I32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT16_SYMM, T.TENSOR_INT32
 
 
 @register
-class Quantized16BitLstm(Operation):
+class Quantized16BitLstm(OperationRegistration):
     """Inputs: 0 input [batch, input] (scale 1/128, zero point 128); 1-4 input-to-{input, forget,
     cell, output} weights; 5-8 recurrent-to-* weights (all sharing scale and zero point); 9-12
     {input, forget, cell, output} gate biases (int32, scale = weights scale / 128); 13 previous
     cell state (int16, scale 2**-11); 14 previous output. Outputs: cell state, output."""
 
     code = OperationCode.QUANTIZED_16BIT_LSTM
+    accuracy = "relaxed"
     signatures = [Signature(29, [Q8] * 9 + [I32] * 4 + [Q16, Q8], [Q16, Q8])]
 
     def infer(self, call: Call):
@@ -291,7 +292,7 @@ def trunc_div(a, d: int):
 
 
 @register
-class QuantizedLstm(Operation):
+class QuantizedLstm(OperationRegistration):
     """Inputs: 0 input (int8 asymm); 1-8 input-to-* and recurrent-to-* weights (int8 symm);
     9-11 peephole weights (int16); 12-15 gate biases (int32); 16 projection weights; 17 projection
     bias; 18 previous output (int8 asymm); 19 previous cell state (int16); 20-23 layer norm weights
@@ -299,6 +300,7 @@ class QuantizedLstm(Operation):
     30 hidden state zero point; 31 hidden state scale. Outputs: output state, cell state, output."""
 
     code = OperationCode.QUANTIZED_LSTM
+    accuracy = "relaxed"
     signatures = [Signature(30, [Q8AS] + [Q8S] * 8 + [Q16] * 3 + [I32] * 4 + [Q8S, I32, Q8AS, Q16] + [Q16] * 4
                             + [T.FLOAT32] * 6 + [T.INT32, T.FLOAT32], [Q8AS, Q16, Q8AS],
                             # Optional: CIFG, peephole, projection and layer norm tensors.

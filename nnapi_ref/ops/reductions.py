@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.ops import requantization
-from nnapi_ref.ops.base import Call, Operation, OperationCode, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, T, check, register, signatures
 from nnapi_ref.ops.common import normalize_axis
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
@@ -64,7 +64,7 @@ def reduced_shape(shape: tuple, axes: tuple, keep_dims: bool) -> tuple:
     return tuple(out) if out else (1,)
 
 
-class _Reduce(Operation):
+class _Reduce(OperationRegistration):
     """Shared by MEAN and REDUCE_*: (input, axes, keep_dims)."""
 
     same_quant = False
@@ -119,6 +119,7 @@ def tflite_quantized_mean(x: np.ndarray, axes: tuple, in_scale: float, in_zero_p
 @register
 class Mean(_Reduce):
     code = OperationCode.MEAN
+    accuracy = "relaxed"
     signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32, T.INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32, T.INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32, T.INT32], [None]))
@@ -158,6 +159,7 @@ class Mean(_Reduce):
 @register
 class ReduceSum(_Reduce):
     code = OperationCode.REDUCE_SUM
+    accuracy = "relaxed"
     signatures = signatures(29, FLOATS, [None, T.TENSOR_INT32, T.BOOL], [None])
 
     def reduce(self, inp, axes):
@@ -168,6 +170,7 @@ class ReduceSum(_Reduce):
 @register
 class ReduceProd(_Reduce):
     code = OperationCode.REDUCE_PROD
+    accuracy = "relaxed"
     signatures = signatures(29, FLOATS, [None, T.TENSOR_INT32, T.BOOL], [None])
 
     def reduce(self, inp, axes):
@@ -183,6 +186,7 @@ class ReduceProd(_Reduce):
 @register
 class ReduceMax(_Reduce):
     code = OperationCode.REDUCE_MAX
+    accuracy = "relaxed"
     signatures = (signatures(29, FLOATS + (T.TENSOR_QUANT8_ASYMM,), [None, T.TENSOR_INT32, T.BOOL], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32, T.BOOL], [None]))
     same_quant = True
@@ -195,6 +199,7 @@ class ReduceMax(_Reduce):
 @register
 class ReduceMin(_Reduce):
     code = OperationCode.REDUCE_MIN
+    accuracy = "relaxed"
     signatures = ReduceMax.signatures
     same_quant = True
 
@@ -206,6 +211,7 @@ class ReduceMin(_Reduce):
 @register
 class ReduceAny(_Reduce):
     code = OperationCode.REDUCE_ANY
+    accuracy = "relaxed"
     signatures = [*signatures(29, (T.TENSOR_BOOL8,), [None, T.TENSOR_INT32, T.BOOL], [None])]
 
     def reduce(self, inp, axes):
@@ -215,6 +221,7 @@ class ReduceAny(_Reduce):
 @register
 class ReduceAll(_Reduce):
     code = OperationCode.REDUCE_ALL
+    accuracy = "relaxed"
     signatures = ReduceAny.signatures
 
     def reduce(self, inp, axes):
@@ -224,7 +231,7 @@ class ReduceAll(_Reduce):
 _ARG_TYPES_29 = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
 
 
-class _ArgMinMax(Operation):
+class _ArgMinMax(OperationRegistration):
     signatures = (signatures(29, _ARG_TYPES_29, [None, T.INT32], [T.TENSOR_INT32])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32], [T.TENSOR_INT32]))
 
@@ -247,6 +254,7 @@ class _ArgMinMax(Operation):
 @register
 class ArgMax(_ArgMinMax):
     code = OperationCode.ARGMAX
+    accuracy = "strict"
 
     @staticmethod
     def pick(x, axis):
@@ -256,6 +264,7 @@ class ArgMax(_ArgMinMax):
 @register
 class ArgMin(_ArgMinMax):
     code = OperationCode.ARGMIN
+    accuracy = "strict"
 
     @staticmethod
     def pick(x, axis):
@@ -263,8 +272,9 @@ class ArgMin(_ArgMinMax):
 
 
 @register
-class TopKV2(Operation):
+class TopKV2(OperationRegistration):
     code = OperationCode.TOPK_V2
+    accuracy = "strict"
     signatures = (signatures(29, _ARG_TYPES_29, [None, T.INT32], [None, T.TENSOR_INT32])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32], [None, T.TENSOR_INT32]))
 

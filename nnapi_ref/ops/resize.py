@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.ops import requantization
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import round_half_away
 from nnapi_ref.types import DTYPES
 
@@ -65,7 +65,7 @@ def _resize_scale(in_size: int, out_size: int, align_corners: bool) -> np.float3
     return _F32(in_size) / _F32(out_size)
 
 
-class _Resize(Operation):
+class _Resize(OperationRegistration):
     """Shared shape inference, validation and layout handling."""
 
     min_inputs = 3
@@ -134,6 +134,7 @@ def _bilinear_axis(in_size: int, out_size: int, align: bool, half: bool):
 @register
 class ResizeBilinear(_Resize):
     code = OperationCode.RESIZE_BILINEAR
+    accuracy = "relaxed"
     signatures = _bilinear_signatures()
 
     def resize(self, img, out_h, out_w, align, half):
@@ -207,6 +208,7 @@ def _nearest_axis(in_size: int, out_size: int, align: bool, half: bool):
 @register
 class ResizeNearestNeighbor(_Resize):
     code = OperationCode.RESIZE_NEAREST_NEIGHBOR
+    accuracy = "relaxed"
     signatures = _nearest_signatures()
 
     def resize(self, img, out_h, out_w, align, half):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Arg, Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Arg, Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import FLOAT_ACTIVATION_RANGE, check_fuse_code
 from nnapi_ref.types import DTYPES, FuseCode
 
@@ -92,8 +92,9 @@ def check_cell(weights: Arg, recurrent: Arg, bias: Arg, hidden: Arg, batch: int,
 # ----------------------------------------------------------------------------- RNN
 
 @register
-class Rnn(Operation):
+class Rnn(OperationRegistration):
     code = OperationCode.RNN
+    accuracy = "relaxed"
     signatures = [
         Signature(27, [T.TENSOR_FLOAT32] * 5 + [T.INT32], [T.TENSOR_FLOAT32] * 2),
         Signature(29, [T.TENSOR_FLOAT16] * 5 + [T.INT32], [T.TENSOR_FLOAT16] * 2),
@@ -116,8 +117,9 @@ class Rnn(Operation):
 # ----------------------------------------------------------------------------- UNIDIRECTIONAL_SEQUENCE_RNN
 
 @register
-class UnidirectionalSequenceRnn(Operation):
+class UnidirectionalSequenceRnn(OperationRegistration):
     code = OperationCode.UNIDIRECTIONAL_SEQUENCE_RNN
+    accuracy = "relaxed"
     signatures = [
         Signature(29, [t] * 5 + [T.INT32, T.INT32], [t]) for t in FLOATS
     ] + [
@@ -163,13 +165,14 @@ def bidirectional_rnn_signatures() -> list[Signature]:
 
 
 @register
-class BidirectionalSequenceRnn(Operation):
+class BidirectionalSequenceRnn(OperationRegistration):
     """Inputs: 0 input, 1-4 forward weights/recurrent weights/bias/hidden state, 5-8 the same
     backward, 9 aux input, 10-11 forward/backward aux weights, 12 activation, 13 time_major,
     14 merge_outputs. Outputs: forward output, backward output (unless merged), then (feature
     level 4) the forward and backward final hidden states."""
 
     code = OperationCode.BIDIRECTIONAL_SEQUENCE_RNN
+    accuracy = "relaxed"
     signatures = bidirectional_rnn_signatures()
 
     @staticmethod

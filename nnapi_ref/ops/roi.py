@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Arg, Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Arg, Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, quantize_multiplier
 from nnapi_ref.types import DTYPES
@@ -47,7 +47,7 @@ def roi_values(rois: Arg) -> np.ndarray:
     return rois.value.astype(_F32)
 
 
-class _RoiOp(Operation):
+class _RoiOp(OperationRegistration):
     layout_index: int
 
     def infer(self, call: Call):
@@ -151,6 +151,7 @@ def _bin_sum(values: np.ndarray, owner: np.ndarray, count: int, axis: int) -> np
 @register
 class RoiAlign(_RoiOp):
     code = OperationCode.ROI_ALIGN
+    accuracy = "relaxed"
     signatures = _roi_signatures(2)
     layout_index = 9
 
@@ -230,6 +231,7 @@ def _pool_axis_max(values: np.ndarray, starts: np.ndarray, ends: np.ndarray, axi
 @register
 class RoiPooling(_RoiOp):
     code = OperationCode.ROI_POOLING
+    accuracy = "relaxed"
     signatures = _roi_signatures(0)
     layout_index = 7
 

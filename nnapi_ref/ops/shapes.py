@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.types import DTYPES
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, ValueUnknown, check, register, signatures
+from nnapi_ref.ops.base import (Call, OperationRegistration, OperationCode, Signature,
+                               T, ValueUnknown, check, register, signatures)
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
@@ -43,8 +44,9 @@ def maybe_value(arg):
 
 
 @register
-class Reshape(Operation):
+class Reshape(OperationRegistration):
     code = OperationCode.RESHAPE
+    accuracy = "strict"
     signatures = (signatures(27, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None])
@@ -75,8 +77,9 @@ class Reshape(Operation):
 
 
 @register
-class Squeeze(Operation):
+class Squeeze(OperationRegistration):
     code = OperationCode.SQUEEZE
+    accuracy = "strict"
     signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None],
                              omittable=[1])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None], omittable=[1])
@@ -105,8 +108,9 @@ class Squeeze(Operation):
 
 
 @register
-class ExpandDims(Operation):
+class ExpandDims(OperationRegistration):
     code = OperationCode.EXPAND_DIMS
+    accuracy = "strict"
     signatures = (signatures(29, (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM),
                              [None, T.INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32], [None]))
@@ -126,8 +130,9 @@ class ExpandDims(Operation):
 
 
 @register
-class Fill(Operation):
+class Fill(OperationRegistration):
     code = OperationCode.FILL
+    accuracy = "strict"
     signatures = [Signature(30, [T.TENSOR_INT32, T.FLOAT16], [T.TENSOR_FLOAT16]),
                   Signature(30, [T.TENSOR_INT32, T.FLOAT32], [T.TENSOR_FLOAT32]),
                   Signature(30, [T.TENSOR_INT32, T.INT32], [T.TENSOR_INT32])]
@@ -149,8 +154,9 @@ RANK_TYPES = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT
 
 
 @register
-class Rank(Operation):
+class Rank(OperationRegistration):
     code = OperationCode.RANK
+    accuracy = "strict"
     signatures = [Signature(30, [t], [T.INT32]) for t in RANK_TYPES]
 
     def infer(self, call: Call):

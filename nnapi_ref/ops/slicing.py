@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, Operation, OperationCode, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, T, check, register, signatures
 from nnapi_ref.ops.common import round_half_away
 from nnapi_ref.ops.shapes import QUANT8, check_same_quant, int_vector, maybe_value
 
@@ -40,8 +40,9 @@ def requantize_concat(arg, out) -> np.ndarray:
 
 
 @register
-class Concatenation(Operation):
+class Concatenation(OperationRegistration):
     code = OperationCode.CONCATENATION
+    accuracy = "medium"
     signatures = (signatures(27, FLOAT_Q8, [None, T.INT32], [None], repeat=0)
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.INT32], [None], repeat=0)
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32], [None], repeat=0))
@@ -76,8 +77,9 @@ class Concatenation(Operation):
 
 
 @register
-class Split(Operation):
+class Split(OperationRegistration):
     code = OperationCode.SPLIT
+    accuracy = "medium"
     signatures = (signatures(29, WITH_INT32, [None, T.INT32, T.INT32], [None], repeat_outputs=True)
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.INT32], [None],
                                repeat_outputs=True))
@@ -106,8 +108,9 @@ class Split(Operation):
 
 
 @register
-class Pack(Operation):
+class Pack(OperationRegistration):
     code = OperationCode.PACK
+    accuracy = "strict"
     signatures = signatures(1000006, LEVEL6_TYPES, [T.INT32, None], [None], repeat=1)
 
     def infer(self, call: Call):
@@ -128,8 +131,9 @@ class Pack(Operation):
 
 
 @register
-class Slice(Operation):
+class Slice(OperationRegistration):
     code = OperationCode.SLICE
+    accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.TENSOR_INT32, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32, T.TENSOR_INT32], [None]))
 
@@ -167,8 +171,9 @@ def _clamped_index(index: int, dim: int, positive: bool) -> int:
 
 
 @register
-class StridedSlice(Operation):
+class StridedSlice(OperationRegistration):
     code = OperationCode.STRIDED_SLICE
+    accuracy = "strict"
     _params = [None, T.TENSOR_INT32, T.TENSOR_INT32, T.TENSOR_INT32, T.INT32, T.INT32, T.INT32]
     signatures = (signatures(28, FLOAT_Q8, _params, [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), _params, [None])
@@ -211,8 +216,9 @@ class StridedSlice(Operation):
 
 
 @register
-class Gather(Operation):
+class Gather(OperationRegistration):
     code = OperationCode.GATHER
+    accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.INT32, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.TENSOR_INT32], [None]))
 
@@ -236,8 +242,9 @@ class Gather(Operation):
 
 
 @register
-class Tile(Operation):
+class Tile(OperationRegistration):
     code = OperationCode.TILE
+    accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None]))
 
@@ -254,8 +261,9 @@ class Tile(Operation):
 
 
 @register
-class Reverse(Operation):
+class Reverse(OperationRegistration):
     code = OperationCode.REVERSE
+    accuracy = "strict"
     signatures = signatures(1000007, LEVEL6_TYPES, [None, T.TENSOR_INT32], [None])
 
     def infer(self, call: Call):

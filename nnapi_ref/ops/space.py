@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register, signatures
 from nnapi_ref.ops.shapes import QUANT8, check_same_quant, int_vector
 from nnapi_ref.ops.padding import pad_constant
 
@@ -42,7 +42,7 @@ def from_nhwc_shape(shape, nchw: bool) -> tuple:
     return (shape[0], shape[3], shape[1], shape[2]) if nchw else tuple(shape)
 
 
-class _Layout4D(Operation):
+class _Layout4D(OperationRegistration):
     """A 4-D operation whose input ``layout_input`` is the optional NCHW flag."""
 
     layout_input: int
@@ -74,6 +74,7 @@ class _Layout4D(Operation):
 @register
 class DepthToSpace(_Layout4D):
     code = OperationCode.DEPTH_TO_SPACE
+    accuracy = "strict"
     signatures = layout_signatures(27, [T.INT32])
     layout_input = 2
 
@@ -95,6 +96,7 @@ class DepthToSpace(_Layout4D):
 @register
 class SpaceToDepth(_Layout4D):
     code = OperationCode.SPACE_TO_DEPTH
+    accuracy = "strict"
     signatures = layout_signatures(27, [T.INT32])
     layout_input = 2
 
@@ -122,6 +124,7 @@ def block_shape(name: str, arg) -> tuple[int, int]:
 @register
 class BatchToSpaceND(_Layout4D):
     code = OperationCode.BATCH_TO_SPACE_ND
+    accuracy = "strict"
     signatures = layout_signatures(28, [T.TENSOR_INT32])
     layout_input = 2
 
@@ -142,6 +145,7 @@ class BatchToSpaceND(_Layout4D):
 @register
 class SpaceToBatchND(_Layout4D):
     code = OperationCode.SPACE_TO_BATCH_ND
+    accuracy = "strict"
     signatures = layout_signatures(28, [T.TENSOR_INT32, T.TENSOR_INT32])
     layout_input = 3
 
@@ -173,8 +177,9 @@ class SpaceToBatchND(_Layout4D):
 
 
 @register
-class Transpose(Operation):
+class Transpose(OperationRegistration):
     code = OperationCode.TRANSPOSE
+    accuracy = "strict"
     signatures = (signatures(28, LEGACY, [None, T.TENSOR_INT32], [None], omittable=[1])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None], omittable=[1])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None], omittable=[1]))
@@ -198,8 +203,9 @@ class Transpose(Operation):
 
 
 @register
-class ChannelShuffle(Operation):
+class ChannelShuffle(OperationRegistration):
     code = OperationCode.CHANNEL_SHUFFLE
+    accuracy = "strict"
     signatures = (signatures(29, LEGACY + (T.TENSOR_FLOAT16,), [None, T.INT32, T.INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.INT32], [None]))
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, Operation, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 from nnapi_ref.ops.common import check_fuse_code
 from nnapi_ref.ops.rnn import check_rank, check_shape, fused_activation, fvalue, present, to_output
 
 
 @register
-class Svdf(Operation):
+class Svdf(OperationRegistration):
     code = OperationCode.SVDF
+    accuracy = "relaxed"
     signatures = [
         Signature(27, [T.TENSOR_FLOAT32] * 5 + [T.INT32, T.INT32], [T.TENSOR_FLOAT32] * 2, omittable=[3]),
         Signature(29, [T.TENSOR_FLOAT16] * 5 + [T.INT32, T.INT32], [T.TENSOR_FLOAT16] * 2, omittable=[3]),

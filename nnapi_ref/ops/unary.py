@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.types import DTYPES
-from nnapi_ref.ops.base import Call, Operation, OperationCode, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, T, check, register, signatures
 from nnapi_ref.ops.common import QUANT_RANGE
 
 FLOATS = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
@@ -31,7 +31,7 @@ def _unary_signatures(by_level: dict[int, tuple]) -> list:
     return sigs
 
 
-class _UnaryMath(Operation):
+class _UnaryMath(OperationRegistration):
     """Shape-preserving elementwise function of one tensor."""
 
     signatures = _unary_signatures({29: FLOATS})
@@ -63,6 +63,7 @@ class _UnaryMath(Operation):
 @register
 class Floor(_UnaryMath):
     code = OperationCode.FLOOR
+    accuracy = "medium"
     signatures = _unary_signatures({27: (T.TENSOR_FLOAT32,), 29: (T.TENSOR_FLOAT16,)})
     max_rank = 4
 
@@ -73,6 +74,7 @@ class Floor(_UnaryMath):
 @register
 class Abs(_UnaryMath):
     code = OperationCode.ABS
+    accuracy = "medium"
     signatures = _unary_signatures({29: FLOATS, 30: (T.TENSOR_INT32,)})
 
     def compute(self, v):
@@ -85,6 +87,7 @@ class Abs(_UnaryMath):
 @register
 class Exp(_UnaryMath):
     code = OperationCode.EXP
+    accuracy = "relaxed"
 
     def compute(self, v):
         return np.exp(v)
@@ -93,6 +96,7 @@ class Exp(_UnaryMath):
 @register
 class Log(_UnaryMath):
     code = OperationCode.LOG
+    accuracy = "relaxed"
 
     def compute(self, v):
         return np.log(v)
@@ -101,6 +105,7 @@ class Log(_UnaryMath):
 @register
 class Neg(_UnaryMath):
     code = OperationCode.NEG
+    accuracy = "medium"
     signatures = _unary_signatures({29: FLOATS + (T.TENSOR_INT32,)})
 
     def compute(self, v):
@@ -113,6 +118,7 @@ class Neg(_UnaryMath):
 @register
 class Sin(_UnaryMath):
     code = OperationCode.SIN
+    accuracy = "relaxed"
 
     def compute(self, v):
         return np.sin(v)
@@ -121,6 +127,7 @@ class Sin(_UnaryMath):
 @register
 class Sqrt(_UnaryMath):
     code = OperationCode.SQRT
+    accuracy = "relaxed"
 
     def compute(self, v):
         return np.sqrt(v)
@@ -129,6 +136,7 @@ class Sqrt(_UnaryMath):
 @register
 class Rsqrt(_UnaryMath):
     code = OperationCode.RSQRT
+    accuracy = "relaxed"
     signatures = _unary_signatures({29: FLOATS, 1000007: QUANT8})
 
     def compute(self, v):

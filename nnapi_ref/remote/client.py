@@ -917,7 +917,7 @@ def _read_executed(r: Reader) -> hal.ExecutionResult:
     return hal.ExecutionResult(shapes, timing)
 
 
-class RemoteBurst(hal.Burst):
+class RemoteBurst(hal.IBurst):
     def __init__(self, prepared: RemotePreparedModel, handle: int):
         self.prepared = prepared  # a burst keeps its prepared model alive, as in the HAL
         self.handle = handle

@@ -373,13 +373,13 @@ class Session:
         return work
 
     def _burst_execute(self, r: Reader):
-        burst = self._object(r.u64(), hal.Burst, "burst")
+        burst = self._object(r.u64(), hal.IBurst, "burst")
         request, measure, deadline, loop_timeout = self._execution_args(r)
         tokens = [r.i64() for _ in range(r.count(8))]
         return lambda _: self._executed(burst.execute(request, tokens, measure, _deadline(deadline), loop_timeout))
 
     def _burst_release(self, r: Reader):
-        burst = self._object(r.u64(), hal.Burst, "burst")
+        burst = self._object(r.u64(), hal.IBurst, "burst")
         token = r.i64()
 
         def work(_):

@@ -1,4 +1,4 @@
-"""Compilation (ANeuralNetworksCompilation): partitioning a model into an execution plan.
+"""Compilation (ANeuralNetworksCompilation): partitioning a model into an ExecutionPlan.
 
 Each operation goes to the device that supports it with the best performance for the
 compilation's preference (the CPU reference device on ties); operations that run one after
@@ -61,8 +61,8 @@ def call_driver(device: Device, what: str, fn, *args):
 
 
 @dataclass
-class Step:
-    """One part of the plan: operations of the main model run by one device.
+class ExecutionStep:
+    """One part of the plan (as AOSP's ExecutionStep): operations of the main model run by one device.
 
     ``inputs``/``outputs`` are the main-model operand indexes behind the step model's inputs and
     outputs; ``model`` is the whole model for a single-step plan.
@@ -74,12 +74,15 @@ class Step:
     inputs: list[int]
     outputs: list[int]
     prepared: hal.PreparedModel | None = None
-    cpu_fallback: "Step | None" = None
+    cpu_fallback: "ExecutionStep | None" = None
 
 
 @dataclass
 class ExecutionPlan:
-    steps: list[Step] = field(default_factory=list)
+    """What a compilation made of its model (as AOSP's ExecutionPlan): the steps to run in order,
+    or one step running the whole model (``single``)."""
+
+    steps: list[ExecutionStep] = field(default_factory=list)
 
     @property
     def single(self) -> bool:
@@ -233,7 +236,8 @@ def _log_decision(j: int, operation: Operation, devices, supported, candidates, 
 
 
 class Compilation:
-    """ANeuralNetworksCompilation: ``Compilation(model)`` for all devices (with CPU fallback), or
+    """ANeuralNetworksCompilation (AOSP's CompilationBuilder), which partitions the model into an
+    :class:`ExecutionPlan`: ``Compilation(model)`` for all devices (with CPU fallback), or
     ``Compilation(model, devices)`` for an explicit list (no fallback)."""
 
     def __init__(self, model: Model, devices: list[Device] | None = None):
@@ -327,21 +331,21 @@ class Compilation:
         steps = []
         for device, operations in groups:
             sub, inputs, outputs = step_model(model, operations)
-            step = Step(device, operations, sub, inputs, outputs)
+            step = ExecutionStep(device, operations, sub, inputs, outputs)
             self._prepare_with_fallback(step, deadline, cache=False)
             steps.append(step)
         return ExecutionPlan(steps)
 
-    def _single_step(self, device: Device, model: HalModel, deadline) -> Step:
+    def _single_step(self, device: Device, model: HalModel, deadline) -> ExecutionStep:
         main = model.main
         if vlog.on["compilation"]:
             vlog.info("ExecutionPlan", "single step: %s runs the whole model (%d operations)", device.name,
                       len(main.operations))
-        step = Step(device, None, model, list(main.input_indexes), list(main.output_indexes))
+        step = ExecutionStep(device, None, model, list(main.input_indexes), list(main.output_indexes))
         self._prepare_with_fallback(step, deadline, cache=True)
         return step
 
-    def _prepare_with_fallback(self, step: Step, deadline, cache: bool) -> None:
+    def _prepare_with_fallback(self, step: ExecutionStep, deadline, cache: bool) -> None:
         """Prepare ``step`` on its device or, when that fails and fallback is allowed, on the CPU."""
         try:
             step.prepared = self._prepare(step.device, step.model, deadline, cache)
@@ -417,14 +421,15 @@ class Compilation:
 
 
 class Burst:
-    """ANeuralNetworksBurst: reusable context for repeated executions of one compilation."""
+    """ANeuralNetworksBurst: reusable context for repeated executions of one compilation, holding
+    a driver's :class:`nnapi_ref.hal.IBurst` per prepared model it runs on."""
 
     def __init__(self, compilation: Compilation):
         if compilation is None:
             raise NnapiError(ResultCode.UNEXPECTED_NULL, "Burst: compilation is None")
         check(compilation.finished, "Burst: the compilation is not finished", BAD_STATE)
         self.compilation = compilation
-        self.hal_bursts: dict[int, tuple[Device, hal.Burst]] = {}
+        self.hal_bursts: dict[int, tuple[Device, hal.IBurst]] = {}
         self.busy = False
         self._tokens: dict[tuple, tuple[int, object]] = {}  # pool -> (memory identifier token, pool)
         self._next_token = 1
@@ -460,7 +465,7 @@ class Burst:
             except NnapiError:
                 pass
 
-    def for_step(self, step: Step) -> hal.Burst:
+    def for_step(self, step: ExecutionStep) -> hal.IBurst:
         if id(step.prepared) not in self.hal_bursts:
             self.hal_bursts[id(step.prepared)] = step.device, call_driver(
                 step.device, "configure_execution_burst", step.prepared.configure_execution_burst)

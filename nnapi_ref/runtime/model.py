@@ -115,7 +115,8 @@ def _as_bytes_view(value) -> np.ndarray:
 
 
 class Model:
-    """ANeuralNetworksModel. Build it with the ``add``/``set``/``identify`` calls, then ``finish()``."""
+    """ANeuralNetworksModel (AOSP's ModelBuilder). Build it with the ``add``/``set``/``identify``
+    calls, then ``finish()``: ``hal_model`` is then the canonical :class:`nnapi_ref.hal.Model`."""
 
     def __init__(self):
         self._operands: list[Operand] = []

@@ -49,51 +49,33 @@ def _scalar(operands, k):
     return None if o.value is None or o.lifetime != Lifetime.CONSTANT_COPY else o.value.item()
 
 
-# The scalar positions of the convolutions and pools: (activation, layout, first dilation factor,
-# depth multiplier), None where the operation has none, for the implicit-padding forms and the
-# explicit ones. A form is implicit when it has no input at the implicit layout's position, or a
-# BOOL there.
-SPATIAL = {
-    Op.CONV_2D: {False: (6, 7, 8, None), True: (9, 10, 11, None)},
-    Op.DEPTHWISE_CONV_2D: {False: (7, 8, 9, 6), True: (10, 11, 12, 9)},
-    Op.GROUPED_CONV_2D: {False: (7, 8, None, None), True: (10, 11, None, None)},
-    Op.TRANSPOSE_CONV_2D: {False: (7, 8, None, None), True: (9, 10, None, None)},
-    **{code: {False: (6, 7, None, None), True: (9, 10, None, None)}
-       for code in (Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D, Op.L2_POOL_2D)},
-}
-ACTIVATION_ONLY = {Op.ADD: 2, Op.SUB: 2, Op.MUL: 2, Op.DIV: 2, Op.FULLY_CONNECTED: 3}
-# Scalar choices of the detection operations: {input position: {value: feature}}.
-CHOICES = {
-    Op.BOX_WITH_NMS_LIMIT: {5: {0: "hard NMS", 1: "linear NMS", 2: "gaussian NMS"}},
-    Op.GENERATE_PROPOSALS: {10: {False: "NHWC", True: "NCHW"}},
-    Op.DETECTION_POSTPROCESSING: {7: {False: "fast NMS", True: "regular NMS"},
-                                  13: {False: "background not in labels", True: "background in labels"}},
-}
-
-
 def features(operation, operands) -> set[str]:
-    """The value features of one operation (see the module docstring)."""
+    """The value features of one operation (see the module docstring), found at the scalar
+    positions its declaration gives (a window operation's form is implicit when it has no input at
+    the implicit layout's position, or a BOOL there)."""
     code, n = Op(operation.type), len(operation.inputs)
+    declaration = ops.load_all()[code]
     found = set()
-    sig = ops.load_all()[code].match([operands[k].type for k in operation.inputs],
-                                     [operands[k].type for k in operation.outputs])
+    sig = declaration.match([operands[k].type for k in operation.inputs],
+                            [operands[k].type for k in operation.outputs])
     for k in sorted(sig.omittable) if sig is not None else ():
         if k < n:
             found.add(f"input {k} {'omitted' if operands[operation.inputs[k]].lifetime == Lifetime.NO_VALUE else 'present'}")
-    activation = ACTIVATION_ONLY.get(code)
+    activation = declaration.fused_activation
     layout = dilation = multiplier = None
-    if code in SPATIAL:
-        probe = SPATIAL[code][False][1]
+    if declaration.window_inputs:
+        probe = declaration.window_inputs[0].layout
         explicit = n > probe and operands[operation.inputs[probe]].type != T.BOOL
-        activation, layout, dilation, multiplier = SPATIAL[code][explicit]
+        inputs = declaration.window_inputs[explicit]
+        activation, layout, dilation, multiplier = inputs.activation, inputs.layout, inputs.dilation, inputs.multiplier
         found.add("explicit padding" if explicit else "implicit padding")
     value = lambda i: _scalar(operands, operation.inputs[i]) if i is not None and i < n else None
-    for position, names in CHOICES.get(code, {}).items():
+    for position, names in declaration.choices.items():
         if value(position) in names:
             found.add(names[value(position)])
     if value(activation) in range(4):
         found.add(f"activation {ACTIVATIONS[value(activation)]}")
-    if code in SPATIAL:
+    if declaration.window_inputs:
         found.add("NCHW" if value(layout) else "NHWC")
     dilated = max(value(dilation) or 1, value(dilation and dilation + 1) or 1) > 1
     if dilated:
@@ -105,17 +87,20 @@ def features(operation, operands) -> set[str]:
     return found
 
 
-# Features each operation's draws should show, beyond its forms.
-EXPECTED_FEATURES = {
-    code: {"explicit padding", "implicit padding", "NCHW", "NHWC"} | {f"activation {a}" for a in ACTIVATIONS}
-    for code in SPATIAL}
-EXPECTED_FEATURES[Op.CONV_2D] |= {"dilation > 1"}
-EXPECTED_FEATURES[Op.DEPTHWISE_CONV_2D] |= {"dilation > 1", "depth multiplier > 1",
-                                            "depth multiplier > 1 with dilation > 1"}
-for _code in ACTIVATION_ONLY:
-    EXPECTED_FEATURES[_code] = {f"activation {a}" for a in ACTIVATIONS}
-for _code, _choices in CHOICES.items():
-    EXPECTED_FEATURES[_code] = {name for names in _choices.values() for name in names.values()}
+def expected_features(code: Op) -> set[str]:
+    """Features the draws of ``code`` should show, beyond its forms: those its declaration's
+    scalar inputs can choose."""
+    declaration = ops.load_all()[code]
+    expected = {name for names in declaration.choices.values() for name in names.values()}
+    if declaration.fused_activation is not None or declaration.window_inputs:
+        expected |= {f"activation {a}" for a in ACTIVATIONS}
+    if declaration.window_inputs:
+        expected |= {"explicit padding", "implicit padding", "NCHW", "NHWC"}
+        if declaration.window_inputs[0].dilation is not None:
+            expected.add("dilation > 1")
+        if declaration.window_inputs[0].multiplier is not None:
+            expected |= {"depth multiplier > 1", "depth multiplier > 1 with dilation > 1"}
+    return expected
 
 
 @dataclass
@@ -137,7 +122,7 @@ class Coverage:
         return [f for f in drawable_forms(code) if f not in self.forms[code]]
 
     def missing_features(self, code: Op) -> list[str]:
-        return sorted(EXPECTED_FEATURES.get(code, set()) - set(self.features[code]))
+        return sorted(expected_features(code) - set(self.features[code]))
 
 
 def measure(seeds: int, start: int = 0, levels=LEVELS) -> Coverage:

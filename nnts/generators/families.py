@@ -9,10 +9,11 @@ of every tensor are known while the graph grows, so a family states the values i
 of a value near 0, no division by a value near 0, no FLOOR or ARGMAX decided by a rounding
 difference); results that overflow or saturate are rejected by the builder.
 
-Not covered (``NOT_COVERED``): operations whose inputs need a structure random tensors don't
-have, or whose results cannot be compared element by element. ``SINGLE_FAMILIES`` (the recurrent
-operations of :mod:`nnts.generators.recurrent`, IF and WHILE of :mod:`nnts.generators.control_flow`, the detection
-operations and HASHTABLE_LOOKUP of :mod:`nnts.generators.detection`) are drawn only when asked for by name,
+Not covered (``NOT_COVERED``): operations whose results cannot be compared element by element
+(their declarations say why: ``incomparable``). ``SINGLE_FAMILIES`` (the recurrent
+operations of :mod:`nnts.generators.recurrent`, IF and WHILE of :mod:`nnts.generators.control_flow`, the
+detection operations and HASHTABLE_LOOKUP of :mod:`nnts.generators.detection`) are drawn only when asked
+for by name,
 by the single-operation tests: the random graphs of existing seeds stay as they were.
 """
 from __future__ import annotations
@@ -27,14 +28,11 @@ from nnapi_ref import hal, ops
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
 
 from nnts.generators.forms import declared_forms
-from nnts.generators.graphs import BOOL8, FLOATS, I32, Q8, Q8S, QUANT8, Builder, Out, Reject, Tensor, like
+from nnts.generators.graphs import BOOL8, FLOATS, I32, QUANT8, Builder, Out, Reject, Tensor, like
 
 INT32, BOOL = T.INT32, T.BOOL
 
-NOT_COVERED = {
-    Op.LSH_PROJECTION: "sign hashes: any rounding difference flips an output bit",
-    Op.RANDOM_MULTINOMIAL: "random samples: compared by distribution, not element by element",
-}
+NOT_COVERED = {code: op.incomparable for code, op in ops.load_all().items() if op.incomparable}
 
 
 @functools.cache
@@ -174,17 +172,10 @@ declare([Op.LOG, Op.RSQRT], domain=lambda x: np.min(x.real) >= 0.1)(_unary)
 declare([Op.SQRT], domain=lambda x: np.min(x.real) >= 0.01)(_unary)
 declare([Op.FLOOR], domain=far_from_integers)(_unary)
 
-FIXED_QUANT = {  # (scale, zero point) of the output, by input type
-    Op.LOGISTIC: {Q8: (1 / 256, 0), Q8S: (1 / 256, -128)},
-    Op.TANH: {Q8: (1 / 128, 128), Q8S: (1 / 128, 0)},
-    Op.SOFTMAX: {Q8: (1 / 256, 0), Q8S: (1 / 256, -128)},
-    Op.L2_NORMALIZATION: {Q8: (1 / 128, 128), Q8S: (1 / 128, 0)},
-}
-
-
 def fixed_out(code: Op, x: Tensor) -> Out:
+    """The output of ``code`` for ``x``, with the quantization its declaration fixes."""
     if x.type in QUANT8:
-        return Out(x.type, *FIXED_QUANT[code][x.type])
+        return Out(x.type, *ops.get(code).fixed_output_quant[x.type])
     return like(x)
 
 
@@ -301,14 +292,6 @@ def _weights(b: Builder, x: Tensor, shape, fan_in: int, channel_dim: int | None 
     return b.constant(x.type, w), b.constant(x.type, b.random_value(x.type, shape[1], low=-0.5, high=0.5))
 
 
-# Inputs of the implicit- and explicit-padding forms without their optional tail (layout, then the
-# dilation factors) or, where the layout is not optional, with it.
-IMPLICIT_ARITY = {Op.CONV_2D: 7, Op.DEPTHWISE_CONV_2D: 8, Op.GROUPED_CONV_2D: 9, Op.TRANSPOSE_CONV_2D: 9,
-                  Op.AVERAGE_POOL_2D: 7, Op.MAX_POOL_2D: 7, Op.L2_POOL_2D: 7}
-EXPLICIT_ARITY = {Op.CONV_2D: 10, Op.DEPTHWISE_CONV_2D: 11, Op.GROUPED_CONV_2D: 12, Op.TRANSPOSE_CONV_2D: 11,
-                  Op.AVERAGE_POOL_2D: 10, Op.MAX_POOL_2D: 10, Op.L2_POOL_2D: 10}
-
-
 @dataclass
 class Window:
     """The spatial side of a convolution or pool in the form drawn: padding kind, layout, the
@@ -331,10 +314,11 @@ def window(b: Builder, x: Tensor, code: Op, nchw: bool | None = None) -> Window:
     """A form of ``code`` for ``x`` and the layout (NCHW on half the forms that have a layout
     flag, unless ``nchw`` says) and dilation (above 1 on most forms that have the factors)."""
     form = pick_form(b, code, x)
-    n, probe = len(form.inputs), IMPLICIT_ARITY[code]
+    implicit_inputs, explicit_inputs = ops.get(code).window_inputs
+    n, probe = len(form.inputs), implicit_inputs.arity
     explicit = n > probe and form.inputs[probe] != T.BOOL
-    tail = n - (EXPLICIT_ARITY if explicit else IMPLICIT_ARITY)[code]
-    layout_optional = code not in (Op.GROUPED_CONV_2D, Op.TRANSPOSE_CONV_2D)
+    tail = n - (explicit_inputs if explicit else implicit_inputs).arity
+    layout_optional = implicit_inputs.arity == implicit_inputs.layout
     if nchw is None:
         nchw = (tail >= 1 or not layout_optional) and b.chance(0.5)
     _, h, w, c = (x.shape[0],) + x.shape[2:] + (x.shape[1],) if nchw else x.shape

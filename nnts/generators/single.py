@@ -24,7 +24,8 @@ Strict: operations that move data or compare (RESHAPE, GATHER, EQUAL, ARGMAX, TO
 medium: one simple computation per element (ADD, FLOOR, QUANTIZE...); relaxed: complex or
 accumulating computations (LOGISTIC, L2_NORMALIZATION, REDUCE_*, pools, FULLY_CONNECTED...); conv:
 the convolutions. DIV is relaxed up to feature level 29 and medium from 30, as AOSP tests it per
-HAL version. Operations AOSP does not test singly are assigned by the same rules (``TIERS``):
+HAL version. Each operation's declaration names its tier (``accuracy``, :mod:`nnapi_ref.ops.base`),
+as AOSP's TEST_SINGLE_OPERATION lines assign them; operations AOSP does not test singly by the same rules:
 PACK, MIRROR_PAD, REVERSE and HASHTABLE_LOOKUP move data (strict); the recurrent operations, IF
 and WHILE accumulate (relaxed); so do the box operations, AXIS_ALIGNED_BBOX_TRANSFORM,
 BOX_WITH_NMS_LIMIT, GENERATE_PROPOSALS and DETECTION_POSTPROCESSING (relaxed, as AOSP assigns
@@ -36,7 +37,7 @@ operation accepts falls back to the small range), the others from dimensions up 
 """
 from __future__ import annotations
 
-
+from nnapi_ref import ops
 from nnapi_ref.types import OperationCode as Op
 
 from nnts.generators.criteria import QUANTIZED, Criterion
@@ -52,33 +53,7 @@ RELAXED = {F32: Criterion(1e-3, 1e-3, 3e-5, 1e-6), F16: Criterion(1.0, 1.0, 5e-3
            **{t: Criterion(10, 0, 1.5, 1.5) for t in QUANTIZED}}
 CONV = {F32: Criterion(2e-2, 2e-2, 4e-4, 1e-5), F16: Criterion(1.0, 1.0, 5e-2, 1e-2), I32: Criterion(1),
         **{t: Criterion(10, 0, 1.5, 1.5) for t in QUANTIZED}}
-TIER_NAMES = {id(STRICT): "strict", id(MEDIUM): "medium", id(RELAXED): "relaxed", id(CONV): "conv"}
-
-
-def _tiers(table: dict) -> dict:
-    return {Op[name]: tier for tier, names in table.items() for name in names.split()}
-
-
-# As AOSP's TEST_SINGLE_OPERATION lines assign them; then, marked, the operations AOSP leaves out.
-TIERS = _tiers({
-    id(STRICT): "DEPTH_TO_SPACE SPACE_TO_DEPTH EMBEDDING_LOOKUP RESHAPE BATCH_TO_SPACE_ND SPACE_TO_BATCH_ND PAD "
-                "TRANSPOSE SQUEEZE STRIDED_SLICE ARGMAX ARGMIN EQUAL GREATER GREATER_EQUAL LESS LESS_EQUAL "
-                "LOGICAL_AND LOGICAL_NOT LOGICAL_OR NOT_EQUAL CHANNEL_SHUFFLE PAD_V2 EXPAND_DIMS TILE GATHER "
-                "SELECT TOPK_V2 SLICE FILL RANK"
-                " PACK MIRROR_PAD REVERSE HASHTABLE_LOOKUP",  # not in AOSP: data movement
-    id(MEDIUM): "ADD MUL FLOOR RELU RELU1 RELU6 CONCATENATION DEQUANTIZE SUB ABS NEG MAXIMUM MINIMUM PRELU "
-                "QUANTIZE CAST SPLIT ELU HARD_SWISH DIV",
-    id(RELAXED): "LOGISTIC TANH SOFTMAX L2_NORMALIZATION LOCAL_RESPONSE_NORMALIZATION AVERAGE_POOL_2D L2_POOL_2D "
-                 "MAX_POOL_2D RESIZE_BILINEAR FULLY_CONNECTED MEAN EXP LOG RSQRT SIN SQRT POW REDUCE_ALL REDUCE_ANY "
-                 "REDUCE_MAX REDUCE_MIN REDUCE_PROD REDUCE_SUM INSTANCE_NORMALIZATION LOG_SOFTMAX "
-                 "RESIZE_NEAREST_NEIGHBOR ROI_ALIGN ROI_POOLING HEATMAP_MAX_KEYPOINT"
-                 " BATCH_MATMUL RNN SVDF UNIDIRECTIONAL_SEQUENCE_RNN AXIS_ALIGNED_BBOX_TRANSFORM"  # not in AOSP
-                 " LSTM UNIDIRECTIONAL_SEQUENCE_LSTM BIDIRECTIONAL_SEQUENCE_LSTM BIDIRECTIONAL_SEQUENCE_RNN"
-                 " QUANTIZED_16BIT_LSTM QUANTIZED_LSTM IF WHILE"
-                 " BOX_WITH_NMS_LIMIT GENERATE_PROPOSALS DETECTION_POSTPROCESSING",
-    id(CONV): "CONV_2D DEPTHWISE_CONV_2D GROUPED_CONV_2D TRANSPOSE_CONV_2D",
-})
-_TABLES = {id(t): t for t in (STRICT, MEDIUM, RELAXED, CONV)}
+TIERS = {"strict": STRICT, "medium": MEDIUM, "relaxed": RELAXED, "conv": CONV}  # by the name a declaration gives
 WIDE_EVERY = 4  # one case in WIDE_EVERY draws wide dimensions
 
 
@@ -89,9 +64,7 @@ def operations() -> list[Op]:
 
 def tier(code: Op, level: int) -> dict:
     """The criteria table of ``code`` at feature ``level``."""
-    if code == Op.DIV and level < 30:
-        return RELAXED
-    return _TABLES[TIERS[code]]
+    return TIERS[ops.get(code).accuracy_at(level)]
 
 
 # Relaxed float32 is computed with at least float16's precision: a value rounded to float16 two or

@@ -39,7 +39,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from nnapi_ref import vectors
+from nnapi_ref import ops, vectors
 from nnapi_ref.errors import NnapiError
 from nnts.runners.graph import picture_beside
 from nnts.runners.model_runner import build_model, execute
@@ -269,7 +269,7 @@ def run_single(seed: int, devices: Sequence[Device], reference: Sequence[Device]
     result = run_case(seed, devices, reference, level, folder, driver, graph=graph, criteria=table)
     if result.status == "fail":
         size = math.prod(graph.values[graph.inputs[0]].shape) if graph.inputs else 0
-        result.message = (f"{code.name} ({single.TIER_NAMES[id(single.tier(code, graph.min_level()))]} criteria"
+        result.message = (f"{code.name} ({ops.get(code).accuracy_at(graph.min_level())} criteria"
                           f"{', relaxed model' if graph.relaxed else ''}, first input of {size} elements): "
                           + result.message)
     return result

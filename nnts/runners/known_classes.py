@@ -115,8 +115,8 @@ def real_results(g: Graph, op: hal.Operation, values: dict) -> list[np.ndarray] 
 
 
 def _fused(g: Graph, op: hal.Operation) -> int:
-    """The fused activation code of ``op`` (0 if it has none)."""
-    position = {Op.ADD: 2, Op.SUB: 2, Op.MUL: 2, Op.FULLY_CONNECTED: 3}.get(op.type)
+    """The fused activation code of ``op`` (0 if it has none; a window operation's is left out)."""
+    position = ops.load_all()[op.type].fused_activation
     if position is None or position >= len(op.inputs):
         return 0
     return int(operand_value(g, {}, op.inputs[position]))
