@@ -11,7 +11,7 @@ from pathlib import Path
 import jinja2
 
 from nnts.formats.trace_summary import html_tables
-from nnts.formats.results import FAILING
+from nnts.formats.results import FAILING, FAILS_RUN, earlier_status
 from nnts.reports.results import upgrade_v1
 
 DRIVER_COLOUR, BASELINE_COLOUR = "#3465a4", "#f57900"
@@ -105,7 +105,7 @@ def included(path: str) -> dict:
     if isinstance(data, dict) and isinstance(data.get("results"), list) and "passed" in data:
         if not all(isinstance(r, dict) and isinstance(r.get("status"), str) for r in data["results"]):
             raise ValueError(f"{path}: a vectors JSON whose results are not objects with a status")
-        bad = [r for r in data["results"] if r["status"] in ("fail", "error", "crash", "hang")]
+        bad = [r for r in data["results"] if earlier_status(r["status"]) in FAILS_RUN]  # files of any nnts
         return {"kind": "vectors", "title": f"Test vectors / fuzz reproducers ({name})", "data": data, "bad": bad,
                 "ok": not bad}
     raise ValueError(f"{path}: not a stress, conformance or vectors JSON file")
@@ -130,7 +130,7 @@ def render(results: dict, includes: list[str]) -> str:
 
 
 def _failing(row: dict) -> bool:
-    return row["status"] == "driver_error" or bool((row.get("accuracy") or {}).get("failures"))
+    return earlier_status(row["status"]) == "failed" or bool((row.get("accuracy") or {}).get("failures"))
 
 
 def write_report(path: str, results: dict, includes: list[str]) -> None:

@@ -52,11 +52,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nnts.formats.results import FAILING, PYTEST_STATUS, STATUSES, pytest_outcome
+from nnts.formats.results import FAILING, PYTEST_STATUS, STATUSES, earlier_status, pytest_outcome
 
 SCHEMA = "nnts-conformance/2"
-V1_STATUS = {"pass": "passed", "fail": "failed", "crash": "crashed", "hang": "hung", "xfail": "xfailed",
-             "xpass": "xpassed", "skip": "skipped", "unsupported": "unsupported"}
 
 # The part of the suite a test belongs to, from its module (folder and file name).
 MODULE_PARTS = {
@@ -144,8 +142,7 @@ def record_of_report(report, props: dict) -> dict | None:
         status = "xfailed" if wasxfail else "unsupported" if "unsupported" in reason else "skipped"
         text = report.wasxfail if wasxfail and report.wasxfail else reason
     elif report.failed:
-        verdict = {"crash": "crashed", "hang": "hung"}.get(props.get("nnts_verdict"))
-        status = verdict or ("failed" if when == "call" else "error")
+        status = props.get("nnts_verdict") or ("failed" if when == "call" else "error")  # crashed, hung
     else:
         status = "xpassed" if wasxfail else "passed"
         text = f"listed as an expected failure ({report.wasxfail}) but passed" if wasxfail else ""
@@ -424,7 +421,7 @@ def load(path: str | Path) -> dict:
 def upgrade_v1(data: dict) -> dict:
     """Schema 1's figures under schema 2's status names (for ``nnts bench --include``)."""
     def statuses(counts):
-        named = {V1_STATUS.get(k, k): v for k, v in counts.items()}
+        named = {earlier_status(k): v for k, v in counts.items()}
         return {s: named.get(s, 0) for s in STATUSES}
     return {"schema": data["schema"], "driver": data.get("driver"), "meta": {},
             "totals": statuses(data.get("totals", {})),
