@@ -14,7 +14,8 @@ XNNPACK, which may round differently, is reported beside it.
 Models: by default ``../shared/models`` (its real images and sequences as inputs), else the seeded
 set of :mod:`mlts.models`; ``--models`` takes files, folders and globs.
 
-The JSON (``--json``; ``schema: "nnts-bench/1"``), all times in milliseconds::
+The JSON (``--json``; ``schema: "nnts-bench/2"``; schema 1 named the statuses ok, import_error and
+driver_error, still read: ``nnts.formats.results.earlier_status``), all times in milliseconds::
 
     {"schema", "generated", "driver", "devices": [names], "baseline": "tflite"|"none",
      "settings": {"warmup", "runs", "max_time_s", "inflight"},
@@ -23,7 +24,10 @@ The JSON (``--json``; ``schema: "nnts-bench/1"``), all times in milliseconds::
      "models": [{
         "model", "path", "sha256", "family", "origin": "real"|"seeded", "inputs": "real"|"synthetic",
         "input_source", "samples", "kind": "classifier"|"sequence"|"other", "precision": output type,
-        "status": "ok" | "import_error" | "driver_error", "reason": null | why (also partial support),
+        "status": one of nnts.formats.results.STATUSES: "passed" (ran on the driver, accuracy within
+            the criteria or not measured), "failed" (the driver failed, or missed the accuracy criteria),
+            "skipped" (the importer refused the model), "error" (nnts bench failed on it),
+        "reason": null | why (also partial support),
         "baseline_error": present when TFLite refuses the file or crashes on it,
         "operations": {"total", "on_driver", "by_device": {name: n}, "unsupported": {NNAPI op: n}},
         "time_on_driver": share of execution time on the driver's devices (null: one step, all or none),
@@ -66,7 +70,7 @@ from nnapi_ref import Burst, Compilation, Execution, NnapiError, get_devices, tr
 from nnts.formats import trace_summary
 from nnapi_ref.types import OperationCode
 
-SCHEMA = "nnts-bench/1"
+SCHEMA = "nnts-bench/2"
 MODELS_DIR = SHARED_MODELS  # ../shared/models beside a clone
 HISTOGRAM_BINS = 20
 MIN_RUNS = 5          # timed runs even past --max-time
@@ -318,7 +322,7 @@ def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_d
     digest = sha256(path)
     row: dict = {"model": path.name, "path": str(path), "sha256": digest, "family": family(path.name),
                  "origin": "seeded" if any(fnmatch.fnmatch(path.name, p) for p in SEEDED_WEIGHTS) else "real",
-                 "status": "ok", "reason": None, "driver": None, "baseline": None, "accuracy": None,
+                 "status": "passed", "reason": None, "driver": None, "baseline": None, "accuracy": None,
                  "operations": None, "time_on_driver": None}
     base = None
     try:
@@ -329,7 +333,7 @@ def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_d
         if graph is not None:
             check_io(graph)
     except TFLiteImportError as e:  # no inputs, or inputs no one should allocate: neither runtime tries
-        row.update(status="import_error", reason=f"importer: {e}")
+        row.update(status="skipped", reason=f"importer: {e}")
         return row
     if settings.baseline == "tflite" and tflite_interpreter_class()[0] is not None:
         try:  # in a child (mlts/tflite_baseline.py): a crash there is this row's reason, not the run's end
@@ -349,9 +353,9 @@ def _bench_loaded(row: dict, path: Path, digest: str, base, models_dir, settings
     try:
         model, info = load_tflite(path)
     except TFLiteImportError as e:
-        row.update(status="import_error", reason=f"importer: {e}")
+        row.update(status="skipped", reason=f"importer: {e}")
     except Exception as e:   # the importer's own failure: still a row, not the end of the run
-        row.update(status="import_error", reason=f"importer crashed: {type(e).__name__}: {e}")
+        row.update(status="skipped", reason=f"importer crashed: {type(e).__name__}: {e}")
     if info is not None:
         specs = [(i.shape, i.dtype, i.scale, i.zero_point) for i in info.inputs]
         row["precision"] = info.outputs[0].tflite_type
@@ -361,7 +365,7 @@ def _bench_loaded(row: dict, path: Path, digest: str, base, models_dir, settings
             ours = DriverRunner(model, info, bytes.fromhex(digest), cache_dir)
             row["operations"] = ours.operations()
         except NnapiError as e:
-            row.update(status="driver_error", reason=f"compilation: {e}")
+            row.update(status="failed", reason=f"compilation: {e}")
     elif base is not None:
         specs = [(tuple(d["shape"]), np.dtype(d["dtype"]), *d["quantization"]) for d in base.inputs]
         row["precision"] = str(np.dtype(base.outputs[0]["dtype"])).upper()
@@ -379,9 +383,9 @@ def _bench_loaded(row: dict, path: Path, digest: str, base, models_dir, settings
     try:
         _measure(row, ours, base, samples, settings)
     except NnapiError as e:
-        row.update(status="driver_error", reason=f"execution: {e}")
+        row.update(status="failed", reason=f"execution: {e}")
         row["driver"] = None
-    if row["status"] == "ok" and row.get("baseline") and row.get("driver"):
+    if row["status"] == "passed" and row.get("baseline") and row.get("driver"):
         try:
             with TfliteProcess(path, reference_kernels=True) as ref:
                 ref.set_samples(samples)
@@ -402,6 +406,8 @@ def _bench_loaded(row: dict, path: Path, digest: str, base, models_dir, settings
                                                        classifier, sequence)
             acc["failures"] = bench_gate.model_accuracy_failures(row["model"], acc, bench_gate.DEFAULT_THRESHOLDS)
         row["accuracy"] = acc
+        if acc["failures"]:
+            row["status"] = "failed"
         row["ratio"] = row["driver"]["latency_ms"]["p50"] / row["baseline"]["latency_ms"]["p50"]
     return row
 
@@ -585,7 +591,7 @@ def error_row(path: Path, reason: str) -> dict:
 
 def summary_line(row: dict) -> str:
     """One row as text: status, latency against the baseline, accuracy."""
-    if row["status"] != "ok":
+    if row["status"] != "passed" and row.get("driver") is None:
         return f"{row['status'].upper()}: {row['reason']}"
     d, b, acc = row.get("driver"), row.get("baseline"), row.get("accuracy")
     text = f"{d['latency_ms']['p50']:.2f} ms" if d else "-"
@@ -627,7 +633,7 @@ def print_table(results: dict, out=sys.stdout) -> None:
         ours = f"{d['latency_ms']['p50']:.2f}" if d else "-"
         theirs = f"{b['latency_ms']['p50']:.2f}" if b else "-"
         ratio = f"{row['ratio']:.1f}" if "ratio" in row else "-"
-        if row["status"] != "ok":
+        if row["status"] != "passed" and row.get("driver") is None:
             acc = f"{row['status']}: {row['reason'][:120]}"
         elif row.get("accuracy"):
             acc = fmt_accuracy(row["accuracy"]) + (" FAIL" if row["accuracy"]["failures"] else "")
@@ -663,9 +669,7 @@ class Progress:
             self.bar.update(1)
             self.bar.write(f"{row['model']}: {summary_line(row)}", file=self.stream)
         else:
-            status = "FAILED" if row["status"] == "driver_error" or (row.get("accuracy") or {}).get("failures") \
-                else "SKIPPED" if row["status"] != "ok" else "PASSED"
-            print(f"{status} {summary_line(row)}", file=self.stream, flush=True)
+            print(f"{row['status'].upper()} {summary_line(row)}", file=self.stream, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -41,6 +41,8 @@ import numbers
 import sys
 import tomllib
 
+from nnts.formats.results import earlier_status
+
 DEFAULT_THRESHOLDS = {
     "accuracy": {"top1_agreement_min": 0.85, "top5_agreement_min": 0.95, "max_error_steps": 16,
                  "snr_db_min": 20.0, "frame_cosine_min": 0.98},
@@ -179,9 +181,10 @@ def violations(results: dict, earlier: dict | None, thresholds: dict) -> list[st
     for row in results["models"]:
         name = row["model"]
         old = before.get((name, row.get("sha256")))
-        if row["status"] == "driver_error":
+        status = earlier_status(row["status"])
+        if status == "failed" and not row.get("driver"):  # a model that ran and missed accuracy: below
             lines.append(f"{name}: the driver failed: {row.get('reason')}")
-        elif row["status"] != "ok" and old is not None and old.get("driver"):
+        elif status in ("skipped", "error") and old is not None and old.get("driver"):
             lines.append(f"{name}: ran on the driver in the earlier results, now {row['status']}: {row.get('reason')}")
         if row.get("accuracy"):
             lines += [f"{name}: accuracy: {f}" for f in model_accuracy_failures(name, row["accuracy"], thresholds)]

@@ -1,5 +1,6 @@
 """The MLTS crash and stress tests (``nnts stress``): each test runs against the driver in a process
-of its own and ends SUCCESS, FAILURE, HANG or CRASH with a message.
+of its own and ends passed, failed, hung or crashed (:mod:`nnts.formats.results`) with a message,
+shown and written in MLTS's words, SUCCESS, FAILURE, HANG or CRASH (``VERDICT``).
 
 =================================  ==============================================================
 ``parallel_one_compilation``       1, 2, 4 and 8 client threads executing one compilation of
@@ -34,14 +35,17 @@ of its own and ends SUCCESS, FAILURE, HANG or CRASH with a message.
 Every result is checked against numpy (or, for random graphs, the in-process reference), never
 against the driver under test. A driver process that dies or breaks the protocol makes the test
 CRASH, a call that does not return within the call budget (``--call-timeout``) makes it HANG,
-whatever the test made of the error; anything else that goes wrong is a FAILURE.
+whatever the test made of the error (``nnts.formats.results.driver_died``); anything else that
+goes wrong is a FAILURE. The JSON (``--json``) is a list of results: ``name``, ``status``,
+``verdict`` (the status in MLTS's words), ``message``, ``seconds``, ``metrics``.
 ``--duration`` is the time of each of the five timed tests (load/unload, multi-process, random
 graphs, degradation, soak): the whole set takes about five times it plus 5-10 s.
 
 The client side of the multi-client tests runs in processes of its own: ``python -m nnts.mlts.stress
 client ROLE DRIVER SEED`` prints one JSON line per event (``driver`` with the driver's pid,
 ``start``/``end`` of a call, ``ok`` per verified execution, ``error`` with its kind) until it is
-killed; the ``load`` role takes commands on its standard input (``stress_load.client_load``).
+killed, or ``error`` with the message and the driver incidents it saw (``[kind, message]``, judged
+by the test); the ``load`` role takes commands on its standard input (``stress_load.client_load``).
 """
 from __future__ import annotations
 
@@ -64,10 +68,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable
-from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
+from nnts.formats import junit
+from nnts.formats.results import driver_died
 from nnts.generators.random_graphs import case_size
 from nnts.runners.differential import check, operation_summary
 from nnts.generators.families import FAMILIES
@@ -87,6 +92,7 @@ from nnapi_ref.tolerance import compare
 from nnapi_ref.types import OperandCode, OperationCode, ResultCode
 
 SUCCESS, FAILURE, HANG, CRASH = "SUCCESS", "FAILURE", "HANG", "CRASH"
+VERDICT = {"passed": SUCCESS, "failed": FAILURE, "hung": HANG, "crashed": CRASH}  # MLTS's words for the statuses
 DEFAULT_DURATION_S = 3.0
 
 THREADS = (1, 2, 4, 8)
@@ -116,10 +122,14 @@ class Failure(Exception):
 @dataclass
 class Result:
     name: str
-    verdict: str
+    status: str        # passed, failed, hung or crashed
     message: str
     seconds: float
     metrics: dict = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        return VERDICT[self.status]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,8 +301,8 @@ class Client:
             tail = " | ".join(self.stderr.read().strip().splitlines()[-5:])
             raise Failure(f"client process {self.proc.pid} exited with {code} without a reason: {tail}")
         if event["event"] == "error":
-            if event["kind"] != "failure":
-                self.run.incident(event["kind"], event["message"])
+            for kind, message in event["incidents"]:
+                self.run.incident(kind, message)
             raise Failure(f"client process {self.proc.pid}: {event['message']}")
         self.oks += event["event"] == "ok"
         if event["event"] == "driver":
@@ -780,15 +790,15 @@ def run_test(name: str, target: Target, duration: float, call_timeout: float | N
     run = Run(target, duration, call_timeout)
     seen = len(incidents())
     start = time.monotonic()
-    verdict = SUCCESS
+    status = "passed"
     try:
         message = TESTS[name](run)
     except Failure as e:
-        verdict, message = FAILURE, str(e)
+        status, message = "failed", str(e)
     except (NnapiError, HalError) as e:
-        verdict, message = FAILURE, f"{type(e).__name__}: {e}"
+        status, message = "failed", f"{type(e).__name__}: {e}"
     except Exception as e:  # a bug of the driver surfacing oddly, or of this test: still a verdict
-        verdict, message = FAILURE, f"unexpected {type(e).__name__}: {e}"
+        status, message = "failed", f"unexpected {type(e).__name__}: {e}"
     finally:
         try:  # a lost connection may be the server dying: give it time to be seen dead
             run.check_server(wait_s=2.0 if any(i.kind == "crash" for i in incidents()[seen:] + run.incidents) else 0)
@@ -797,9 +807,9 @@ def run_test(name: str, target: Target, duration: float, call_timeout: float | N
         run.close()
     found = run.incidents + incidents()[seen:]
     if found:
-        verdict = HANG if any(i.kind == "hang" for i in found) else CRASH
+        status = driver_died(found)
         message = found[0].message + (f" (and {len(found) - 1} more)" if len(found) > 1 else "")
-    return Result(name, verdict, message, round(time.monotonic() - start, 2), run.metrics)
+    return Result(name, status, message, round(time.monotonic() - start, 2), run.metrics)
 
 
 def run_tests(driver: str, names: list[str] | None = None, duration: float = DEFAULT_DURATION_S,
@@ -823,25 +833,12 @@ def run_tests(driver: str, names: list[str] | None = None, duration: float = DEF
 
 def write_json(path: str, results: list[Result]) -> None:
     from nnts.formats.files import write_atomic
-    write_atomic(path, json.dumps([asdict(r) for r in results], indent=1))
+    write_atomic(path, json.dumps([dict(asdict(r), verdict=r.verdict) for r in results], indent=1))
 
 
 def write_junit(path: str, results: list[Result]) -> None:
-    failures = sum(r.verdict != SUCCESS for r in results)
-    lines = ['<?xml version="1.0" encoding="utf-8"?>',
-             f'<testsuites><testsuite name="nnts-stress" tests="{len(results)}" failures="{failures}" errors="0" '
-             f'time="{sum(r.seconds for r in results):.3f}">']
-    for r in results:
-        head = f'<testcase classname="mlts.stress" name={quoteattr(r.name)} time="{r.seconds:.3f}"'
-        if r.verdict == SUCCESS:
-            lines.append(head + "/>")
-        else:
-            text = f"{r.verdict}: {r.message}"
-            lines.append(f'{head}><failure type="{r.verdict}" message={quoteattr(text[:500])}>{escape(text)}'
-                         f'</failure></testcase>')
-    lines.append("</testsuite></testsuites>")
-    from nnts.formats.files import write_atomic
-    write_atomic(path, "\n".join(lines) + "\n")
+    junit.write(path, "nnts-stress", [junit.Case("mlts.stress", r.name, r.status, f"{r.verdict}: {r.message}",
+                                                 r.seconds) for r in results])
 
 
 def console_progress(stream=None) -> Callable:
@@ -873,10 +870,10 @@ def main(driver: str, tests: str | None, duration: float | None, call_timeout: f
         write_json(json_path, results)
     if junit_path:
         write_junit(junit_path, results)
-    counts = {v: sum(r.verdict == v for r in results) for v in (SUCCESS, FAILURE, HANG, CRASH)}
-    print(", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" of {len(results)} stress tests "
+    counts = {s: sum(r.status == s for r in results) for s in VERDICT}
+    print(", ".join(f"{n} {VERDICT[s]}" for s, n in counts.items() if n) + f" of {len(results)} stress tests "
           f"in {time.monotonic() - start:.1f} s")
-    return 0 if counts[SUCCESS] == len(results) else 1
+    return 0 if counts["passed"] == len(results) else 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -920,8 +917,8 @@ CLIENT_ROLES = {"compile": _client_compile, "execute": _client_execute, "infer":
 
 def client_main(role: str, driver: str, seed: int) -> int:
     """Run ``role`` on ``driver`` (a ``socket:`` server or a stdio driver of its own) until
-    killed; an error ends it with an ``error`` event whose kind (crash, hang, failure) the test
-    takes over."""
+    killed; an error ends it with an ``error`` event carrying the driver incidents it saw, which
+    the test takes over."""
     seen = len(incidents())
     try:
         device = load_driver(driver)
@@ -929,8 +926,8 @@ def client_main(role: str, driver: str, seed: int) -> int:
         CLIENT_ROLES[role](Device(device), np.random.default_rng(seed))
     except Exception as e:
         found = incidents()[seen:]
-        kind = ("hang" if any(i.kind == "hang" for i in found) else "crash") if found else "failure"
-        _emit("error", kind=kind, message=found[0].message if found else f"{type(e).__name__}: {e}")
+        _emit("error", incidents=[[i.kind, i.message] for i in found],
+              message=found[0].message if found else f"{type(e).__name__}: {e}")
     return 1
 
 

@@ -118,8 +118,8 @@ class _Lanes:
                 self.emit("exec", kind=kind, lane=lane, start=start, end=end)
         except Exception as e:  # the process's verdict: reported as client_main reports one, then ended
             found = incidents()[self.seen:]
-            kind = ("hang" if any(i.kind == "hang" for i in found) else "crash") if found else "failure"
-            self.emit("error", kind=kind, message=found[0].message if found else f"{type(e).__name__}: {e}")
+            self.emit("error", incidents=[[i.kind, i.message] for i in found],
+                      message=found[0].message if found else f"{type(e).__name__}: {e}")
             os._exit(1)
 
 

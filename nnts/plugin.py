@@ -238,14 +238,15 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if "drivers" in getattr(item, "fixturenames", ()) and (report.when == "call" or (report.when == "setup" and not report.passed)):
         from nnapi_ref.remote.client import incidents
+        from nnts.formats.results import driver_died
         new = incidents()[getattr(item, "nnts_incidents", 0):]
-        if new:  # the driver died or hung in this test: its verdict, whatever the test concluded
-            kind = "hang" if any(i.kind == "hang" for i in new) else "crash"
+        died = driver_died(new)
+        if died:
             concluded = report.longreprtext if report.failed else ""  # keeps a saved reproducer's name
             report.outcome = "failed"
             report.longrepr = "\n".join(i.message for i in new) + (
                 f"\n\nThe test itself concluded:\n{concluded}" if concluded else "")
-            report.user_properties.append(("nnts_verdict", kind))
+            report.user_properties.append(("nnts_verdict", died))
             item.nnts_incidents += len(new)
     if report.when == "call" or not report.passed:
         report.user_properties += _test_properties(item)  # item.user_properties too: JUnit's properties
@@ -307,7 +308,7 @@ def pytest_handlecrashitem(crashitem, report, sched):
     report.longrepr = (f"CRASH: the pytest-xdist worker {name} died while running this test (an in-process "
                        "driver that crashes takes its worker with it; --isolate runs the driver in a process "
                        "of its own and reports its exit status)")
-    report.user_properties.append(("nnts_verdict", "crash"))
+    report.user_properties.append(("nnts_verdict", "crashed"))
     report.user_properties += _running.pop(crashitem, [])  # its operation and type, as its setup report gave them
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import jinja2
 
 from nnts.formats.trace_summary import html_tables
-from nnts.formats.results import included
+from nnts.formats.results import earlier_status, included
 
 DRIVER_COLOUR, BASELINE_COLOUR = "#3465a4", "#f57900"
 
@@ -99,7 +99,7 @@ def render(results: dict, includes: list[str]) -> str:
 
 
 def _failing(row: dict) -> bool:
-    return row["status"] == "driver_error" or bool((row.get("accuracy") or {}).get("failures"))
+    return earlier_status(row["status"]) == "failed" or bool((row.get("accuracy") or {}).get("failures"))
 
 
 def write_report(path: str, results: dict, includes: list[str]) -> None:

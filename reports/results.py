@@ -141,8 +141,7 @@ def record_of_report(report, props: dict) -> dict | None:
         status = "xfailed" if wasxfail else "unsupported" if "unsupported" in reason else "skipped"
         text = report.wasxfail if wasxfail and report.wasxfail else reason
     elif report.failed:
-        verdict = {"crash": "crashed", "hang": "hung"}.get(props.get("nnts_verdict"))
-        status = verdict or ("failed" if when == "call" else "error")
+        status = props.get("nnts_verdict") or ("failed" if when == "call" else "error")  # crashed, hung
     else:
         status = "xpassed" if wasxfail else "passed"
         text = f"listed as an expected failure ({report.wasxfail}) but passed" if wasxfail else ""

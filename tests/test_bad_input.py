@@ -168,8 +168,8 @@ def test_pytest_vectors_with_only_a_bad_file_selected_is_one_failure(tmp_path):
 
 # -- drivers that crash or hang in process ------------------------------------------------------------
 
-@pytest.mark.parametrize("fault, status, extra", [("aborts_on_mul", "crash", []),
-                                                  ("hangs_on_mul", "hang", ["--call-timeout", "1"])])
+@pytest.mark.parametrize("fault, status, extra", [("aborts_on_mul", "crashed", []),
+                                                  ("hangs_on_mul", "hung", ["--call-timeout", "1"])])
 def test_an_in_process_driver_that_dies_costs_only_its_tests(tmp_path, fault, status, extra):
     out = tmp_path / "r.json"
     code = cli.main(["vectors", "run", str(ARITHMETIC), "-j", "2", "-q", "--driver", FAULTY + fault,
@@ -179,18 +179,18 @@ def test_an_in_process_driver_that_dies_costs_only_its_tests(tmp_path, fault, st
     assert len(results) == len(vectors.load_file(ARITHMETIC))
     for r in results:  # every test that executes a MUL is the one row of its death; every other passes
         uses_mul = "mul" in r["name"]
-        assert r["status"] == (status if uses_mul else "pass"), r
+        assert r["status"] == (status if uses_mul else "passed"), r
         if uses_mul:
-            assert status.upper() in r["message"]
-    if status == "crash":
-        assert all("SIGABRT" in r["message"] for r in results if r["status"] == "crash")
+            assert {"crashed": "CRASH", "hung": "HANG"}[status] in r["message"]
+    if status == "crashed":
+        assert all("SIGABRT" in r["message"] for r in results if r["status"] == "crashed")
 
 
 def test_ctrl_c_writes_the_results_so_far_and_exits_130(tmp_path, monkeypatch):
     import nnts.runners.contained
 
     def interrupted(run_file, job_args, files, jobs, report):
-        report([{"name": "done_before", "source": "f", "status": "pass", "message": ""}])
+        report([{"name": "done_before", "source": "f", "status": "passed", "message": ""}])
         raise KeyboardInterrupt
     monkeypatch.setattr(nnts.runners.contained, "run_contained", interrupted)
     out, junit = tmp_path / "r.json", tmp_path / "r.xml"
@@ -449,7 +449,7 @@ def started_tests(folder: Path) -> list[str]:
 
 def test_ctrl_c_inside_a_file_keeps_its_completed_tests(tmp_path):
     """Ctrl-C while a worker is in the middle of a file: the tests of that file that completed are
-    rows, the one running and the one not yet run are skip rows saying so; JSON and JUnit written."""
+    rows, the one running and the one not yet run are skipped rows saying so; JSON and JUnit written."""
     out, junit = tmp_path / "r.json", tmp_path / "r.xml"
     env = dict(os.environ, TMPDIR=str(tmp_path))
     run = subprocess.Popen([sys.executable, "-m", "nnts", "vectors", "run", str(ARITHMETIC), "-j", "1",
@@ -470,10 +470,10 @@ def test_ctrl_c_inside_a_file_keeps_its_completed_tests(tmp_path):
     results = json.loads(out.read_text())
     rows = {r["name"]: r for r in results["results"]}
     assert results["interrupted"] and results["passed"] == 2
-    assert rows["nnts_add_float32"]["status"] == rows["nnts_add_quant8_relu"]["status"] == "pass"
-    assert rows["nnts_mul_broadcast_float32"]["status"] == "skip"
+    assert rows["nnts_add_float32"]["status"] == rows["nnts_add_quant8_relu"]["status"] == "passed"
+    assert rows["nnts_mul_broadcast_float32"]["status"] == "skipped"
     assert "interrupted (Ctrl-C) while this test ran" in rows["nnts_mul_broadcast_float32"]["message"]
-    assert rows["nnts_add_then_mul_float32"]["status"] == "skip"
+    assert rows["nnts_add_then_mul_float32"]["status"] == "skipped"
     assert "not run" in rows["nnts_add_then_mul_float32"]["message"]
     assert len(list(ET.parse(junit).getroot().iter("testcase"))) == 4
     assert not list(tmp_path.glob("nnts-progress-*"))  # its temporary folder removed

@@ -61,14 +61,14 @@ def test_bench_keeps_the_good_row_when_tflite_crashes_on_another(models, tmp_pat
     rows = {r["model"]: r for r in json.loads(out.read_text())["models"]}
     assert code == 0, capsys.readouterr()
     good = rows["good.tflite"]
-    assert good["status"] == "ok" and good["driver"] and good["accuracy"]["snr_db"] is None  # identical
+    assert good["status"] == "passed" and good["driver"] and good["accuracy"]["snr_db"] is None  # identical
     assert good["baseline"]["latency_ms"]["runs"] == good["driver"]["latency_ms"]["runs"] == 3
     assert good["baseline"]["latency_ms"]["p50"] > 0 and good["baseline"]["throughput"]["per_s"] > 0
     assert "crashed" in rows["nan_scales_int16.tflite"]["baseline_error"]
     assert "SIGABRT" in rows["nan_scales_int16.tflite"]["baseline_error"]
     assert "nan" in rows["nan_scales.tflite"]["baseline_error"]  # refused, or crashed on another setup
-    assert rows["huge.tflite"]["status"] == "import_error" and "more than" in rows["huge.tflite"]["reason"]
-    assert rows["noinputs.tflite"]["status"] == "import_error"
+    assert rows["huge.tflite"]["status"] == "skipped" and "more than" in rows["huge.tflite"]["reason"]
+    assert rows["noinputs.tflite"]["status"] == "skipped"
 
 
 def test_bench_exits_1_when_no_model_imports(models, tmp_path, capsys):

@@ -4,6 +4,7 @@ an injected slowdown (test drivers below), and the HTML report in a real headles
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 import re
 import shutil
 import subprocess
@@ -82,14 +83,14 @@ def clean(models, tmp_path_factory):
 def test_bench_figures(clean, models):
     tmp, results, proc = clean
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert results["schema"] == "nnts-bench/1" and results["devices"] == ["nnapi-reference"]
+    assert results["schema"] == "nnts-bench/2" and results["devices"] == ["nnapi-reference"]
     env = results["environment"]
     assert env["cores"] >= 1 and len(env["load_start"]) == 3 and len(env["load_end"]) == 3
     assert env["tflite"].startswith("ai-edge-litert") and env["numpy"] == np.__version__
     rows = {r["model"]: r for r in results["models"]}
     assert set(rows) == {p.name for p in models}
     for name, row in rows.items():
-        assert row["status"] == "ok" and row["origin"] == "seeded" and row["inputs"] == "synthetic", row
+        assert row["status"] == "passed" and row["origin"] == "seeded" and row["inputs"] == "synthetic", row
         assert row["operations"]["on_driver"] == row["operations"]["total"] > 0
         for side in ("driver", "baseline"):
             lat = row[side]["latency_ms"]
@@ -123,8 +124,14 @@ def test_gate_passes_on_a_clean_rerun(clean, models, tmp_path):
 
 
 def test_gate_fails_on_an_accuracy_regression(models, tmp_path):
-    results, proc = bench_json(tmp_path, "broken", models[:1], "--driver", "tests.test_bench:ShiftedSoftmax")
+    results, proc = bench_json(tmp_path, "broken", models[:1], "--driver", "tests.test_bench:ShiftedSoftmax",
+                               "--junitxml", tmp_path / "broken.xml")
     assert proc.returncode == 1   # bench itself reports the failing criteria
+    assert results["models"][0]["status"] == "failed"
+    suite = ET.parse(tmp_path / "broken.xml").getroot().find("testsuite")
+    (case,) = suite.iter("testcase")
+    assert (suite.get("name"), suite.get("tests"), suite.get("failures")) == ("nnts-bench", "1", "1")
+    assert case.get("name") == models[0].name and "top1_agreement" in case.find("failure").text
     gate = nnts("gate", tmp_path / "broken.json")
     assert gate.returncode == 1
     assert "mobilenet_v1_0.25_128_seeded_float.tflite: accuracy: top1_agreement 0 < 0.85" in gate.stdout
@@ -178,7 +185,7 @@ def test_partial_support_and_refused_models_are_rows(models, tmp_path):
     assert row["operations"]["by_device"]["nnapi-reference"] == 1
     assert 0.5 < row["time_on_driver"] < 1.0
     assert "SOFTMAX" in row["reason"] and row["accuracy"]["failures"] == []
-    assert bad["status"] == "import_error" and re.search(r"CUMSUM|builtin operator 128", bad["reason"])
+    assert bad["status"] == "skipped" and re.search(r"CUMSUM|builtin operator 128", bad["reason"])
     assert bad["driver"] is None and bad["baseline"]["latency_ms"]["runs"] == 4
 
 

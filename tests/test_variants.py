@@ -119,7 +119,7 @@ def test_the_report_has_a_record_per_variant_with_its_id_and_pytest_counts_the_t
     assert {k: n for k, n in summary["totals"].items() if n} == {"passed": 1, "failed": 1, "unsupported": 1}
     assert {k: n for k, n in summary["pytest"].items() if n} == {"failed": 1}
     # The driver died in the test: the test's own verdict, one record.
-    crashed = dict(props, nnts_verdict="crash")
+    crashed = dict(props, nnts_verdict="crashed")
     records = records_of_report(_report(nodeid, "failed", list(crashed.items())), crashed)
     assert [(r["id"], r["status"]) for r in records] == [(nodeid, "crashed")]
 

@@ -136,18 +136,32 @@ def test_vectors_run_reports_json_junit_and_exit_code(tmp_path, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("1 passed, 1 failed, 0 skipped")
     report = json.loads(out_json.read_text())
     assert (report["passed"], report["failed"], report["skipped"], report["errors"]) == (1, 1, 0, 0)
-    assert {r["name"]: r["status"] for r in report["results"]} == {"good": "pass", "wrong": "fail"}
+    assert {r["name"]: r["status"] for r in report["results"]} == {"good": "passed", "wrong": "failed"}
     suite = ET.parse(out_xml).getroot().find("testsuite")
     assert suite.get("tests") == "2" and suite.get("failures") == "1"
     assert cli.main(["vectors", "run", str(folder), "-j", "1", "--filter", "^good$"]) == 0
 
 
-def test_known_failures_are_reported_as_skips(tmp_path, capsys):
-    path = write(tmp_path / "a.json", [add_test("wrong", [1, 2], [3, 4], [0, 0])])
+def test_expected_failures_are_xfailed_and_flagged_when_they_pass(tmp_path, capsys):
+    """As ``nnts test`` has them: a listed failure is xfailed, a listed test that passes xpassed and
+    warned about; neither fails the run; both counted in the summary line, the JSON and JUnit."""
+    path = write(tmp_path / "a.json", [add_test("wrong", [1, 2], [3, 4], [0, 0]),
+                                       add_test("good", [1, 2], [3, 4], [4, 6])])
     known = tmp_path / "known.txt"
-    known.write_text("wrong  # a deliberate bug\n")
-    assert cli.main(["vectors", "run", str(path), "-j", "1", "--expected-failures", str(known)]) == 0
-    assert "0 passed, 0 failed, 1 skipped" in capsys.readouterr().out
+    known.write_text("wrong  # a deliberate bug\ngood\n")
+    out, xml = tmp_path / "r.json", tmp_path / "r.xml"
+    assert cli.main(["vectors", "run", str(path), "-j", "1", "--expected-failures", str(known), "--json", str(out),
+                     "--junitxml", str(xml)]) == 0
+    printed = capsys.readouterr()
+    assert "0 passed, 0 failed, 0 skipped, 1 xfailed, 1 xpassed" in printed.out
+    assert f"WARNING: good is listed in {known} but passes now" in printed.err
+    report = json.loads(out.read_text())
+    assert (report["xfailed"], report["xpassed"], report["passed"], report["skipped"]) == (1, 1, 0, 0)
+    rows = {r["name"]: r for r in report["results"]}
+    assert rows["wrong"]["status"] == "xfailed" and "a deliberate bug" in rows["wrong"]["message"]
+    assert rows["good"]["status"] == "xpassed"
+    suite = ET.parse(xml).getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("2", "0", "1")
 
 
 def test_unsupported_operations_are_skipped(tmp_path):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 
 from nnts.cli.common import add_driver_options, add_trace_option
-from nnts.formats import files
+from nnts.formats import files, junit
 from nnts.formats.files import UsageError
+from nnts.formats.results import FAILS_RUN
 from nnts.mlts import bench
 from nnts.mlts.tflite_baseline import tflite_interpreter_class
 from nnts.formats.results import included
@@ -28,6 +29,7 @@ def register(sub) -> None:
                    help="seconds of timed runs per model before stopping early (default 20)")
     p.add_argument("--json", help="write the results as JSON (schema in mlts/bench.py)")
     p.add_argument("--html", help="write a self-contained HTML report")
+    p.add_argument("--junitxml", dest="junit", help="write each model's status as JUnit XML to this file")
     p.add_argument("--include", nargs="+", metavar="FILE",
                    help="conformance, stress or vectors JSON of the same driver, shown in the HTML report")
     add_trace_option(p)
@@ -48,7 +50,7 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    """1 when a model fails on the driver or its accuracy criteria, else 0."""
+    """1 when a model fails on the driver or its accuracy criteria (or none could be imported), else 0."""
     runtime_devices(args.driver, args.isolate)
     try:
         models = bench.resolve_models(args.models)
@@ -72,8 +74,10 @@ def run(args) -> int:
         write_report(args.html, results, args.include or [])
         print(f"nnts bench: report written to {args.html}", file=sys.stderr)
     rows = results["models"]
-    if rows and all(r["status"] in ("import_error", "error") for r in rows):
+    if args.junit:
+        junit.write(args.junit, "nnts-bench", [junit.Case(r["path"], r["model"], r["status"], bench.summary_line(r))
+                                               for r in rows])
+    if rows and all(r["status"] in ("skipped", "error") for r in rows):
         print(f"nnts bench: none of the {len(rows)} model(s) could be imported", file=sys.stderr)
         return 1
-    bad = [r for r in rows if r["status"] in ("driver_error", "error") or (r.get("accuracy") or {}).get("failures")]
-    return 1 if bad else 0
+    return 1 if any(r["status"] in FAILS_RUN for r in rows) else 0

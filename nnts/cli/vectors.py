@@ -14,6 +14,7 @@ from nnts.formats.aosp import differences, import_checkout
 from nnts.formats.expected_failures import expected_failures_file, load_known_failures
 from nnts.formats.files import UsageError
 from nnts.formats.paths import CORPUS
+from nnts.formats.results import FAILS_RUN
 from nnts.runners import vector_run
 from nnts.runners import contained
 from nnts.runners.drivers import runtime_devices
@@ -37,7 +38,8 @@ def register(sub) -> None:
     r.add_argument("--junitxml", dest="junit", help="write results as JUnit XML to this file")
     r.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: one per core)")
     r.add_argument("--expected-failures", dest="known_failures", type=expected_failures_file,
-                   help="file of test names expected to fail (reported as skips), or a published list: "
+                   help="file of test names expected to fail (reported as xfailed, or xpassed when they pass), "
+                        "or a published list: "
                         "onnxruntime, tflite, tflite-ref")
     r.add_argument("--shard", type=shard_option, metavar="K/N",
                    help="run only the K-th of N deterministic parts of the tests (the N parts are the whole run)")
@@ -81,6 +83,8 @@ def run(args) -> int:
     reported: list[list[dict]] = []
 
     def report(part):
+        if known is not None:
+            vector_run.apply_expected_failures(part, args.known_failures, known)
         reported.append(part)
         vector_run.print_part(part, args.verbose, args.quiet)
 
@@ -93,14 +97,14 @@ def run(args) -> int:
     except KeyboardInterrupt:  # Ctrl-C: write what is done
         interrupted = True
         results = [r for part in reported for r in part]
-    n_known = vector_run.apply_known_failures(results, args.known_failures, known) if known is not None else 0
     elapsed = time.monotonic() - start
-    counts = {s: sum(r["status"] == s for r in results) for s in vector_run.STATUSES}
+    counts = vector_run.counts(results)
     if args.json:
         files.write_atomic(args.json, json.dumps(
-            {"passed": counts["pass"], "failed": counts["fail"], "skipped": counts["skip"],
-             "errors": counts["error"], "crashed": counts["crash"], "hung": counts["hang"],
-             "interrupted": interrupted, "results": results}, indent=1))
+            {"passed": counts["passed"], "failed": counts["failed"], "skipped": counts["skipped"],
+             "xfailed": counts["xfailed"], "xpassed": counts["xpassed"], "errors": counts["error"],
+             "crashed": counts["crashed"], "hung": counts["hung"], "interrupted": interrupted, "results": results},
+            indent=1))
     if args.junit:
         vector_run.write_junit(args.junit, results, elapsed)
     if interrupted:
@@ -109,12 +113,11 @@ def run(args) -> int:
     if not results:
         print("nnts: no test models found", file=sys.stderr)
         return 5
-    extra = "".join(f", {counts[s]} {word}" for s, word in (("error", "errors"), ("crash", "crashed"),
-                                                              ("hang", "hung")) if counts[s])
-    if n_known:
-        print(f"({n_known} of the skipped are known failures listed in {args.known_failures})")
-    print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped{extra} in {elapsed:.1f}s")
-    return 1 if any(counts[s] for s in ("fail", "error", "crash", "hang")) else 0
+    extra = "".join(f", {counts[s]} {word}" for s, word in (("xfailed", "xfailed"), ("xpassed", "xpassed"),
+                                                              ("error", "errors"), ("crashed", "crashed"),
+                                                              ("hung", "hung")) if counts[s])
+    print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped{extra} in {elapsed:.1f}s")
+    return 1 if any(counts[s] for s in FAILS_RUN) else 0
 
 
 def import_aosp(args) -> int:

@@ -7,7 +7,7 @@ Each task (one file, from one test on) writes a progress file as it goes: a ``pl
 the tests it will run, a ``start`` line before each test (with the worker's pid and the time) and a
 ``result`` line after it, so results already computed survive their worker, and the test a worker
 died in is the one started and not finished. Ctrl-C keeps them too: the tests of a file that
-completed are its rows, the one running and those not yet run are ``skip`` rows saying so.
+completed are its rows, the one running and those not yet run are ``skipped`` rows saying so.
 """
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def run_contained(run_file, job_args: tuple, files: list[str], jobs: int, report
                 blamed = outside or ([] if in_flight else list(pending))
                 for task in blamed:
                     task.results.append({"name": os.path.basename(task.path), "source": task.path,
-                                         "status": "crash",
+                                         "status": "crashed",
                                          "message": f"CRASH: the worker process died "
                                                     f"({_exitcode_text(processes.values())}) outside any test "
                                                     "of this file (loading it or the driver)"})
@@ -158,7 +158,7 @@ def _stop_workers(pool) -> None:
 
 
 def _interrupted_rows(task: Task) -> list[dict]:
-    """A file cut short by Ctrl-C: the rows of its completed tests, then a ``skip`` row for the test
+    """A file cut short by Ctrl-C: the rows of its completed tests, then a ``skipped`` row for the test
     that was running and for each one not yet run."""
     plan: list = []
     results, started = _read_progress(task.progress, plan)
@@ -168,7 +168,7 @@ def _interrupted_rows(task: Task) -> list[dict]:
         if name in finished:
             continue
         running = started is not None and started["index"] == index
-        rows.append({"name": name, "source": task.path, "status": "skip",
+        rows.append({"name": name, "source": task.path, "status": "skipped",
                      "message": "interrupted (Ctrl-C) while this test ran" if running
                      else "not run: the run was interrupted (Ctrl-C)"})
     return rows
@@ -192,17 +192,17 @@ def _culprits(in_flight, processes, hung_pid) -> list[tuple]:
     """The in-flight tests to blame: the hung one we killed, else the one whose worker died of
     something other than the pool's own termination (SIGTERM), else the only one in flight."""
     if hung_pid is not None:
-        return [(t, s, "hang") for t, s in in_flight if s["pid"] == hung_pid]
+        return [(t, s, "hung") for t, s in in_flight if s["pid"] == hung_pid]
     died = []
     for task, started in in_flight:
         process = processes.get(started["pid"])
         code = process.exitcode if process is not None else None
         if code is not None and code != -signal.SIGTERM:
-            died.append((task, started, "crash"))
+            died.append((task, started, "crashed"))
     if len(died) == 1:
         return died
     if len(in_flight) == 1:
-        return [(*in_flight[0], "crash")]
+        return [(*in_flight[0], "crashed")]
     return []
 
 
@@ -227,7 +227,7 @@ def exit_text(code: int | None) -> str:
 
 
 def _death_message(verdict: str, started: dict, processes, budget: float) -> str:
-    if verdict == "hang":
+    if verdict == "hung":
         return (f"HANG: the test ran for more than {budget:g} s in its worker process (in-process driver; "
                 "the per-test budget is 3 x --call-timeout, else 180 s); the worker was killed")
     process = processes.get(started["pid"])

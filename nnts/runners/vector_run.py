@@ -1,24 +1,26 @@
 """``nnts vectors run``: test-vector files run against a driver in contained worker processes
-(:mod:`nnts.runners.contained`), each test a result row, expected failures applied, the rows
-written as JSON and JUnit XML."""
+(:mod:`nnts.runners.contained`), each test a result row in the suite's vocabulary
+(:mod:`nnts.formats.results`), expected failures applied as pytest applies them (xfailed, xpassed),
+the rows written as JSON and JUnit XML."""
 from __future__ import annotations
 
 import os
 import re
 import sys
 import tempfile
-from xml.sax.saxutils import escape, quoteattr
 
 from nnapi_ref import vectors
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.remote.client import incidents
-from nnts.formats.files import write_atomic
+from nnts.formats import junit
+from nnts.formats.results import FAILS_RUN, STATUSES, driver_died
 from nnts.runners import shard
 from nnts.runners.contained import Progress
 from nnts.runners.drivers import runtime_devices
-from nnts.runners.model_runner import run_test
+from nnts.runners.model_runner import ERROR, FAIL, PASS, SKIP, run_test
 
-STATUSES = ("pass", "fail", "skip", "error", "crash", "hang")
+# The model runner's words in the suite's vocabulary.
+RUN_STATUS = {PASS: "passed", FAIL: "failed", SKIP: "skipped", ERROR: "error"}
 
 
 def run_file(path, start, progress_path, driver, isolate, pattern, mode, dynamic, device_memory,
@@ -43,11 +45,11 @@ def run_file(path, start, progress_path, driver, isolate, pattern, mode, dynamic
             seen = len(incidents())
             r = run_test(test, devices, mode, dynamic_outputs=dynamic, device_memory=device_memory,
                          cache_dir=cache_dir)
-            result = {"name": r.name, "source": str(path), "status": r.status, "message": r.message}
+            result = {"name": r.name, "source": str(path), "status": RUN_STATUS[r.status], "message": r.message}
             new = incidents()[seen:]
-            if new:  # the driver process died or hung: that is the verdict, whatever the runtime made of it
-                result.update(status="hang" if any(i.kind == "hang" for i in new) else "crash",
-                              message="\n".join(i.message for i in new))
+            died = driver_died(new)
+            if died:
+                result.update(status=died, message="\n".join(i.message for i in new))
             progress.result(result)
             results.append(result)
         return results
@@ -67,46 +69,37 @@ def run_here(files: list[str], job_args: tuple, report) -> list[dict]:
 
 
 def write_junit(path: str, results: list[dict], elapsed: float) -> None:
-    counts = {s: sum(r["status"] == s for r in results) for s in STATUSES}
-    failures = counts["fail"] + counts["crash"] + counts["hang"]
-    lines = ['<?xml version="1.0" encoding="utf-8"?>',
-             f'<testsuites><testsuite name="nnts-vectors" tests="{len(results)}" failures="{failures}" '
-             f'errors="{counts["error"]}" skipped="{counts["skip"]}" time="{elapsed:.3f}">']
-    for r in results:
-        head = f'<testcase classname={quoteattr(r["source"])} name={quoteattr(r["name"])}'
-        if r["status"] == "pass":
-            lines.append(head + "/>")
-        else:
-            tag = {"fail": "failure", "crash": "failure", "hang": "failure", "error": "error",
-                   "skip": "skipped"}[r["status"]]
-            lines.append(f'{head}><{tag} message={quoteattr(r["message"][:500])}>{escape(r["message"])}</{tag}></testcase>')
-    lines.append("</testsuite></testsuites>")
-    write_atomic(path, "\n".join(lines) + "\n")
+    junit.write(path, "nnts-vectors", [junit.Case(r["source"], r["name"], r["status"], r["message"])
+                                       for r in results], elapsed)
 
 
-def apply_known_failures(results: list[dict], path: str, known: dict[str, str]) -> int:
-    """Report listed failures as skips naming the file; warn about listed tests that pass."""
-    count = 0
+def apply_expected_failures(results: list[dict], path: str, known: dict[str, str]) -> None:
+    """Listed failures become xfailed, naming the file and the reason; listed tests that pass,
+    xpassed, with a warning to remove them from the list (pytest's xfail, as ``nnts test`` has it)."""
     for r in results:
         if r["name"] not in known:
             continue
-        if r["status"] in ("fail", "error"):  # never a crash or a hang: those are the driver's, not known
-            r["status"] = "skip"
-            r["message"] = f"known failure ({path}: {known[r['name']] or 'no reason given'}): {r['message']}"
-            count += 1
-        elif r["status"] == "pass":
+        reason = known[r["name"]] or "no reason given"
+        if r["status"] in ("failed", "error"):  # never a crash or a hang: those are the driver's, not known
+            r["status"] = "xfailed"
+            r["message"] = f"expected failure ({path}: {reason}): {r['message']}"
+        elif r["status"] == "passed":
+            r["status"] = "xpassed"
+            r["message"] = f"listed as an expected failure ({path}: {reason}) but passed"
             print(f"WARNING: {r['name']} is listed in {path} but passes now; remove it from the list", file=sys.stderr)
-    return count
+
+
+def counts(results: list[dict]) -> dict[str, int]:
+    return {s: sum(r["status"] == s for r in results) for s in STATUSES}
 
 
 def print_part(part: list[dict], verbose: bool, quiet: bool = False) -> None:
     if not part:
         return
     source = part[0]["source"]
-    counts = {s: sum(r["status"] == s for r in part) for s in STATUSES}
-    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    summary = ", ".join(f"{n} {s}" for s, n in counts(part).items() if n)
     if not quiet:
         print(f"{source}: {summary}", flush=True)
     for r in part:
-        if r["status"] in ("fail", "error", "crash", "hang") or (verbose and r["status"] == "skip"):
+        if r["status"] in FAILS_RUN or (verbose and r["status"] in ("skipped", "xfailed", "xpassed")):
             print(f"  {r['status'].upper()} {r['name']}: {r['message']}", flush=True)
