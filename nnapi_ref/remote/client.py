@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -50,7 +50,7 @@ class RemoteSettings:
     pytest-timeout's 300), and the folder of its shared-memory regions."""
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     prepare_timeout_s: float = DEFAULT_PREPARE_TIMEOUT_S
-    shm_dir: str = field(default=shm.DEFAULT_DIR)
+    shm_dir: str = shm.DEFAULT_DIR
 
 
 def _clip(line: bytes) -> str:
