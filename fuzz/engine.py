@@ -91,11 +91,22 @@ def limit_memory(megabytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
 
-def load(harness: str, driver: str, vector_paths):
-    """The harness, set up (imports ``nnapi_ref``: call it inside the instrumentation)."""
+def load(harness: str, driver: str, vector_paths, settings=None):
+    """The harness, set up (imports ``nnapi_ref``: call it inside the instrumentation);
+    ``settings`` a :class:`nnts.runners.settings.Settings`, the defaults when None."""
     from nnts.fuzz import targets
     from nnts.runners.drivers import load_driver
-    return targets.make(harness, load_driver(driver) if harness != "model" else None, vector_paths)
+    from nnts.runners.settings import Settings
+    device = load_driver(driver, settings=settings or Settings()) if harness != "model" else None
+    return targets.make(harness, device, vector_paths)
+
+
+def settings_from_environment():
+    """A fuzzing process's settings (NNTS_DRIVER, NNTS_CALL_TIMEOUT, ...), read by its entry point
+    (this module's main, a ``*_fuzzer.py`` script), its logs and trace switched on; imports
+    ``nnapi_ref``: call it inside the instrumentation."""
+    from nnts.runners.settings import entry_point
+    return entry_point(os.environ)
 
 
 def seed_corpus_zip(harness: str, path: str, *vector_paths: str) -> None:
@@ -264,11 +275,13 @@ def child(argv: list[str]) -> int:
     args = p.parse_args(argv)
     limit_memory(args.rss_limit)
     if atheris is None:
-        harness = Recorded(load(args.harness, args.driver, args.vectors), args.pending, args.artifact_prefix)
+        settings = settings_from_environment()
+        harness = Recorded(load(args.harness, args.driver, args.vectors, settings), args.pending, args.artifact_prefix)
         return plain_loop(harness, args) if _has_seeds(harness, args.vectors) else 2
     include = ["nnapi_ref"] + [driver_package(args.driver)] * bool(driver_package(args.driver))
     with atheris.instrument_imports(include=include, exclude=not_instrumented(args.harness)):
-        harness = Recorded(load(args.harness, args.driver, args.vectors), args.pending, args.artifact_prefix)
+        settings = settings_from_environment()
+        harness = Recorded(load(args.harness, args.driver, args.vectors, settings), args.pending, args.artifact_prefix)
     if not _has_seeds(harness, args.vectors):
         return 2
     seeds = tempfile.mkdtemp(prefix=f"nnts-fuzz-seeds-{args.harness}-")
@@ -372,7 +385,8 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
     return 0
 
 
-def replay(path: str, harness: str | None = None, driver: str | None = None, vector_paths=None) -> int:
+def replay(path: str, harness: str | None = None, driver: str | None = None, vector_paths=None,
+           settings=None) -> int:
     """``nnts fuzz --replay FILE``: run one artifact again, in this process, and show the traceback."""
     from nnts.formats.files import UsageError
     from nnts.fuzz.targets import HARNESSES
@@ -386,7 +400,7 @@ def replay(path: str, harness: str | None = None, driver: str | None = None, vec
         print(f"nnts fuzz: warning: found with the {meta['provider']} byte provider, replayed with {PROVIDER}")
     with open(path, "rb") as f:
         data = f.read()
-    run_one = load(harness, driver, vector_paths or meta.get("vectors"))
+    run_one = load(harness, driver, vector_paths or meta.get("vectors"), settings)
     print(f"nnts fuzz: replaying {path} ({len(data)} bytes) on harness {harness}, driver {driver}", flush=True)
     try:
         run_one(data)

@@ -14,6 +14,7 @@ Prints the median microseconds per execution of each, in process and remote, and
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from nnapi_ref import Compilation, Execution, Memory
 from nnts.runners.drivers import load_driver
+from nnts.runners.settings import entry_point
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime.devices import Device
 from nnts.generators.builders import add_model
@@ -72,7 +74,8 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat", type=int, default=1000, help="executions of the small model per driver")
     parser.add_argument("--megabytes", type=int, default=64, help="size of each large tensor")
     args = parser.parse_args(argv)
-    local, remote = ReferenceDevice(), load_driver("remote:nnts serve reference")
+    local = ReferenceDevice()
+    remote = load_driver("remote:nnts serve reference", settings=entry_point(os.environ))
     n_large = args.megabytes * (1 << 20) // 4
     rows = [("small (4 elements)", 4, False, args.repeat),
             (f"large ({args.megabytes} MiB, shared memory)", n_large, True, max(args.repeat // 100, 5)),

@@ -37,18 +37,29 @@ ROOT = Path(__file__).resolve().parents[1]  # a clone: cts/ and vts/ beside mlts
 SUITE = ["cts", "vts"] if (ROOT / "cts").is_dir() else ["--pyargs", "nnts.cts", "nnts.vts"]
 
 
-def pytest_runtest_logreport(report):
-    """In the run under measurement: the time of the first failing report, written once (the
-    xdist controller and the workers each see it; the earliest wins)."""
+def pytest_configure(config):
+    """The run under measurement's entry point: the file ``run_once`` names in its environment."""
     path = os.environ.get(FIRST_FAILURE_ENV)
-    if not path or not report.failed:
-        return
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    except FileExistsError:
-        return
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps({"time": time.time(), "test": report.nodeid}))
+    if path:
+        config.pluginmanager.register(FirstFailure(path), "nnts-first-failure")
+
+
+class FirstFailure:
+    """The time of the first failing report, written once to ``path`` (the xdist controller and
+    the workers each see it; the earliest wins)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def pytest_runtest_logreport(self, report):
+        if not report.failed:
+            return
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            return
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps({"time": time.time(), "test": report.nodeid}))
 
 
 def _children_cpu() -> float:

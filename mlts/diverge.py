@@ -26,6 +26,7 @@ shape of the input); without it the real images of ``../shared/models`` are used
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import zipfile
 from pathlib import Path
@@ -37,6 +38,7 @@ from nnts.mlts.tflite_baseline import tflite_interpreter_class
 from nnts.formats.tflite.importer import infer, load_tflite, parse_tflite
 from nnapi_ref import Compilation
 from nnts.runners.drivers import load_driver
+from nnts.runners.settings import Settings, entry_point
 from nnapi_ref.runtime.devices import Device
 
 
@@ -105,7 +107,8 @@ class Difference:
 
 
 def diverge(path, driver: str = "reference", inputs: list[np.ndarray] | None = None,
-            inputs_file: str | None = None, convention: str = "nnapi") -> list[Difference]:
+            inputs_file: str | None = None, convention: str = "nnapi",
+            settings: Settings = Settings()) -> list[Difference]:
     """Compare every operator output of ``path`` on ``driver`` with TFLite's reference kernels;
     one :class:`Difference` per operator output, in operator order. ``convention`` is the
     import's (:func:`nnts.formats.tflite.importer.load_tflite`)."""
@@ -118,7 +121,7 @@ def diverge(path, driver: str = "reference", inputs: list[np.ndarray] | None = N
     inp = info.inputs[0]
     if inputs is None:
         inputs = load_inputs(inputs_file, inp.shape, inp.dtype, inp.scale, inp.zero_point)
-    compilation = Compilation(model, [Device(load_driver(driver))])
+    compilation = Compilation(model, [Device(load_driver(driver, settings=settings))])
     compilation.finish()
     interpreter_cls, resolver = tflite_interpreter_class()
     if interpreter_cls is None:
@@ -179,7 +182,8 @@ def main(argv=None) -> int:
         if crashed:
             raise usage.UsageError(f"{args.model}: {crashed}")
         print(f"{args.model.name} on {driver} against TFLite's reference kernels:", flush=True)
-        diffs = diverge(args.model, driver, inputs_file=args.inputs, convention=convention)
+        diffs = diverge(args.model, driver, inputs_file=args.inputs, convention=convention,
+                        settings=entry_point(os.environ))
     except (usage.UsageError, TFLiteImportError, NnapiError) as e:
         print(f"mlts.diverge: {e}", file=sys.stderr)
         return 2

@@ -49,6 +49,7 @@ by the test); the ``load`` role takes commands on its standard input (``stress_l
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import json
@@ -79,6 +80,7 @@ from nnts.generators.families import FAMILIES
 from nnts.generators.graphs import DATA_TYPES
 from nnts.generators.random_graphs import generate
 from nnts.runners.drivers import load_driver
+from nnts.runners.settings import Settings, entry_point
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import HalError
@@ -354,10 +356,11 @@ class Run:
     """What one test starts (driver processes, a socket server, client processes), stopped at its
     end; its metrics; and the crashes and hangs seen outside this process."""
 
-    def __init__(self, target: Target, duration: float, call_timeout: float | None):
+    def __init__(self, target: Target, duration: float, call_timeout: float | None, settings: Settings = Settings()):
         self.target = target
         self.duration = duration
         self.call_timeout = call_timeout
+        self.settings = dataclasses.replace(settings, call_timeout_s=call_timeout) if call_timeout else settings
         self.wait_s = (call_timeout or 60.0) + 30.0  # a client silent longer than its own budget: hung
         self.metrics: dict = {}
         self.incidents: list[Incident] = []
@@ -383,11 +386,9 @@ class Run:
     def device(self, spec: str | None = None) -> RemoteDevice:
         """A new connection to the driver (a new driver process for ``remote:``)."""
         try:
-            device = load_driver(spec or self.target.remote)
+            device = load_driver(spec or self.target.remote, settings=self.settings)
         except NnapiError as e:
             raise Failure(f"the driver did not start: {e}") from None
-        if self.call_timeout:
-            device.call_timeout_s = device.live().call_timeout_s = self.call_timeout
         self._devices.append(device)
         return device
 
@@ -481,7 +482,7 @@ class Run:
             if self.per_client_drivers and client.driver_pid and process_alive(client.driver_pid):
                 os.kill(client.driver_pid, signal.SIGKILL)  # the test has ended: no orphan left behind
         if self._clients:
-            shm.remove_stale_files()  # the staging regions of the clients killed
+            shm.remove_stale_files(self.settings.shm_dir)  # the staging regions of the clients killed
         for device in self._devices:
             device.close()
         if self._server is not None:
@@ -784,10 +785,11 @@ TESTS: dict[str, Callable[[Run], str]] = {f.__name__: f for f in (
 # Running and reporting
 # ---------------------------------------------------------------------------------------------
 
-def run_test(name: str, target: Target, duration: float, call_timeout: float | None) -> Result:
+def run_test(name: str, target: Target, duration: float, call_timeout: float | None,
+             settings: Settings = Settings()) -> Result:
     """One test, every way it can end turned into a verdict: a crash or hang seen anywhere (this
     process's remote driver connections, the socket server, the client processes) decides it."""
-    run = Run(target, duration, call_timeout)
+    run = Run(target, duration, call_timeout, settings)
     seen = len(incidents())
     start = time.monotonic()
     status = "passed"
@@ -813,7 +815,8 @@ def run_test(name: str, target: Target, duration: float, call_timeout: float | N
 
 
 def run_tests(driver: str, names: list[str] | None = None, duration: float = DEFAULT_DURATION_S,
-              call_timeout: float | None = None, progress: Callable | None = None) -> list[Result]:
+              call_timeout: float | None = None, progress: Callable | None = None,
+              settings: Settings = Settings()) -> list[Result]:
     """The tests ``names`` (default: all) against ``driver``; ``progress(i, total, name, result)``
     is called before each test (result None) and after it."""
     target = parse_target(driver)
@@ -825,7 +828,7 @@ def run_tests(driver: str, names: list[str] | None = None, duration: float = DEF
     for i, name in enumerate(names):
         if progress:
             progress(i, len(names), name, None)
-        results.append(run_test(name, target, duration, call_timeout))
+        results.append(run_test(name, target, duration, call_timeout, settings))
         if progress:
             progress(i, len(names), name, results[-1])
     return results
@@ -861,11 +864,11 @@ def console_progress(stream=None) -> Callable:
 
 
 def main(driver: str, tests: str | None, duration: float | None, call_timeout: float | None,
-         json_path: str | None, junit_path: str | None) -> int:
+         json_path: str | None, junit_path: str | None, settings: Settings = Settings()) -> int:
     """``nnts stress``: run, report, write the files; 0 only when every test ends SUCCESS."""
     start = time.monotonic()
     names = [n.strip() for n in tests.split(",") if n.strip()] if tests else None
-    results = run_tests(driver, names, duration or DEFAULT_DURATION_S, call_timeout, console_progress())
+    results = run_tests(driver, names, duration or DEFAULT_DURATION_S, call_timeout, console_progress(), settings)
     if json_path:
         write_json(json_path, results)
     if junit_path:
@@ -915,13 +918,13 @@ def _client_load(device: Device, rng: np.random.Generator) -> None:
 CLIENT_ROLES = {"compile": _client_compile, "execute": _client_execute, "infer": _client_infer, "load": _client_load}
 
 
-def client_main(role: str, driver: str, seed: int) -> int:
+def client_main(role: str, driver: str, seed: int, settings: Settings = Settings()) -> int:
     """Run ``role`` on ``driver`` (a ``socket:`` server or a stdio driver of its own) until
     killed; an error ends it with an ``error`` event carrying the driver incidents it saw, which
     the test takes over."""
     seen = len(incidents())
     try:
-        device = load_driver(driver)
+        device = load_driver(driver, settings=settings)
         _emit("driver", pid=driver_pid(device))
         CLIENT_ROLES[role](Device(device), np.random.default_rng(seed))
     except Exception as e:
@@ -934,4 +937,5 @@ def client_main(role: str, driver: str, seed: int) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] != ["client"] or len(sys.argv) != 5:
         sys.exit("usage: python -m nnts.mlts.stress client ROLE DRIVER SEED (nnts stress runs the tests)")
-    sys.exit(client_main(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    # The client's entry point: its settings (NNTS_CALL_TIMEOUT from Run.env, ...) from its environment.
+    sys.exit(client_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), entry_point(os.environ)))

@@ -6,7 +6,7 @@ execution). nnts does the same: the runtime, the remote-driver client (IPC), the
 process, the reference driver and its CPU executor record spans, written as "X" (complete)
 events that Perfetto's UI and ``chrome://tracing`` load, one track per process and thread.
 
-Switched on by ``NNTS_TRACE=PATH`` (read at import) or :func:`start`; the file is written
+Switched on by :func:`start` (nnts's entry points call it for ``NNTS_TRACE=PATH``); the file is written
 atomically at exit, by :func:`flush` and by :func:`stop`. Off, a span costs a module-level flag
 check: hot paths write ``t0 = trace.now() if trace.on else 0`` and ``if t0: trace.end(...)``;
 cold paths and applications use the context managers :func:`span` and :func:`section`.
@@ -275,20 +275,3 @@ def _write_at_exit() -> None:
         except OSError as e:
             print(f"nnts: cannot write the trace {_path}: {e}", file=sys.stderr)
 
-
-def _path_from_environment() -> str:
-    """NNTS_TRACE for this process: worker processes it starts (which inherit the variable) write
-    their own file beside it, PATH.PID.json, instead of overwriting the first process's."""
-    path, owner = os.environ["NNTS_TRACE"], os.environ.get("NNTS_TRACE_OWNER")
-    if owner and owner != str(os.getpid()):
-        root, ext = os.path.splitext(path)
-        return f"{root}.{os.getpid()}{ext or '.json'}"
-    os.environ["NNTS_TRACE_OWNER"] = str(os.getpid())
-    return path
-
-
-if os.environ.get("NNTS_TRACE"):
-    try:
-        start(_path_from_environment())
-    except ValueError as e:
-        print(f"nnts: NNTS_TRACE ignored: {e}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """Verbose logs per component, as NNAPI's ``debug.nn.vlog`` property switches them on.
 
-``NNTS_VLOG=model,compilation,execution,cpuexe,manager`` (``all`` or ``1`` for all; separated by
-spaces, colons or commas) sets the components' loggers to INFO. The loggers are named after the
+``configure("model,compilation,execution,cpuexe,manager")`` (``all`` or ``1`` for all; separated
+by spaces, colons or commas; nnts's entry points pass ``NNTS_VLOG``) sets the components' loggers
+to INFO. The loggers are named after the
 runtime's tags under the project's root logger ``nnts`` (``nnts.ModelBuilder``,
 ``nnts.CompilationBuilder``, ``nnts.ExecutionPlan``, ``nnts.ExecutionBuilder``,
 ``nnts.CpuExecutor``, ``nnts.Manager``), so the usual ``logging`` configuration filters and
@@ -11,7 +12,6 @@ component (``if vlog.on["compilation"]:``) before formatting anything.
 from __future__ import annotations
 
 import logging
-import os
 import re
 
 COMPONENTS = {"model": ("ModelBuilder",), "compilation": ("CompilationBuilder", "ExecutionPlan"),
@@ -51,9 +51,3 @@ def configure(spec: str) -> set[str]:
 def info(tag: str, message: str, *args) -> None:
     logging.getLogger(f"nnts.{tag}").info(message, *args)
 
-
-if os.environ.get("NNTS_VLOG"):
-    try:
-        configure(os.environ["NNTS_VLOG"])
-    except ValueError as e:
-        logging.getLogger("nnts").warning("NNTS_VLOG ignored: %s", e)

@@ -20,6 +20,9 @@ A generated test runs one test model's variants in turn (``nnts.runners.variants
 the markers ``op_<OPERATION>`` and ``dtype_<OPERAND TYPE>``, so ``-m op_CONV_2D`` or
 ``-k "CONV_2D and QUANT8"`` select them. Under pytest-xdist every worker collects the same tests in
 the same order and loads its drivers once.
+
+The environment is read here (option defaults and ``pytest_configure``: :class:`nnts.runners.settings.Settings`,
+``nnts.vts.Sizes``), in the controller and in each xdist worker, and kept on the config.
 """
 from __future__ import annotations
 
@@ -82,16 +85,7 @@ def _expected_failures(value: str) -> str:
 
 def pytest_configure(config):
     _check_options(config)
-    path = config.getoption("nnts_trace")
-    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
-        from nnapi_ref import trace
-        os.environ["NNTS_TRACE"], os.environ["NNTS_TRACE_OWNER"] = path, str(os.getpid())
-        try:
-            trace.start(path)
-        except ValueError as e:
-            raise pytest.UsageError(f"--nnts-trace: {e}") from None
-    if config.getoption("call_timeout"):
-        os.environ["NNTS_CALL_TIMEOUT"] = str(config.getoption("call_timeout"))  # xdist workers inherit it
+    config.nnts_settings, config.nnts_vts = _settings(config)
     for code in OperationCode:
         config.addinivalue_line("markers", f"op_{code.name}: tests of the {code.name} operation")
     for name in dict.fromkeys(c.name for c in OperandCode):
@@ -120,6 +114,29 @@ def pytest_configure(config):
     config.pluginmanager.register(ordering.OrderPlugin(), "nnts-order")
 
 
+def _settings(config):
+    """This process's settings, from the environment with ``--nnts-trace`` and ``--call-timeout``
+    over it (written back to the environment first, for the xdist workers to inherit), switched on."""
+    from nnts.runners.settings import Settings
+    from nnts.vts import Sizes
+    path = config.getoption("nnts_trace")
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
+        from nnapi_ref import trace
+        os.environ["NNTS_TRACE"], os.environ["NNTS_TRACE_OWNER"] = path, str(os.getpid())
+        try:
+            trace.start(path)
+        except ValueError as e:
+            raise pytest.UsageError(f"--nnts-trace: {e}") from None
+    if config.getoption("call_timeout"):
+        os.environ["NNTS_CALL_TIMEOUT"] = str(config.getoption("call_timeout"))
+    try:
+        settings, sizes = Settings.from_environment(os.environ), Sizes.from_environment(os.environ)
+    except ValueError as e:
+        raise pytest.UsageError(f"nnts: {e}") from None
+    settings.start(os.environ)
+    return settings, sizes
+
+
 def _checked_drivers(config):
     """The drivers of ``--driver``, loaded once before collection: a bad one stops the session here
     with one line (not a traceback in every test after minutes of collection). A driver process
@@ -130,7 +147,7 @@ def _checked_drivers(config):
     from nnts.runners.drivers import FORMS, load_drivers
     from nnapi_ref.errors import NnapiError
     try:
-        drivers = load_drivers(spec, isolate=config.getoption("isolate"))
+        drivers = load_drivers(spec, isolate=config.getoption("isolate"), settings=config.nnts_settings)
     except NnapiError as e:
         hint = "" if FORMS in e.message else f" (--driver takes {FORMS})"
         raise pytest.UsageError(f"nnts: {e.message}{hint}") from None
@@ -200,8 +217,8 @@ def driver_spec(pytestconfig) -> str:
 def drivers(driver_spec, pytestconfig):
     """The HAL drivers under test, loaded once per (worker) process."""
     from nnts.runners.drivers import load_drivers
-    return getattr(pytestconfig, "nnts_drivers", None) or load_drivers(driver_spec,
-                                                                      isolate=pytestconfig.getoption("isolate"))
+    return getattr(pytestconfig, "nnts_drivers", None) or load_drivers(
+        driver_spec, isolate=pytestconfig.getoption("isolate"), settings=pytestconfig.nnts_settings)
 
 
 @pytest.fixture(scope="session")
@@ -211,10 +228,11 @@ def driver(drivers):
 
 
 @pytest.fixture(scope="session")
-def devices(drivers):
-    """The runtime's devices for the drivers under test (CTS)."""
+def devices(drivers, pytestconfig):
+    """The runtime's devices for the drivers under test (CTS), partitioned as the settings say."""
     from nnapi_ref.runtime import get_devices, set_drivers
-    set_drivers(drivers)
+    settings = pytestconfig.nnts_settings
+    set_drivers(drivers, settings.partitioning, settings.shm_dir)
     return get_devices()
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from nnapi_ref import vectors
 from nnts.runners.drivers import load_driver
+from nnts.runners.settings import Settings
 from nnapi_ref.hal import ErrorStatus, HalError
 from nnts.runners.model_runner import ERROR, run_test
 from nnapi_ref.remote import shm
@@ -22,15 +23,14 @@ from nnapi_ref.runtime.devices import drivers_restored
 from .test_bad_input import ARITHMETIC
 from .test_remote import MISBEHAVING_SERVER, hal_chain_model
 
-def serve(tmp_path, mode: str):
+def serve(tmp_path, mode: str, settings: Settings = Settings()):
     script = tmp_path / "server.py"
     script.write_text(MISBEHAVING_SERVER)  # modes "silent" (never answers) and "stderr" (a 20 MB line)
-    return load_driver(f"remote:{sys.executable} {script} {mode}")
+    return load_driver(f"remote:{sys.executable} {script} {mode}", settings=settings)
 
 
-def test_supported_operations_gets_the_call_budget(tmp_path, monkeypatch):
-    monkeypatch.setenv("NNTS_CALL_TIMEOUT", "1")
-    device = serve(tmp_path, "silent")
+def test_supported_operations_gets_the_call_budget(tmp_path):
+    device = serve(tmp_path, "silent", Settings(call_timeout_s=1))
     try:
         assert device.live().prepare_timeout_s >= 60
         with pytest.raises(HalError) as e:

@@ -19,6 +19,7 @@ import pytest
 from nnapi_ref import hal
 from nnts import cli
 from nnts.runners.drivers import load_driver, load_drivers
+from nnts.runners.settings import Settings
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import ErrorStatus, HalError
@@ -383,16 +384,16 @@ def test_a_closed_connection_is_released_by_its_reader_thread(served, tmp_path):
             server.wait()
 
 
-def test_driver_processes_started_used_and_closed_in_a_row_all_start(monkeypatch):
+def test_driver_processes_started_used_and_closed_in_a_row_all_start():
     """The loop that found the reply-pipe race above, with the CPUs kept busy as a loaded CI
     machine's are: before the fix, 10 of 60 starts hung until the prepare timeout on a 2-core
     machine (23 and 28 of 150 while CI ran beside it; none on an idle one), so 30 starts all
     answering was about a 1-in-250 chance there."""
-    monkeypatch.setenv("NNTS_PREPARE_TIMEOUT", "10")
+    settings = Settings(prepare_timeout_s=10)
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(min(os.cpu_count() or 2, 4))]
     try:
         for i in range(30):
-            device = load_driver("remote:nnts serve reference")
+            device = load_driver("remote:nnts serve reference", settings=settings)
             try:
                 assert device.get_name() == "nnapi-reference", i
             finally:

@@ -10,14 +10,14 @@ from nnapi_ref import Compilation, OperationCode, using_drivers, vlog
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice, SubsetDevice
 from nnapi_ref.hal import ErrorStatus
+from nnts.formats.paths import CORPUS
 from nnts.generators.builders import chain_model
 
 
 
 @pytest.fixture
-def vlogging(monkeypatch):
+def vlogging():
     def switch(spec):
-        monkeypatch.setenv("NNTS_VLOG", spec)
         return vlog.configure(spec)
     yield switch
     vlog.configure("")
@@ -72,10 +72,9 @@ def test_unknown_component_is_refused():
 
 
 def test_environment_switches_logs_to_stderr():
-    code = ("from nnts.generators.builders import chain_model\n"
-            "from nnapi_ref import Compilation\n"
-            "Compilation(chain_model()).finish()\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    """NNTS_VLOG is read by nnts's entry points: here the nnts command, whose workers inherit it."""
+    done = subprocess.run([sys.executable, "-m", "nnts", "vectors", "run", "--jobs", "1", str(CORPUS / "arithmetic.json")],
+                          capture_output=True, text=True, timeout=120,
                           env={**__import__("os").environ, "NNTS_VLOG": "model,compilation"})
     assert done.returncode == 0, done.stderr
     assert "I nnts.ModelBuilder: finish" in done.stderr and "nnts.ExecutionPlan" in done.stderr

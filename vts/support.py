@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -19,8 +18,6 @@ from nnts.runners.cases import model_cases  # noqa: F401 (the VTS modules' test 
 from nnts.runners.model_runner import supports_dynamic_outputs
 from nnapi_ref.types import DTYPES, SCALAR_TYPES, OperationCode, PreferenceCode, PriorityCode
 
-SUBSET_ENV = "NNTS_VTS_SUBSET"
-MUTATION_SUBSET_ENV = "NNTS_VTS_MUTATION_SUBSET"
 LOOP_TIMEOUT_NS = 2_000_000_000
 # A model that must fail only has to fail; an infinite loop need not run for 2 s first.
 EXPECT_FAILURE_LOOP_TIMEOUT_NS = 100_000_000
@@ -30,19 +27,6 @@ PATHS = ("sync", "async", "burst", "fenced")
 
 
 # -- which test models ---------------------------------------------------------------------------
-
-def subset_size(env: str, default: int = 1) -> int | None:
-    """Models per test-vector file from an environment variable: an int, or None for all."""
-    value = os.environ.get(env, "").strip().lower()
-    if not value:
-        return default
-    if value == "all":
-        return None
-    try:
-        return max(0, int(value))
-    except ValueError:
-        raise pytest.UsageError(f"{env}={value!r}: expected a number or 'all'") from None
-
 
 def first_per_file(cases: list, n: int | None) -> list:
     """The first ``n`` cases of each test-vector file (all if None): deterministic, and one of

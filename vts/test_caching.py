@@ -18,14 +18,14 @@ import pytest
 from nnapi_ref.hal import ErrorStatus, HalError
 from nnts.runners.model_runner import check_outputs
 
-from nnts.vts.support import (SUBSET_ENV, case_marks, clone_model, first_per_file, make_io, mark_node, model_cases,
-                      prepare, prepare_or_skip, run_path, subset_size)
+from nnts.vts.support import (case_marks, clone_model, first_per_file, make_io, mark_node, model_cases,
+                      prepare, prepare_or_skip, run_path)
 
 N_MODELS = 10
 
 
 def _cases(config) -> list:
-    cases = [c for c in first_per_file(model_cases(config), subset_size(SUBSET_ENV)) if not c.test.expect_failure]
+    cases = [c for c in first_per_file(model_cases(config), config.nnts_vts.subset) if not c.test.expect_failure]
     step = max(1, len(cases) // N_MODELS)
     return cases[::step][:N_MODELS]
 

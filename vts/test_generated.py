@@ -31,9 +31,9 @@ from nnts.runners.model_runner import check_outputs
 from nnts.runners import ordering
 from nnts.runners import variants
 
-from nnts.vts.support import (EXPECT_FAILURE_LOOP_TIMEOUT_NS, PATHS, SUBSET_ENV, case_marks, clone_model, dynamic_model,
+from nnts.vts.support import (EXPECT_FAILURE_LOOP_TIMEOUT_NS, PATHS, case_marks, clone_model, dynamic_model,
                       first_per_file, has_dynamic_variant, has_unspecified_output, make_io, mark_node, model_cases,
-                      prepare, prepare_or_skip, run_path, subset_size, timing_problems)
+                      prepare, prepare_or_skip, run_path, timing_problems)
 
 SUBSET_VARIANTS = ("async", "burst", "fenced", "dynamic", "dynamic-fenced", "insufficient", "device-memory")
 FAILING_VARIANTS = PATHS  # models that must fail: each execution path
@@ -79,7 +79,7 @@ def pytest_generate_tests(metafunc):
     if "case" not in metafunc.fixturenames:
         return
     cases = model_cases(metafunc.config)
-    subset = {id(c) for c in first_per_file(cases, subset_size(SUBSET_ENV))}
+    subset = {id(c) for c in first_per_file(cases, metafunc.config.nnts_vts.subset)}
     params = []
     for c in cases:
         chosen = variants.selected(metafunc.config, tuple(_variants(c, id(c) in subset)))

@@ -24,14 +24,8 @@ from nnapi_ref.hal import ChannelQuant, ErrorStatus, HalError, Operand, Operatio
 from nnapi_ref.types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op, PreferenceCode, PriorityCode
 from nnts.runners import ordering
 
-from nnts.vts.support import MUTATION_SUBSET_ENV, case_marks, clone_model, first_per_file, mark_node, model_cases, \
-    subset_size
+from nnts.vts.support import case_marks, clone_model, first_per_file, mark_node, model_cases
 
-# Mutations grow with the square of a model's size (every operand, every type, each validating
-# the whole model): big models (mobilenet) are left out unless NNTS_VTS_MUTATION_MAX_OPERANDS
-# says otherwise ("all" for no limit).
-MAX_OPERANDS_ENV = "NNTS_VTS_MUTATION_MAX_OPERANDS"
-DEFAULT_MAX_OPERANDS = 100
 SCALARS = (T.FLOAT16, T.FLOAT32, T.INT32, T.UINT32, T.BOOL)
 ALL_TYPES = sorted({int(c) for c in T})
 WRITTEN = (Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT)
@@ -524,11 +518,15 @@ class MutationCase:
 def pytest_generate_tests(metafunc):
     if "mutation_case" not in metafunc.fixturenames:
         return
-    limit = subset_size(MAX_OPERANDS_ENV, DEFAULT_MAX_OPERANDS)
+    # Mutations grow with the square of a model's size (every operand, every type, each validating
+    # the whole model): big models (mobilenet) are left out unless NNTS_VTS_MUTATION_MAX_OPERANDS
+    # says otherwise ("all" for no limit).
+    sizes = metafunc.config.nnts_vts
+    limit = sizes.mutation_max_operands
     cases = [c for c in model_cases(metafunc.config) if not c.test.expect_failure
              and (limit is None or len(c.test.model.main.operands) <= limit)]
     params = []
-    for c in first_per_file(cases, subset_size(MUTATION_SUBSET_ENV)):
+    for c in first_per_file(cases, sizes.mutation_subset):
         for kind, mutations in KINDS.items():
             if next(iter(mutations(c.test.model)), None) is None:
                 continue  # no mutation of this kind applies to this model

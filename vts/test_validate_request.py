@@ -19,8 +19,8 @@ from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request
 from nnapi_ref.types import SCALAR_TYPES
 from nnts.runners import ordering
 
-from nnts.vts.support import (PATHS, SUBSET_ENV, case_marks, clone_model, first_per_file, has_unspecified_output, make_io, mark_node, model_cases,
-                      prepare_or_skip, run_path, subset_size)
+from nnts.vts.support import (PATHS, case_marks, clone_model, first_per_file, has_unspecified_output, make_io, mark_node, model_cases,
+                      prepare_or_skip, run_path)
 
 
 def _replace_arg(request: Request, which: str, i: int, **changes) -> None:
@@ -72,7 +72,7 @@ def pytest_generate_tests(metafunc):
         return
     cases = [c for c in model_cases(metafunc.config) if not c.test.expect_failure]
     params = []
-    for c in first_per_file(cases, subset_size(SUBSET_ENV)):
+    for c in first_per_file(cases, metafunc.config.nnts_vts.subset):
         params.append(pytest.param(c, id=f"{c.operation}-{c.dtype}-{c.test.name}", marks=case_marks(c)))
     metafunc.parametrize("request_case", ordering.first_pass_params(metafunc, params))
 

@@ -8,8 +8,9 @@ an :class:`Incident` is recorded for the test reports. The next device-level cal
 operations, prepare, allocate) starts a fresh process; objects of the dead one keep failing with
 DEAD_OBJECT.
 
-Time budgets, in seconds: ``NNTS_CALL_TIMEOUT`` (default 60) for each call and
-``NNTS_PREPARE_TIMEOUT`` (default 120, under pytest-timeout's 300) for starting and preparing.
+Time budgets and the shared-memory folder are a :class:`RemoteSettings`, given to
+:func:`start_process` or :func:`attach_socket` (nnts's entry points make it from
+``NNTS_CALL_TIMEOUT``, ``NNTS_PREPARE_TIMEOUT`` and ``NNTS_SHM_DIR``).
 """
 from __future__ import annotations
 
@@ -41,6 +42,15 @@ DEFAULT_CALL_TIMEOUT_S = 60.0
 DEFAULT_PREPARE_TIMEOUT_S = 120.0
 STDERR_LINES = 20
 STDERR_LINE_CHARS = 400
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    """How a client treats its driver: seconds per call, seconds to start and prepare (under
+    pytest-timeout's 300), and the folder of its shared-memory regions."""
+    call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    prepare_timeout_s: float = DEFAULT_PREPARE_TIMEOUT_S
+    shm_dir: str = shm.DEFAULT_DIR
 
 
 def _clip(line: bytes) -> str:
@@ -104,10 +114,8 @@ class ProcessTransport:
     def __init__(self, command: str):
         self.command = command
         try:
-            # The server records spans only when asked (TRACE_START): NNTS_TRACE is the client's file.
-            env = {k: v for k, v in os.environ.items() if k != "NNTS_TRACE"}
             self.proc = subprocess.Popen(_command_argv(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, bufsize=0, start_new_session=True, env=env)
+                                         stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
         except OSError as e:
             raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"cannot start {command!r}: {e}") from None
         self._out = io.BufferedReader(self.proc.stdout, 1 << 16)
@@ -262,14 +270,15 @@ class _AsyncExecution:
 class Connection:
     """One driver process (or server connection) and the calls in flight to it."""
 
-    def __init__(self, transport, driver: str, call_timeout_s: float, prepare_timeout_s: float):
+    def __init__(self, transport, driver: str, settings: RemoteSettings):
         self.transport = transport
         self.driver = driver
-        self.call_timeout_s = call_timeout_s
-        self.prepare_timeout_s = prepare_timeout_s
+        self.settings = settings
+        self.call_timeout_s = settings.call_timeout_s
+        self.prepare_timeout_s = settings.prepare_timeout_s
         self.dead: str | None = None
         self._stopped = threading.Event()  # set once ``dead`` holds the final reason
-        self.arena = shm.StagingArena()
+        self.arena = shm.StagingArena(settings.shm_dir)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
@@ -581,13 +590,10 @@ def _invalid(e: EncodeError) -> HalError:
 class RemoteDevice(hal.Device):
     """A driver in another process. ``connect()`` returns a new transport to it."""
 
-    def __init__(self, connect, driver: str, call_timeout_s: float | None = None,
-                 prepare_timeout_s: float | None = None):
+    def __init__(self, connect, driver: str, settings: RemoteSettings = RemoteSettings()):
         self._connect = connect
         self.driver = driver
-        self.call_timeout_s = call_timeout_s or float(os.environ.get("NNTS_CALL_TIMEOUT", DEFAULT_CALL_TIMEOUT_S))
-        self.prepare_timeout_s = prepare_timeout_s or float(
-            os.environ.get("NNTS_PREPARE_TIMEOUT", DEFAULT_PREPARE_TIMEOUT_S))
+        self.settings = settings
         self._lock = threading.Lock()
         self._encoded: list[tuple] = []  # (model, its encoding, the regions and arrays it uses)
         self.connection: Connection | None = None
@@ -598,8 +604,7 @@ class RemoteDevice(hal.Device):
         """The connection to the driver, started anew if the last one died."""
         with self._lock:
             if self.connection is None or self.connection.dead:
-                self.connection = Connection(self._connect(), self.driver, self.call_timeout_s,
-                                             self.prepare_timeout_s)
+                self.connection = Connection(self._connect(), self.driver, self.settings)
                 self.restarts += 1
                 if vlog.on["manager"]:
                     vlog.info("Manager", "%s: driver %s%s", self.driver, "started" if self.restarts == 0 else
@@ -657,12 +662,11 @@ class RemoteDevice(hal.Device):
         w.parts.append(encoded)
         staging.regions.extend(entry_staging.regions)
 
-    @staticmethod
-    def _encode_model(w: Writer, model: hal.Model, staging: _Staging) -> None:
+    def _encode_model(self, w: Writer, model: hal.Model, staging: _Staging) -> None:
         def place(raw: np.ndarray):
             found = shm.find(raw)
             if found is None:
-                shared = shm.allocate(raw.nbytes)
+                shared = shm.allocate(raw.nbytes, self.settings.shm_dir)
                 shared[:] = raw
                 staging.made.append(shared)
                 found = shm.find(shared)
@@ -701,7 +705,7 @@ class RemoteDevice(hal.Device):
             w.i32(preference)
             w.i32(priority)
             w.optional_i64(_relative(deadline_ns))
-            with _CacheFiles(model_cache, data_cache) as files:
+            with _CacheFiles(model_cache, data_cache, connection.settings.shm_dir) as files:
                 files.write(w)
                 w.optional_bytes(token)
                 r = connection.call(Msg.PREPARE_MODEL, w, "prepare_model", staging.regions)
@@ -714,7 +718,7 @@ class RemoteDevice(hal.Device):
         w = Writer()
         try:
             w.optional_i64(_relative(deadline_ns))
-            with _CacheFiles(model_cache, data_cache) as files:
+            with _CacheFiles(model_cache, data_cache, connection.settings.shm_dir) as files:
                 files.write(w)
                 w.optional_bytes(token)
                 r = connection.call(Msg.PREPARE_MODEL_FROM_CACHE, w, "prepare_model_from_cache")
@@ -757,8 +761,9 @@ class _CacheFiles:
     """Cache files as paths the driver process opens itself. A file object without a path on
     disk is staged through a temporary file, copied back after the call."""
 
-    def __init__(self, model_cache: Sequence, data_cache: Sequence):
+    def __init__(self, model_cache: Sequence, data_cache: Sequence, folder: str):
         self.groups = [list(model_cache or ()), list(data_cache or ())]
+        self.folder = folder
         self.staged: list[tuple[object, str]] = []
 
     def __enter__(self):
@@ -783,7 +788,7 @@ class _CacheFiles:
             data = f.read()
         except (AttributeError, OSError, ValueError) as e:
             raise EncodeError(f"a cache file that cannot be read ({e})") from None
-        handle, path = tempfile.mkstemp(prefix="nnts-cache-", dir=shm.SHM_DIR)
+        handle, path = tempfile.mkstemp(prefix="nnts-cache-", dir=self.folder)
         with os.fdopen(handle, "wb") as out:
             out.write(data)
         self.staged.append((f, path))
@@ -981,12 +986,12 @@ class RemoteBuffer(hal.Buffer):
 # Driver strings
 # ---------------------------------------------------------------------------------------------
 
-def start_process(command: str) -> RemoteDevice:
+def start_process(command: str, settings: RemoteSettings = RemoteSettings()) -> RemoteDevice:
     """``remote:COMMAND``: start COMMAND and speak to it on its stdin and stdout."""
-    shm.remove_stale_files()
-    return RemoteDevice(lambda: ProcessTransport(command), f"remote:{command}")
+    shm.remove_stale_files(settings.shm_dir)
+    return RemoteDevice(lambda: ProcessTransport(command), f"remote:{command}", settings)
 
 
-def attach_socket(path: str) -> RemoteDevice:
+def attach_socket(path: str, settings: RemoteSettings = RemoteSettings()) -> RemoteDevice:
     """``socket:PATH``: attach to a server already listening on a Unix socket."""
-    return RemoteDevice(lambda: SocketTransport(path), f"socket:{path}")
+    return RemoteDevice(lambda: SocketTransport(path), f"socket:{path}", settings)

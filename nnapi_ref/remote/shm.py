@@ -4,7 +4,9 @@ Tensor data never travels through the protocol's pipe: the client names a region
 (REGION_ADD) and refers to it by id afterwards. Every region this process creates is recorded by
 address, so an array that already lives in one (a runtime ``Memory`` from
 ``ASharedMemory_create``, a constant set from such a memory) is passed as a reference to it,
-with no copy; anything else is copied into a staging region for the call.
+with no copy; anything else is copied into a staging region for the call. The folder is an
+argument (``DEFAULT_DIR`` unless the caller gives another: nnts's entry points pass
+``NNTS_SHM_DIR``), for hosts whose ``/dev/shm`` is small or missing.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import numpy as np
 
 from nnapi_ref.errors import HostResourceError
 
-SHM_DIR = os.environ.get("NNTS_SHM_DIR") or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+DEFAULT_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 _PREFIX = "nnts-"
 _ids = itertools.count(1)
 _names = itertools.count(1)
@@ -43,21 +45,21 @@ class Region:
 _HOST_ERRNOS = frozenset({errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EMFILE, errno.ENFILE, errno.EDQUOT})
 
 
-def _host_error(e: OSError, size: int) -> Exception:
+def _host_error(e: OSError, size: int, folder: str) -> Exception:
     if e.errno not in _HOST_ERRNOS:
         return e
-    return HostResourceError(f"the host is out of shared memory: {size} bytes cannot be reserved in {SHM_DIR} "
+    return HostResourceError(f"the host is out of shared memory: {size} bytes cannot be reserved in {folder} "
                              f"({e.strerror}); a resource of the host, not the driver's failure")
 
 
-def allocate(size: int) -> np.ndarray:
-    """``size`` zeroed bytes of shared memory; the region lives as long as the array (or a view
-    of it) does."""
-    path = os.path.join(SHM_DIR, f"{_PREFIX}{os.getpid()}-{next(_names)}")
+def allocate(size: int, folder: str = DEFAULT_DIR) -> np.ndarray:
+    """``size`` zeroed bytes of shared memory in ``folder``; the region lives as long as the array
+    (or a view of it) does."""
+    path = os.path.join(folder, f"{_PREFIX}{os.getpid()}-{next(_names)}")
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as e:
-        raise _host_error(e, size) from None
+        raise _host_error(e, size, folder) from None
     try:
         # Reserved now: a full /dev/shm is an error here, not a SIGBUS when a page is first touched.
         os.posix_fallocate(fd, 0, max(size, 1))
@@ -65,7 +67,7 @@ def allocate(size: int) -> np.ndarray:
     except BaseException as e:
         os.unlink(path)
         if isinstance(e, OSError) and e.errno in _HOST_ERRNOS:
-            raise _host_error(e, size) from None
+            raise _host_error(e, size, folder) from None
         raise
     finally:
         os.close(fd)
@@ -140,10 +142,10 @@ def find(array: np.ndarray) -> tuple[Region, int] | None:
     return _REGISTRY.find(array)
 
 
-def remove_stale_files() -> None:
-    """Delete regions left behind by processes of this user that no longer exist."""
+def remove_stale_files(folder: str = DEFAULT_DIR) -> None:
+    """Delete regions in ``folder`` left behind by processes of this user that no longer exist."""
     try:
-        names = os.listdir(SHM_DIR)
+        names = os.listdir(folder)
     except OSError:
         return
     for name in names:
@@ -154,7 +156,7 @@ def remove_stale_files() -> None:
             os.kill(int(m.group(1)), 0)
         except ProcessLookupError:
             try:
-                os.unlink(os.path.join(SHM_DIR, name))
+                os.unlink(os.path.join(folder, name))
             except OSError:
                 pass
         except PermissionError:
@@ -165,7 +167,8 @@ class StagingArena:
     """Reusable shared memory for data that does not already live in shared memory (POINTER
     arguments, pools over plain arrays): (array, region) pairs, back to the arena after the call."""
 
-    def __init__(self):
+    def __init__(self, folder: str = DEFAULT_DIR):
+        self.folder = folder
         self._free: list[tuple[np.ndarray, Region]] = []
         self._lock = threading.Lock()
 
@@ -177,7 +180,7 @@ class StagingArena:
                     best = i
             if best is not None and self._free[best][0].nbytes <= max(4 * size, 1 << 16):
                 return self._free.pop(best)
-        array = allocate(max(size, 4096))
+        array = allocate(max(size, 4096), self.folder)
         return array, find(array)[0]
 
     def give_back(self, borrowed: tuple[np.ndarray, Region]) -> None:

@@ -5,7 +5,6 @@ and a hidden CPU reference device used for CPU fallback, as NNAPI's runtime does
 """
 from __future__ import annotations
 
-import os
 import threading
 from contextlib import contextmanager
 from enum import IntEnum
@@ -13,11 +12,13 @@ from typing import Iterator, Sequence
 
 from nnapi_ref import hal
 from nnapi_ref.errors import NnapiError
+from nnapi_ref.remote import shm
 from nnapi_ref.types import DeviceTypeCode, ResultCode
 
 
 class Partitioning(IntEnum):
-    """Like AOSP's debug.nn.partition property."""
+    """Like AOSP's debug.nn.partition property (given to :func:`set_drivers`; nnts's entry points
+    read ``NNTS_PARTITION``)."""
 
     NONE = 0           # no partitioning: the whole model runs on the CPU reference device
     WITH_FALLBACK = 1  # partition; fall back to the CPU when a driver fails (the default)
@@ -54,14 +55,20 @@ class DeviceManager:
         self._lock = threading.Lock()
         self._devices: list[Device] | None = None
         self._cpu: Device | None = None
-        self.partitioning = Partitioning(int(os.environ.get("NNTS_PARTITION", Partitioning.WITH_FALLBACK)))
+        self.partitioning = Partitioning.WITH_FALLBACK
+        self.shm_dir = shm.DEFAULT_DIR  # where ASharedMemory_create's regions go
 
-    def set_drivers(self, drivers: Sequence[hal.Device]) -> None:
+    def set_drivers(self, drivers: Sequence[hal.Device], partitioning: Partitioning | None = None,
+                    shm_dir: str | None = None) -> None:
         names = [d.get_name() for d in drivers]
         if len(set(names)) != len(names):
             raise NnapiError(ResultCode.BAD_DATA, f"driver names must be unique, got {names}")
         with self._lock:
             self._devices = [Device(d) for d in drivers]
+            if partitioning is not None:
+                self.partitioning = Partitioning(partitioning)
+            if shm_dir is not None:
+                self.shm_dir = shm_dir
 
     @property
     def devices(self) -> list[Device]:
@@ -116,20 +123,23 @@ def get_devices() -> list[Device]:
     return MANAGER.devices
 
 
-def set_drivers(drivers: Sequence[hal.Device]) -> None:
-    """Replace the drivers the runtime uses (the suite's ``--driver``)."""
-    MANAGER.set_drivers(drivers)
+def set_drivers(drivers: Sequence[hal.Device], partitioning: Partitioning | None = None,
+                shm_dir: str | None = None) -> None:
+    """Replace the drivers the runtime uses (the suite's ``--driver``) and, when given, how it
+    partitions a model over them and where its shared memory goes: whoever chooses the drivers
+    chooses these too (None keeps the current setting)."""
+    MANAGER.set_drivers(drivers, partitioning, shm_dir)
 
 
 @contextmanager
 def drivers_restored() -> Iterator[None]:
-    """Whatever drivers (and partitioning) the block sets, the previous ones afterwards: an
+    """Whatever drivers (and partitioning, shared-memory folder) the block sets, the previous ones afterwards: an
     ``nnts`` command run in process must not leave its ``--driver`` behind for its caller."""
-    previous, previous_mode = MANAGER._devices, MANAGER.partitioning
+    previous = MANAGER._devices, MANAGER.partitioning, MANAGER.shm_dir
     try:
         yield
     finally:
-        MANAGER._devices, MANAGER.partitioning = previous, previous_mode
+        MANAGER._devices, MANAGER.partitioning, MANAGER.shm_dir = previous
 
 
 @contextmanager

@@ -16,6 +16,7 @@ import numpy as np
 from nnapi_ref import hal
 from nnapi_ref.errors import HostResourceError, NnapiError, check
 from nnapi_ref.remote import shm
+from nnapi_ref.runtime.devices import MANAGER
 from nnapi_ref.types import ResultCode, combine_dimensions
 
 PROT_READ, PROT_WRITE = mmap.PROT_READ, mmap.PROT_WRITE
@@ -56,7 +57,7 @@ class Memory:
         check(size > 0, f"shared memory size {size} must be positive")
         try:
             try:
-                buffer = shm.allocate(size)
+                buffer = shm.allocate(size, MANAGER.shm_dir)
             except (OSError, HostResourceError):  # no room in /dev/shm, or none: plain memory, copied for remote drivers
                 buffer = np.zeros(size, np.uint8)
             return cls(hal.SharedMemory(buffer))

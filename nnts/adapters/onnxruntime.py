@@ -26,7 +26,6 @@ driver's, which this driver extends; only compilation and the computation itself
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
@@ -697,19 +696,19 @@ def session(onnx_bytes: bytes, threads: int):
 
 class OnnxRuntimeDevice(AdapterDevice):
     """NNAPI on ONNX Runtime's CPU provider; ``threads`` ONNX Runtime threads per session
-    (default 1, or ``NNTS_ORT_THREADS``)."""
+    (nnts's entry points pass ``NNTS_ORT_THREADS``)."""
 
     runtime = "onnxruntime"
     magic = b"NNTSORT1"
     benchmark_types = (F32, F16, Q8, S8, I32, BOOL8)
 
-    def __init__(self, threads: int | None = None):
+    def __init__(self, threads: int = 1):
         if onnxruntime is None:
             raise NnapiError(ResultCode.UNAVAILABLE_DEVICE,
                              f"driver 'onnxruntime' needs the onnxruntime and onnx packages "
                              f"(pip install 'nnts[onnxruntime]'): {_IMPORT_ERROR}")
         super().__init__(name="onnxruntime")
-        self.threads = threads or int(os.environ.get("NNTS_ORT_THREADS", "1"))
+        self.threads = threads
         self.capabilities = None  # measured on first request
 
     def get_version_string(self) -> str:

@@ -1,12 +1,16 @@
 """The ``nnts`` command: one module per subcommand, each with ``register(sub)`` (its arguments),
 ``run(args)`` and, where its inputs can be checked before the run, ``check(args)`` (set as ``check_args``).
 
+The environment is read here, once (:class:`nnts.runners.settings.Settings`), and reaches the
+commands as ``args.settings``; ``nnts test`` leaves it to the pytest plugin.
+
 Only the module of the command given is imported (all of them for ``nnts --help``): ``nnts serve``
 starts every remote driver, and the other commands' machinery would cost it a third of a second.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import sys
@@ -18,6 +22,7 @@ from nnts.cli import suite
 from nnts.cli.common import apply_trace, check_driver
 from nnts.formats import files
 from nnts.formats.files import UsageError
+from nnts.runners.settings import Settings
 
 COMMANDS = ("test", "devices", "serve", "stress", "bench", "gate", "report", "fuzz", "ops", "vectors", "trace",
             "graph")
@@ -45,10 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"nnts {command}: {e}", file=sys.stderr)
         return 2
+    try:
+        args.settings = settings(args)
+    except ValueError as e:
+        print(f"nnts {command}: {e}", file=sys.stderr)
+        return 2
+    args.settings.start(os.environ)
     if apply_trace(args) is not None:
         return 2
-    if getattr(args, "call_timeout", None):
-        os.environ["NNTS_CALL_TIMEOUT"] = str(args.call_timeout)  # worker processes inherit it
     try:
         with drivers_restored():
             return args.func(args)
@@ -65,6 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"nnts {command}: interrupted", file=sys.stderr)
         return 130
+
+
+def settings(args) -> Settings:
+    """The environment's settings with the command line's over them."""
+    chosen = Settings.from_environment(os.environ)
+    if getattr(args, "call_timeout", None):
+        os.environ["NNTS_CALL_TIMEOUT"] = str(args.call_timeout)  # the processes it starts inherit it
+        chosen = dataclasses.replace(chosen, call_timeout_s=args.call_timeout)
+    if args.command == "serve" and not args.socket:  # its spans go to its client (TRACE_START), not to a file
+        chosen = dataclasses.replace(chosen, trace=None)
+    return chosen
 
 
 def check_arguments(args) -> None:

@@ -51,7 +51,7 @@ def check(args) -> None:
 
 def run(args) -> int:
     """1 when a model fails on the driver or its accuracy criteria (or none could be imported), else 0."""
-    runtime_devices(args.driver, args.isolate)
+    runtime_devices(args.driver, args.isolate, args.settings)
     try:
         models = bench.resolve_models(args.models)
     except (FileNotFoundError, RuntimeError) as e:

@@ -9,11 +9,13 @@ import sys
 from nnapi_ref import trace
 
 from nnts.formats.files import UsageError
+from nnts.runners.settings import Settings
 from nnts.runners.shard import parse
 
 
 def default_driver() -> str:
-    return os.environ.get("NNTS_DRIVER", "reference")
+    """``--driver``'s default, read as the parser is built (``nnts.cli.main`` reads the rest)."""
+    return os.environ.get("NNTS_DRIVER", Settings.driver)
 
 
 def add_driver_options(parser: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    for device in runtime_devices(args.driver, args.isolate):
+    for device in runtime_devices(args.driver, args.isolate, args.settings):
         caps = device.capabilities
         print(f"{device.name}: type {device.type.name}, feature level {device.feature_level}, "
               f"version {device.version!r}")

@@ -55,7 +55,7 @@ def run(args) -> int:
         if not os.path.isfile(args.replay):
             print(f"nnts: no such file: {args.replay}", file=sys.stderr)
             return 2
-        return engine.replay(args.replay, args.harness, args.driver, args.vectors)
+        return engine.replay(args.replay, args.harness, args.driver, args.vectors, args.settings)
     if not args.harness:
         print("nnts: fuzz needs --harness NAME or --replay FILE", file=sys.stderr)
         return 2
@@ -66,7 +66,7 @@ def run(args) -> int:
     if args.vectors:
         _check_seed_vectors(args.vectors)
     driver = args.driver or default_driver()
-    runtime_devices(driver)  # a bad --driver: one line here, not a child's traceback
+    runtime_devices(driver, settings=args.settings)  # a bad --driver: one line here, not a child's traceback
     return engine.run(args.harness, driver, args.runs, args.max_time, args.corpus, args.seed,
                       args.artifacts, args.vectors, args.timeout, args.rss_limit)
 

@@ -15,4 +15,4 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    return main(args.model, args.driver, args.svg, args.dot)
+    return main(args.model, args.driver, args.svg, args.dot, args.settings)

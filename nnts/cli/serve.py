@@ -33,7 +33,7 @@ def run(args) -> int:
     # numpy's BLAS on the given threads: each served driver defaulting to one thread per core
     # oversubscribed the machine (MobileNet served: p50 992 ms against 116 ms on one thread).
     with threadpool_limits(limits=args.blas_threads):
-        device = load_driver(args.driver)
+        device = load_driver(args.driver, settings=args.settings)
         if args.socket:
             try:
                 serve_socket(device, args.socket)

@@ -25,4 +25,4 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    return stress.main(args.driver, args.tests, args.duration, args.call_timeout, args.json, args.junit)
+    return stress.main(args.driver, args.tests, args.duration, args.call_timeout, args.json, args.junit, args.settings)

@@ -76,9 +76,9 @@ def run(args) -> int:
         return 2
     found = [str(p) for p in find_files(args.paths)]
     known = load_known_failures(args.known_failures) if args.known_failures else None  # bad: one line, now
-    runtime_devices(args.driver, args.isolate)
+    runtime_devices(args.driver, args.isolate, args.settings)
     jobs = args.jobs or os.cpu_count() or 1
-    job_args = (args.driver, args.isolate, args.filter, args.mode, args.dynamic, args.device_memory, args.cache_dir,
+    job_args = (args.driver, args.isolate, args.settings, args.filter, args.mode, args.dynamic, args.device_memory, args.cache_dir,
                 args.shard)
     reported: list[list[dict]] = []
 
@@ -93,7 +93,8 @@ def run(args) -> int:
         if getattr(args, "trace", None):  # a worker process's spans would not reach the trace: run here
             results = vector_run.run_here(found, job_args, report)
         else:
-            results = contained.run_contained(vector_run.run_file, job_args, found, jobs, report)
+            results = contained.run_contained(vector_run.run_file, job_args, found, jobs, report,
+                                              contained.test_budget_s(args.settings.call_timeout_s))
     except KeyboardInterrupt:  # Ctrl-C: write what is done
         interrupted = True
         results = [r for part in reported for r in part]

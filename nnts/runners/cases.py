@@ -92,7 +92,7 @@ def collect_cases(config) -> list[Case]:
         cases = []
         for path in vectors.find_files(paths):
             try:
-                tests = vector_cache.load_file(path)  # parsed once, not in every run and worker
+                tests = vector_cache.load_file(path, config.nnts_settings.cache_dir)  # parsed once, not per run
             except vectors.FormatError as e:  # one bad file is one failing test, the others still run
                 LOAD_ERRORS[str(path)] = str(e)
                 continue

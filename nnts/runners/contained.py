@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 DEFAULT_TEST_BUDGET_S = 180.0  # a test's prepare (120 s) and its executions, on an in-process driver
 
 
-def test_budget_s() -> float:
+def test_budget_s(call_timeout_s: float | None) -> float:
     """Seconds one test may take in a worker before it is declared hung: three call budgets when
-    ``--call-timeout`` is given, else DEFAULT_TEST_BUDGET_S."""
-    given = os.environ.get("NNTS_CALL_TIMEOUT")
-    return 3 * float(given) if given else DEFAULT_TEST_BUDGET_S
+    ``--call-timeout`` (or ``NNTS_CALL_TIMEOUT``) is given, else DEFAULT_TEST_BUDGET_S."""
+    return 3 * call_timeout_s if call_timeout_s else DEFAULT_TEST_BUDGET_S
 
 
 @dataclass
@@ -63,11 +62,11 @@ def _read_progress(path: str, plan: list | None = None) -> tuple[list[dict], dic
     return results, started
 
 
-def run_contained(run_file, job_args: tuple, files: list[str], jobs: int, report) -> list[dict]:
+def run_contained(run_file, job_args: tuple, files: list[str], jobs: int, report,
+                  budget: float = DEFAULT_TEST_BUDGET_S) -> list[dict]:
     """Every test of ``files`` through ``run_file(path, start, progress, *job_args)`` in worker
     processes; ``report(results)`` is called with each file's results as it completes. Returns all
-    results, in file order; a worker's death or a test over budget is a row of its own."""
-    budget = test_budget_s()
+    results, in file order; a worker's death or a test over ``budget`` seconds is a row of its own."""
     done: dict[str, list[dict]] = {}
     pending = [Task(p) for p in files]
     serial = False  # after a death we could not pin on one test: one worker until we can

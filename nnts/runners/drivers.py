@@ -16,7 +16,9 @@ A driver string is one of
 
 Several drivers at once (for partitioning) are separated by commas. ``isolate=True`` runs every
 in-process driver string through ``nnts serve`` in a process of its own. ``module.path`` resolves
-against the current folder first, as ``python -m`` does, wherever a driver is named.
+against the current folder first, as ``python -m`` does, wherever a driver is named. What the
+environment configures (a remote driver's time budgets, ONNX Runtime's threads, partitioning)
+comes in a :class:`nnts.runners.settings.Settings`, read by the entry point.
 """
 from __future__ import annotations
 
@@ -29,25 +31,26 @@ from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import Device
 from nnapi_ref.runtime import get_devices, set_drivers
 from nnapi_ref.types import ResultCode
+from nnts.runners.settings import Settings
 
 
 FORMS = "reference, onnxruntime, tflite, tflite-ref, module.path:factory, remote:COMMAND or socket:PATH"
 
 
-def load_driver(spec: str, isolate: bool = False) -> Device:
+def load_driver(spec: str, isolate: bool = False, settings: Settings = Settings()) -> Device:
     spec = spec.strip()
     if not spec:
         raise NnapiError(ResultCode.BAD_DATA, f"no driver given (one of {FORMS})")
     if isolate and not spec.startswith(("remote:", "socket:")):
         spec = f"remote:nnts serve {shlex.quote(spec)}"
     if spec.startswith(("remote:", "socket:")):
-        return _load_remote(spec)
+        return _load_remote(spec, settings)
     if spec in ("reference", "nnapi-reference"):
         from nnapi_ref.drivers.reference import ReferenceDevice
         return ReferenceDevice()
     if spec == "onnxruntime":
         from nnts.adapters.onnxruntime import OnnxRuntimeDevice
-        return OnnxRuntimeDevice()
+        return OnnxRuntimeDevice(settings.ort_threads)
     if spec in ("tflite", "tflite-ref"):
         from nnts.adapters.tflite import TfliteDevice
         return TfliteDevice("default" if spec == "tflite" else "reference")
@@ -84,7 +87,7 @@ def _current_folder_importable() -> None:
         sys.path.insert(0, here)
 
 
-def _load_remote(spec: str) -> Device:
+def _load_remote(spec: str, settings: Settings) -> Device:
     from nnapi_ref.hal import HalError
     from nnapi_ref.remote.client import attach_socket, start_process
     kind, _, target = spec.partition(":")
@@ -96,12 +99,12 @@ def _load_remote(spec: str) -> Device:
         except ValueError as e:  # remote:"unbalanced
             raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: the command does not parse: {e}") from None
     try:
-        return start_process(target) if kind == "remote" else attach_socket(target)
+        return (start_process if kind == "remote" else attach_socket)(target, settings.remote)
     except HalError as e:
         raise NnapiError(ResultCode.UNAVAILABLE_DEVICE, f"driver {spec!r}: {e.message}") from None
 
 
-def load_drivers(specs: str | list[str], isolate: bool = False) -> list[Device]:
+def load_drivers(specs: str | list[str], isolate: bool = False, settings: Settings = Settings()) -> list[Device]:
     """Drivers from a comma-separated string or a list of driver strings."""
     from nnapi_ref import trace, vlog
     if isinstance(specs, str):
@@ -109,7 +112,7 @@ def load_drivers(specs: str | list[str], isolate: bool = False) -> list[Device]:
     if not specs:
         raise NnapiError(ResultCode.BAD_DATA, f"no driver given (one of {FORMS})")
     with trace.span("initialization", "runtime", "load drivers"):
-        drivers = [load_driver(s, isolate) for s in specs]
+        drivers = [load_driver(s, isolate, settings) for s in specs]
     if vlog.on["manager"]:
         vlog.info("Manager", "drivers loaded: %s", ", ".join(f"{s.strip()} ({d.get_name()})"
                                                            for s, d in zip(specs, drivers)))
@@ -119,11 +122,12 @@ def load_drivers(specs: str | list[str], isolate: bool = False) -> list[Device]:
 _LOADED: dict[tuple, list[Device]] = {}
 
 
-def runtime_devices(spec: str, isolate: bool = False):
+def runtime_devices(spec: str, isolate: bool = False, settings: Settings = Settings()):
     """The runtime's devices for a driver string, its drivers loaded once per process (a remote
-    driver is a process of its own: one per worker, not one per file)."""
-    key = (spec, isolate, os.getpid())
+    driver is a process of its own: one per worker, not one per file), partitioned as
+    ``settings`` says."""
+    key = (spec, isolate, settings, os.getpid())
     if key not in _LOADED:
-        _LOADED[key] = load_drivers(spec, isolate)
-    set_drivers(_LOADED[key])
+        _LOADED[key] = load_drivers(spec, isolate, settings)
+    set_drivers(_LOADED[key], settings.partitioning, settings.shm_dir)
     return get_devices()

@@ -22,6 +22,7 @@ import numpy as np
 from nnapi_ref.hal import Model, Subgraph
 from nnapi_ref.types import Lifetime, OperandCode, OperationCode, SCALAR_TYPES
 from nnapi_ref.validation import CONSTANT_LIFETIMES, topological_order
+from nnts.runners.settings import Settings
 
 PALETTE = ("#8dd3c7", "#fdb462", "#bebada", "#fb8072", "#80b1d3", "#b3de69", "#fccde5", "#d9d9d9")
 MAX_SCALAR_LABEL = 6  # a constant with up to this many elements shows its values
@@ -80,13 +81,13 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def assign_devices(model: Model, driver: str) -> dict[int, str]:
+def assign_devices(model: Model, driver: str, settings: Settings = Settings()) -> dict[int, str]:
     """The device name per main operation index, as the runtime's partitioner assigns them
     among the drivers of the ``--driver`` string ``driver``."""
     from nnts.runners.drivers import load_drivers
     from nnapi_ref.runtime.devices import Device
     try:
-        drivers = load_drivers(driver)
+        drivers = load_drivers(driver, settings=settings)
     except Exception as e:  # a bad driver string or a driver that does not start: one line
         raise GraphError(f"--driver {driver}: {e}") from None
     return partition_devices(model, [Device(d) for d in drivers])
@@ -202,11 +203,12 @@ def picture_beside(model_path: str | os.PathLike) -> Path | None:
     return out
 
 
-def main(path: str, driver: str | None = None, svg: str | None = None, dot: str | None = None) -> int:
+def main(path: str, driver: str | None = None, svg: str | None = None, dot: str | None = None,
+         settings: Settings = Settings()) -> int:
     """``nnts graph``: dot text to stdout (or --dot FILE), or an SVG (--svg FILE)."""
     try:
         model, name = load_model(path)
-        devices = assign_devices(model, driver) if driver else None
+        devices = assign_devices(model, driver, settings) if driver else None
         text = to_dot(model, name, devices)
         for out in (svg, dot):
             if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):

@@ -11,9 +11,9 @@ so an edited file or a changed reader is read afresh. A missing, unreadable or d
 a miss (the file is read as usual); a file that does not load is never cached (its error is
 raised as usual). No code is loaded from the cache: JSON and raw array bytes only.
 
-The cache folder: ``NNTS_CACHE_DIR`` if set (empty: no cache), else ``$XDG_CACHE_HOME/nnts`` or
-``~/.cache/nnts``; entries go in its ``vectors`` folder and are written atomically (two xdist
-workers writing the same entry is harmless).
+The cache folder is the caller's (``Settings.cache_dir``: ``NNTS_CACHE_DIR``, ``$XDG_CACHE_HOME/nnts``
+or ``~/.cache/nnts``; None for no cache); entries go in its ``vectors`` folder and are written
+atomically (two xdist workers writing the same entry is harmless).
 """
 from __future__ import annotations
 
@@ -35,15 +35,6 @@ BLOB_KEY = "$nnts_blob"  # {"$nnts_blob": [offset, dtype, shape]} stands for a d
 ALIGN = 16
 
 
-def cache_folder() -> Path | None:
-    """Where entries go; None when ``NNTS_CACHE_DIR`` is set empty (caching off)."""
-    configured = os.environ.get("NNTS_CACHE_DIR")
-    if configured is not None:
-        return Path(configured) / "vectors" if configured else None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "nnts" / "vectors"
-
-
 @functools.cache
 def _reader_version() -> bytes:
     """Changes whenever the reader or this module changes."""
@@ -63,10 +54,11 @@ def _entry(path: Path, folder: Path) -> Path | None:
     return folder / (hashlib.sha256(key).hexdigest() + ".bin")
 
 
-def load_file(path: str | os.PathLike) -> list[vectors.TestModel]:
-    """``vectors.load_file(path)``, from the cache when it holds the file."""
+def load_file(path: str | os.PathLike, cache_dir: str | os.PathLike | None) -> list[vectors.TestModel]:
+    """``vectors.load_file(path)``, from the cache in ``cache_dir`` when it holds the file (None:
+    no cache)."""
     path = Path(path)
-    folder = cache_folder()
+    folder = Path(cache_dir) / "vectors" if cache_dir is not None else None
     entry = _entry(path, folder) if folder else None
     if entry is None:
         return vectors.load_file(path)

@@ -23,14 +23,14 @@ from nnts.runners.model_runner import ERROR, FAIL, PASS, SKIP, run_test
 RUN_STATUS = {PASS: "passed", FAIL: "failed", SKIP: "skipped", ERROR: "error"}
 
 
-def run_file(path, start, progress_path, driver, isolate, pattern, mode, dynamic, device_memory,
+def run_file(path, start, progress_path, driver, isolate, settings, pattern, mode, dynamic, device_memory,
              cache_dir, part) -> list[dict]:
     """Worker: run the tests of one file from test ``start`` on; returns plain result dicts, and
     writes each to ``progress_path`` as it goes (nnts.runners.contained: a worker that dies keeps
     them, and the test it died in is named)."""
     progress = Progress(progress_path)
     try:
-        devices = runtime_devices(driver, isolate)
+        devices = runtime_devices(driver, isolate, settings)
         regex = re.compile(pattern) if pattern else None
         results = []
         try:
