@@ -41,7 +41,7 @@ from nnapi_ref.remote.client import incidents
 from nnapi_ref.runtime.devices import Device
 from nnts.generators.builders import chain, chain_model
 
-from nnts.mlts import stress
+from nnts.mlts import stress_run as stress
 
 CONCURRENT_CLIENTS = 4
 MIN_THROUGHPUT_RATIO = 0.5

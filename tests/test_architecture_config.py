@@ -16,7 +16,8 @@ ENTRY_POINTS = {
     "fuzz/engine.py",            # python -m nnts.fuzz.engine, and its child's PYTHONPATH
     "fuzz/execute_fuzzer.py", "fuzz/model_fuzzer.py", "fuzz/remote_fuzzer.py", "fuzz/request_fuzzer.py",
     "fuzz/vectors_fuzzer.py",    # the fuzzers' scripts (atheris, ClusterFuzzLite)
-    "mlts/stress.py",            # python -m nnts.mlts.stress client, and its clients' environment
+    "mlts/stress.py",            # python -m nnts.mlts.stress client
+    "mlts/stress_run.py",        # the client processes' environment: this one's, with the call timeout
     "mlts/bench_suite.py",       # the measured pytest run's plugin, and that run's environment
     "mlts/diverge.py", "mlts/bench_remote.py",  # python -m mains
 }
