@@ -126,6 +126,42 @@ class Model:
     extension_name_to_prefix: list[ExtensionNameAndPrefix] = field(default_factory=list)
 
 
+def step_model(model: Model, operations: list[int]) -> tuple[Model, list[int], list[int]]:
+    """The sub-model running ``operations`` of ``model.main`` (what one step of an execution plan
+    sends to its device), with the main operand indexes of its inputs and outputs."""
+    main = model.main
+    inside = set(operations)
+    produced = {k for j in operations for k in main.operations[j].outputs}
+    consumed_outside = {k for j, op in enumerate(main.operations) if j not in inside for k in op.inputs}
+    consumed_outside |= set(main.output_indexes)
+    remap: dict[int, int] = {}
+    operands: list[Operand] = []
+    inputs, outputs = [], []
+    for j in operations:
+        for k in list(main.operations[j].inputs) + list(main.operations[j].outputs):
+            if k in remap:
+                continue
+            o = main.operands[k]
+            copy = Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant,
+                           o.extension_data)
+            if o.lifetime in (Lifetime.SUBGRAPH_INPUT, Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT):
+                if k in produced:
+                    copy.lifetime = Lifetime.SUBGRAPH_OUTPUT if k in consumed_outside else Lifetime.TEMPORARY_VARIABLE
+                else:
+                    copy.lifetime = Lifetime.SUBGRAPH_INPUT
+            remap[k] = len(operands)
+            operands.append(copy)
+            if copy.lifetime == Lifetime.SUBGRAPH_INPUT:
+                inputs.append(k)
+            elif copy.lifetime == Lifetime.SUBGRAPH_OUTPUT:
+                outputs.append(k)
+    ops = [Operation(main.operations[j].type, tuple(remap[k] for k in main.operations[j].inputs),
+                     tuple(remap[k] for k in main.operations[j].outputs)) for j in operations]
+    sg = Subgraph(operands, ops, tuple(remap[k] for k in inputs), tuple(remap[k] for k in outputs))
+    return (Model(sg, model.referenced, model.relax_computation_float32_to_float16, model.extension_name_to_prefix),
+            inputs, outputs)
+
+
 # ---------------------------------------------------------------------------------------------
 # Memory and requests
 # ---------------------------------------------------------------------------------------------

@@ -110,7 +110,7 @@ def test_reference_reports_extension_operations_unsupported():
 
 
 def test_step_models_carry_the_prefixes_and_data():
-    from nnapi_ref.runtime.compilation import step_model
+    from nnapi_ref.hal import step_model
     with using_drivers([ReferenceDevice(), ExampleExtensionDevice()]):
         hal_model = mixed_model().hal_model
     step, _, _ = step_model(hal_model, [0])

@@ -117,12 +117,11 @@ class ExampleExtensionDevice(ReferenceDevice):
     def _segments(self, model: hal.Model) -> list:
         """The main model's operations (in execution order) as runs of built-in operations, each
         a sub-model with the reference's plans, and single DEQUANTIZE64 operations."""
-        from nnapi_ref.runtime.compilation import step_model
         segments, run = [], []
 
         def close_run():
             if run:
-                sub, inputs, outputs = step_model(model, list(run))
+                sub, inputs, outputs = hal.step_model(model, list(run))
                 try:
                     with requantization.using(self.convention):
                         plans = prepare_plans(sub)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from nnapi_ref import extensions as ext, hal, trace, vlog
 from nnapi_ref.errors import HostResourceError, NnapiError, check
-from nnapi_ref.hal import Model as HalModel, Operand, Operation, Subgraph
-from nnapi_ref.types import (BYTE_SIZE_OF_CACHE_TOKEN, Lifetime, OperandCode, OperationCode, PreferenceCode, PriorityCode,
+from nnapi_ref.hal import Model as HalModel, Operation
+from nnapi_ref.types import (BYTE_SIZE_OF_CACHE_TOKEN, OperandCode, OperationCode, PreferenceCode, PriorityCode,
                      ResultCode)
 from nnapi_ref.validation import topological_order
 from nnapi_ref.runtime.devices import MANAGER, Device, Partitioning
@@ -103,42 +103,6 @@ def _performance(device: Device, model: HalModel, operation: Operation, preferen
         else:
             info = caps.performance(code)
     return info.power_usage if preference == PreferenceCode.LOW_POWER else info.exec_time
-
-
-def step_model(model: HalModel, operations: list[int]) -> tuple[HalModel, list[int], list[int]]:
-    """The sub-model running ``operations`` of ``model.main``, with the main operand indexes of
-    its inputs and outputs."""
-    main = model.main
-    inside = set(operations)
-    produced = {k for j in operations for k in main.operations[j].outputs}
-    consumed_outside = {k for j, op in enumerate(main.operations) if j not in inside for k in op.inputs}
-    consumed_outside |= set(main.output_indexes)
-    remap: dict[int, int] = {}
-    operands: list[Operand] = []
-    inputs, outputs = [], []
-    for j in operations:
-        for k in list(main.operations[j].inputs) + list(main.operations[j].outputs):
-            if k in remap:
-                continue
-            o = main.operands[k]
-            copy = Operand(o.type, o.dimensions, o.scale, o.zero_point, o.lifetime, o.value, o.channel_quant,
-                           o.extension_data)
-            if o.lifetime in (Lifetime.SUBGRAPH_INPUT, Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_OUTPUT):
-                if k in produced:
-                    copy.lifetime = Lifetime.SUBGRAPH_OUTPUT if k in consumed_outside else Lifetime.TEMPORARY_VARIABLE
-                else:
-                    copy.lifetime = Lifetime.SUBGRAPH_INPUT
-            remap[k] = len(operands)
-            operands.append(copy)
-            if copy.lifetime == Lifetime.SUBGRAPH_INPUT:
-                inputs.append(k)
-            elif copy.lifetime == Lifetime.SUBGRAPH_OUTPUT:
-                outputs.append(k)
-    ops = [Operation(main.operations[j].type, tuple(remap[k] for k in main.operations[j].inputs),
-                     tuple(remap[k] for k in main.operations[j].outputs)) for j in operations]
-    sg = Subgraph(operands, ops, tuple(remap[k] for k in inputs), tuple(remap[k] for k in outputs))
-    return (HalModel(sg, model.referenced, model.relax_computation_float32_to_float16, model.extension_name_to_prefix),
-            inputs, outputs)
 
 
 def _operation_name(code: int, names: dict[int, str]) -> str:
@@ -330,7 +294,7 @@ class Compilation:
             return ExecutionPlan([self._single_step(groups[0][0], model, deadline)])
         steps = []
         for device, operations in groups:
-            sub, inputs, outputs = step_model(model, operations)
+            sub, inputs, outputs = hal.step_model(model, operations)
             step = ExecutionStep(device, operations, sub, inputs, outputs)
             self._prepare_with_fallback(step, deadline, cache=False)
             steps.append(step)
