@@ -24,6 +24,7 @@ from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime.devices import Device
 from nnapi_ref.runtime.memory import PROT_READ, PROT_WRITE
 from nnts.generators.builders import add_model
+import threading
 
 UNEXPECTED_NULL, BAD_DATA, BAD_STATE = ResultCode.UNEXPECTED_NULL, ResultCode.BAD_DATA, ResultCode.BAD_STATE
 F2 = OperandType(T.TENSOR_FLOAT32, [2])
@@ -660,7 +661,6 @@ def test_fenced_execution_after_a_sync_fence_event(targets):
     fence = hal.SyncFence()
     out = np.zeros(2, np.float32)
     execution = bound(compiled(targets), out)
-    import threading
     threading.Timer(0.05, fence.signal).start()
     execution.start_compute_with_dependencies([Event.from_sync_fence(fence)]).wait()
     assert fence.is_signalled()

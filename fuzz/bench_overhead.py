@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import random
 
 # What the model harness tests: the model builder and the validation behind finish() (paths in nnapi_ref).
 COVERED_FILES = ("runtime/model.py", "validation.py", "ops/base.py", "extensions.py")
@@ -45,6 +46,8 @@ RUNTIME_ROWS = [("one ADD", "build"), ("one ADD", "compile"), ("one ADD", "execu
 
 
 # -- children (run by either checkout's Python) ------------------------------------------------
+# Each child imports the nnts of the checkout whose Python runs it, inside the function that needs
+# it: an older checkout lacks some of this one's modules, and the parent measures without them.
 
 def _runtime(batches: int, per_batch: int = 20) -> dict:
     import numpy as np
@@ -97,7 +100,6 @@ def _runtime(batches: int, per_batch: int = 20) -> dict:
 def _harness_inputs(seeds: list[bytes], count: int) -> list[bytes]:
     """Each seed's input, then plain-loop mutations of them (fuzz/engine.py: 1-4 bytes changed,
     inserted or cut), from a fixed random seed: the short inputs libFuzzer's corpus holds."""
-    import random
     rng = random.Random(7)
     inputs = list(seeds)
     while len(inputs) < count:

@@ -34,6 +34,9 @@ import time
 import traceback
 
 from nnts.fuzz.sidecar import read_sidecar
+import zipfile
+from nnts.formats.files import write_atomic
+from nnts.formats.files import UsageError
 
 try:
     import atheris
@@ -94,6 +97,7 @@ def limit_memory(megabytes: int) -> None:
 def load(harness: str, driver: str, vector_paths, settings=None):
     """The harness, set up (imports ``nnapi_ref``: call it inside the instrumentation);
     ``settings`` a :class:`nnts.runners.settings.Settings`, the defaults when None."""
+    # nnapi_ref is imported here, inside atheris' instrumentation, never when this module loads.
     from nnts.fuzz import targets
     from nnts.runners.drivers import load_driver
     from nnts.runners.settings import Settings
@@ -105,13 +109,12 @@ def settings_from_environment():
     """A fuzzing process's settings (NNTS_DRIVER, NNTS_CALL_TIMEOUT, ...), read by its entry point
     (this module's main, a ``*_fuzzer.py`` script), its logs and trace switched on; imports
     ``nnapi_ref``: call it inside the instrumentation."""
-    from nnts.runners.settings import entry_point
+    from nnts.runners.settings import entry_point  # imports nnapi_ref: inside the instrumentation
     return entry_point(os.environ)
 
 
 def seed_corpus_zip(harness: str, path: str, *vector_paths: str) -> None:
     """The seed corpus of a harness as the zip OSS-Fuzz expects (.clusterfuzzlite/build.sh)."""
-    import zipfile
     with zipfile.ZipFile(path, "w") as z:
         for i, data in enumerate(load(harness, "reference", list(vector_paths) or None).seed_inputs()):
             z.writestr(f"seed-{i}", data)
@@ -304,6 +307,7 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
     """``nnts fuzz``: the harness in a child process; progress passed through, then a summary.
     0 when nothing was found, 1 for a finding (or a child that died without one)."""
     out = sys.stdout
+    # This process fuzzes in a child: it never loads the harnesses (nnapi_ref) before it must.
     from nnts.fuzz.harnesses import default_vector_paths
     from nnts.fuzz.targets import HARNESSES
     if harness not in HARNESSES:
@@ -356,7 +360,6 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
                   f"the input is saved as {path}", file=out)
             found.append(path)
     elapsed = time.monotonic() - start
-    from nnts.formats.files import write_atomic
     for folder in reversed(created):  # made for findings there were none of
         if not os.listdir(folder):
             os.rmdir(folder)
@@ -388,8 +391,7 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
 def replay(path: str, harness: str | None = None, driver: str | None = None, vector_paths=None,
            settings=None) -> int:
     """``nnts fuzz --replay FILE``: run one artifact again, in this process, and show the traceback."""
-    from nnts.formats.files import UsageError
-    from nnts.fuzz.targets import HARNESSES
+    from nnts.fuzz.targets import HARNESSES  # imports nnapi_ref: inside the instrumentation
     meta = read_sidecar(path)
     harness = harness or meta.get("harness") or os.path.basename(path).split("-")[0]
     if harness not in HARNESSES:

@@ -45,6 +45,7 @@ from nnapi_ref.runtime import Compilation, Device, Execution, Memory, Model, Ope
 from nnapi_ref.types import (DTYPES, SCALAR_TYPES, ZERO_POINT_RANGE, Lifetime, OperandCode as T, PreferenceCode,
                              PriorityCode)
 from nnapi_ref.validation import validate_model
+from nnts.formats.paths import CORPUS, SHARED_VECTORS
 
 try:
     from atheris import FuzzedDataProvider
@@ -140,7 +141,6 @@ def check_masked(error: Exception) -> None:
 
 def default_vector_paths() -> list[str]:
     """The project corpus (installed with nnts) and ../shared/vectors beside a clone."""
-    from nnts.formats.paths import CORPUS, SHARED_VECTORS
     return [str(p) for p in (CORPUS, SHARED_VECTORS) if p and p.is_dir()]
 
 

@@ -1,4 +1,4 @@
-"""Harnesses for the files users hand the suite itself (issue 26): the oracle is the suite's own
+"""Harnesses for the files users hand the suite itself: the oracle is the suite's own
 clean error for each format, and anything else escaping (a KeyError, a RecursionError, a
 TypeError) is a finding.
 
@@ -10,6 +10,9 @@ cut or extended) through ``parse_tflite`` and ``convert``: TFLiteImportError or 
 conformance): ValueError, or the summary the report shows.
 ``sidecar``: a fuzz artifact's ``.json`` sidecar, as ``nnts fuzz --replay`` reads it: UsageError
 or the fields.
+
+Each harness imports the format it tests when it is made (inside atheris' instrumentation), so a
+campaign of another harness starts without it.
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ import tempfile
 import numpy as np
 
 from nnts.fuzz.harnesses import WEIRD_FLOATS, WEIRD_INTS, Harness, VectorsHarness, split
+from nnts.formats.files import UsageError
+from nnts.fuzz.sidecar import read_sidecar
 
 
 class InputHarness(Harness):
@@ -165,12 +170,10 @@ class SidecarHarness(InputHarness):
     name = "sidecar"
 
     def make_seeds(self) -> list:
-        from nnts.formats.files import UsageError
         self.expected = (UsageError,)
         return [{"harness": "model", "driver": "reference", "vectors": ["/a", "/b"], "provider": "atheris"}]
 
     def run(self, data: bytes) -> None:
-        from nnts.fuzz.sidecar import read_sidecar
         artifact = self.path + "-artifact"
         self.write(self.mutated_json(data))
         os.replace(self.path, artifact + ".json")

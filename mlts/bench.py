@@ -49,7 +49,6 @@ driver_error, still read: ``nnts.formats.results.earlier_status``), all times in
 """
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import glob
 import hashlib
@@ -69,6 +68,15 @@ from nnts.formats.paths import SHARED_MODELS
 from nnapi_ref import Burst, Compilation, Execution, NnapiError, get_devices, trace
 from nnts.formats import trace_summary
 from nnapi_ref.types import OperationCode
+from nnts.mlts.models import synthetic_inputs
+from nnts.runners.drivers import load_driver
+from nnapi_ref.runtime import using_drivers
+from nnts.mlts import bench_gate
+from nnts.mlts import models
+from importlib.metadata import version
+from threadpoolctl import threadpool_info, threadpool_limits
+from tqdm import tqdm
+from nnts.formats.files import write_atomic
 
 SCHEMA = "nnts-bench/2"
 MODELS_DIR = SHARED_MODELS  # ../shared/models beside a clone
@@ -112,7 +120,6 @@ def inputs_for(models_dir: Path | None, specs: list[tuple], samples: int):
     """Inputs per sample (a tuple per sample, one array per model input), their kind (real or
     synthetic) and a label. ``specs``: (shape, dtype, scale, zero point) per input. Real data
     from the models folder for single-input models where it has some, else seeded synthetic."""
-    from nnts.mlts.models import synthetic_inputs
     if len(specs) == 1:
         real, label = model_inputs(models_dir, *specs[0])
         if real is not None:
@@ -264,8 +271,6 @@ def accuracy(out, ours: list[np.ndarray], theirs: list[np.ndarray], classifier: 
 
 def outputs_on(driver: str, model, info, samples) -> list[np.ndarray]:
     """The first output for each sample, computed on ``driver`` alone (in this process)."""
-    from nnts.runners.drivers import load_driver
-    from nnapi_ref.runtime import using_drivers
     with using_drivers([load_driver(driver)]):
         compilation = Compilation(model)
         compilation.finish()
@@ -287,7 +292,6 @@ def nnapi_convention(name: str, model, info, samples, ours, tflite, classifier: 
     documented arithmetic (the reference in TFLite's convention meets the criteria, so the
     difference is the conventions it switches), and does the driver then meet them against NNAPI's
     arithmetic (the reference)? A driver may implement either convention, not neither."""
-    from nnts.mlts import bench_gate
     in_tflite_convention = outputs_on("nnapi_ref.drivers.reference:tflite_convention", model, info, samples)
     gap = accuracy(info.outputs[0], in_tflite_convention, tflite, classifier, sequence)
     result = accuracy(info.outputs[0], ours, outputs_on("reference", model, info, samples), classifier, sequence)
@@ -348,7 +352,6 @@ def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_d
 
 
 def _bench_loaded(row: dict, path: Path, digest: str, base, models_dir, settings: Settings, cache_dir: str) -> dict:
-    from nnts.mlts import bench_gate
     ours = info = None
     try:
         model, info = load_tflite(path)
@@ -483,7 +486,6 @@ def resolve_models(specs: list[str] | None) -> list[tuple[Path, Path | None]]:
     a folder (its *.tflite), a glob (matched as a path, then in the default folder), or ``seeded``
     (the seeded set, what a fresh clone or an installed nnts benchmarks by default). Default:
     ../shared/models when it has models, else the seeded set (written on first use)."""
-    from nnts.mlts import models
     if not specs:
         if MODELS_DIR and sorted(MODELS_DIR.glob("*.tflite")):
             return [(p, MODELS_DIR) for p in sorted(MODELS_DIR.glob("*.tflite"))]
@@ -529,7 +531,6 @@ def environment() -> dict:
         pass
     tflite = "not installed"
     try:
-        from importlib.metadata import version
         tflite = f"ai-edge-litert {version('ai-edge-litert')}"
     except Exception:
         pass
@@ -540,21 +541,13 @@ def environment() -> dict:
 
 
 def blas_threads():
-    """numpy's BLAS threads per library (threadpoolctl), or why unknown."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return "unknown (threadpoolctl not installed: BLAS threads not limited)"
+    """numpy's BLAS threads per library (threadpoolctl)."""
     return {i["internal_api"]: i["num_threads"] for i in threadpool_info()}
 
 
 def one_blas_thread():
     """numpy's BLAS on one thread while benchmarking, as TFLite runs on one: a multi-threaded
     BLAS on a loaded machine spins, and was 50 times slower here."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return contextlib.nullcontext()
     return threadpool_limits(limits=1)
 
 
@@ -653,7 +646,6 @@ class Progress:
         self.stream, self.bar = stream, None
         if stream.isatty():
             try:
-                from tqdm import tqdm
                 self.bar = tqdm(total=total, file=stream, unit="model")
             except ImportError:
                 pass
@@ -677,6 +669,5 @@ class Progress:
 
 
 def write_json(path: str, results: dict) -> None:
-    from nnts.formats.files import write_atomic
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(results, indent=1) + "\n")

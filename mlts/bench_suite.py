@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from nnapi_ref.drivers.broken import ALL
 
 FIRST_FAILURE_ENV = "NNTS_FIRST_FAILURE_FILE"
 POLL_S = 0.2
@@ -185,7 +186,6 @@ def summarize(rows: list[dict], timeout: float) -> dict:
 
 
 def main(argv=None) -> int:
-    from nnapi_ref.drivers.broken import ALL
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--drivers", default=",".join(ALL),
                         help="broken drivers (names in nnapi_ref.drivers.broken; default: all)")

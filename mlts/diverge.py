@@ -40,6 +40,10 @@ from nnapi_ref import Compilation
 from nnts.runners.drivers import load_driver
 from nnts.runners.settings import Settings, entry_point
 from nnapi_ref.runtime.devices import Device
+from nnts.formats import files as usage
+from nnapi_ref.errors import NnapiError
+from nnts.formats.tflite.importer import TFLiteImportError
+from nnts.mlts.tflite_probe import crash_reason
 
 
 def operator_outputs(path) -> list[tuple[int, str, int, list[int]]]:
@@ -171,10 +175,6 @@ def main(argv=None) -> int:
         parser.error("--convention applies to the reference driver; give --driver or --convention, not both")
     convention = args.convention or "nnapi"
     driver = args.driver or reference_driver_string(convention)
-    from nnts.formats import files as usage
-    from nnapi_ref.errors import NnapiError
-    from nnts.formats.tflite.importer import TFLiteImportError
-    from nnts.mlts.tflite_probe import crash_reason
     try:
         usage.input_file("model", str(args.model), text=False)
         usage.input_file("--inputs", args.inputs, text=False)

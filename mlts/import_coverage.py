@@ -35,6 +35,8 @@ from nnts.formats.tflite.importer import TFLiteImportError, infer, load_tflite, 
 from nnts.mlts.tflite_probe import crash_reason
 from nnapi_ref import Compilation
 from nnapi_ref.errors import NnapiError
+from nnts.mlts.models import synthetic_inputs
+from nnts.formats import files as usage
 
 FLOAT_RTOL = 1e-3
 QUANT_STEPS = 8
@@ -74,7 +76,6 @@ def run_nnapi(model, info, samples) -> list[list[np.ndarray]]:
 
 def cover(path: Path, samples: int = 2) -> dict:
     """One model's row (see the module doc)."""
-    from nnts.mlts.models import synthetic_inputs
     row = {"model": str(path), "operators": None, "status": None, "detail": "", "refused": []}
     try:
         graph = parse_tflite(path.read_bytes())
@@ -149,7 +150,6 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=2, help="seeded inputs per model (default 2)")
     parser.add_argument("--json", help="also write the rows as JSON to this file")
     args = parser.parse_args(argv)
-    from nnts.formats import files as usage
     missing = [p for p in args.paths if not Path(p).exists()]
     if missing:
         parser.error(f"no such file or folder: {', '.join(missing)}")

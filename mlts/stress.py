@@ -86,6 +86,7 @@ from nnapi_ref.runtime import Memory
 from nnapi_ref.runtime.devices import Device
 from nnts.generators.builders import chain_model
 from nnapi_ref.types import OperationCode, ResultCode
+from nnts.formats.files import write_atomic
 
 DEFAULT_DURATION_S = 3.0
 
@@ -445,7 +446,6 @@ def run_tests(driver: str, names: list[str] | None = None, duration: float = DEF
 
 
 def write_json(path: str, results: list[Result]) -> None:
-    from nnts.formats.files import write_atomic
     write_atomic(path, json.dumps([dict(asdict(r), verdict=r.verdict) for r in results], indent=1))
 
 

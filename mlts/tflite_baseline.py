@@ -40,7 +40,7 @@ INFLIGHT = 4  # executions (and interpreters) in flight for the throughput figur
 def tflite_interpreter_class():
     """ai_edge_litert's Interpreter and OpResolverType, or (None, None) when not installed."""
     try:
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType  # an extra: None, None without it
     except ImportError:
         return None, None
     return Interpreter, OpResolverType

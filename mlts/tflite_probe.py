@@ -10,6 +10,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import numpy as np
+from nnts.mlts.tflite_baseline import tflite_interpreter_class
+from nnts.formats.tflite.importer import MAX_IO_ELEMENTS
 
 PROBE_TIMEOUT_S = 120
 
@@ -37,10 +40,7 @@ def crash_reason(path) -> str | None:
 
 
 def _probe(path: str) -> None:
-    import numpy as np
 
-    from nnts.mlts.tflite_baseline import tflite_interpreter_class
-    from nnts.formats.tflite.importer import MAX_IO_ELEMENTS
     interpreter_cls, resolver = tflite_interpreter_class()
     if interpreter_cls is None:
         return

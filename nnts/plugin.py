@@ -21,6 +21,10 @@ the markers ``op_<OPERATION>`` and ``dtype_<OPERAND TYPE>``, so ``-m op_CONV_2D`
 ``-k "CONV_2D and QUANT8"`` select them. Under pytest-xdist every worker collects the same tests in
 the same order and loads its drivers once.
 
+pytest loads this plugin in every run on a machine where nnts is installed, the driver team's
+unrelated runs too: it imports the runtime, the runners and the reports inside the hooks that use
+them, so a run that is not the suite's pays nothing for them.
+
 The environment is read here (option defaults and ``pytest_configure``: :class:`nnts.runners.settings.Settings`,
 ``nnts.vts.Sizes``), in the controller and in each xdist worker, and kept on the config.
 """
@@ -38,6 +42,8 @@ import pytest
 from nnts.runners import ordering
 from nnts.runners import variants
 from nnapi_ref.types import OperandCode, OperationCode
+import json
+import datetime
 
 
 def pytest_addoption(parser):
@@ -311,7 +317,6 @@ def _describe_run_once(item, report):
     if _run_described or getattr(item, "funcargs", {}).get("drivers") is None:
         return  # a vector-file error item has none; --setup-plan sets up no fixture
     _run_described = True
-    import json
     from nnts.reports.results import corpus_facts, driver_facts
     facts = {"drivers": driver_facts(item.funcargs["drivers"]), "corpora": corpus_facts(item.config)}
     report.user_properties = [*report.user_properties, ("nnts_run", json.dumps(facts))]  # this report's only
@@ -335,13 +340,11 @@ class ConformanceResults:
     xdist controller too, which receives every worker's reports)."""
 
     def __init__(self):
-        import datetime
         self.started = datetime.datetime.now()
         self.tests: list[dict] = []
         self.run_facts: dict = {"drivers": [], "corpora": []}
 
     def pytest_runtest_logreport(self, report):
-        import json
         from nnts.reports.results import records_of_report, unique_facts
         props = dict(report.user_properties)
         if "nnts_run" in props:

@@ -11,6 +11,8 @@ import jinja2
 
 from nnts.formats.trace_summary import html_tables
 from nnts.formats.results import earlier_status, included
+import math
+from nnts.formats.files import write_atomic
 
 DRIVER_COLOUR, BASELINE_COLOUR = "#3465a4", "#f57900"
 
@@ -62,7 +64,6 @@ def percentile_svg(model: str, series: list[tuple[str, str, dict]]) -> str:
 
 def ratio_svg(rows: list[dict]) -> str:
     """Driver / TFLite median ratio per model, log scale (1 = as fast as TFLite)."""
-    import math
     items = [(r["model"], r["ratio"]) for r in rows if r.get("ratio")]
     width, bar_h, label_w = 640, 14, 290
     if not items:
@@ -105,5 +106,4 @@ def _failing(row: dict) -> bool:
 def write_report(path: str, results: dict, includes: list[str]) -> None:
     page = render(results, includes)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    from nnts.formats.files import write_atomic
     write_atomic(path, page)

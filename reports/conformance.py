@@ -15,6 +15,7 @@ import jinja2
 
 from nnts.reports import results
 from nnts.formats.results import FAILING, STATUSES
+from nnts.runners.graph import picture_beside
 
 # Short column names for the matrix (the full name is in each header's title and the legend).
 DTYPE_ABBREVIATIONS = {
@@ -53,7 +54,6 @@ def picture(test: dict) -> str | None:
     Graphviz exists. Only a small file that is an SVG is embedded: the path comes from JSON."""
     path = test.get("graph")
     if not path and test.get("reproducer"):
-        from nnts.runners.graph import picture_beside
         path = picture_beside(test["reproducer"]) if Path(test["reproducer"]).is_file() else None
     if not path or not str(path).endswith(".svg"):
         return None

@@ -52,6 +52,10 @@ import subprocess
 from pathlib import Path
 
 from nnts.formats.results import FAILING, PYTEST_STATUS, STATUSES, pytest_outcome
+from nnts.runners import cases
+import numpy
+import shlex
+import nnts
 
 SCHEMA = "nnts-conformance/2"
 
@@ -203,7 +207,6 @@ def driver_facts(drivers) -> list[dict]:
 def corpus_facts(config) -> list[dict]:
     """The test-vector corpora (project corpus, --vectors, shared corpus) and how many of their
     models the generated tests ran (what this process collected)."""
-    from nnts.runners import cases
     roots = [cases.CORPUS, *cases.vector_paths(config)]
     models: dict[str, set] = {str(r): set() for r in roots}
     root_of: dict[str, Path | None] = {}  # per file (a few hundred), not per case (tens of thousands)
@@ -226,7 +229,6 @@ def machine_facts() -> dict:
     except OSError:
         pass
     try:
-        import numpy
         numpy_version = numpy.__version__
     except ImportError:
         numpy_version = None
@@ -253,7 +255,6 @@ def pytest_replay(config, nodeid: str, variant: str | None = None) -> str:
     """The pytest command that runs one test (one ``variant`` of a generated test) again with
     this run's driver and corpus options (for failures that saved no reproducer: VTS, API tests,
     crashes and hangs)."""
-    import shlex
     args = ["pytest", nodeid.removesuffix(" (teardown)"), "--driver", config.getoption("driver")]
     args += ["--variants", variant] if variant else []
     args += [a for v in config.getoption("vectors") for a in ("--vectors", v)]
@@ -265,8 +266,6 @@ def pytest_replay(config, nodeid: str, variant: str | None = None) -> str:
 
 
 def run_meta(config, started: datetime.datetime, drivers: list[dict], corpora: list[dict]) -> dict:
-    import nnts
-    import shlex
     return {"nnts_version": nnts.__version__, "git_commit": git_commit(),
             "command": "pytest " + shlex.join(str(a) for a in config.invocation_params.args),
             "started": started.isoformat(timespec="seconds"),

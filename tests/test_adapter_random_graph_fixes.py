@@ -1,4 +1,4 @@
-"""Driver bugs random graphs found in the ONNX Runtime and TFLite adapters (issue 22), each
+"""Driver bugs random graphs found in the ONNX Runtime and TFLite adapters, each
 checked against the runtime itself: ARGMAX of a vector, SAME pooling with a stride larger than
 the window on an image whose size only shape propagation knows, int8 FULLY_CONNECTED rounding
 twice as NNAPI does, PRELU whose alpha broadcasts the input."""

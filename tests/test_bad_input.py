@@ -1,4 +1,4 @@
-"""Issue 26: every entry point survives bad input and loses nothing it computed. Each test is one
+"""Every entry point survives bad input and loses nothing it computed. Each test is one
 example of the issue: a usage line and exit 2 instead of a traceback, an error row instead of a
 lost run, a CRASH or HANG row instead of a dead run, NnapiError(BAD_DATA) from the API."""
 import json

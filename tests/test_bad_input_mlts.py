@@ -1,4 +1,4 @@
-"""Issue 26 for the model entry points (``nnts bench``, ``python -m nnts.mlts.diverge``,
+"""Bad input at the model entry points (``nnts bench``, ``python -m nnts.mlts.diverge``,
 ``python -m nnts.mlts.import_coverage``, the .tflite importer): a model TFLite's interpreter
 crashes on, or that declares an input no one should allocate, or none, is one row or one line;
 the good models' rows are kept and written."""

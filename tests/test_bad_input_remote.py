@@ -1,4 +1,4 @@
-"""Issue 26 for the remote-driver client: the supported-operations query gets the call budget,
+"""Bad input at the remote-driver client: the supported-operations query gets the call budget,
 not the 120 s one to start and prepare; a driver's huge stderr is trimmed in the error message; a
 full /dev/shm is the host's failure, not the driver's; and a call that finds the connection
 being stopped reports the real cause, not the placeholder."""

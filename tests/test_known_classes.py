@@ -1,6 +1,6 @@
 """The documented failure classes as random-graph matchers (nnts.runners.known_classes): a class explains
 a failure only where it applies in the failing model and its semantics reproduce what the driver
-gave; nothing else is explained (issue 22)."""
+gave; nothing else is explained."""
 import numpy as np
 
 from nnapi_ref import hal

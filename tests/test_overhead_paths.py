@@ -1,4 +1,4 @@
-"""The cheap paths of model building, validation and execution (issue 24's per-model overhead)
+"""The cheap paths of model building, validation and execution (the per-model overhead)
 answer as the checks they shortcut: the same result code and the same first problem named."""
 import subprocess
 import sys

@@ -1,6 +1,6 @@
 """The bit-exact models of the runtimes' quantized arithmetic (nnts.runners.runtime_arithmetic) against the
 runtimes themselves, and the rounding classes built on them deciding the random-graph seeds they
-were made for (issue 22): each class accepts its instance and rejects a non-instance."""
+were made for: each class accepts its instance and rejects a non-instance."""
 import numpy as np
 import pytest
 

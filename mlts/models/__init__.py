@@ -32,6 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from nnts.mlts.models import builder
+from nnts.formats.tflite.importer import load_tflite
+from nnapi_ref import Compilation, Execution, using_drivers
+from nnapi_ref.drivers.reference import ReferenceDevice
 
 VERSION = "1"   # bump when the models change: the cache folder is per version
 CALIBRATION_SEED = 1234
@@ -156,9 +159,6 @@ def synthetic_inputs(shape, dtype, scale: float, zero_point: int, n: int, seed: 
 def _calibrate(float_model: bytes, activations: dict[str, int], input_shape, keep: str):
     """(min, max) of every named activation of the float model, on nnapi_ref's reference driver
     over the calibration inputs, and the values of activation ``keep`` stacked over them."""
-    from nnts.formats.tflite.importer import load_tflite
-    from nnapi_ref import Compilation, Execution, using_drivers
-    from nnapi_ref.drivers.reference import ReferenceDevice
 
     names = list(activations)
     with tempfile.TemporaryDirectory() as tmp:

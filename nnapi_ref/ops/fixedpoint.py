@@ -36,6 +36,7 @@ import numpy as np
 # The primitives shared with the rest of the package (one implementation, in requantization).
 from nnapi_ref.ops.requantization import (INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier, rounding_divide_by_pot,
                               saturating_rounding_doubling_high_mul, wrap_int32)
+import math
 
 __all__ = [
     "INT32_MIN", "INT32_MAX", "wrap32", "saturate32", "saturating_rounding_doubling_high_mul", "mul",
@@ -243,7 +244,6 @@ def get_reciprocal(x, x_integer_digits: int):
 def calculate_input_radius(input_integer_bits: int, input_left_shift: int, total_signed_bits: int = 31) -> int:
     """TFLite CalculateInputRadius: the largest |input - zero_point| whose rescaled value fits
     the Q(input_integer_bits) format."""
-    import math
     max_input_rescaled = (1.0 * ((1 << input_integer_bits) - 1)
                           * float(1 << (total_signed_bits - input_integer_bits)) / float(1 << input_left_shift))
     return int(math.floor(max_input_rescaled))

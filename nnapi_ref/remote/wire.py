@@ -14,6 +14,8 @@ import numpy as np
 
 from nnapi_ref import hal
 from nnapi_ref.types import DTYPES, OperandCode
+from nnapi_ref.types import DeviceTypeCode
+from nnapi_ref.types import Lifetime, OperationCode
 
 VERSION = 2  # 2: vendor extensions (declarations, extension data, the prefix mapping)
 MAGIC = b"NNTS"
@@ -334,7 +336,6 @@ def write_device_info(w: Writer, device: hal.Device) -> None:
 
 
 def read_device_info(r: Reader) -> dict:
-    from nnapi_ref.types import DeviceTypeCode
     info = {"name": r.str(), "version": r.str()}
     device_type = r.i32()
     try:
@@ -452,7 +453,6 @@ def _enum_or_int(enum, value: int):
 
 def read_model(r: Reader, region_bytes) -> hal.Model:
     """``region_bytes(region ref)`` returns the uint8 array a VALUE_REGION constant lives in."""
-    from nnapi_ref.types import Lifetime, OperationCode
     pending: list[tuple[hal.Operand, int, int]] = []  # inline values, resolved once the blob is read
 
     def read_subgraph() -> hal.Subgraph:

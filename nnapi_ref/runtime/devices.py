@@ -14,6 +14,7 @@ from nnapi_ref import hal
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.remote import shm
 from nnapi_ref.types import DeviceTypeCode, ResultCode
+from nnapi_ref.drivers.reference import ReferenceDevice
 
 
 class Partitioning(IntEnum):
@@ -74,7 +75,6 @@ class DeviceManager:
     def devices(self) -> list[Device]:
         with self._lock:
             if self._devices is None:  # nothing chosen: the reference, as a device has no other default
-                from nnapi_ref.drivers.reference import ReferenceDevice
                 self._devices = [Device(ReferenceDevice())]
             return list(self._devices)
 
@@ -82,7 +82,6 @@ class DeviceManager:
     def cpu(self) -> Device:
         """The CPU reference device used for fallback: the listed one when it is there (in this
         process: a driver in another process may die, the fallback must not)."""
-        from nnapi_ref.drivers.reference import ReferenceDevice
         for device in self.devices:
             if isinstance(device.driver, ReferenceDevice) and device.name == "nnapi-reference":
                 return device

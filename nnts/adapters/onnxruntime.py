@@ -344,7 +344,7 @@ def _fully_connected_quant(g, op, input_size: int):
     int64: exact) requantized as NNAPI does: a multiplier of
     float32(input_scale * weights_scale) / output_scale in Q31 fixed point, two roundings.
     ONNX's QuantizeLinear of the real product rounds once (half to even), off by one step in
-    places (issue 22, seed 2005868)."""
+    places (random-graph seed 2005868)."""
     x, w, b, fuse = op.inputs
     xo, wo = g.operand(x), g.operand(w)
     rows = g.node("Reshape", [_int64(g, x), g.const(np.array([-1, input_size], np.int64))])

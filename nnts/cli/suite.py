@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from importlib import resources
 
 SUITES = {"cts": "nnts.cts", "vts": "nnts.vts"}
 USAGE = """usage: nnts test [cts] [vts] [--driver DRIVER] [pytest options...]
@@ -52,6 +53,5 @@ def main(argv: list[str]) -> int:
 
 def _package_root() -> str:
     """The folder test ids are relative to: where the ``nnts`` package is (site-packages, or a clone)."""
-    from importlib import resources
     return os.path.dirname(os.path.dirname(str(resources.files("nnts.cts"))))
 

@@ -19,6 +19,8 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+import numpy as np
+import io
 
 FORMAT = "nnapi-test-vector/1"
 LICENSE = "Apache-2.0, derived from the Android Open Source Project NNAPI test specs"
@@ -134,7 +136,6 @@ def _element(kind: str, v):
 
 def _value(kind: str, x):
     if kind in ("TENSOR_FLOAT32", "FLOAT32", "TENSOR_FLOAT16", "FLOAT16"):
-        import numpy as np
         v = (np.float16 if "16" in kind else np.float32)(x)
         if math.isnan(v):
             return "NaN"
@@ -179,10 +180,9 @@ def _test_model(tg, example) -> dict:
 def child(generator: str, folder: str, out: str) -> int:
     """Runs the checkout's generator over one version folder of specs, as AOSP's
     example_generator does, and writes each spec's test models as one JSON file."""
-    import io
     sys.path.insert(0, generator)
     sys.argv = [sys.argv[0], folder]  # the generator's module-level code reads nothing else
-    import test_generator as tg
+    import test_generator as tg  # the checkout's own generator, on sys.path in this child only
     tg.FileNames.InitializeFileLists(folder, None)
     scope = tg.GetExecScope()
     files = models = 0

@@ -15,6 +15,7 @@ import json
 import os
 
 from nnapi_ref import trace
+from html import escape
 
 ROWS = ("application", "runtime", "ipc", "driver", "cpu")
 ROW_TITLES = {"application": "Application", "runtime": "Runtime", "ipc": "IPC", "driver": "Driver", "cpu": "CPU"}
@@ -226,7 +227,6 @@ def window(start_ns: int, end_ns: int) -> dict:
 
 def html_tables(rows: list[dict]) -> str:
     """The bench page's section: per model, the timing summary and the CPU executor's operations."""
-    from html import escape
     parts = []
     for row in rows:
         traced = row.get("trace")

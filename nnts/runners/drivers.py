@@ -32,6 +32,10 @@ from nnapi_ref.hal import Device
 from nnapi_ref.runtime import get_devices, set_drivers
 from nnapi_ref.types import ResultCode
 from nnts.runners.settings import Settings
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.hal import HalError
+from nnapi_ref.remote.client import attach_socket, start_process
+from nnapi_ref import trace, vlog
 
 
 FORMS = "reference, onnxruntime, tflite, tflite-ref, module.path:factory, remote:COMMAND or socket:PATH"
@@ -46,13 +50,12 @@ def load_driver(spec: str, isolate: bool = False, settings: Settings = Settings(
     if spec.startswith(("remote:", "socket:")):
         return _load_remote(spec, settings)
     if spec in ("reference", "nnapi-reference"):
-        from nnapi_ref.drivers.reference import ReferenceDevice
         return ReferenceDevice()
     if spec == "onnxruntime":
-        from nnts.adapters.onnxruntime import OnnxRuntimeDevice
+        from nnts.adapters.onnxruntime import OnnxRuntimeDevice  # an extra (onnxruntime): loaded when named
         return OnnxRuntimeDevice(settings.ort_threads)
     if spec in ("tflite", "tflite-ref"):
-        from nnts.adapters.tflite import TfliteDevice
+        from nnts.adapters.tflite import TfliteDevice  # an extra (ai-edge-litert): loaded when named
         return TfliteDevice("default" if spec == "tflite" else "reference")
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -88,8 +91,6 @@ def _current_folder_importable() -> None:
 
 
 def _load_remote(spec: str, settings: Settings) -> Device:
-    from nnapi_ref.hal import HalError
-    from nnapi_ref.remote.client import attach_socket, start_process
     kind, _, target = spec.partition(":")
     if not target.strip():
         raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: expected {kind}:{'COMMAND' if kind == 'remote' else 'PATH'}")
@@ -106,7 +107,6 @@ def _load_remote(spec: str, settings: Settings) -> Device:
 
 def load_drivers(specs: str | list[str], isolate: bool = False, settings: Settings = Settings()) -> list[Device]:
     """Drivers from a comma-separated string or a list of driver strings."""
-    from nnapi_ref import trace, vlog
     if isinstance(specs, str):
         specs = [s for s in specs.split(",") if s.strip()]
     if not specs:

@@ -23,6 +23,12 @@ from nnapi_ref.hal import Model, Subgraph
 from nnapi_ref.types import Lifetime, OperandCode, OperationCode, SCALAR_TYPES
 from nnapi_ref.validation import CONSTANT_LIFETIMES, topological_order
 from nnts.runners.settings import Settings
+from nnts.formats.tflite.importer import load_tflite
+from nnapi_ref.vectors import FormatError, load_file
+from nnts.runners.drivers import load_drivers
+from nnapi_ref.runtime.devices import Device
+from nnapi_ref.runtime.compilation import partition
+from nnapi_ref.types import PreferenceCode
 
 PALETTE = ("#8dd3c7", "#fdb462", "#bebada", "#fb8072", "#80b1d3", "#b3de69", "#fccde5", "#d9d9d9")
 MAX_SCALAR_LABEL = 6  # a constant with up to this many elements shows its values
@@ -37,13 +43,11 @@ def load_model(path: str) -> tuple[Model, str]:
     if not os.path.exists(path):
         raise GraphError(f"{path}: no such file")
     if path.endswith(".tflite"):
-        from nnts.formats.tflite.importer import load_tflite
         try:
             model, _ = load_tflite(path)
         except (ValueError, OSError) as e:
             raise GraphError(f"{path}: cannot import: {e}") from None
         return model.hal_model, Path(path).stem
-    from nnapi_ref.vectors import FormatError, load_file
     try:
         tests = load_file(path)
     except FormatError as e:
@@ -84,8 +88,6 @@ def _quote(text: str) -> str:
 def assign_devices(model: Model, driver: str, settings: Settings = Settings()) -> dict[int, str]:
     """The device name per main operation index, as the runtime's partitioner assigns them
     among the drivers of the ``--driver`` string ``driver``."""
-    from nnts.runners.drivers import load_drivers
-    from nnapi_ref.runtime.devices import Device
     try:
         drivers = load_drivers(driver, settings=settings)
     except Exception as e:  # a bad driver string or a driver that does not start: one line
@@ -95,8 +97,6 @@ def assign_devices(model: Model, driver: str, settings: Settings = Settings()) -
 
 def partition_devices(model: Model, devices) -> dict[int, str]:
     """The device name per main operation index among runtime ``devices``."""
-    from nnapi_ref.runtime.compilation import partition
-    from nnapi_ref.types import PreferenceCode
     steps = partition(_in_execution_order(model), devices, PreferenceCode.FAST_SINGLE_ANSWER, allow_cpu=True)
     order = topological_order(model.main)
     return {order[j]: device.name for device, group in steps for j in group}

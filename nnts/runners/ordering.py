@@ -21,6 +21,9 @@ import collections
 import gc
 
 import pytest
+from importlib import resources
+from pathlib import Path
+from xdist.scheduler import LoadScheduling
 
 ORDERS = ("breadth", "collection")
 # Parameters naming the execution path of a test (CTS uses "mode", VTS "path").
@@ -115,8 +118,6 @@ def breadth_first(items: list) -> list[tuple[int, object]]:
 
 def only_suite_tests(items: list) -> bool:
     """Whether every item is a test of nnts's conformance suites (CTS, VTS)."""
-    from importlib import resources
-    from pathlib import Path
     suites = {str(resources.files(package)) for package in ("nnts.cts", "nnts.vts")}
     paths = {str(item.path) for item in items}  # a few files: Path() of 48k items took a second
     return bool(items) and {str(Path(path).parent) for path in paths} <= suites
@@ -191,7 +192,6 @@ def lookahead_scheduling(config, log):
     tests ahead. Sent one at a time (``--maxschedchunk 1``), a worker that finished a test
     waited for the controller to send the next one (xdist runs a test once it knows the one
     after it), and every test cost the controller a message."""
-    from xdist.scheduler import LoadScheduling
 
     class LookaheadScheduling(LoadScheduling):
         def check_schedule(self, node, duration: float = 0) -> None:

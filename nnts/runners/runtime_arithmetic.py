@@ -5,7 +5,7 @@ A rounding class explains a random-graph failure by recomputing the failing mode
 runtime's arithmetic where the class applies. Rounding the exact real result (half to even, say)
 is not enough where the runtime's own float32 arithmetic lands beside an exact half: a resized
 value of exactly 142.5 steps, computed as ONNX Runtime does, can come out as 142.49998 or
-142.50002, and the following operations amplify the one step (issue 22, seed 3002408). The
+142.50002, and the following operations amplify the one step (random-graph seed 3002408). The
 functions here follow the runtimes' arithmetic operation by operation (float32 where they use
 float32, the same order of additions), each checked against the runtime in
 ``tests/test_runtime_arithmetic.py``:

@@ -22,6 +22,7 @@ from typing import Callable
 import pytest
 
 from nnts.formats.results import pytest_outcome
+from nnts.runners.cases import load_expected_failures
 
 PROPERTY = "nnts_variants"
 _EXPECTED = pytest.StashKey[dict]()
@@ -95,7 +96,6 @@ def expectations(config, test_id: str, model_name: str, variants) -> dict[str, s
     """The variants ``--expected-failures`` lists (by variant id, test id or model name), with
     their reasons."""
     if _EXPECTED not in config.stash:
-        from nnts.runners.cases import load_expected_failures
         config.stash[_EXPECTED] = load_expected_failures(config)
     listed = config.stash[_EXPECTED]
     if not listed:

@@ -3,6 +3,7 @@ naming the file and the problem, not an error that ends collection: every other 
 from __future__ import annotations
 
 import pytest
+from nnts.runners.cases import LOAD_ERRORS
 
 
 class VectorFileError(Exception):
@@ -28,6 +29,5 @@ class UnreadableVectorFile(pytest.Item):
 
 def add_items(session, items: list) -> None:
     """One failing item per file that could not be loaded, at the end of the collection."""
-    from nnts.runners.cases import LOAD_ERRORS
     for path, problem in sorted(LOAD_ERRORS.items()):
         items.append(UnreadableVectorFile.from_parent(session, name=f"vectors[{path}]", problem=problem))
