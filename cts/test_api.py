@@ -13,18 +13,17 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
+import threading
 
 import numpy as np
 import pytest
 
-from nnapi_ref import (Burst, Compilation, Event, Execution, Memory, MemoryDesc, Model, NnapiError,
-                       OperandCode as T, OperandType, OperationCode, ResultCode)
-from nnapi_ref import hal
+from nnapi_ref import (Burst, Compilation, Event, Execution, Memory, MemoryDesc, Model, NnapiError, OperandCode as T,
+                       OperandType, OperationCode, ResultCode, hal)
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime.devices import Device
 from nnapi_ref.runtime.memory import PROT_READ, PROT_WRITE
 from nnts.generators.builders import add_model
-import threading
 
 UNEXPECTED_NULL, BAD_DATA, BAD_STATE = ResultCode.UNEXPECTED_NULL, ResultCode.BAD_DATA, ResultCode.BAD_STATE
 F2 = OperandType(T.TENSOR_FLOAT32, [2])

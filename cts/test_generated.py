@@ -20,10 +20,9 @@ from pathlib import Path
 import pytest
 
 from nnapi_ref import vectors
+from nnts.runners import ordering, variants
 from nnts.runners.cases import Case, collect_cases
 from nnts.runners.model_runner import MODES, run_test
-from nnts.runners import ordering
-from nnts.runners import variants
 
 
 def pytest_generate_tests(metafunc):

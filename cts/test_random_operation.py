@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import pytest
 
+from nnapi_ref.types import type_name
 from nnts.generators.single import case_operation
 from nnts.runners.differential import run_single
-from nnapi_ref.types import type_name
 
 
 class OperationSeed(int):

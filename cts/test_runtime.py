@@ -24,8 +24,7 @@ from nnapi_ref import (UINT64_MAX, Burst, Compilation, DurationCode, Execution, 
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice, SubsetDevice
 from nnapi_ref.hal import ErrorStatus
-from nnts.generators.builders import compute_in_mode
-from nnts.generators.builders import chain_model, counting_loop_model
+from nnts.generators.builders import chain_model, compute_in_mode, counting_loop_model
 
 MODES = ("sync", "async", "burst", "fenced")
 MISSED_DEADLINE = (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.MISSED_DEADLINE_PERSISTENT)

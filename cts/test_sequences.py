@@ -21,11 +21,10 @@ import threading
 import numpy as np
 import pytest
 
-from nnapi_ref import (Burst, Compilation, Execution, Memory, MemoryDesc, Model, NnapiError,
-                       OperandCode as T, OperandType, OperationCode, ResultCode)
-from nnts.generators.builders import compute_in_mode
-from nnts.generators.builders import (NMS_STEPS, add_model, assert_step, chain, chain_inputs, chain_model, nms_expected,
-                               nms_model, nms_scores)
+from nnapi_ref import (Burst, Compilation, Execution, Memory, MemoryDesc, Model, NnapiError, OperandCode as T,
+                       OperandType, OperationCode, ResultCode)
+from nnts.generators.builders import (NMS_STEPS, add_model, assert_step, chain, chain_inputs, chain_model,
+                                      compute_in_mode, nms_expected, nms_model, nms_scores)
 
 MODES = ("sync", "async", "burst", "fenced")
 MISSED = (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.MISSED_DEADLINE_PERSISTENT)

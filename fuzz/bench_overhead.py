@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import resource
 import statistics
@@ -35,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import random
 
 # What the model harness tests: the model builder and the validation behind finish() (paths in nnapi_ref).
 COVERED_FILES = ("runtime/model.py", "validation.py", "ops/base.py", "extensions.py")
@@ -51,6 +51,7 @@ RUNTIME_ROWS = [("one ADD", "build"), ("one ADD", "compile"), ("one ADD", "execu
 
 def _runtime(batches: int, per_batch: int = 20) -> dict:
     import numpy as np
+
     from nnapi_ref import Compilation, Execution, Model, OperandCode as T, OperandType, OperationCode
 
     def build(operations: int) -> Model:
@@ -119,7 +120,9 @@ def _harness_inputs(seeds: list[bytes], count: int) -> list[bytes]:
 
 def _harness(count: int) -> dict:
     import atheris
+
     from nnts.fuzz import engine
+
     # As this checkout's nnts fuzz instruments it (older checkouts: a list, or all of nnapi_ref)
     excluded = engine.not_instrumented("model") if hasattr(engine, "not_instrumented") else \
         getattr(engine, "NOT_RUN_BY", {}).get("model", [])

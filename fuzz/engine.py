@@ -32,11 +32,10 @@ import sys
 import tempfile
 import time
 import traceback
-
-from nnts.fuzz.sidecar import read_sidecar
 import zipfile
-from nnts.formats.files import write_atomic
-from nnts.formats.files import UsageError
+
+from nnts.formats.files import UsageError, write_atomic
+from nnts.fuzz.sidecar import read_sidecar
 
 try:
     import atheris

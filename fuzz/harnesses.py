@@ -36,8 +36,8 @@ import tempfile
 import numpy as np
 
 from nnapi_ref import hal, ops, vectors
-from nnapi_ref.errors import NnapiError
 from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import ArgumentLifetime, HalError
 from nnapi_ref.remote import wire
 from nnapi_ref.remote.server import Session

@@ -23,8 +23,8 @@ import tempfile
 
 import numpy as np
 
-from nnts.fuzz.harnesses import WEIRD_FLOATS, WEIRD_INTS, Harness, VectorsHarness, split
 from nnts.formats.files import UsageError
+from nnts.fuzz.harnesses import WEIRD_FLOATS, WEIRD_INTS, Harness, VectorsHarness, split
 from nnts.fuzz.sidecar import read_sidecar
 
 

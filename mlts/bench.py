@@ -58,25 +58,24 @@ import platform
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
-
-from nnts.formats.tflite.importer import TFLiteImportError, check_io, load_tflite, parse_tflite
-from nnts.mlts.tflite_baseline import INFLIGHT, BaselineCrashed, TfliteProcess, tflite_interpreter_class, timed
-from nnts.formats.paths import SHARED_MODELS
-from nnapi_ref import Burst, Compilation, Execution, NnapiError, get_devices, trace
-from nnts.formats import trace_summary
-from nnapi_ref.types import OperationCode
-from nnts.mlts.models import synthetic_inputs
-from nnts.runners.drivers import load_driver
-from nnapi_ref.runtime import using_drivers
-from nnts.mlts import bench_gate
-from nnts.mlts import models
-from importlib.metadata import version
 from threadpoolctl import threadpool_info, threadpool_limits
 from tqdm import tqdm
+
+from nnapi_ref import Burst, Compilation, Execution, NnapiError, get_devices, trace
+from nnapi_ref.runtime import using_drivers
+from nnapi_ref.types import OperationCode
+from nnts.formats import trace_summary
 from nnts.formats.files import write_atomic
+from nnts.formats.paths import SHARED_MODELS
+from nnts.formats.tflite.importer import TFLiteImportError, check_io, load_tflite, parse_tflite
+from nnts.mlts import bench_gate, models
+from nnts.mlts.models import synthetic_inputs
+from nnts.mlts.tflite_baseline import INFLIGHT, BaselineCrashed, TfliteProcess, tflite_interpreter_class, timed
+from nnts.runners.drivers import load_driver
 
 SCHEMA = "nnts-bench/2"
 MODELS_DIR = SHARED_MODELS  # ../shared/models beside a clone

@@ -23,8 +23,8 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from nnapi_ref import Compilation, Execution, Model, OperandType  # noqa: E402
 from nnapi_ref import ops  # noqa: E402
+from nnapi_ref import Compilation, Execution, Model, OperandType  # noqa: E402
 from nnapi_ref.ops.base import Arg, Call  # noqa: E402
 from nnapi_ref.types import OperandCode as T, OperationCode as Op  # noqa: E402
 

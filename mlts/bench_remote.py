@@ -21,11 +21,11 @@ import time
 import numpy as np
 
 from nnapi_ref import Compilation, Execution, Memory
-from nnts.runners.drivers import load_driver
-from nnts.runners.settings import entry_point
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime.devices import Device
 from nnts.generators.builders import add_model
+from nnts.runners.drivers import load_driver
+from nnts.runners.settings import entry_point
 
 
 def executions(driver, n: int, shared: bool):

@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
 from nnapi_ref.drivers.broken import ALL
 
 FIRST_FAILURE_ENV = "NNTS_FIRST_FAILURE_FILE"

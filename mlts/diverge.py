@@ -33,17 +33,16 @@ from pathlib import Path
 
 import numpy as np
 
-from nnts.mlts.bench import MODELS_DIR, model_inputs
-from nnts.mlts.tflite_baseline import tflite_interpreter_class
-from nnts.formats.tflite.importer import infer, load_tflite, parse_tflite
 from nnapi_ref import Compilation
-from nnts.runners.drivers import load_driver
-from nnts.runners.settings import Settings, entry_point
+from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime.devices import Device
 from nnts.formats import files as usage
-from nnapi_ref.errors import NnapiError
-from nnts.formats.tflite.importer import TFLiteImportError
+from nnts.formats.tflite.importer import TFLiteImportError, infer, load_tflite, parse_tflite
+from nnts.mlts.bench import MODELS_DIR, model_inputs
+from nnts.mlts.tflite_baseline import tflite_interpreter_class
 from nnts.mlts.tflite_probe import crash_reason
+from nnts.runners.drivers import load_driver
+from nnts.runners.settings import Settings, entry_point
 
 
 def operator_outputs(path) -> list[tuple[int, str, int, list[int]]]:

@@ -29,14 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
-from nnts.mlts.bench import accuracy
-from nnts.mlts.tflite_baseline import TfliteRunner, tflite_interpreter_class
-from nnts.formats.tflite.importer import TFLiteImportError, infer, load_tflite, parse_tflite, unmapped_operators
-from nnts.mlts.tflite_probe import crash_reason
 from nnapi_ref import Compilation
 from nnapi_ref.errors import NnapiError
-from nnts.mlts.models import synthetic_inputs
 from nnts.formats import files as usage
+from nnts.formats.tflite.importer import TFLiteImportError, infer, load_tflite, parse_tflite, unmapped_operators
+from nnts.mlts.bench import accuracy
+from nnts.mlts.models import synthetic_inputs
+from nnts.mlts.tflite_baseline import TfliteRunner, tflite_interpreter_class
+from nnts.mlts.tflite_probe import crash_reason
 
 FLOAT_RTOL = 1e-3
 QUANT_STEPS = 8

@@ -64,29 +64,28 @@ from typing import Callable
 
 import numpy as np
 
-from nnts.formats import junit
-from nnts.mlts.stress_load import client_load, degradation_under_load
-from nnts.mlts.stress_run import (DRIVER_EXIT_S, VERDICT, Client, Failure, Result, Run, Target, affine_model, check_close,
-                                  compile_for, driver_pid, execute, long_model, parallel, parse_target, rss_mib,
-                                  run_chain)
-from nnts.formats.results import driver_died
-from nnts.generators.random_graphs import case_size
-from nnts.runners.differential import check, operation_summary
-from nnts.generators.families import FAMILIES
-from nnts.generators.graphs import DATA_TYPES
-from nnts.generators.random_graphs import generate
-from nnts.runners.drivers import load_driver
-from nnts.runners.settings import Settings, entry_point
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import HalError
-from nnts.runners.model_runner import build_model
 from nnapi_ref.remote.client import incidents
 from nnapi_ref.runtime import Memory
 from nnapi_ref.runtime.devices import Device
-from nnts.generators.builders import chain_model
 from nnapi_ref.types import OperationCode, ResultCode
+from nnts.formats import junit
 from nnts.formats.files import write_atomic
+from nnts.formats.results import driver_died
+from nnts.generators.builders import chain_model
+from nnts.generators.families import FAMILIES
+from nnts.generators.graphs import DATA_TYPES
+from nnts.generators.random_graphs import case_size, generate
+from nnts.mlts.stress_load import client_load, degradation_under_load
+from nnts.mlts.stress_run import (DRIVER_EXIT_S, VERDICT, Client, Failure, Result, Run, Target, affine_model,
+                                  check_close, compile_for, driver_pid, execute, long_model, parallel, parse_target,
+                                  rss_mib, run_chain)
+from nnts.runners.differential import check, operation_summary
+from nnts.runners.drivers import load_driver
+from nnts.runners.model_runner import build_model
+from nnts.runners.settings import Settings, entry_point
 
 DEFAULT_DURATION_S = 3.0
 

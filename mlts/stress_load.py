@@ -40,7 +40,6 @@ import numpy as np
 from nnapi_ref.remote.client import incidents
 from nnapi_ref.runtime.devices import Device
 from nnts.generators.builders import chain, chain_model
-
 from nnts.mlts import stress_run as stress
 
 CONCURRENT_CLIENTS = 4

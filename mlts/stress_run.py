@@ -23,17 +23,17 @@ from typing import Callable
 
 import numpy as np
 
-from nnts.runners.drivers import load_driver
-from nnts.runners.settings import Settings
 from nnapi_ref.errors import NnapiError
-from nnts.runners.model_runner import compute_in_mode
 from nnapi_ref.remote import shm
 from nnapi_ref.remote.client import Incident, RemoteDevice, SocketTransport
 from nnapi_ref.runtime import Compilation, Execution, Model, OperandType
 from nnapi_ref.runtime.devices import Device
-from nnts.generators.builders import chain, chain_model
 from nnapi_ref.tolerance import compare
 from nnapi_ref.types import OperandCode, OperationCode, ResultCode
+from nnts.generators.builders import chain, chain_model
+from nnts.runners.drivers import load_driver
+from nnts.runners.model_runner import compute_in_mode
+from nnts.runners.settings import Settings
 
 SUCCESS, FAILURE, HANG, CRASH = "SUCCESS", "FAILURE", "HANG", "CRASH"
 VERDICT = {"passed": SUCCESS, "failed": FAILURE, "hung": HANG, "crashed": CRASH}  # MLTS's words for the statuses

@@ -10,9 +10,11 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+
 import numpy as np
-from nnts.mlts.tflite_baseline import tflite_interpreter_class
+
 from nnts.formats.tflite.importer import MAX_IO_ELEMENTS
+from nnts.mlts.tflite_baseline import tflite_interpreter_class
 
 PROBE_TIMEOUT_S = 120
 

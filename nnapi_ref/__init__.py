@@ -7,9 +7,9 @@ The NDK's programming model (:mod:`nnapi_ref.runtime`), the driver interface
 """
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime import (UINT64_MAX, Burst, Compilation, Device, Event, Execution, Memory, MemoryDesc, Model,
-                      OperandType, Partitioning, get_devices, set_drivers, using_drivers)
-from nnapi_ref.types import (DeviceTypeCode, DurationCode, FeatureLevel, FuseCode, OperandCode, OperationCode, PaddingCode,
-                    PreferenceCode, PriorityCode, ResultCode)
+                               OperandType, Partitioning, get_devices, set_drivers, using_drivers)
+from nnapi_ref.types import (DeviceTypeCode, DurationCode, FeatureLevel, FuseCode, OperandCode, OperationCode,
+                             PaddingCode, PreferenceCode, PriorityCode, ResultCode)
 
 __all__ = ["Burst", "Compilation", "Device", "DeviceTypeCode", "DurationCode", "Event", "Execution", "FeatureLevel",
            "FuseCode", "Memory", "MemoryDesc", "Model", "NnapiError", "OperandCode", "OperandType", "OperationCode",

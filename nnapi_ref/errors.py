@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from nnapi_ref.types import ResultCode
 
-
 _RESULT_CODES = {int(c): c for c in ResultCode}
 _NAMES = {c: c.name for c in ResultCode}
 

@@ -17,9 +17,8 @@ from nnapi_ref import ops, trace, vlog
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import Model, Subgraph
 from nnapi_ref.ops.base import Arg, Call, ValueUnknown
-from nnapi_ref.types import DTYPES, SCALAR_TYPES, Lifetime, OperationCode, ResultCode, LOOP_TIMEOUT_DEFAULT_NS
+from nnapi_ref.types import DTYPES, LOOP_TIMEOUT_DEFAULT_NS, SCALAR_TYPES, Lifetime, OperationCode, ResultCode
 from nnapi_ref.validation import CONSTANT_LIFETIMES, omitted_input_message, topological_order
-
 
 _OPERATION_CODES = {int(c): c for c in OperationCode}
 _TEMPORARY, _INPUT, _NO_VALUE = Lifetime.TEMPORARY_VARIABLE, Lifetime.SUBGRAPH_INPUT, Lifetime.NO_VALUE

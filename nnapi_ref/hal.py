@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from nnapi_ref.types import DeviceTypeCode, Lifetime, OperandCode, OperationCode, PriorityCode, PreferenceCode
+from nnapi_ref.types import DeviceTypeCode, Lifetime, OperandCode, OperationCode, PreferenceCode, PriorityCode
 
 
 class ErrorStatus(IntEnum):

@@ -16,7 +16,7 @@ from nnapi_ref import extensions as ext, ops
 from nnapi_ref.errors import NnapiError, bad_data, check
 from nnapi_ref.hal import Model, Operand, Subgraph
 from nnapi_ref.types import (DTYPES, SCALAR_TYPES, ZERO_POINT_RANGE, FeatureLevel, Lifetime, OperandCode as T,
-                    OperationCode, ResultCode, type_name)
+                             OperationCode, ResultCode, type_name)
 
 CONSTANT_LIFETIMES = (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE)
 _CONTROL_FLOW = (OperationCode.IF, OperationCode.WHILE)

@@ -16,8 +16,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from nnapi_ref.errors import NnapiError
 from nnapi_ref import extensions as ext, ops
+from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import ChannelQuant, ExtensionNameAndPrefix, Model, Operand, Operation, Subgraph
 from nnapi_ref.types import DTYPES, FLOAT_TYPES, Lifetime, OperandCode, OperationCode, ResultCode, type_name
 

@@ -31,7 +31,9 @@ The environment is read here (option defaults and ``pytest_configure``: :class:`
 from __future__ import annotations
 
 import collections
+import datetime
 import functools
+import json
 import os
 import tempfile
 from importlib import resources
@@ -39,11 +41,8 @@ from pathlib import Path
 
 import pytest
 
-from nnts.runners import ordering
-from nnts.runners import variants
 from nnapi_ref.types import OperandCode, OperationCode
-import json
-import datetime
+from nnts.runners import ordering, variants
 
 
 def pytest_addoption(parser):
@@ -150,8 +149,8 @@ def _checked_drivers(config):
     spec = config.getoption("driver")
     if spec.strip() == "reference":
         return None  # always loads; loaded when a test first asks for it
-    from nnts.runners.drivers import FORMS, load_drivers
     from nnapi_ref.errors import NnapiError
+    from nnts.runners.drivers import FORMS, load_drivers
     try:
         drivers = load_drivers(spec, isolate=config.getoption("isolate"), settings=config.nnts_settings)
     except NnapiError as e:

@@ -4,15 +4,15 @@ when their JSON is given (``--include``)."""
 from __future__ import annotations
 
 import itertools
+import math
 from html import escape
 from pathlib import Path
 
 import jinja2
 
-from nnts.formats.trace_summary import html_tables
-from nnts.formats.results import earlier_status, included
-import math
 from nnts.formats.files import write_atomic
+from nnts.formats.results import earlier_status, included
+from nnts.formats.trace_summary import html_tables
 
 DRIVER_COLOUR, BASELINE_COLOUR = "#3465a4", "#f57900"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import jinja2
 
-from nnts.reports import results
 from nnts.formats.results import FAILING, STATUSES
+from nnts.reports import results
 from nnts.runners.graph import picture_beside
 
 # Short column names for the matrix (the full name is in each header's title and the legend).

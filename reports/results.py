@@ -48,14 +48,15 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
+import numpy
+
+import nnts
 from nnts.formats.results import FAILING, PYTEST_STATUS, STATUSES, pytest_outcome
 from nnts.runners import cases
-import numpy
-import shlex
-import nnts
 
 SCHEMA = "nnts-conformance/2"
 

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from nnapi_ref import hal, using_drivers
-from nnts.runners.drivers import load_driver
 from nnapi_ref.drivers.reference import ReferenceDevice
-from nnts.runners.model_runner import build_model
-from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
 from nnapi_ref.vectors import TestModel as Case
+from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnts.runners.differential import run
+from nnts.runners.drivers import load_driver
+from nnts.runners.model_runner import build_model
 
 F32, I32, S8, Q8 = T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_ASYMM
 

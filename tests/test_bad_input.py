@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from nnapi_ref import vectors
-from nnts import cli
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime.model import Model, OperandType
 from nnapi_ref.types import OperandCode as T, ResultCode
+from nnts import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 ARITHMETIC = ROOT / "cts" / "corpus" / "arithmetic.json"

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from nnts import cli
+from nnts.formats.tflite.importer import TFLiteImportError, load_tflite
 from nnts.mlts import diverge, import_coverage
 from nnts.mlts.tflite_baseline import tflite_interpreter_class
-from nnts.formats.tflite.importer import TFLiteImportError, load_tflite
 
 from .test_tflite_import import ADD, INT8, Scalar, build_tflite, tensor
 

@@ -10,18 +10,19 @@ import time
 import pytest
 
 from nnapi_ref import vectors
-from nnts.runners.drivers import load_driver
-from nnts.runners.settings import Settings
 from nnapi_ref.hal import ErrorStatus, HalError
-from nnts.runners.model_runner import ERROR, run_test
 from nnapi_ref.remote import shm
 from nnapi_ref.remote.client import STDERR_LINE_CHARS, STDERR_LINES
 from nnapi_ref.remote.wire import Msg, Writer
 from nnapi_ref.runtime import get_devices, set_drivers
 from nnapi_ref.runtime.devices import drivers_restored
+from nnts.runners.drivers import load_driver
+from nnts.runners.model_runner import ERROR, run_test
+from nnts.runners.settings import Settings
 
 from .test_bad_input import ARITHMETIC
 from .test_remote import MISBEHAVING_SERVER, hal_chain_model
+
 
 def serve(tmp_path, mode: str, settings: Settings = Settings()):
     script = tmp_path / "server.py"

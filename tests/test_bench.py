@@ -4,23 +4,23 @@ an injected slowdown (test drivers below), and the HTML report in a real headles
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 import re
 import shutil
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from nnts.mlts import bench, bench_gate
-from nnts.mlts.models import builder, seeded_models
 from nnapi_ref import using_drivers
 from nnapi_ref.drivers.broken import BrokenDevice, _WrappedOperation
 from nnapi_ref.drivers.variants import SubsetDevice
 from nnapi_ref.types import OperationCode
+from nnts.mlts import bench, bench_gate
+from nnts.mlts.models import builder, seeded_models
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(bench.tflite_interpreter_class()[0] is None or builder.available() is not None,

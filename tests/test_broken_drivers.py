@@ -21,10 +21,10 @@ import pytest
 
 from nnapi_ref import hal, vectors
 from nnapi_ref.drivers import broken
-from nnts.runners.drivers import load_driver
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.hal import ErrorStatus, HalError, Model, Operand, Operation, Subgraph
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op, PreferenceCode, PriorityCode
+from nnts.runners.drivers import load_driver
 
 from . import support
 

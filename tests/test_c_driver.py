@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnts.mlts import stress
-
-from . import support
 from nnapi_ref import hal
 from nnapi_ref.remote import wire
 from nnapi_ref.remote.wire import Msg, Reader, Writer
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
+from nnts.mlts import stress
+
+from . import support
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "examples" / "c_driver" / "nnts_example_driver.c"
@@ -237,11 +237,13 @@ def test_the_c_driver_adds_its_spans_to_the_clients_trace(c_driver, tmp_path):
     """TRACE_START / TRACE_COLLECT (docs/remote-protocol.md section 8): the C driver's prepare and
     execute spans land in the trace as a process of their own, inside the client's calls."""
     import json
+
     import numpy as np
+
     from nnapi_ref import trace
-    from nnts.runners.drivers import load_driver
     from nnapi_ref.runtime import Compilation, Device, Execution
     from nnts.generators.builders import chain, chain_model
+    from nnts.runners.drivers import load_driver
     path = tmp_path / "trace.json"
     trace.reset()
     trace.start(str(path))

@@ -8,7 +8,6 @@ screenshot of each page is saved under out/."""
 from __future__ import annotations
 
 import json
-from markupsafe import escape as html_escape
 import os
 import re
 import shlex
@@ -18,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from markupsafe import escape as html_escape
 
 from tests.test_c_driver import SOURCE, _compiler
 from tests.test_report import pytest_summary

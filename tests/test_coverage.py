@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from nnapi_ref import hal
+from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
 from nnts.generators import coverage
 from nnts.generators.families import FAMILIES
 from nnts.generators.random_graphs import generate
-from nnapi_ref import hal
-from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
 
 SEEDS_PER_OPERATION = 120
 

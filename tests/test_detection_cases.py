@@ -11,18 +11,17 @@ import collections
 import numpy as np
 import pytest
 
-from nnts.runners import differential
-from nnts.generators import coverage
-from nnts.generators import single
-from nnts.generators.detection import iou
-from nnts.runners.differential import run
-from nnts.generators.families import FAMILIES, NOT_COVERED
-from nnts.generators.graphs import F16, F32, MAX_LEVEL
-from nnts.generators.random_graphs import generate
 from nnapi_ref.drivers import broken
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
 from nnapi_ref.types import Lifetime, OperationCode as Op
+from nnts.generators import coverage, single
+from nnts.generators.detection import iou
+from nnts.generators.families import FAMILIES, NOT_COVERED
+from nnts.generators.graphs import F16, F32, MAX_LEVEL
+from nnts.generators.random_graphs import generate
+from nnts.runners import differential
+from nnts.runners.differential import run
 
 REFERENCE = [Device(ReferenceDevice())]
 DETECTION = (Op.BOX_WITH_NMS_LIMIT, Op.GENERATE_PROPOSALS, Op.DETECTION_POSTPROCESSING)

@@ -12,13 +12,13 @@ import io
 import numpy as np
 import pytest
 
-from nnts.mlts.diverge import diverge, main, report
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops import requantization
 from nnapi_ref.runtime.devices import Device
-from nnts.generators.builders import output, run_operation, scalar, tensor as ntensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
+from nnts.generators.builders import output, run_operation, scalar, tensor as ntensor
+from nnts.mlts.diverge import diverge, main, report
 
 from .test_tflite_import import (ADD, CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, INT8, INT32, OPTIONS, TYPE_FMT,
                                  Interpreter, Scalar, build_tflite, tensor, tflite_run)

@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnapi_ref import Compilation, Execution, Model, NnapiError, OperandCode as T, OperationCode, ResultCode, \
-    using_drivers
-from nnapi_ref import extensions as ext, hal
+from nnapi_ref import (Compilation, Execution, Model, NnapiError, OperandCode as T, OperationCode, ResultCode,
+                       extensions as ext, hal, using_drivers)
 from nnapi_ref.drivers.example_extension import (DEQUANTIZE64, EXTENSION_NAME, TENSOR_QUANT64_ASYMM,
                                                  ExampleExtensionDevice, dequantize64, quant64_params)
 from nnapi_ref.drivers.reference import ReferenceDevice
@@ -160,6 +159,7 @@ os.read(0, 1)
 
 def test_a_version_1_server_is_refused(tmp_path):
     import sys
+
     from nnts.runners.drivers import load_driver
     script = tmp_path / "old_server.py"
     script.write_text(OLD_SERVER)
@@ -171,6 +171,7 @@ def test_a_version_1_server_is_refused(tmp_path):
 def test_a_version_1_client_is_refused():
     import subprocess
     import sys
+
     from nnapi_ref.remote import wire
     w = wire.Writer()
     w.parts.append(wire.MAGIC)
@@ -278,6 +279,7 @@ def test_if_bodies_and_their_model_number_an_extension_alike():
 ])
 def test_malformed_extension_vectors_are_format_errors(tmp_path, change, message):
     import json
+
     from nnapi_ref import vectors
     with using_drivers([ReferenceDevice(), ExampleExtensionDevice()]):
         model = mixed_model().hal_model

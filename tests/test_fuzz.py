@@ -9,9 +9,9 @@ import signal
 
 import pytest
 
-from nnts.fuzz import engine, harnesses, targets
-from nnts import cli
 from nnapi_ref.drivers.reference import ReferenceDevice
+from nnts import cli
+from nnts.fuzz import engine, harnesses, targets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "cts", "corpus")

@@ -12,13 +12,13 @@ import os
 import numpy as np
 import pytest
 
-from nnts.fuzz import engine, harnesses, targets
-from nnts.fuzz.harnesses import Builder, BytesProvider
 from nnapi_ref import hal, ops
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime import Model
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode
 from nnapi_ref.validation import operand_type_problem
+from nnts.fuzz import engine, harnesses, targets
+from nnts.fuzz.harnesses import Builder, BytesProvider
 
 F32 = T.TENSOR_FLOAT32
 ARITHMETIC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cts", "corpus",

@@ -6,13 +6,13 @@ import os
 import numpy as np
 import pytest
 
-from nnts.fuzz.harnesses import Builder, check_masked, provider, valid_request
 from nnapi_ref import Model, NnapiError, OperandCode as T, OperandType, ResultCode, hal, ops, vectors
 from nnapi_ref.drivers.reference import ReferenceDevice
-from nnapi_ref.ops import pooling
 from nnapi_ref.hal import ErrorStatus, HalError, Lifetime
+from nnapi_ref.ops import pooling
 from nnapi_ref.types import SCALAR_TYPES, OperationCode, PreferenceCode, PriorityCode
 from nnapi_ref.validation import validate_model
+from nnts.fuzz.harnesses import Builder, check_masked, provider, valid_request
 
 CONTROL_FLOW = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cts", "corpus",
                             "control_flow.json")

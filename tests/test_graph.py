@@ -5,12 +5,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from nnts import cli
-from nnts.runners import graph
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
-from nnts.runners.differential import check, save_reproducer
+from nnts import cli
 from nnts.generators.random_graphs import generate
+from nnts.runners import graph
+from nnts.runners.differential import check, save_reproducer
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -74,8 +74,8 @@ def test_constants_are_folded_into_their_operations_label():
 
 def test_driver_colours_each_operation_by_its_device():
     from nnapi_ref.drivers.variants import SubsetDevice
-    from nnts.generators.builders import chain_model
     from nnapi_ref.types import OperationCode
+    from nnts.generators.builders import chain_model
     model = chain_model().hal_model
     adder = SubsetDevice("adder", [OperationCode.ADD], 0.5)
     devices = graph.partition_devices(model, [Device(ReferenceDevice()), Device(adder)])

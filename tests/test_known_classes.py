@@ -7,8 +7,8 @@ from nnapi_ref import hal
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
-from nnts.runners.differential import Failure, Outcome
 from nnts.generators.graphs import Q8, Graph
+from nnts.runners.differential import Failure, Outcome
 from nnts.runners.known_classes import CLASSES, classes_for, explain, simulate
 
 REFERENCE = [Device(ReferenceDevice())]

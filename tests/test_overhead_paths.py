@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from nnapi_ref import (Compilation, Execution, Model, NnapiError, OperandCode as T, OperandType, OperationCode,
-                       ResultCode)
-from nnapi_ref import hal, ops
+                       ResultCode, hal, ops)
 from nnapi_ref.types import Lifetime, combine_dimensions
 from nnapi_ref.validation import plain_indexes, validate_model
 

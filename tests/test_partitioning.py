@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from nnapi_ref import (Compilation, Model, NnapiError, OperandCode as T, OperandType, OperationCode,
-                       Partitioning, PreferenceCode, ResultCode, using_drivers)
+from nnapi_ref import (Compilation, Model, NnapiError, OperandCode as T, OperandType, OperationCode, Partitioning,
+                       PreferenceCode, ResultCode, using_drivers)
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice, SubsetDevice
 from nnapi_ref.hal import ErrorStatus

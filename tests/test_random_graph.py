@@ -11,20 +11,20 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from nnts.generators.criteria import SMALL_GRAPH, compare_output
-from nnts.generators.random_graphs import case_size
-from nnts.runners.differential import Failure, check, error_failure, run_case, same_failure
-from nnts.generators.families import FAMILIES, NOT_COVERED, SINGLE_FAMILIES
-from nnts.generators.graphs import (BOOL8, DATA_TYPES, F16, F32, MAX_LEVEL, Q8, Graph, dimension_cuts, with_dimension_cut, without_operation, without_output)
-from nnts.generators.random_graphs import generate
-from nnts.generators.strategies import models
 from nnapi_ref import ops, vectors
 from nnapi_ref.drivers.broken import WrongAddQuant8Sparse
 from nnapi_ref.drivers.reference import ReferenceDevice
-from nnts.runners.model_runner import build_model, run_test
 from nnapi_ref.hal import ErrorStatus, HalError
 from nnapi_ref.runtime import Device
 from nnapi_ref.types import Lifetime, OperandCode, OperationCode
+from nnts.generators.criteria import SMALL_GRAPH, compare_output
+from nnts.generators.families import FAMILIES, NOT_COVERED, SINGLE_FAMILIES
+from nnts.generators.graphs import (BOOL8, DATA_TYPES, F16, F32, MAX_LEVEL, Q8, Graph, dimension_cuts,
+                                    with_dimension_cut, without_operation, without_output)
+from nnts.generators.random_graphs import case_size, generate
+from nnts.generators.strategies import models
+from nnts.runners.differential import Failure, check, error_failure, run_case, same_failure
+from nnts.runners.model_runner import build_model, run_test
 
 REFERENCE = [Device(ReferenceDevice())]
 SEEDS = range(150)

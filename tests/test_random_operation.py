@@ -9,19 +9,18 @@ import math
 
 import numpy as np
 
-from nnts.runners import differential
-from nnts.generators import coverage
-from nnts.generators import single
-from nnts.generators.coverage import features
-from nnts.runners.differential import run
-from nnts.generators.families import FAMILIES, SINGLE_FAMILIES
-from nnts.generators.random_graphs import generate
-from nnts.generators.graphs import F16, F32, MAX_LEVEL
 from nnapi_ref import ops
 from nnapi_ref.drivers import broken
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
 from nnapi_ref.types import OperationCode as Op
+from nnts.generators import coverage, single
+from nnts.generators.coverage import features
+from nnts.generators.families import FAMILIES, SINGLE_FAMILIES
+from nnts.generators.graphs import F16, F32, MAX_LEVEL
+from nnts.generators.random_graphs import generate
+from nnts.runners import differential
+from nnts.runners.differential import run
 
 REFERENCE = [Device(ReferenceDevice())]
 COUNT = len(single.operations())

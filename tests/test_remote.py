@@ -17,9 +17,6 @@ import numpy as np
 import pytest
 
 from nnapi_ref import hal
-from nnts import cli
-from nnts.runners.drivers import load_driver, load_drivers
-from nnts.runners.settings import Settings
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import ErrorStatus, HalError
@@ -27,8 +24,11 @@ from nnapi_ref.remote.client import RemoteDevice, incidents
 from nnapi_ref.remote.wire import Msg, Writer
 from nnapi_ref.runtime import Compilation, Execution, Memory
 from nnapi_ref.runtime.devices import Device
-from nnts.generators.builders import add_model, chain, chain_model, execute_chain
 from nnapi_ref.types import PreferenceCode, PriorityCode, ResultCode
+from nnts import cli
+from nnts.generators.builders import add_model, chain, chain_model, execute_chain
+from nnts.runners.drivers import load_driver, load_drivers
+from nnts.runners.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE_REFERENCE = "remote:nnts serve reference"
@@ -408,6 +408,7 @@ def test_a_socket_server_closes_a_connection_only_once_no_reply_is_being_written
     """A call can still be running when its client goes: its reply must go into the closed
     socket, never into the next client's connection, which may take the freed number."""
     import threading
+
     from nnapi_ref.remote.server import Session
     writing, release, events = threading.Event(), threading.Event(), []
 

@@ -14,8 +14,8 @@ from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops import requantization as rq
 from nnapi_ref.runtime.devices import Device
-from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
+from nnts.generators.builders import output, run_operation, scalar, tensor
 
 MAX, MIN = 2**31 - 1, -2**31
 

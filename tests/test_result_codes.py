@@ -7,14 +7,14 @@ import tempfile
 import numpy as np
 import pytest
 
-from nnapi_ref import (Burst, Compilation, Execution, Memory, Model, NnapiError, OperandCode as T,
-                       OperandType, OperationCode, ResultCode, using_drivers)
-from nnts.runners.drivers import load_driver
+from nnapi_ref import (Burst, Compilation, Execution, Memory, Model, NnapiError, OperandCode as T, OperandType,
+                       OperationCode, ResultCode, using_drivers)
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.drivers.variants import FaultyDevice
 from nnapi_ref.hal import ErrorStatus
 from nnapi_ref.runtime.memory import PROT_READ
 from nnts.generators.builders import add_model, counting_loop_model
+from nnts.runners.drivers import load_driver
 
 F2 = OperandType(T.TENSOR_FLOAT32, [2])
 

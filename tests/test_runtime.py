@@ -9,8 +9,8 @@ import pytest
 
 from nnapi_ref import (UINT64_MAX, Compilation, DurationCode, Execution, FuseCode, Memory, Model, NnapiError,
                        OperandCode as T, OperandType, OperationCode, ResultCode, get_devices)
-from nnts.generators.builders import compute_in_mode
 from nnapi_ref.runtime.memory import PROT_READ
+from nnts.generators.builders import compute_in_mode
 
 C0 = np.arange(12, dtype=np.float32).reshape(3, 4) / 4
 C2 = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)

@@ -8,12 +8,11 @@ from nnapi_ref import hal
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime import Device
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
-from nnts.runners import runtime_arithmetic
-from nnts.generators.random_graphs import case_size
-from nnts.runners.differential import Failure, Outcome, check
 from nnts.generators.graphs import Graph
-from nnts.generators.random_graphs import generate
-from nnts.runners.known_classes import explain, simulate, classes_for
+from nnts.generators.random_graphs import case_size, generate
+from nnts.runners import runtime_arithmetic
+from nnts.runners.differential import Failure, Outcome, check
+from nnts.runners.known_classes import classes_for, explain, simulate
 
 REFERENCE = [Device(ReferenceDevice())]
 Q8, F32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_FLOAT32
@@ -118,8 +117,8 @@ def xnnpack_mean(x: np.ndarray, axes: tuple, scale: float, zero_point: int, keep
     """Quantized MEAN on the tflite driver (XNNPACK), the output quantized as the input (NNAPI)."""
     pytest.importorskip("ai_edge_litert")
     from nnapi_ref import using_drivers
-    from nnts.runners.drivers import load_driver
     from nnts.generators.builders import output, run_operation, scalar, tensor
+    from nnts.runners.drivers import load_driver
     type_ = Q8 if x.dtype == np.uint8 else T.TENSOR_QUANT8_ASYMM_SIGNED
     shape = tuple(1 if a in axes else d for a, d in enumerate(x.shape) if keep or a not in axes)
     inputs = [tensor(type_, x, scale, zero_point), tensor(T.TENSOR_INT32, np.array(axes, np.int32), as_input=False),

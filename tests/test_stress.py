@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nnts.mlts import stress, stress_load
 from nnts import cli
+from nnts.mlts import stress, stress_load
 
 ROOT = Path(__file__).resolve().parents[1]
 FAULTY = "nnapi_ref.drivers.faulty:"

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from nnapi_ref import Model, NnapiError, OperandType, ResultCode, hal, using_drivers, vectors
-from nnts.runners.drivers import load_driver
 from nnapi_ref.drivers.reference import ReferenceDevice
-from nnts.runners.model_runner import run_test
-from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
+from nnts.generators.builders import output, run_operation, scalar, tensor
+from nnts.runners.drivers import load_driver
+from nnts.runners.model_runner import run_test
 
 from . import support
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnts.formats.tflite import importer as tflite
-from nnts.formats.tflite.importer import TFLiteImportError, load_tflite, parse_tflite, convert
 from nnapi_ref import Compilation, Execution
+from nnts.formats.tflite import importer as tflite
+from nnts.formats.tflite.importer import TFLiteImportError, convert, load_tflite, parse_tflite
 
 # The importer reads .tflite files with ai-edge-litert's schema module.
 pytestmark = pytest.mark.skipif(tflite.schema is None, reason=tflite.NEEDS_SCHEMA)

@@ -15,14 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nnapi_ref import Compilation
 from nnts.formats.tflite import importer as tflite
 from nnts.formats.tflite.importer import TFLiteImportError, convert, load_tflite, parse_tflite
-from nnapi_ref import Compilation
 from nnts.formats.tflite.writer import GraphBuilder, options as tflite_options
 
 schema = pytest.importorskip("ai_edge_litert.schema_py_generated", reason="needs ai-edge-litert")
 pytest.importorskip("flatbuffers")
 from ai_edge_litert.interpreter import Interpreter, OpResolverType  # noqa: E402
+
 
 class Graph(GraphBuilder):
     """The project's .tflite writer (:mod:`nnts.formats.tflite.writer`) with the tests' shorthands:

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from nnapi_ref import trace
-from nnts import cli
-from nnts.formats import trace_summary
-from nnts.runners.drivers import load_driver
 from nnapi_ref.runtime import Compilation, Execution, Model
 from nnapi_ref.runtime.devices import Device
 from nnapi_ref.runtime.model import OperandType
-from nnts.generators.builders import execute_chain
 from nnapi_ref.types import OperandCode, OperationCode
+from nnts import cli
+from nnts.formats import trace_summary
+from nnts.generators.builders import execute_chain
+from nnts.runners.drivers import load_driver
 
 A = np.array([[1, 2], [3, 4]], np.float32)
 B = np.array([[0.5, -1], [2, 0.25]], np.float32)

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from nnts.runners.cases import MODEL_VARIANTS, TWIN_VARIANTS
-from nnts.runners import variants
 from nnts.reports.results import pytest_replay, records_of_report, summarize
+from nnts.runners import variants
+from nnts.runners.cases import MODEL_VARIANTS, TWIN_VARIANTS
 from nnts.runners.variants import VariantResult, conclude, run_variant
 from nnts.vts.test_generated import FAILING_VARIANTS, SUBSET_VARIANTS
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from nnapi_ref import using_drivers, vectors
-from nnts.runners import vector_cache
-from nnts.runners.settings import Settings
-from nnts.formats.paths import CORPUS
 from nnapi_ref.drivers.example_extension import ExampleExtensionDevice
 from nnapi_ref.drivers.reference import ReferenceDevice
+from nnts.formats.paths import CORPUS
+from nnts.runners import vector_cache
+from nnts.runners.settings import Settings
 
 from .test_extensions import EXPECTED, Q, mixed_model
 from .test_vectors_and_cli import add_test, write

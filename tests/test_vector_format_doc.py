@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from nnapi_ref import vectors
-from nnts.runners.model_runner import MODES, run_test
 from nnapi_ref.runtime import get_devices
 from nnapi_ref.types import Lifetime, OperandCode, type_name
+from nnts.runners.model_runner import MODES, run_test
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "test-vectors.md"

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from nnapi_ref import vectors
-from nnts import cli
-from nnts.runners.model_runner import build_model, run_test
 from nnapi_ref.runtime import get_devices
 from nnapi_ref.tolerance import compare, compare_multinomial
 from nnapi_ref.types import OperandCode as T
+from nnts import cli
+from nnts.runners.model_runner import build_model, run_test
 
 
 def operand(type_, dims, lifetime, data=None, scale=0.0, zero_point=0):

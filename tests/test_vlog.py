@@ -14,7 +14,6 @@ from nnts.formats.paths import CORPUS
 from nnts.generators.builders import chain_model
 
 
-
 @pytest.fixture
 def vlogging():
     def switch(spec):

@@ -14,9 +14,9 @@ import pytest
 
 from nnapi_ref import hal
 from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request, RequestArgument, SharedMemory
+from nnapi_ref.types import DTYPES, SCALAR_TYPES, OperationCode, PreferenceCode, PriorityCode
 from nnts.runners.cases import model_cases  # noqa: F401 (the VTS modules' test models, from here)
 from nnts.runners.model_runner import supports_dynamic_outputs
-from nnapi_ref.types import DTYPES, SCALAR_TYPES, OperationCode, PreferenceCode, PriorityCode
 
 LOOP_TIMEOUT_NS = 2_000_000_000
 # A model that must fail only has to fail; an infinite loop need not run for 2 s first.

@@ -17,9 +17,8 @@ import pytest
 
 from nnapi_ref.hal import ErrorStatus, HalError
 from nnts.runners.model_runner import check_outputs
-
-from nnts.vts.support import (case_marks, clone_model, first_per_file, make_io, mark_node, model_cases,
-                      prepare, prepare_or_skip, run_path)
+from nnts.vts.support import (case_marks, clone_model, first_per_file, make_io, mark_node, model_cases, prepare,
+                              prepare_or_skip, run_path)
 
 N_MODELS = 10
 

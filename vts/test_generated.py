@@ -27,13 +27,11 @@ import pytest
 
 from nnapi_ref import hal
 from nnapi_ref.hal import ErrorStatus, HalError
+from nnts.runners import ordering, variants
 from nnts.runners.model_runner import check_outputs
-from nnts.runners import ordering
-from nnts.runners import variants
-
 from nnts.vts.support import (EXPECT_FAILURE_LOOP_TIMEOUT_NS, PATHS, case_marks, clone_model, dynamic_model,
-                      first_per_file, has_dynamic_variant, has_unspecified_output, make_io, mark_node, model_cases,
-                      prepare, prepare_or_skip, run_path, timing_problems)
+                              first_per_file, has_dynamic_variant, has_unspecified_output, make_io, mark_node,
+                              model_cases, prepare, prepare_or_skip, run_path, timing_problems)
 
 SUBSET_VARIANTS = ("async", "burst", "fenced", "dynamic", "dynamic-fenced", "insufficient", "device-memory")
 FAILING_VARIANTS = PATHS  # models that must fail: each execution path

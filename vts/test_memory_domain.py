@@ -13,7 +13,6 @@ import pytest
 from nnapi_ref import hal
 from nnapi_ref.hal import BufferDesc, BufferRole, ErrorStatus, HalError
 from nnapi_ref.types import OperandCode
-
 from nnts.vts.support import clone_model, make_io, model_cases, operation_names, prepare, run_path
 
 pytestmark = pytest.mark.vts

@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 
 from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request, RequestArgument, SharedMemory
-from nnts.runners.model_runner import check_outputs
-from nnts.generators.builders import counting_loop_model
 from nnapi_ref.types import PreferenceCode, PriorityCode
-
+from nnts.generators.builders import counting_loop_model
+from nnts.runners.model_runner import check_outputs
 from nnts.vts.support import PATHS, clone_model, make_io, mark_node, model_cases, prepare, run_path
 
 pytestmark = pytest.mark.vts

@@ -27,13 +27,12 @@ import numpy as np
 import pytest
 
 from nnapi_ref import hal
-from nnapi_ref.hal import (ArgumentLifetime, BufferDesc, BufferRole, ErrorStatus, HalError, Request,
-                           RequestArgument, SharedMemory)
+from nnapi_ref.hal import (ArgumentLifetime, BufferDesc, BufferRole, ErrorStatus, HalError, Request, RequestArgument,
+                           SharedMemory)
 from nnts.generators.builders import (NMS_STEPS, add_model, assert_step, chain, chain_inputs, chain_model, nms_expected,
-                               nms_model, nms_scores)
-
+                                      nms_model, nms_scores)
 from nnts.vts.support import (LOOP_TIMEOUT_NS, PATHS, WAIT_S, Outcome, clone_model, operation_names, prepare, run_burst,
-                      run_path)
+                              run_path)
 
 pytestmark = pytest.mark.vts
 SHAPE = (2, 2)

@@ -23,7 +23,6 @@ from nnapi_ref import hal
 from nnapi_ref.hal import ChannelQuant, ErrorStatus, HalError, Operand, Operation
 from nnapi_ref.types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op, PreferenceCode, PriorityCode
 from nnts.runners import ordering
-
 from nnts.vts.support import case_marks, clone_model, first_per_file, mark_node, model_cases
 
 SCALARS = (T.FLOAT16, T.FLOAT32, T.INT32, T.UINT32, T.BOOL)

@@ -18,9 +18,8 @@ from nnapi_ref import hal
 from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request
 from nnapi_ref.types import SCALAR_TYPES
 from nnts.runners import ordering
-
-from nnts.vts.support import (PATHS, case_marks, clone_model, first_per_file, has_unspecified_output, make_io, mark_node, model_cases,
-                      prepare_or_skip, run_path)
+from nnts.vts.support import (PATHS, case_marks, clone_model, first_per_file, has_unspecified_output, make_io,
+                              mark_node, model_cases, prepare_or_skip, run_path)
 
 
 def _replace_arg(request: Request, which: str, i: int, **changes) -> None:

@@ -21,13 +21,13 @@ import time
 import numpy as np
 
 from nnapi_ref import hal
-from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError
 # The checks every driver needs and no driver should write twice, reused from the reference
 # driver: the whole-model validation (operand types, lifetimes, index ranges, each operand written
 # once, execution order, the signature of every NNAPI operation, no recursive subgraphs), the
 # preference / priority / deadline checks of a prepare, and the deadline check of an execution.
 from nnapi_ref.drivers.reference import check_deadline, check_prepare_arguments, validate_for_driver
-from nnapi_ref.types import (DeviceTypeCode, FeatureLevel, Lifetime, OperandCode, OperationCode, SCALAR_TYPES,
+from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError
+from nnapi_ref.types import (SCALAR_TYPES, DeviceTypeCode, FeatureLevel, Lifetime, OperandCode, OperationCode,
                              combine_dimensions)
 
 CONSTANTS = (Lifetime.CONSTANT_COPY, Lifetime.CONSTANT_REFERENCE)

@@ -31,10 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from nnts.mlts.models import builder
-from nnts.formats.tflite.importer import load_tflite
 from nnapi_ref import Compilation, Execution, using_drivers
 from nnapi_ref.drivers.reference import ReferenceDevice
+from nnts.formats.tflite.importer import load_tflite
+from nnts.mlts.models import builder
 
 VERSION = "1"   # bump when the models change: the cache folder is per version
 CALIBRATION_SEED = 1234

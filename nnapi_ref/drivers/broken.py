@@ -68,10 +68,10 @@ import time
 import numpy as np
 
 from nnapi_ref import hal
-from nnapi_ref.ops.base import Arg, Call
-from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode
 from nnapi_ref.drivers.example_extension import ExampleExtensionDevice
 from nnapi_ref.drivers.reference import ReferenceDevice, ReferencePreparedModel
+from nnapi_ref.ops.base import Arg, Call
+from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode
 
 ADD_QUANT8_ERROR = 2
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)

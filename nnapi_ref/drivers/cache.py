@@ -10,8 +10,8 @@ import hashlib
 import json
 
 from nnapi_ref.hal import ErrorStatus, HalError, Model
-from nnapi_ref.vectors import FormatError, model_from_json, model_to_json
 from nnapi_ref.types import MAX_NUMBER_OF_CACHE_FILES
+from nnapi_ref.vectors import FormatError, model_from_json, model_to_json
 
 MAGIC = b"NNTSREF1"
 _HEADER = len(MAGIC) + 32 + 32

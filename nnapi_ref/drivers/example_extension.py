@@ -22,12 +22,12 @@ import struct
 import numpy as np
 
 from nnapi_ref import extensions as ext, hal
+from nnapi_ref.drivers.reference import ReferenceDevice, ReferencePreparedModel, check_prepare_arguments, hal_error
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.executor import Executor, prepare_plans
 from nnapi_ref.hal import ErrorStatus, HalError
 from nnapi_ref.ops import requantization
 from nnapi_ref.types import DTYPES, Lifetime, OperandCode
-from nnapi_ref.drivers.reference import ReferenceDevice, ReferencePreparedModel, check_prepare_arguments, hal_error
 
 EXTENSION_NAME = "org.nnts.example"
 TENSOR_QUANT64_ASYMM = 0  # operand type within the extension

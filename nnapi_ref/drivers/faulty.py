@@ -29,9 +29,9 @@ import time
 
 import numpy as np
 
-from nnapi_ref.types import OperationCode
 from nnapi_ref.drivers.broken import BrokenDevice, _WrappedOperation
 from nnapi_ref.drivers.reference import ReferencePreparedModel
+from nnapi_ref.types import OperationCode
 
 LEAK_PER_PREPARED_BYTES = 1 << 20
 LEAK_PER_EXECUTION_BYTES = 64 << 10

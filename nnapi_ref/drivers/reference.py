@@ -13,13 +13,13 @@ from typing import Sequence
 import numpy as np
 
 from nnapi_ref import extensions, hal, ops, trace
-from nnapi_ref.ops import requantization
 from nnapi_ref.drivers.cache import load_from_cache, save_to_cache
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.executor import Executor, Plan, prepare_plans
 from nnapi_ref.hal import ErrorStatus, HalError
-from nnapi_ref.types import (DTYPES, SCALAR_TYPES, DeviceTypeCode, FeatureLevel, Lifetime,
-                     OperandCode, PreferenceCode, PriorityCode, ResultCode, combine_dimensions)
+from nnapi_ref.ops import requantization
+from nnapi_ref.types import (DTYPES, SCALAR_TYPES, DeviceTypeCode, FeatureLevel, Lifetime, OperandCode, PreferenceCode,
+                             PriorityCode, ResultCode, combine_dimensions)
 from nnapi_ref.validation import runtime_validated_level, validate_model
 
 # How the executor's result codes travel back across the driver interface.

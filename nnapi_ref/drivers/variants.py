@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Iterable
 
 from nnapi_ref import hal
+from nnapi_ref.drivers.reference import ReferenceBurst, ReferenceDevice, ReferencePreparedModel
 from nnapi_ref.hal import ErrorStatus, HalError
 from nnapi_ref.types import FeatureLevel, OperationCode
-from nnapi_ref.drivers.reference import ReferenceBurst, ReferenceDevice, ReferencePreparedModel
 
 
 class SubsetDevice(ReferenceDevice):

@@ -25,11 +25,11 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.types import DTYPES, FuseCode, ResultCode
 from nnapi_ref.ops import fixedpoint as fp
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register, signatures
 from nnapi_ref.ops.common import QUANT_RANGE, activation_range_quant
 from nnapi_ref.ops.requantization import quantize_multiplier
+from nnapi_ref.types import DTYPES, FuseCode, ResultCode
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)

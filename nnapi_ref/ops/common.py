@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.types import DTYPES, FuseCode, OperandCode as T
 from nnapi_ref.ops.base import Arg, Call, OperationRegistration, fail
+from nnapi_ref.types import DTYPES, FuseCode, OperandCode as T
 
 QUANT_RANGE = {
     T.TENSOR_QUANT8_ASYMM: (0, 255),

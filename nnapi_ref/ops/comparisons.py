@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.ops import requantization
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register
 from nnapi_ref.ops.common import BroadcastBinary, check_rank_at_least_1
 from nnapi_ref.ops.elementwise import QUANT8, requantize
 from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, quantize_multiplier

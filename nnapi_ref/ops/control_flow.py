@@ -11,8 +11,8 @@ import time
 
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import Model, Operation, Subgraph
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register
 from nnapi_ref.types import Lifetime, ResultCode, type_name
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
 
 
 def _referenced(model: Model, sg: Subgraph, operand_index: int, what: str) -> Subgraph:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.types import DTYPES, FuseCode
 from nnapi_ref.ops.base import Call, T
 from nnapi_ref.ops.common import FLOAT_ACTIVATION_RANGE, QUANT_RANGE, activation_range_quant
 from nnapi_ref.ops.conv_quantization import (FLOAT32_EXACT, PC, QUANT8, apply_affine, float_dtype, output_multipliers,
-                                requant_affine, requant_table)
+                                             requant_affine, requant_table)
 from nnapi_ref.ops.spatial import Spatial, im2col, padded_window_input, to_nhwc
+from nnapi_ref.types import DTYPES, FuseCode
 
 F32 = T.TENSOR_FLOAT32
 

@@ -7,11 +7,11 @@ import functools
 
 import numpy as np
 
-from nnapi_ref.types import DTYPES, FuseCode
 from nnapi_ref.ops import requantization
 from nnapi_ref.ops.base import Call, T, check
 from nnapi_ref.ops.common import FLOAT_ACTIVATION_RANGE, activation_range_quant
 from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, product_multipliers, wrap_int32
+from nnapi_ref.types import DTYPES, FuseCode
 
 PC = T.TENSOR_QUANT8_SYMM_PER_CHANNEL
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)

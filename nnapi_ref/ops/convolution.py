@@ -39,13 +39,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.types import PaddingCode
 from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, WindowInputs, check, register
 from nnapi_ref.ops.common import check_fuse_code
 from nnapi_ref.ops.conv_fast_paths import conv2d_fast, depthwise_fast
 from nnapi_ref.ops.conv_quantization import accumulator_type, check_quant_conv, finish, operand_values, quant_magnitudes
-from nnapi_ref.ops.spatial import (Spatial, from_nhwc, im2col, layout_shape, nhwc_dims, out_size, padded_window_input, parse_spatial,
-                      resolve_padding, same_padding, to_nhwc)
+from nnapi_ref.ops.spatial import (Spatial, from_nhwc, im2col, layout_shape, nhwc_dims, out_size, padded_window_input,
+                                   parse_spatial, resolve_padding, same_padding, to_nhwc)
+from nnapi_ref.types import PaddingCode
 
 F32, F16, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
 Q8, S8, PC, TI32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_INT32

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.types import DTYPES
 from nnapi_ref.ops import requantization
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register
 from nnapi_ref.ops.common import activation_range_quant, broadcast_shape, check_fuse_code
 from nnapi_ref.ops.conv_fast_paths import prepare_quant, quant_fast_ok, requant_block, requant_params
-from nnapi_ref.ops.conv_quantization import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype, output_multipliers,
-                                quant_magnitudes, requantize)
+from nnapi_ref.ops.conv_quantization import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype,
+                                             output_multipliers, quant_magnitudes, requantize)
 from nnapi_ref.ops.requantization import product_multipliers, wrap_int32
+from nnapi_ref.types import DTYPES
 
 F32, F16, Q8, S8, I32, BOOL, TI32 = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
                                     T.TENSOR_QUANT8_ASYMM_SIGNED, T.INT32, T.BOOL, T.TENSOR_INT32)

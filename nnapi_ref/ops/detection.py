@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Arg, Call, OperationRegistration, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Arg, Call, OperationCode, OperationRegistration, Signature, T, check, register
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.types import DTYPES
 

@@ -35,12 +35,13 @@ import functools
 
 import numpy as np
 
-from nnapi_ref.ops.base import (Arg, Call, OperationRegistration, OperationCode, Signature,
-                               T, check, fail, register, signatures)
-from nnapi_ref.ops.common import QUANT_RANGE, BroadcastBinary, apply_activation, broadcast_shape, check_fuse_code, round_half_away
 from nnapi_ref.ops import requantization
+from nnapi_ref.ops.base import (Arg, Call, OperationCode, OperationRegistration, Signature, T, check, fail, register,
+                                signatures)
+from nnapi_ref.ops.common import (QUANT_RANGE, BroadcastBinary, apply_activation, broadcast_shape, check_fuse_code,
+                                  round_half_away)
 from nnapi_ref.ops.requantization import (multiply_by_quantized_multiplier, prelu_multipliers, product_multipliers,
-                             quantize_multiplier)
+                                          quantize_multiplier)
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 F32 = np.float32

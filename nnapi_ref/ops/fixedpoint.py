@@ -31,12 +31,13 @@ quantized outputs then round to 8 bits.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 # The primitives shared with the rest of the package (one implementation, in requantization).
-from nnapi_ref.ops.requantization import (INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier, rounding_divide_by_pot,
-                              saturating_rounding_doubling_high_mul, wrap_int32)
-import math
+from nnapi_ref.ops.requantization import (INT32_MAX, INT32_MIN, multiply_by_quantized_multiplier,
+                                          rounding_divide_by_pot, saturating_rounding_doubling_high_mul, wrap_int32)
 
 __all__ = [
     "INT32_MIN", "INT32_MAX", "wrap32", "saturate32", "saturating_rounding_doubling_high_mul", "mul",

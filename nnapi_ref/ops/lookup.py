@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import (Call, OperationRegistration, OperationCode, Signature,
-                               T, ValueUnknown, check, register, signatures)
+from nnapi_ref.ops.base import (Call, OperationCode, OperationRegistration, Signature, T, ValueUnknown, check, register,
+                                signatures)
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Arg, Call, OperationRegistration, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Arg, Call, OperationCode, OperationRegistration, Signature, T, check, register
 from nnapi_ref.ops.rnn import check_aux_input, check_rank, check_shape, fvalue, present, to_output
 
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16

@@ -25,7 +25,7 @@ import functools
 import numpy as np
 
 from nnapi_ref.ops import fixedpoint as fp
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register
 from nnapi_ref.ops.common import normalize_axis
 from nnapi_ref.ops.requantization import quantize_multiplier
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.types import DTYPES
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register, signatures
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.ops.shapes import QUANT8, check_same_quant
+from nnapi_ref.types import DTYPES
 
 MIRROR_REFLECT, MIRROR_SYMMETRIC = 0, 1
 

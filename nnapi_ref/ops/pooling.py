@@ -17,8 +17,8 @@ import numpy as np
 
 from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, WindowInputs, check, register
 from nnapi_ref.ops.common import QUANT_RANGE, apply_activation
-from nnapi_ref.ops.spatial import (layout_shape, nhwc_dims, out_size, padded_window_input, parse_spatial, resolve_padding, to_nhwc,
-                      from_nhwc)
+from nnapi_ref.ops.spatial import (from_nhwc, layout_shape, nhwc_dims, out_size, padded_window_input, parse_spatial,
+                                   resolve_padding, to_nhwc)
 
 F32, F16, Q8, S8, I32, BOOL = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
                               T.TENSOR_QUANT8_ASYMM_SIGNED, T.INT32, T.BOOL)

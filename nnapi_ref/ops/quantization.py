@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.types import DTYPES
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register
 from nnapi_ref.ops.common import QUANT_RANGE, check_rank_at_least_1
+from nnapi_ref.types import DTYPES
 
 F32 = np.float32
 

@@ -22,13 +22,12 @@ import math
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register
 from nnapi_ref.ops.common import wrap
-from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier as mbqm
-from nnapi_ref.ops.requantization import quantize_multiplier
-from nnapi_ref.ops.requantization import rounding_divide_by_pot as rdbpot
-from nnapi_ref.ops.requantization import saturating_rounding_doubling_high_mul as srdhm  # (a, b, bits)
 from nnapi_ref.ops.fixedpoint import rounding_half_sum
+from nnapi_ref.ops.requantization import (multiply_by_quantized_multiplier as mbqm, quantize_multiplier,  # (a, b, bits)
+                                          rounding_divide_by_pot as rdbpot,
+                                          saturating_rounding_doubling_high_mul as srdhm)
 from nnapi_ref.ops.rnn import check_rank, check_shape, present
 
 # ----------------------------------------------------------------------------- fixed point

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register
 
 
 @register

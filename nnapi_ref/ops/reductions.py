@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.ops import requantization
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, T, check, register, signatures
 from nnapi_ref.ops.common import normalize_axis
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.ops import requantization
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register
 from nnapi_ref.ops.common import round_half_away
 from nnapi_ref.types import DTYPES
 

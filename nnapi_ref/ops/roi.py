@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Arg, Call, OperationRegistration, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Arg, Call, OperationCode, OperationRegistration, Signature, T, check, register
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, quantize_multiplier
 from nnapi_ref.types import DTYPES

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, T, check, register, signatures
 from nnapi_ref.ops.common import round_half_away
 from nnapi_ref.ops.shapes import QUANT8, check_same_quant, int_vector, maybe_value
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register, signatures
-from nnapi_ref.ops.shapes import QUANT8, check_same_quant, int_vector
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register, signatures
 from nnapi_ref.ops.padding import pad_constant
+from nnapi_ref.ops.shapes import QUANT8, check_same_quant, int_vector
 
 LEGACY = (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.types import PaddingCode
 from nnapi_ref.ops.base import Call, T, check
 from nnapi_ref.ops.common import check_fuse_code
+from nnapi_ref.types import PaddingCode
 
 I32 = T.INT32
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, Signature, T, check, register
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register
 from nnapi_ref.ops.common import check_fuse_code
 from nnapi_ref.ops.rnn import check_rank, check_shape, fused_activation, fvalue, present, to_output
 

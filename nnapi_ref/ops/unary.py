@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.types import DTYPES
-from nnapi_ref.ops.base import Call, OperationRegistration, OperationCode, T, check, register, signatures
+from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, T, check, register, signatures
 from nnapi_ref.ops.common import QUANT_RANGE
+from nnapi_ref.types import DTYPES
 
 FLOATS = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)

@@ -13,9 +13,7 @@ from enum import IntEnum
 import numpy as np
 
 from nnapi_ref import hal
-from nnapi_ref.types import DTYPES, OperandCode
-from nnapi_ref.types import DeviceTypeCode
-from nnapi_ref.types import Lifetime, OperationCode
+from nnapi_ref.types import DTYPES, DeviceTypeCode, Lifetime, OperandCode, OperationCode
 
 VERSION = 2  # 2: vendor extensions (declarations, extension data, the prefix mapping)
 MAGIC = b"NNTS"

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from nnapi_ref import extensions as ext, hal, trace, vlog
 from nnapi_ref.errors import HostResourceError, NnapiError, check
 from nnapi_ref.hal import Model as HalModel, Operation
-from nnapi_ref.types import (BYTE_SIZE_OF_CACHE_TOKEN, OperandCode, OperationCode, PreferenceCode, PriorityCode,
-                     ResultCode)
-from nnapi_ref.validation import topological_order
 from nnapi_ref.runtime.devices import MANAGER, Device, Partitioning
 from nnapi_ref.runtime.model import Model
+from nnapi_ref.types import (BYTE_SIZE_OF_CACHE_TOKEN, OperandCode, OperationCode, PreferenceCode, PriorityCode,
+                             ResultCode)
+from nnapi_ref.validation import topological_order
 
 BAD_STATE = ResultCode.BAD_STATE
 

@@ -11,10 +11,10 @@ from enum import IntEnum
 from typing import Iterator, Sequence
 
 from nnapi_ref import hal
+from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.remote import shm
 from nnapi_ref.types import DeviceTypeCode, ResultCode
-from nnapi_ref.drivers.reference import ReferenceDevice
 
 
 class Partitioning(IntEnum):

@@ -16,12 +16,11 @@ import numpy as np
 
 from nnapi_ref import hal, trace
 from nnapi_ref.errors import NnapiError, check
-from nnapi_ref.types import (LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, DurationCode,
-                     ResultCode, type_name)
 from nnapi_ref.runtime.compilation import RESULT_OF_STATUS, Burst, Compilation, call_driver
 from nnapi_ref.runtime.memory import Memory
 from nnapi_ref.runtime.model import OperandType
 from nnapi_ref.runtime.step_executor import Binding, StepExecutor, operand_size
+from nnapi_ref.types import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, DurationCode, ResultCode, type_name
 
 BAD_STATE = ResultCode.BAD_STATE
 UINT64_MAX = (1 << 64) - 1

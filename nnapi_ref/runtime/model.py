@@ -6,23 +6,22 @@ argument, BAD_DATA for a wrong one, BAD_STATE for a call after ``finish()``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
-
 import math
 import operator
 import threading
+from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from nnapi_ref import extensions as ext, ops, trace, vlog
 from nnapi_ref.errors import HostResourceError, NnapiError, check
 from nnapi_ref.hal import ChannelQuant, ExtensionNameAndPrefix, Model as HalModel, Operand, Operation, Subgraph
-from nnapi_ref.types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
-                     OperationCode, ResultCode, type_name)
 from nnapi_ref.runtime.devices import declared_extensions, extension_operand_info
+from nnapi_ref.types import (DTYPES, MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, SCALAR_TYPES, Lifetime, OperandCode,
+                             OperationCode, ResultCode, type_name)
 from nnapi_ref.validation import (note_runtime_validated, operand_type_problem, plain_indexes, topological_order,
-                          validate_model, validate_operand_type)
+                                  validate_model, validate_operand_type)
 
 UNEXPECTED_NULL = ResultCode.UNEXPECTED_NULL
 BAD_STATE = ResultCode.BAD_STATE

@@ -14,10 +14,10 @@ import numpy as np
 from nnapi_ref import hal, trace, vlog
 from nnapi_ref.errors import HostResourceError, NnapiError, check
 from nnapi_ref.extensions import uses_extensions
-from nnapi_ref.types import ResultCode
 from nnapi_ref.runtime.compilation import Burst, Compilation, ExecutionStep, call_driver, nnapi_error
 from nnapi_ref.runtime.devices import MANAGER
 from nnapi_ref.runtime.model import Model
+from nnapi_ref.types import ResultCode
 
 _NO_FALLBACK = (ResultCode.OUTPUT_INSUFFICIENT_SIZE, ResultCode.MISSED_DEADLINE_TRANSIENT,
                 ResultCode.MISSED_DEADLINE_PERSISTENT)

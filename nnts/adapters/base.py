@@ -22,6 +22,9 @@ from typing import Any, Callable
 import numpy as np
 
 from nnapi_ref import extensions, hal
+from nnapi_ref.drivers.cache import check_cache_files
+from nnapi_ref.drivers.reference import (ReferenceDevice, ReferencePreparedModel, check_deadline,
+                                         check_prepare_arguments, hal_error)
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.executor import Plan, prepare_plans
 from nnapi_ref.hal import ErrorStatus, HalError
@@ -29,9 +32,6 @@ from nnapi_ref.ops.base import Arg, Call, ValueUnknown
 from nnapi_ref.ops.spatial import Spatial, parse_spatial
 from nnapi_ref.types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op
 from nnapi_ref.vectors import FormatError, model_from_json, model_to_json
-from nnapi_ref.drivers.cache import check_cache_files
-from nnapi_ref.drivers.reference import (ReferenceDevice, ReferencePreparedModel, check_deadline,
-                        check_prepare_arguments, hal_error)
 
 
 class Unsupported(Exception):

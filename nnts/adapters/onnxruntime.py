@@ -26,17 +26,17 @@ driver's, which this driver extends; only compilation and the computation itself
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from nnapi_ref import hal, ops
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.ops.base import Arg, ValueUnknown
 from nnapi_ref.ops import requantization
+from nnapi_ref.ops.base import Arg, ValueUnknown
 from nnapi_ref.ops.common import activation_range_quant
 from nnapi_ref.ops.spatial import resolve_padding
 from nnapi_ref.types import DTYPES, FuseCode, OperandCode as T, OperationCode as Op, PaddingCode, ResultCode
-from nnts.adapters.base import AdapterDevice, AdapterPreparedModel, Mappings, SubgraphView, Unsupported, with_static_shapes
+from nnts.adapters.base import (AdapterDevice, AdapterPreparedModel, Mappings, SubgraphView, Unsupported,
+                                with_static_shapes)
 
 _IMPORT_ERROR = ""
 try:

@@ -7,10 +7,9 @@ import sys
 from nnts.cli.common import add_driver_options, add_trace_option
 from nnts.formats import files, junit
 from nnts.formats.files import UsageError
-from nnts.formats.results import FAILS_RUN
+from nnts.formats.results import FAILS_RUN, included
 from nnts.mlts import bench
 from nnts.mlts.tflite_baseline import tflite_interpreter_class
-from nnts.formats.results import included
 from nnts.reports.bench import write_report
 from nnts.runners.drivers import runtime_devices
 

@@ -7,7 +7,6 @@ import os
 import sys
 
 from nnapi_ref import trace
-
 from nnts.formats.files import UsageError
 from nnts.runners.settings import Settings
 from nnts.runners.shard import parse

@@ -1,8 +1,8 @@
 """``nnts report merge`` and ``nnts report page``: conformance reports from the JSON of shards or runs."""
 from __future__ import annotations
 
-from nnts.reports.driver_page import main_page
 from nnts.reports.conformance import main_merge
+from nnts.reports.driver_page import main_page
 
 
 def register(sub) -> None:

@@ -15,8 +15,7 @@ from nnts.formats.expected_failures import expected_failures_file, load_known_fa
 from nnts.formats.files import UsageError
 from nnts.formats.paths import CORPUS
 from nnts.formats.results import FAILS_RUN
-from nnts.runners import vector_run
-from nnts.runners import contained
+from nnts.runners import contained, vector_run
 from nnts.runners.drivers import runtime_devices
 
 

@@ -14,13 +14,14 @@ Android 11) and ``packages/modules/NeuralNetworks`` (``tools/test_generator``,
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
+
 import numpy as np
-import io
 
 FORMAT = "nnapi-test-vector/1"
 LICENSE = "Apache-2.0, derived from the Android Open Source Project NNAPI test specs"

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+from html import escape
 
 from nnapi_ref import trace
-from html import escape
 
 ROWS = ("application", "runtime", "ipc", "driver", "cpu")
 ROW_TITLES = {"application": "Application", "runtime": "Runtime", "ipc": "IPC", "driver": "Driver", "cpu": "CPU"}

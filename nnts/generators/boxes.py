@@ -10,7 +10,6 @@ import numpy as np
 
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.types import DTYPES, OperandCode as T, OperationCode as Op
-
 from nnts.generators.families import BOOL, INT32, declare, free, like, pick_form, primary_types, start_type
 from nnts.generators.graphs import F16, I32, QUANT8, Builder, Out, Reject, Tensor
 

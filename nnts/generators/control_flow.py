@@ -18,7 +18,6 @@ import numpy as np
 
 from nnapi_ref import hal
 from nnapi_ref.types import DTYPES, Lifetime, OperandCode as T, OperationCode as Op
-
 from nnts.generators.families import FAMILIES, SINGLE_FAMILIES, declare
 from nnts.generators.graphs import BOOL8, F16, F32, I32, Builder, Reject, Tensor, generate_from
 

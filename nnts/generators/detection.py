@@ -32,7 +32,6 @@ import numpy as np
 
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.types import DTYPES, OperandCode as T, OperationCode as Op
-
 from nnts.generators.boxes import BOX_QUANT  # TENSOR_QUANT16_ASYMM / _SYMM boxes: scale 0.125, zero point 0
 from nnts.generators.families import BOOL, INT32, declare, like, start_type
 from nnts.generators.graphs import F16, I32, QUANT8, Builder, Out, Reject, Tensor

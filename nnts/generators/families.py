@@ -26,7 +26,6 @@ import numpy as np
 
 from nnapi_ref import hal, ops
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
-
 from nnts.generators.forms import declared_forms
 from nnts.generators.graphs import BOOL8, FLOATS, I32, QUANT8, Builder, Out, Reject, Tensor, like
 

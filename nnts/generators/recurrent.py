@@ -16,7 +16,6 @@ import numpy as np
 
 from nnapi_ref.ops.lstm import CELL, GATE_ACTIVATIONS
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
-
 from nnts.generators.families import BOOL, INT32, declare, fuse, start_of_rank
 from nnts.generators.graphs import F16, Builder, Out, Tensor, like
 

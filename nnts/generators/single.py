@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from nnapi_ref import ops
 from nnapi_ref.types import OperationCode as Op
-
 from nnts.generators.criteria import QUANTIZED, Criterion
 from nnts.generators.families import FAMILIES, SINGLE_FAMILIES
 from nnts.generators.graphs import F16, F32, I32

@@ -16,7 +16,6 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from nnapi_ref.types import OperandCode, OperationCode
-
 from nnts.generators.graphs import MAX_LEVEL
 from nnts.generators.random_graphs import generate
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from nnapi_ref import ops, vectors
+from nnapi_ref.types import OperandCode, OperationCode, type_name
 from nnts.formats.expected_failures import load_known_failures
 from nnts.formats.paths import CORPUS, SHARED_VECTORS
-
-from nnapi_ref import ops, vectors
 from nnts.runners import vector_cache
 from nnts.runners.model_runner import MODES, outputs_fully_specified, supports_dynamic_outputs
-from nnapi_ref.types import OperandCode, OperationCode, type_name
-
 
 # What CTS runs of a test model (of a model that must fail: MODES), and of its signed twin.
 MODEL_VARIANTS = MODES + ("dynamic", "device_memory", "cached")

@@ -41,16 +41,16 @@ import numpy as np
 
 from nnapi_ref import ops, vectors
 from nnapi_ref.errors import NnapiError
-from nnts.runners.graph import picture_beside
-from nnts.runners.model_runner import build_model, execute
 from nnapi_ref.runtime import Compilation, Device
 from nnapi_ref.types import OperandCode as T
-
 from nnts.generators import single
 from nnts.generators.criteria import compare_output, criteria_for
 from nnts.generators.graphs import I32, Graph, dimension_cuts, with_dimension_cut, without_operation, without_output
 from nnts.generators.random_graphs import case_size, generate
+from nnts.runners.graph import picture_beside
 from nnts.runners.known_classes import classes_for, explain
+from nnts.runners.model_runner import build_model, execute
+
 
 def run(devices: Sequence[Device], test: vectors.TestModel) -> list[np.ndarray]:
     """The outputs of ``test`` compiled for ``devices`` (no CPU fallback), shaped as the driver

@@ -27,16 +27,14 @@ import os
 import shlex
 import sys
 
+from nnapi_ref import trace, vlog
+from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.hal import Device
+from nnapi_ref.hal import Device, HalError
+from nnapi_ref.remote.client import attach_socket, start_process
 from nnapi_ref.runtime import get_devices, set_drivers
 from nnapi_ref.types import ResultCode
 from nnts.runners.settings import Settings
-from nnapi_ref.drivers.reference import ReferenceDevice
-from nnapi_ref.hal import HalError
-from nnapi_ref.remote.client import attach_socket, start_process
-from nnapi_ref import trace, vlog
-
 
 FORMS = "reference, onnxruntime, tflite, tflite-ref, module.path:factory, remote:COMMAND or socket:PATH"
 

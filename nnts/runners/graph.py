@@ -20,15 +20,14 @@ from pathlib import Path
 import numpy as np
 
 from nnapi_ref.hal import Model, Subgraph
-from nnapi_ref.types import Lifetime, OperandCode, OperationCode, SCALAR_TYPES
-from nnapi_ref.validation import CONSTANT_LIFETIMES, topological_order
-from nnts.runners.settings import Settings
-from nnts.formats.tflite.importer import load_tflite
-from nnapi_ref.vectors import FormatError, load_file
-from nnts.runners.drivers import load_drivers
-from nnapi_ref.runtime.devices import Device
 from nnapi_ref.runtime.compilation import partition
-from nnapi_ref.types import PreferenceCode
+from nnapi_ref.runtime.devices import Device
+from nnapi_ref.types import SCALAR_TYPES, Lifetime, OperandCode, OperationCode, PreferenceCode
+from nnapi_ref.validation import CONSTANT_LIFETIMES, topological_order
+from nnapi_ref.vectors import FormatError, load_file
+from nnts.formats.tflite.importer import load_tflite
+from nnts.runners.drivers import load_drivers
+from nnts.runners.settings import Settings
 
 PALETTE = ("#8dd3c7", "#fdb462", "#bebada", "#fb8072", "#80b1d3", "#b3de69", "#fccde5", "#d9d9d9")
 MAX_SCALAR_LABEL = 6  # a constant with up to this many elements shows its values

@@ -26,13 +26,12 @@ import numpy as np
 
 from nnapi_ref import hal, ops
 from nnapi_ref.ops import requantization
-from nnapi_ref.ops.common import QUANT_RANGE, activation_range_quant
 from nnapi_ref.ops.base import Arg
+from nnapi_ref.ops.common import QUANT_RANGE, activation_range_quant
 from nnapi_ref.types import DTYPES, SCALAR_TYPES, Lifetime, OperandCode as T, OperationCode as Op
-
 from nnts.generators.criteria import compare_output, criteria_for
-from nnts.runners import runtime_arithmetic
 from nnts.generators.graphs import F32, I32, QUANT8, Graph, Out, Reject, run_operation
+from nnts.runners import runtime_arithmetic
 
 Semantics = Callable[[Graph, hal.Operation, dict], list]  # the operation's results, or None: as NNAPI
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import collections
 import gc
-
-import pytest
 from importlib import resources
 from pathlib import Path
+
+import pytest
 from xdist.scheduler import LoadScheduling
 
 ORDERS = ("breadth", "collection")

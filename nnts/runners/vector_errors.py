@@ -3,6 +3,7 @@ naming the file and the problem, not an error that ends collection: every other 
 from __future__ import annotations
 
 import pytest
+
 from nnts.runners.cases import LOAD_ERRORS
 
 

@@ -3,8 +3,8 @@ given NNAPI result code."""
 import pytest
 
 from nnapi_ref.errors import NnapiError
-from nnts.generators.builders import Operand, run_operation, tensor
 from nnapi_ref.types import OperandCode, OperationCode, ResultCode
+from nnts.generators.builders import Operand, run_operation, tensor
 
 
 def const(t: OperandCode, value) -> Operand:

@@ -12,8 +12,8 @@ from scipy.special import expit
 
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops.base import REGISTRY, Arg, Call
-from nnts.generators.builders import Operand, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
+from nnts.generators.builders import Operand, output, run_operation, scalar, tensor
 
 from .support import assert_op_bad_data
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from nnapi_ref.errors import NnapiError
-from nnts.generators.builders import output, run_operation, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
+from nnts.generators.builders import output, run_operation, tensor
 
 from .support import assert_bad_data
 

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, quantize_multiplier
 from nnapi_ref.ops import requantization
-from nnts.generators.builders import compile_operation, execute_operation, omitted, output, run_operation, scalar, tensor
+from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, quantize_multiplier
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
+from nnts.generators.builders import (compile_operation, execute_operation, omitted, output, run_operation, scalar,
+                                      tensor)
 
 from .support import assert_bad_data as bad
 

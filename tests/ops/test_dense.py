@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from nnapi_ref.ops.requantization import multiply_by_quantized_multiplier, quantize_multiplier
-from nnts.generators.builders import compile_operation, execute_operation, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
+from nnts.generators.builders import compile_operation, execute_operation, output, run_operation, scalar, tensor
 
 from .support import assert_bad_data as bad
 

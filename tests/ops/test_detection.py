@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from nnapi_ref.errors import NnapiError
-from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
+from nnts.generators.builders import output, run_operation, scalar, tensor
 
 F32, I32, Q16 = T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT16_ASYMM
 

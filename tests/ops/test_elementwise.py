@@ -14,8 +14,8 @@ from hypothesis import given, settings, strategies as st
 from nnapi_ref import ops
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops.base import Arg, Call
-from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
+from nnts.generators.builders import output, run_operation, scalar, tensor
 
 from .support import assert_bad_data
 

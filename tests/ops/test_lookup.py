@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from nnapi_ref.errors import NnapiError
-from nnts.generators.builders import omitted, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
+from nnts.generators.builders import omitted, output, run_operation, scalar, tensor
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
 Q8, Q8S = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from nnapi_ref.errors import NnapiError
-from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
+from nnts.generators.builders import output, run_operation, scalar, tensor
 
 F32, F16, Q8, S8, INT, BOOL = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM,
                                T.TENSOR_QUANT8_ASYMM_SIGNED, T.INT32, T.BOOL)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from nnts.generators.builders import output, run_operation, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
+from nnts.generators.builders import output, run_operation, tensor
 
 from .support import assert_bad_data
 

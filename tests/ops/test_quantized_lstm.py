@@ -6,8 +6,8 @@ import pytest
 
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.ops.quantized_lstm import fixed_logistic, fixed_tanh, inv_sqrt_multiplier
-from nnts.generators.builders import Operand, omitted, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
+from nnts.generators.builders import Operand, omitted, output, run_operation, scalar, tensor
 
 Q8, Q16, I32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT16_SYMM, T.TENSOR_INT32
 Q8S, Q8AS = T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT8_ASYMM_SIGNED

@@ -5,8 +5,8 @@ import pytest
 from scipy.special import softmax
 
 from nnapi_ref.errors import NnapiError
-from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
+from nnts.generators.builders import output, run_operation, scalar, tensor
 
 F32, F16, I32 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32
 # 99.99% quantiles of the chi-square distribution with 1, 2, 3 degrees of freedom.

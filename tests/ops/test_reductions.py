@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as O
+from nnts.generators.builders import output, run_operation, scalar, tensor
 
 from .support import assert_op_bad_data
 

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from nnapi_ref.errors import NnapiError
-from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
+from nnts.generators.builders import output, run_operation, scalar, tensor
 
 BIL, NN = O.RESIZE_BILINEAR, O.RESIZE_NEAREST_NEIGHBOR
 

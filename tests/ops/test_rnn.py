@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from nnts.generators.builders import omitted, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
+from nnts.generators.builders import omitted, output, run_operation, scalar, tensor
 
 from .support import assert_bad_data, assert_op_bad_data
 

@@ -4,8 +4,8 @@ import pytest
 
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime import Compilation, Execution, Model, OperandType
-from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as O, ResultCode
+from nnts.generators.builders import output, run_operation, scalar, tensor
 
 # f(x, y) = x + 10 y on a 4x4 map; bilinear interpolation reproduces a linear f exactly
 LINEAR = (np.arange(4)[None, :] + 10 * np.arange(4)[:, None]).astype(np.float32).reshape(1, 4, 4, 1)

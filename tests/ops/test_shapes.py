@@ -11,8 +11,8 @@ from hypothesis import given, settings, strategies as st
 
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime import Compilation, Execution
-from nnts.generators.builders import build_operation_model, omitted, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
+from nnts.generators.builders import build_operation_model, omitted, output, run_operation, scalar, tensor
 
 from .support import assert_bad_data, const
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from nnts.generators.builders import output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
+from nnts.generators.builders import output, run_operation, scalar, tensor
 
 from .support import assert_bad_data, assert_fails, const
 

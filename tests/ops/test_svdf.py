@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from nnapi_ref.errors import NnapiError
-from nnts.generators.builders import omitted, output, run_operation, scalar, tensor
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, ResultCode
+from nnts.generators.builders import omitted, output, run_operation, scalar, tensor
 
 F32, F16 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16
 RNG = np.random.default_rng(3)

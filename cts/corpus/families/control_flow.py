@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import (B8, C, ci32, emit, F16, F32, family, Graph, I, I32, i32, O, short, Spec, T)
+from .common import B8, F16, F32, I32, C, Graph, I, O, Spec, T, ci32, emit, family, i32, short
 
 
 def sg_in(code, dims):

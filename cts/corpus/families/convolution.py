@@ -5,8 +5,8 @@ import math
 
 import numpy as np
 
-from .common import (bsc, C, ci32, F16, F32, family, fsc, I, I32, i32, LEVELS, model, O, QA, QPC, QS, rha,
-                     rnd, short, T, tname, tq, variants)
+from .common import (F16, F32, I32, LEVELS, QA, QPC, QS, C, I, O, T, bsc, ci32, family, fsc, i32, model, rha, rnd,
+                     short, tname, tq, variants)
 
 
 def conv_ref(x, w, b, stride=(1, 1), pads=(0, 0, 0, 0), dil=(1, 1), groups=1):

@@ -5,8 +5,8 @@ import math
 
 import numpy as np
 
-from .common import (bsc, C, F16, F32, family, fsc, I, I32, i32, model, NONE, O, Q16A, Q16S, QA, QS, rha, rnd,
-                     short, T, tname, variants)
+from .common import (F16, F32, I32, NONE, Q16A, Q16S, QA, QS, C, I, O, T, bsc, family, fsc, i32, model, rha, rnd, short,
+                     tname, variants)
 
 
 def bbox_apply(roi, d, img_h, img_w):

@@ -4,8 +4,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from .common import (ACT, B8, C, F16, F32, family, fsc, I, I32, i32, model, O, QA, QS, rnd, short, T, tname,
-                     tq, variants)
+from .common import ACT, B8, F16, F32, I32, QA, QS, C, I, O, T, family, fsc, i32, model, rnd, short, tname, tq, variants
 
 
 def gen_binary():

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import (ACT, bsc, C, F32, family, fsc, I, I32, i32, model, NONE, O, Q16S, Q8S, QA, QS, rnd, T,
-                     tname, variants)
+from .common import (ACT, F32, I32, NONE, Q8S, Q16S, QA, QS, C, I, O, T, bsc, family, fsc, i32, model, rnd, tname,
+                     variants)
 
 
 def sigmoid(v):

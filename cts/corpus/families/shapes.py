@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import (B8, bsc, C, ci32, emit, F16, F32, family, fsc, Graph, I, I32, i32, model, NONE, O, Q16A,
-                     Q16S, Q8S, QA, QPC, QS, rnd, short, Spec, T, tname, tq, variants)
+from .common import (B8, F16, F32, I32, NONE, Q8S, Q16A, Q16S, QA, QPC, QS, C, Graph, I, O, Spec, T, bsc, ci32, emit,
+                     family, fsc, i32, model, rnd, short, tname, tq, variants)
 
 
 def movement_types(op, relaxed_too=False):

@@ -93,7 +93,8 @@ from nnapi_ref.errors import NnapiError
 from nnapi_ref.types import DTYPES, OperandCode as T, OperationCode as Op
 from nnts.formats.tflite.elementwise import ElementwiseOperators
 # NEEDS_SCHEMA, parse_tflite and schema: this module's API (the importer's one entry point).
-from nnts.formats.tflite.flatbuffer import NEEDS_SCHEMA, TFLiteImportError, TfGraph, TfOperator, TfTensor, parse_tflite, schema  # noqa: F401
+from nnts.formats.tflite.flatbuffer import (NEEDS_SCHEMA, TfGraph, TFLiteImportError, TfOperator,  # noqa: F401
+                                            TfTensor, parse_tflite, schema)
 from nnts.formats.tflite.layers import LayerOperators
 from nnts.formats.tflite.recurrent import RecurrentOperators
 from nnts.formats.tflite.shapes import ShapeOperators

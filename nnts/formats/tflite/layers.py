@@ -6,7 +6,7 @@ import numpy as np
 
 from nnapi_ref import OperandType
 from nnapi_ref.types import OperandCode as T, OperationCode as Op
-from nnts.formats.tflite.flatbuffer import conv_out_size, ints_of, PADDING, QUANT8, TfOperator, TfTensor
+from nnts.formats.tflite.flatbuffer import PADDING, QUANT8, TfOperator, TfTensor, conv_out_size, ints_of
 
 
 class LayerOperators:
