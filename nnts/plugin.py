@@ -22,8 +22,8 @@ the markers ``op_<OPERATION>`` and ``dtype_<OPERAND TYPE>``, so ``-m op_CONV_2D`
 the same order and loads its drivers once.
 
 pytest loads this plugin in every run on a machine where nnts is installed, the driver team's
-unrelated runs too: it imports the runtime, the runners and the reports inside the hooks that use
-them, so a run that is not the suite's pays nothing for them.
+unrelated runs too: it imports the drivers, the reports (jinja2) and the rest of the runners inside
+the hooks that use them, so a run that is not the suite's does not load them.
 
 The environment is read here (option defaults and ``pytest_configure``: :class:`nnts.runners.settings.Settings`,
 ``nnts.vts.Sizes``), in the controller and in each xdist worker, and kept on the config.
