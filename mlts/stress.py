@@ -67,7 +67,7 @@ import numpy as np
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import HalError
-from nnapi_ref.remote.client import incidents
+from nnapi_ref.remote.client import IncidentLog
 from nnapi_ref.runtime import Memory
 from nnapi_ref.runtime.devices import Device
 from nnapi_ref.types import OperationCode, ResultCode
@@ -397,10 +397,9 @@ TESTS: dict[str, Callable[[Run], str]] = {f.__name__: f for f in (
 
 def run_test(name: str, target: Target, duration: float, call_timeout: float | None,
              settings: Settings = Settings()) -> Result:
-    """One test, every way it can end turned into a verdict: a crash or hang seen anywhere (this
-    process's remote driver connections, the socket server, the client processes) decides it."""
+    """One test, every way it can end turned into a verdict: a crash or hang seen anywhere (the
+    test's remote driver connections, the socket server, the client processes) decides it."""
     run = Run(target, duration, call_timeout, settings)
-    seen = len(incidents())
     start = time.monotonic()
     status = "passed"
     try:
@@ -413,11 +412,11 @@ def run_test(name: str, target: Target, duration: float, call_timeout: float | N
         status, message = "failed", f"unexpected {type(e).__name__}: {e}"
     finally:
         try:  # a lost connection may be the server dying: give it time to be seen dead
-            run.check_server(wait_s=2.0 if any(i.kind == "crash" for i in incidents()[seen:] + run.incidents) else 0)
+            run.check_server(wait_s=2.0 if any(i.kind == "crash" for i in run.driver_incidents.since() + run.incidents) else 0)
         except Failure:
             pass
         run.close()
-    found = run.incidents + incidents()[seen:]
+    found = run.incidents + run.driver_incidents.since()
     if found:
         status = driver_died(found)
         message = found[0].message + (f" (and {len(found) - 1} more)" if len(found) > 1 else "")
@@ -526,13 +525,13 @@ def client_main(role: str, driver: str, seed: int, settings: Settings = Settings
     """Run ``role`` on ``driver`` (a ``socket:`` server or a stdio driver of its own) until
     killed; an error ends it with an ``error`` event carrying the driver incidents it saw, which
     the test takes over."""
-    seen = len(incidents())
+    incidents = IncidentLog()
     try:
-        device = load_driver(driver, settings=settings)
+        device = load_driver(driver, settings=settings, incidents=incidents)
         _emit("driver", pid=driver_pid(device))
         CLIENT_ROLES[role](Device(device), np.random.default_rng(seed))
     except Exception as e:
-        found = incidents()[seen:]
+        found = incidents.since()
         _emit("error", incidents=[[i.kind, i.message] for i in found],
               message=found[0].message if found else f"{type(e).__name__}: {e}")
     return 1

@@ -37,7 +37,6 @@ import time
 
 import numpy as np
 
-from nnapi_ref.remote.client import incidents
 from nnapi_ref.runtime.devices import Device
 from nnts.generators.builders import chain, chain_model
 from nnts.mlts import stress_run as stress
@@ -65,12 +64,13 @@ class _Lanes:
 
     def __init__(self, device: Device, rng: np.random.Generator):
         self.device, self.rng = device, rng
+        self.incidents = device.driver.incidents  # the remote driver's (a client's driver always is)
         self.short: list = []
         self.long = None
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.print_lock = threading.Lock()
-        self.seen = len(incidents())
+        self.seen = self.incidents.mark()
 
     def emit(self, event: str, **fields) -> None:
         line = json.dumps({"event": event, "t": time.monotonic(), **fields})
@@ -116,7 +116,7 @@ class _Lanes:
                 stress.check_close(f"{kind} execution", expected, out)
                 self.emit("exec", kind=kind, lane=lane, start=start, end=end)
         except Exception as e:  # the process's verdict: reported as client_main reports one, then ended
-            found = incidents()[self.seen:]
+            found = self.incidents.since(self.seen)
             self.emit("error", incidents=[[i.kind, i.message] for i in found],
                       message=found[0].message if found else f"{type(e).__name__}: {e}")
             os._exit(1)

@@ -25,7 +25,7 @@ import numpy as np
 
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.remote import shm
-from nnapi_ref.remote.client import Incident, RemoteDevice, SocketTransport
+from nnapi_ref.remote.client import Incident, IncidentLog, RemoteDevice, SocketTransport
 from nnapi_ref.runtime import Compilation, Execution, Model, OperandType
 from nnapi_ref.runtime.devices import Device
 from nnapi_ref.tolerance import compare
@@ -277,7 +277,8 @@ class Client:
 
 class Run:
     """What one test starts (driver processes, a socket server, client processes), stopped at its
-    end; its metrics; and the crashes and hangs seen outside this process."""
+    end; its metrics; the crashes and hangs seen outside this process, and those its driver
+    connections recorded (``driver_incidents``)."""
 
     def __init__(self, target: Target, duration: float, call_timeout: float | None, settings: Settings = Settings()):
         self.target = target
@@ -287,6 +288,7 @@ class Run:
         self.wait_s = (call_timeout or 60.0) + 30.0  # a client silent longer than its own budget: hung
         self.metrics: dict = {}
         self.incidents: list[Incident] = []
+        self.driver_incidents = IncidentLog()
         self._devices: list[RemoteDevice] = []
         self._clients: list[Client] = []
         self._server: subprocess.Popen | None = None
@@ -309,7 +311,7 @@ class Run:
     def device(self, spec: str | None = None) -> RemoteDevice:
         """A new connection to the driver (a new driver process for ``remote:``)."""
         try:
-            device = load_driver(spec or self.target.remote, settings=self.settings)
+            device = load_driver(spec or self.target.remote, settings=self.settings, incidents=self.driver_incidents)
         except NnapiError as e:
             raise Failure(f"the driver did not start: {e}") from None
         self._devices.append(device)

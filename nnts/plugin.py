@@ -152,7 +152,8 @@ def _checked_drivers(config):
     from nnapi_ref.errors import NnapiError
     from nnts.runners.drivers import FORMS, load_drivers
     try:
-        drivers = load_drivers(spec, isolate=config.getoption("isolate"), settings=config.nnts_settings)
+        drivers = load_drivers(spec, isolate=config.getoption("isolate"), settings=config.nnts_settings,
+                               incidents=_incident_log(config))
     except NnapiError as e:
         hint = "" if FORMS in e.message else f" (--driver takes {FORMS})"
         raise pytest.UsageError(f"nnts: {e.message}{hint}") from None
@@ -223,7 +224,17 @@ def drivers(driver_spec, pytestconfig):
     """The HAL drivers under test, loaded once per (worker) process."""
     from nnts.runners.drivers import load_drivers
     return getattr(pytestconfig, "nnts_drivers", None) or load_drivers(
-        driver_spec, isolate=pytestconfig.getoption("isolate"), settings=pytestconfig.nnts_settings)
+        driver_spec, isolate=pytestconfig.getoption("isolate"), settings=pytestconfig.nnts_settings,
+        incidents=_incident_log(pytestconfig))
+
+
+def _incident_log(config):
+    """Where the drivers under test record their crashes and hangs, read after each test that
+    uses them (made when they are first loaded)."""
+    if not hasattr(config, "nnts_incidents"):
+        from nnapi_ref.remote.client import IncidentLog
+        config.nnts_incidents = IncidentLog()
+    return config.nnts_incidents
 
 
 @pytest.fixture(scope="session")
@@ -251,8 +262,8 @@ def reference_devices():
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    from nnapi_ref.remote.client import incidents
-    item.nnts_incidents = len(incidents())
+    log = getattr(item.config, "nnts_incidents", None)
+    item.nnts_incidents = log.mark() if log is not None else 0
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -260,9 +271,9 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if "drivers" in getattr(item, "fixturenames", ()) and (report.when == "call" or (report.when == "setup" and not report.passed)):
-        from nnapi_ref.remote.client import incidents
         from nnts.formats.results import driver_died
-        new = incidents()[getattr(item, "nnts_incidents", 0):]
+        log = getattr(item.config, "nnts_incidents", None)
+        new = log.since(getattr(item, "nnts_incidents", 0)) if log is not None else []
         died = driver_died(new)
         if died:
             concluded = report.longreprtext if report.failed else ""  # keeps a saved reproducer's name

@@ -189,7 +189,7 @@ def test_an_in_process_driver_that_dies_costs_only_its_tests(tmp_path, fault, st
 def test_ctrl_c_writes_the_results_so_far_and_exits_130(tmp_path, monkeypatch):
     import nnts.runners.contained
 
-    def interrupted(run_file, job_args, files, jobs, report, budget):
+    def interrupted(run_file, worker_state, job_args, files, jobs, report, budget):
         report([{"name": "done_before", "source": "f", "status": "passed", "message": ""}])
         raise KeyboardInterrupt
     monkeypatch.setattr(nnts.runners.contained, "run_contained", interrupted)

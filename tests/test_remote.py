@@ -20,14 +20,14 @@ from nnapi_ref import hal
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import ErrorStatus, HalError
-from nnapi_ref.remote.client import RemoteDevice, incidents
+from nnapi_ref.remote.client import IncidentLog, RemoteDevice
 from nnapi_ref.remote.wire import Msg, Writer
 from nnapi_ref.runtime import Compilation, Execution, Memory
-from nnapi_ref.runtime.devices import Device
+from nnapi_ref.runtime.devices import Device, drivers_restored
 from nnapi_ref.types import PreferenceCode, PriorityCode, ResultCode
 from nnts import cli
 from nnts.generators.builders import add_model, chain, chain_model, execute_chain
-from nnts.runners.drivers import load_driver, load_drivers
+from nnts.runners.drivers import LoadedDrivers, load_driver, load_drivers, runtime_devices
 from nnts.runners.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,14 +170,14 @@ def test_a_misbehaving_server_gives_dead_object_and_a_crash_verdict(tmp_path, mo
     script.write_text(MISBEHAVING_SERVER)
     device = load_driver(f"remote:{sys.executable} {script} {mode}")
     hal_model = hal_chain_model()
-    before = len(incidents())
+    before = device.incidents.mark()
     first = device.connection
     with pytest.raises(HalError) as e:
         device.get_supported_operations(hal_model)
     assert e.value.status == ErrorStatus.DEAD_OBJECT
     assert EXPECTED_MESSAGE[mode] in e.value.message, e.value.message
     assert e.value.message.startswith("CRASH")
-    new = incidents()[before:]
+    new = device.incidents.since(before)
     assert [i.kind for i in new] == ["crash"] and new[0].message == e.value.message
     assert first.transport.proc.poll() is not None  # killed, or exited on its own
     with pytest.raises(HalError):  # the next call gets a fresh process, which misbehaves again
@@ -189,15 +189,43 @@ def test_a_misbehaving_server_gives_dead_object_and_a_crash_verdict(tmp_path, mo
 def test_a_call_that_does_not_return_is_a_hang_and_the_process_is_killed():
     device = load_driver("remote:nnts serve nnapi_ref.drivers.faulty:hangs_on_mul")
     device.live().call_timeout_s = 1.0
-    before = len(incidents())
+    before = device.incidents.mark()
     with pytest.raises(NnapiError) as e:
         run_chain(device)
     assert e.value.code == ResultCode.OP_FAILED or e.value.code == ResultCode.DEAD_OBJECT
-    new = incidents()[before:]
+    new = device.incidents.since(before)
     assert [i.kind for i in new] == ["hang"], new
     assert "did not return from execute_synchronously within 1 s" in new[0].message
     assert device.connection.transport.proc.poll() == -9
     device.close()
+
+
+def test_incidents_go_to_the_log_the_device_was_loaded_with_not_to_another_devices():
+    log = IncidentLog()
+    crashing = load_driver("remote:nnts serve nnapi_ref.drivers.faulty:aborts_on_mul", incidents=log)
+    healthy = load_driver(SERVE_REFERENCE)
+    mark = log.mark()
+    with pytest.raises(NnapiError):
+        run_chain(crashing)
+    np.testing.assert_array_equal(run_chain(healthy), chain(A, B))
+    assert [i.kind for i in log.since(mark)] == ["crash"] and crashing.incidents is log
+    assert healthy.incidents.since() == [] and log.since(log.mark()) == []
+    crashing.close()
+    healthy.close()
+
+
+def test_loaded_drivers_load_a_driver_string_once_and_log_its_incidents():
+    loaded = LoadedDrivers()
+    with drivers_restored():
+        first = runtime_devices(SERVE_REFERENCE, settings=Settings(), loaded=loaded)
+        again = runtime_devices(SERVE_REFERENCE, settings=Settings(), loaded=loaded)
+    assert [d.driver for d in again] == [d.driver for d in first]  # the same driver process, reused
+    driver = loaded.get(SERVE_REFERENCE, False, Settings())[0]
+    assert driver.incidents is loaded.incidents and driver.restarts == 0
+    other = LoadedDrivers().get(SERVE_REFERENCE, False, Settings())[0]
+    assert other is not driver  # another run's cache loads its own
+    driver.close()
+    other.close()
 
 
 def test_malformed_requests_get_invalid_argument_from_the_server(remote):

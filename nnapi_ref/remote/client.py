@@ -4,13 +4,14 @@ The driver is untrusted. Whatever its process does (exits, is killed by a signal
 malformed, oversized or unexpected reply, or does not answer a call within its time budget) the
 call ends in a :class:`HalError` with DEAD_OBJECT whose message says what happened (the exit code
 or signal and the driver's last stderr lines, or the call that hung), the process is killed, and
-an :class:`Incident` is recorded for the test reports. The next device-level call (supported
+an :class:`Incident` is recorded in the device's :class:`IncidentLog` for the test reports. The next device-level call (supported
 operations, prepare, allocate) starts a fresh process; objects of the dead one keep failing with
 DEAD_OBJECT.
 
 Time budgets and the shared-memory folder are a :class:`RemoteSettings`, given to
 :func:`start_process` or :func:`attach_socket` (nnts's entry points make it from
-``NNTS_CALL_TIMEOUT``, ``NNTS_PREPARE_TIMEOUT`` and ``NNTS_SHM_DIR``).
+``NNTS_CALL_TIMEOUT``, ``NNTS_PREPARE_TIMEOUT`` and ``NNTS_SHM_DIR``), as is the log the device
+records its incidents in (a runner gives every device it loads one log, and reads it per test).
 """
 from __future__ import annotations
 
@@ -79,19 +80,26 @@ class Incident:
     message: str
 
 
-_incidents: list[Incident] = []
-_incidents_lock = threading.Lock()
+class IncidentLog:
+    """The incidents of the devices given this log, oldest first. Whoever loads the devices owns
+    it: a runner marks where a test begins and reads what the test's drivers did after."""
 
+    def __init__(self):
+        self._incidents: list[Incident] = []
+        self._lock = threading.Lock()  # recorded by reader and timer threads
 
-def incidents() -> list[Incident]:
-    """Every incident of this process so far, oldest first."""
-    with _incidents_lock:
-        return list(_incidents)
+    def record(self, incident: Incident) -> None:
+        with self._lock:
+            self._incidents.append(incident)
 
+    def mark(self) -> int:
+        """Where the next incident will be: ``since(mark)`` returns it and the later ones."""
+        with self._lock:
+            return len(self._incidents)
 
-def _record(incident: Incident) -> None:
-    with _incidents_lock:
-        _incidents.append(incident)
+    def since(self, mark: int = 0) -> list[Incident]:
+        with self._lock:
+            return self._incidents[mark:]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,10 +278,11 @@ class _AsyncExecution:
 class Connection:
     """One driver process (or server connection) and the calls in flight to it."""
 
-    def __init__(self, transport, driver: str, settings: RemoteSettings):
+    def __init__(self, transport, driver: str, settings: RemoteSettings, incidents: IncidentLog):
         self.transport = transport
         self.driver = driver
         self.settings = settings
+        self.incidents = incidents
         self.call_timeout_s = settings.call_timeout_s
         self.prepare_timeout_s = settings.prepare_timeout_s
         self.dead: str | None = None
@@ -510,7 +519,7 @@ class Connection:
             message += f" ({death})"
         self.dead = message
         self._stopped.set()
-        _record(Incident(kind, self.driver, message))
+        self.incidents.record(Incident(kind, self.driver, message))
         if vlog.on["manager"]:
             vlog.info("Manager", "%s: driver died: %s", self.driver, message)
         error = self.dead_error()
@@ -588,12 +597,15 @@ def _invalid(e: EncodeError) -> HalError:
 # ---------------------------------------------------------------------------------------------
 
 class RemoteDevice(hal.Device):
-    """A driver in another process. ``connect()`` returns a new transport to it."""
+    """A driver in another process. ``connect()`` returns a new transport to it; the deaths and
+    hangs of its processes go to ``incidents`` (a log of its own when none is given)."""
 
-    def __init__(self, connect, driver: str, settings: RemoteSettings = RemoteSettings()):
+    def __init__(self, connect, driver: str, settings: RemoteSettings = RemoteSettings(),
+                 incidents: IncidentLog | None = None):
         self._connect = connect
         self.driver = driver
         self.settings = settings
+        self.incidents = IncidentLog() if incidents is None else incidents
         self._lock = threading.Lock()
         self._encoded: list[tuple] = []  # (model, its encoding, the regions and arrays it uses)
         self.connection: Connection | None = None
@@ -604,7 +616,7 @@ class RemoteDevice(hal.Device):
         """The connection to the driver, started anew if the last one died."""
         with self._lock:
             if self.connection is None or self.connection.dead:
-                self.connection = Connection(self._connect(), self.driver, self.settings)
+                self.connection = Connection(self._connect(), self.driver, self.settings, self.incidents)
                 self.restarts += 1
                 if vlog.on["manager"]:
                     vlog.info("Manager", "%s: driver %s%s", self.driver, "started" if self.restarts == 0 else
@@ -986,12 +998,14 @@ class RemoteBuffer(hal.Buffer):
 # Driver strings
 # ---------------------------------------------------------------------------------------------
 
-def start_process(command: str, settings: RemoteSettings = RemoteSettings()) -> RemoteDevice:
+def start_process(command: str, settings: RemoteSettings = RemoteSettings(),
+                  incidents: IncidentLog | None = None) -> RemoteDevice:
     """``remote:COMMAND``: start COMMAND and speak to it on its stdin and stdout."""
     shm.remove_stale_files(settings.shm_dir)
-    return RemoteDevice(lambda: ProcessTransport(command), f"remote:{command}", settings)
+    return RemoteDevice(lambda: ProcessTransport(command), f"remote:{command}", settings, incidents)
 
 
-def attach_socket(path: str, settings: RemoteSettings = RemoteSettings()) -> RemoteDevice:
+def attach_socket(path: str, settings: RemoteSettings = RemoteSettings(),
+                  incidents: IncidentLog | None = None) -> RemoteDevice:
     """``socket:PATH``: attach to a server already listening on a Unix socket."""
-    return RemoteDevice(lambda: SocketTransport(path), f"socket:{path}", settings)
+    return RemoteDevice(lambda: SocketTransport(path), f"socket:{path}", settings, incidents)

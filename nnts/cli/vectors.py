@@ -16,7 +16,7 @@ from nnts.formats.files import UsageError
 from nnts.formats.paths import CORPUS
 from nnts.formats.results import FAILS_RUN
 from nnts.runners import contained, vector_run
-from nnts.runners.drivers import runtime_devices
+from nnts.runners.drivers import LoadedDrivers, runtime_devices
 
 
 def register(sub) -> None:
@@ -75,7 +75,8 @@ def run(args) -> int:
         return 2
     found = [str(p) for p in find_files(args.paths)]
     known = load_known_failures(args.known_failures) if args.known_failures else None  # bad: one line, now
-    runtime_devices(args.driver, args.isolate, args.settings)
+    loaded = LoadedDrivers()  # this process's; each worker process loads its own
+    runtime_devices(args.driver, args.isolate, args.settings, loaded)
     jobs = args.jobs or os.cpu_count() or 1
     job_args = (args.driver, args.isolate, args.settings, args.filter, args.mode, args.dynamic, args.device_memory, args.cache_dir,
                 args.shard)
@@ -90,9 +91,9 @@ def run(args) -> int:
     interrupted = False
     try:
         if getattr(args, "trace", None):  # a worker process's spans would not reach the trace: run here
-            results = vector_run.run_here(found, job_args, report)
+            results = vector_run.run_here(found, loaded, job_args, report)
         else:
-            results = contained.run_contained(vector_run.run_file, job_args, found, jobs, report,
+            results = contained.run_contained(vector_run.run_file, LoadedDrivers, job_args, found, jobs, report,
                                               contained.test_budget_s(args.settings.call_timeout_s))
     except KeyboardInterrupt:  # Ctrl-C: write what is done
         interrupted = True

@@ -62,11 +62,26 @@ def _read_progress(path: str, plan: list | None = None) -> tuple[list[dict], dic
     return results, started
 
 
-def run_contained(run_file, job_args: tuple, files: list[str], jobs: int, report,
+_worker_state = None  # in a pool worker: what worker_state() made there, kept across its tasks
+
+
+def _start_worker(worker_state) -> None:
+    """A pool worker's initializer. What a worker keeps from one task to the next (its loaded
+    drivers) can only live in its process: the pool pickles each task's arguments anew."""
+    global _worker_state
+    _worker_state = worker_state()
+
+
+def _run_in_worker(run_file, *args):
+    return run_file(_worker_state, *args)
+
+
+def run_contained(run_file, worker_state, job_args: tuple, files: list[str], jobs: int, report,
                   budget: float = DEFAULT_TEST_BUDGET_S) -> list[dict]:
-    """Every test of ``files`` through ``run_file(path, start, progress, *job_args)`` in worker
-    processes; ``report(results)`` is called with each file's results as it completes. Returns all
-    results, in file order; a worker's death or a test over ``budget`` seconds is a row of its own."""
+    """Every test of ``files`` through ``run_file(state, path, start, progress, *job_args)`` in
+    worker processes, ``state`` made by ``worker_state()`` once in each worker; ``report(results)``
+    is called with each file's results as it completes. Returns all results, in file order; a
+    worker's death or a test over ``budget`` seconds is a row of its own."""
     done: dict[str, list[dict]] = {}
     pending = [Task(p) for p in files]
     serial = False  # after a death we could not pin on one test: one worker until we can
@@ -74,12 +89,12 @@ def run_contained(run_file, job_args: tuple, files: list[str], jobs: int, report
         counter = 0
         while pending:
             workers = 1 if serial else max(1, min(jobs, len(pending)))
-            pool = ProcessPoolExecutor(workers)
+            pool = ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(worker_state,))
             futures = {}
             for task in pending:
                 counter += 1
                 task.progress = os.path.join(folder, f"{counter}.jsonl")
-                futures[pool.submit(run_file, task.path, task.start, task.progress, *job_args)] = task
+                futures[pool.submit(_run_in_worker, run_file, task.path, task.start, task.progress, *job_args)] = task
             pending = []
             hung_pid = None
             broken = False

@@ -18,7 +18,8 @@ Several drivers at once (for partitioning) are separated by commas. ``isolate=Tr
 in-process driver string through ``nnts serve`` in a process of its own. ``module.path`` resolves
 against the current folder first, as ``python -m`` does, wherever a driver is named. What the
 environment configures (a remote driver's time budgets, ONNX Runtime's threads, partitioning)
-comes in a :class:`nnts.runners.settings.Settings`, read by the entry point.
+comes in a :class:`nnts.runners.settings.Settings`, read by the entry point. A remote driver records
+its crashes and hangs in the :class:`IncidentLog` it is loaded with, which the runner reads per test.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from nnapi_ref import trace, vlog
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import Device, HalError
-from nnapi_ref.remote.client import attach_socket, start_process
+from nnapi_ref.remote.client import IncidentLog, attach_socket, start_process
 from nnapi_ref.runtime import get_devices, set_drivers
 from nnapi_ref.types import ResultCode
 from nnts.runners.settings import Settings
@@ -39,14 +40,15 @@ from nnts.runners.settings import Settings
 FORMS = "reference, onnxruntime, tflite, tflite-ref, module.path:factory, remote:COMMAND or socket:PATH"
 
 
-def load_driver(spec: str, isolate: bool = False, settings: Settings = Settings()) -> Device:
+def load_driver(spec: str, isolate: bool = False, settings: Settings = Settings(),
+                incidents: IncidentLog | None = None) -> Device:
     spec = spec.strip()
     if not spec:
         raise NnapiError(ResultCode.BAD_DATA, f"no driver given (one of {FORMS})")
     if isolate and not spec.startswith(("remote:", "socket:")):
         spec = f"remote:nnts serve {shlex.quote(spec)}"
     if spec.startswith(("remote:", "socket:")):
-        return _load_remote(spec, settings)
+        return _load_remote(spec, settings, incidents)
     if spec in ("reference", "nnapi-reference"):
         return ReferenceDevice()
     if spec == "onnxruntime":
@@ -88,7 +90,7 @@ def _current_folder_importable() -> None:
         sys.path.insert(0, here)
 
 
-def _load_remote(spec: str, settings: Settings) -> Device:
+def _load_remote(spec: str, settings: Settings, incidents: IncidentLog | None) -> Device:
     kind, _, target = spec.partition(":")
     if not target.strip():
         raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: expected {kind}:{'COMMAND' if kind == 'remote' else 'PATH'}")
@@ -98,34 +100,45 @@ def _load_remote(spec: str, settings: Settings) -> Device:
         except ValueError as e:  # remote:"unbalanced
             raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: the command does not parse: {e}") from None
     try:
-        return (start_process if kind == "remote" else attach_socket)(target, settings.remote)
+        return (start_process if kind == "remote" else attach_socket)(target, settings.remote, incidents)
     except HalError as e:
         raise NnapiError(ResultCode.UNAVAILABLE_DEVICE, f"driver {spec!r}: {e.message}") from None
 
 
-def load_drivers(specs: str | list[str], isolate: bool = False, settings: Settings = Settings()) -> list[Device]:
+def load_drivers(specs: str | list[str], isolate: bool = False, settings: Settings = Settings(),
+                 incidents: IncidentLog | None = None) -> list[Device]:
     """Drivers from a comma-separated string or a list of driver strings."""
     if isinstance(specs, str):
         specs = [s for s in specs.split(",") if s.strip()]
     if not specs:
         raise NnapiError(ResultCode.BAD_DATA, f"no driver given (one of {FORMS})")
     with trace.span("initialization", "runtime", "load drivers"):
-        drivers = [load_driver(s, isolate, settings) for s in specs]
+        drivers = [load_driver(s, isolate, settings, incidents) for s in specs]
     if vlog.on["manager"]:
         vlog.info("Manager", "drivers loaded: %s", ", ".join(f"{s.strip()} ({d.get_name()})"
                                                            for s, d in zip(specs, drivers)))
     return drivers
 
 
-_LOADED: dict[tuple, list[Device]] = {}
+class LoadedDrivers:
+    """Drivers kept loaded by a run of many files in one process, so that a remote driver is one
+    process per worker, not one per file; every driver it loads records in its ``incidents``."""
+
+    def __init__(self):
+        self.incidents = IncidentLog()
+        self._drivers: dict[tuple, list[Device]] = {}
+
+    def get(self, spec: str, isolate: bool, settings: Settings) -> list[Device]:
+        key = (spec, isolate, settings)
+        if key not in self._drivers:
+            self._drivers[key] = load_drivers(spec, isolate, settings, self.incidents)
+        return self._drivers[key]
 
 
-def runtime_devices(spec: str, isolate: bool = False, settings: Settings = Settings()):
-    """The runtime's devices for a driver string, its drivers loaded once per process (a remote
-    driver is a process of its own: one per worker, not one per file), partitioned as
-    ``settings`` says."""
-    key = (spec, isolate, settings, os.getpid())
-    if key not in _LOADED:
-        _LOADED[key] = load_drivers(spec, isolate, settings)
-    set_drivers(_LOADED[key], settings.partitioning, settings.shm_dir)
+def runtime_devices(spec: str, isolate: bool = False, settings: Settings = Settings(),
+                    loaded: LoadedDrivers | None = None):
+    """The runtime's devices for a driver string, partitioned as ``settings`` says; the drivers
+    are ``loaded``'s (loaded there the first time), or loaded afresh without it."""
+    drivers = loaded.get(spec, isolate, settings) if loaded is not None else load_drivers(spec, isolate, settings)
+    set_drivers(drivers, settings.partitioning, settings.shm_dir)
     return get_devices()

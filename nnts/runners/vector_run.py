@@ -11,26 +11,26 @@ import tempfile
 
 from nnapi_ref import vectors
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.remote.client import incidents
 from nnts.formats import junit
 from nnts.formats.results import FAILS_RUN, STATUSES, driver_died
 from nnts.runners import shard
 from nnts.runners.contained import Progress
-from nnts.runners.drivers import runtime_devices
+from nnts.runners.drivers import LoadedDrivers, runtime_devices
 from nnts.runners.model_runner import ERROR, FAIL, PASS, SKIP, run_test
 
 # The model runner's words in the suite's vocabulary.
 RUN_STATUS = {PASS: "passed", FAIL: "failed", SKIP: "skipped", ERROR: "error"}
 
 
-def run_file(path, start, progress_path, driver, isolate, settings, pattern, mode, dynamic, device_memory,
-             cache_dir, part) -> list[dict]:
-    """Worker: run the tests of one file from test ``start`` on; returns plain result dicts, and
-    writes each to ``progress_path`` as it goes (nnts.runners.contained: a worker that dies keeps
-    them, and the test it died in is named)."""
+def run_file(loaded: LoadedDrivers, path, start, progress_path, driver, isolate, settings, pattern, mode, dynamic,
+             device_memory, cache_dir, part) -> list[dict]:
+    """Worker: run the tests of one file from test ``start`` on, on the drivers ``loaded`` keeps
+    for every file of this process; returns plain result dicts, and writes each to
+    ``progress_path`` as it goes (nnts.runners.contained: a worker that dies keeps them, and the
+    test it died in is named)."""
     progress = Progress(progress_path)
     try:
-        devices = runtime_devices(driver, isolate, settings)
+        devices = runtime_devices(driver, isolate, settings, loaded)
         regex = re.compile(pattern) if pattern else None
         results = []
         try:
@@ -42,11 +42,11 @@ def run_file(path, start, progress_path, driver, isolate, settings, pattern, mod
         progress.plan([(index, test.name) for index, test in selected])
         for index, test in selected:
             progress.start(index, test.name)
-            seen = len(incidents())
+            seen = loaded.incidents.mark()
             r = run_test(test, devices, mode, dynamic_outputs=dynamic, device_memory=device_memory,
                          cache_dir=cache_dir)
             result = {"name": r.name, "source": str(path), "status": RUN_STATUS[r.status], "message": r.message}
-            new = incidents()[seen:]
+            new = loaded.incidents.since(seen)
             died = driver_died(new)
             if died:
                 result.update(status=died, message="\n".join(i.message for i in new))
@@ -57,12 +57,12 @@ def run_file(path, start, progress_path, driver, isolate, settings, pattern, mod
         progress.close()
 
 
-def run_here(files: list[str], job_args: tuple, report) -> list[dict]:
+def run_here(files: list[str], loaded: LoadedDrivers, job_args: tuple, report) -> list[dict]:
     """The files in this process, one after the other (``--trace``: uncontained, every span kept)."""
     results = []
     with tempfile.TemporaryDirectory(prefix="nnts-progress-") as folder:
         for i, path in enumerate(files):
-            part = run_file(path, 0, os.path.join(folder, str(i)), *job_args)
+            part = run_file(loaded, path, 0, os.path.join(folder, str(i)), *job_args)
             report(part)
             results += part
     return results
