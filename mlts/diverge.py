@@ -36,7 +36,7 @@ import numpy as np
 from nnapi_ref import Compilation
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime.devices import Device
-from nnts.formats import files as usage
+from nnts.formats import files
 from nnts.formats.tflite.importer import TFLiteImportError, infer, load_tflite, parse_tflite
 from nnts.mlts.bench import MODELS_DIR, model_inputs
 from nnts.mlts.tflite_baseline import tflite_interpreter_class
@@ -175,15 +175,15 @@ def main(argv=None) -> int:
     convention = args.convention or "nnapi"
     driver = args.driver or reference_driver_string(convention)
     try:
-        usage.input_file("model", str(args.model), text=False)
-        usage.input_file("--inputs", args.inputs, text=False)
+        files.input_file("model", str(args.model), text=False)
+        files.input_file("--inputs", args.inputs, text=False)
         crashed = crash_reason(args.model)  # TFLite runs it in this process below: not if it crashes
         if crashed:
-            raise usage.UsageError(f"{args.model}: {crashed}")
+            raise files.UsageError(f"{args.model}: {crashed}")
         print(f"{args.model.name} on {driver} against TFLite's reference kernels:", flush=True)
         diffs = diverge(args.model, driver, inputs_file=args.inputs, convention=convention,
                         settings=entry_point(os.environ))
-    except (usage.UsageError, TFLiteImportError, NnapiError) as e:
+    except (files.UsageError, TFLiteImportError, NnapiError) as e:
         print(f"mlts.diverge: {e}", file=sys.stderr)
         return 2
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # an --inputs file that is not an .npz

@@ -31,7 +31,7 @@ import numpy as np
 
 from nnapi_ref import Compilation
 from nnapi_ref.errors import NnapiError
-from nnts.formats import files as usage
+from nnts.formats.files import UsageError, output_path, write_atomic
 from nnts.formats.tflite.importer import TFLiteImportError, infer, load_tflite, parse_tflite, unmapped_operators
 from nnts.mlts.bench import accuracy
 from nnts.mlts.models import synthetic_inputs
@@ -156,8 +156,8 @@ def main(argv=None) -> int:
     if args.samples < 1:
         parser.error(f"--samples {args.samples}: must be 1 or more")
     try:
-        usage.output_path("--json", args.json)
-    except usage.UsageError as e:
+        output_path("--json", args.json)
+    except UsageError as e:
         parser.error(str(e))
     files = model_files(args.paths)
     if not files:
@@ -171,7 +171,7 @@ def main(argv=None) -> int:
                          "detail": f"import_coverage failed on it: {type(e).__name__}: {e}"})
     print_table(rows)
     if args.json:
-        usage.write_atomic(args.json, json.dumps(rows, indent=1))
+        write_atomic(args.json, json.dumps(rows, indent=1))
     return 0
 
 

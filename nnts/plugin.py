@@ -203,14 +203,14 @@ def _short_path(path: str, stem: bool = False) -> str:
 
 def _check_options(config) -> None:
     """Options that name files or numbers: one usage line before collection, not a traceback."""
-    from nnts.formats import files as usage
+    from nnts.formats import files
     try:
-        usage.input_file("--expected-failures", config.getoption("expected_failures"))
-        usage.positive("--call-timeout", config.getoption("call_timeout"))
+        files.input_file("--expected-failures", config.getoption("expected_failures"))
+        files.positive("--call-timeout", config.getoption("call_timeout"))
         for path in config.getoption("report"):  # its folder is created
             if not path or os.path.isdir(path):
-                raise usage.UsageError(f"--report {path!r}: a folder or an empty path, not a file")
-    except usage.UsageError as e:
+                raise files.UsageError(f"--report {path!r}: a folder or an empty path, not a file")
+    except files.UsageError as e:
         raise pytest.UsageError(str(e)) from None
 
 

@@ -344,7 +344,7 @@ def test_bench_include_files_are_checked_before_the_run(tmp_path, capsys, conten
 
 
 def test_results_files_are_written_atomically(tmp_path, monkeypatch):
-    from nnts.formats import files as usage
+    from nnts.formats import files
     target = tmp_path / "r.json"
     target.write_text("old, complete")
 
@@ -363,9 +363,9 @@ def test_results_files_are_written_atomically(tmp_path, monkeypatch):
         def write(self, text):
             self.file.write(text[:2])
             raise OSError("disk full")
-    monkeypatch.setattr(usage.os, "fdopen", FullDisk)
+    monkeypatch.setattr(files.os, "fdopen", FullDisk)
     with pytest.raises(OSError):
-        usage.write_atomic(target, "new")
+        files.write_atomic(target, "new")
     monkeypatch.undo()
     assert target.read_text() == "old, complete"  # never half a file
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # and no temporary left behind

@@ -1,5 +1,6 @@
 """The cheap paths of model building, validation and execution (the per-model overhead)
 answer as the checks they shortcut: the same result code and the same first problem named."""
+import importlib.util
 import subprocess
 import sys
 
@@ -156,6 +157,12 @@ def test_bench_overhead_refuses_bad_options():
     assert done.returncode == 2 and "not an executable Python" in done.stderr
 
 
+# The fuzz harness measurements run this checkout's harness under atheris.
+needs_atheris = pytest.mark.skipif(importlib.util.find_spec("atheris") is None,
+                                   reason="needs atheris (pip install 'nnts[fuzz]')")
+
+
+@needs_atheris
 def test_bench_overhead_says_in_one_line_what_a_baseline_lacks(tmp_path):
     """A baseline without atheris, and one whose measurement fails: one line each, no traceback."""
     without_atheris = tmp_path / "without-atheris"
@@ -175,6 +182,7 @@ def test_bench_overhead_says_in_one_line_what_a_baseline_lacks(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@needs_atheris
 def test_bench_overhead_measures_how_thorough_the_campaign_is():
     """--coverage-runs: libFuzzer's cov and ft of a seeded campaign, and the lines and arcs of
     the model builder and validation its corpus runs (a corpus of the seeds at least)."""
@@ -191,6 +199,7 @@ def test_bench_overhead_measures_how_thorough_the_campaign_is():
     assert done.returncode == 2 and "must not be negative" in done.stderr
 
 
+@needs_atheris
 def test_bench_overhead_measures_this_checkout():
     done = subprocess.run([sys.executable, "-m", "nnts.fuzz.bench_overhead", "--rounds", "1", "--batches", "1",
                            "--inputs", "50", "--fuzz-runs", "0"], capture_output=True, text=True, timeout=300)
