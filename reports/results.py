@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy
 
 import nnts
+from nnts.formats.files import write_atomic
 from nnts.formats.results import FAILING, PYTEST_STATUS, STATUSES, pytest_outcome
 from nnts.runners import cases
 
@@ -365,20 +366,14 @@ def dumps(data: dict) -> str:
 
 
 def write_atomically(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all; an OSError names ``path``."""
+    """Write ``text`` to ``path`` whole or not at all (:func:`nnts.formats.files.write_atomic`), its
+    folder made first; an OSError names ``path``."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, text)
     except OSError as e:
         raise OSError(e.errno, e.strerror, str(path)) from None
-    finally:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
 
 
 class ResultsError(ValueError):
