@@ -18,8 +18,10 @@ import threading
 import numpy as np
 import pytest
 
-from nnapi_ref import (Burst, Compilation, Event, Execution, Memory, MemoryDesc, Model, NnapiError, OperandCode as T,
-                       OperandType, OperationCode, ResultCode, hal)
+from nnapi_ref import (AHardwareBuffer, Burst, Compilation, Event, Execution, FeatureLevel, HardwareBufferDesc,
+                       HardwareBufferFormat, Memory, MemoryDesc, Model, NnapiError, OperandCode as T, OperandType,
+                       OperationCode, ResultCode, get_default_loop_timeout, get_maximum_loop_timeout,
+                       get_runtime_feature_level, hal)
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.runtime.devices import Device
 from nnapi_ref.runtime.memory import PROT_READ, PROT_WRITE
@@ -692,3 +694,121 @@ def test_fd_memory_as_operand_value_and_io(targets):
         memory.close()
     finally:
         os.unlink(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Padding, alignment and the runtime's constants
+# ---------------------------------------------------------------------------------------------
+
+def test_preferred_memory_alignment_and_padding(targets):
+    unfinished = Compilation(add_model(), targets)
+    assert code_of(unfinished.get_preferred_memory_alignment_for_input, 0) == BAD_STATE
+    assert code_of(unfinished.get_preferred_memory_padding_for_output, 0) == BAD_STATE
+    compilation = compiled(targets)
+    for getter, count in ((compilation.get_preferred_memory_alignment_for_input, 2),
+                          (compilation.get_preferred_memory_padding_for_input, 2),
+                          (compilation.get_preferred_memory_alignment_for_output, 1),
+                          (compilation.get_preferred_memory_padding_for_output, 1)):
+        assert code_of(getter, count) == BAD_DATA
+        assert code_of(getter, -1) == BAD_DATA
+        for index in range(count):
+            value = getter(index)
+            assert value >= 1 and value & (value - 1) == 0, f"{getter.__name__}({index}) = {value}: not a power of 2"
+
+
+def test_padded_buffers_only_once_padding_is_enabled(targets):
+    compilation = compiled(targets)
+    padded_a = np.concatenate([A, np.float32([7.0, 9.0])])  # 16 bytes for an 8-byte input
+    plain = Execution(compilation)
+    assert code_of(plain.set_input, 0, padded_a) == BAD_DATA
+    execution = Execution(compilation)
+    execution.enable_input_and_output_padding(True)
+    assert code_of(execution.set_input, 0, A[:1].copy()) == BAD_DATA  # shorter than the raw size still fails
+    execution.set_input(0, padded_a)
+    pool = np.zeros(8, np.float32)
+    pool[:2] = B
+    memory = Memory.from_buffer(pool)
+    execution.set_input_from_memory(1, memory, 0, 16)  # 8 bytes of data, 8 of padding
+    assert code_of(execution.set_output_from_memory, 0, memory, 24, 16) == BAD_DATA  # padding past the memory
+    execution.set_output_from_memory(0, memory, 16, 16)
+    execution.compute()
+    np.testing.assert_array_equal(pool[4:6], SUM)
+    assert code_of(execution.enable_input_and_output_padding, False) == BAD_STATE  # inputs are set
+
+
+def test_padding_is_a_choice_made_before_binding(targets):
+    execution = Execution(compiled(targets))
+    execution.enable_input_and_output_padding(True)
+    execution.enable_input_and_output_padding(False)  # changed back before anything is set
+    assert code_of(execution.set_output, 0, np.zeros(4, np.float32)) == BAD_DATA
+    execution.set_input(0, A.copy())
+    assert code_of(execution.enable_input_and_output_padding, True) == BAD_STATE
+
+
+def test_loop_timeouts_and_the_runtime_feature_level():
+    assert get_default_loop_timeout() == 2_000_000_000   # NeuralNetworks.h: 2 seconds
+    assert get_maximum_loop_timeout() == 15_000_000_000  # NeuralNetworks.h: 15 seconds
+    assert get_runtime_feature_level() >= FeatureLevel.LEVEL_5  # the calls above are feature level 5's
+
+
+# ---------------------------------------------------------------------------------------------
+# Hardware buffers
+# ---------------------------------------------------------------------------------------------
+
+def test_hardware_buffer_allocation_rules():
+    assert code_of(AHardwareBuffer.allocate, None) == UNEXPECTED_NULL
+    assert code_of(AHardwareBuffer.allocate, HardwareBufferDesc(0)) == BAD_DATA
+    assert code_of(AHardwareBuffer.allocate, HardwareBufferDesc(16, height=2)) == BAD_DATA  # a BLOB is one row
+    assert code_of(AHardwareBuffer.allocate, HardwareBufferDesc(16, format=0x7777)) == BAD_DATA
+    image = AHardwareBuffer.allocate(HardwareBufferDesc(2, 3, 1, HardwareBufferFormat.R8G8B8A8_UNORM))
+    assert image.describe().stride == 2 and image.data.nbytes == 2 * 3 * 4
+    assert code_of(Memory.from_ahardware_buffer, None) == UNEXPECTED_NULL
+    assert code_of(Memory.from_ahardware_buffer, np.zeros(4, np.uint8)) == BAD_DATA
+
+
+def test_blob_hardware_buffer_as_constant_input_and_output(targets):
+    """A BLOB hardware buffer is used as any shared memory: a constant, an input and an output
+    at offsets inside it."""
+    buffer = AHardwareBuffer.allocate(HardwareBufferDesc(3 * 64))
+    memory = Memory.from_ahardware_buffer(buffer)
+    buffer.data[64:72] = B.view(np.uint8)
+    buffer.data[0:8] = A.view(np.uint8)
+    model = Model()
+    a, b, fuse, out = model.add_operand(F2), model.add_operand(F2), model.add_operand(I32), model.add_operand(F2)
+    model.set_operand_value_from_memory(b, memory, 64, 8)
+    model.set_operand_value(fuse, np.int32(0))
+    model.add_operation(OperationCode.ADD, [a, b, fuse], [out])
+    model.identify_inputs_and_outputs([a], [out])
+    model.finish()
+    execution = Execution(compiled(targets, model))
+    assert code_of(execution.set_input_from_memory, 0, memory, 0, 0) == BAD_DATA  # a BLOB needs its length
+    assert code_of(execution.set_output_from_memory, 0, memory, 188, 8) == BAD_DATA  # past its end
+    execution.set_input_from_memory(0, memory, 0, 8)
+    execution.set_output_from_memory(0, memory, 128, 8)
+    execution.compute()
+    np.testing.assert_array_equal(buffer.data[128:136].view(np.float32), SUM)
+
+
+def test_image_hardware_buffer_only_whole_and_only_for_inputs_and_outputs(targets):
+    """A hardware buffer of an image format: never a constant, only a whole input or output, and
+    an execution that runs only where a device consumes it: it computes the right result or fails
+    with OP_FAILED, never anything else (no CPU fallback reads it)."""
+    image = AHardwareBuffer.allocate(HardwareBufferDesc(2, 1, 1, HardwareBufferFormat.R8G8B8A8_UNORM))  # 8 bytes
+    memory = Memory.from_ahardware_buffer(image)
+    model = Model()
+    a = model.add_operand(F2)
+    assert code_of(model.set_operand_value_from_memory, a, memory, 0, 8) == BAD_DATA
+    execution = Execution(compiled(targets))
+    assert code_of(execution.set_input_from_memory, 0, memory, 0, 8) == BAD_DATA
+    assert code_of(execution.set_output_from_memory, 0, memory, 0, 8) == BAD_DATA
+    image.data[:] = A.view(np.uint8)
+    execution.set_input_from_memory(0, memory, 0, 0)
+    execution.set_input(1, B.copy())
+    out = np.zeros(2, np.float32)
+    execution.set_output(0, out)
+    try:
+        execution.compute()
+    except NnapiError as e:
+        assert e.code == ResultCode.OP_FAILED, f"an unconsumable hardware buffer fails with OP_FAILED, got {e}"
+        return
+    np.testing.assert_array_equal(out, SUM)

@@ -1,8 +1,8 @@
 """CTS generated tests: every test model of the project's corpus (``cts/corpus``) and of
 ``--vectors``, through the runtime API, in each execution mode (sync, async, burst, fenced), and
 again with its output dimensions left unspecified (``dynamic``; not for models with IF, WHILE or
-RANK), with every input and output in device memory (``device_memory``) and through the
-compilation cache (``cached``): one test per model, running these variants in turn
+RANK), with every input and output in device memory (``device_memory``), in one BLOB hardware
+buffer (``hardware_buffer``) and through the compilation cache (``cached``): one test per model, running these variants in turn
 (``nnts.runners.variants``). Quant8 models also run as their signed-quant8 twin (``signed``), a test of
 its own (its data type is another).
 
@@ -67,7 +67,8 @@ def test_generated(case: Case, devices, request, driver_spec, cache_dir):
     def run(variant: str) -> None:
         mode = variant if variant in MODES else "sync"
         result = run_test(case.test, devices, mode, dynamic_outputs=variant == "dynamic",
-                          device_memory=variant == "device_memory", cache_dir=cache_dir if variant == "cached" else None)
+                          device_memory=variant == "device_memory", hardware_buffer=variant == "hardware_buffer",
+                          cache_dir=cache_dir if variant == "cached" else None)
         if result.status == "skip":
             pytest.skip(result.message)
         if result.status != "pass":
@@ -75,7 +76,8 @@ def test_generated(case: Case, devices, request, driver_spec, cache_dir):
                 reproducer.append(save_reproducer(case, request.config.getoption("reproducers")))
             path = reproducer[0]
             replay = f"nnts vectors run {shlex.quote(str(path))} --driver {shlex.quote(driver_spec)} --mode {mode}" + {
-                "dynamic": " --dynamic", "device_memory": " --device-memory", "cached": " --cache-dir out/cache"}.get(
+                "dynamic": " --dynamic", "device_memory": " --device-memory",
+                "hardware_buffer": " --hardware-buffer", "cached": " --cache-dir out/cache"}.get(
                 variant, "")
             pytest.fail(f"{result.message}\nreproducer: {path}\nreplay: {replay}")
 

@@ -166,15 +166,24 @@ def step_model(model: Model, operations: list[int]) -> tuple[Model, list[int], l
 # Memory and requests
 # ---------------------------------------------------------------------------------------------
 
-class SharedMemory:
-    """A memory pool both the runtime and a driver can read and write (ashmem / mmap'ed fd).
+HARDWARE_BUFFER_BLOB = "hardware_buffer_blob"
+HARDWARE_BUFFER = "hardware_buffer"
 
-    ``buffer`` is a writable flat numpy uint8 array over the pool's bytes.
+
+class SharedMemory:
+    """A memory pool both the runtime and a driver can read and write.
+
+    ``buffer`` is a writable flat numpy uint8 array over the pool's bytes. ``kind`` is the HAL's
+    name for the memory: "ashmem", "mmap_fd", :data:`HARDWARE_BUFFER_BLOB` (an AHardwareBuffer
+    of format BLOB: plain bytes, mapped as any shared memory) or :data:`HARDWARE_BUFFER` (an image
+    format, ``description`` its AHardwareBuffer_Desc: a driver that cannot consume the format
+    fails the execution with GENERAL_FAILURE, as a CPU cannot map it).
     """
 
-    def __init__(self, buffer: np.ndarray, kind: str = "ashmem"):
+    def __init__(self, buffer: np.ndarray, kind: str = "ashmem", description: Any = None):
         self.buffer = buffer
         self.kind = kind
+        self.description = description
 
     @property
     def size(self) -> int:

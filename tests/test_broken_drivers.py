@@ -189,6 +189,16 @@ def test_bad_timing_is_caught(vector_dir, tmp_path):
     assert "timing: launched time on hardware" in output and "exceeds the time in driver" in output
 
 
+def test_hardware_buffer_offset_is_caught(vector_dir, tmp_path):
+    """Only the BLOB hardware-buffer variant places arguments at offsets of a hardware buffer."""
+    code, output, failed = run_suite("nnapi_ref.drivers.broken:hardware_buffer_offset", SELECTION, vector_dir,
+                                     tmp_path, variants=("--variants", "sync,device_memory,hardware_buffer"))
+    assert code == 1, output[-3000:]
+    assert "test_generated[ADD-TENSOR_FLOAT32-nntsbroken_add_float32]" in failed
+    assert "[hardware_buffer]" in output and "[sync]" not in output and "[device_memory]" not in output
+    assert "--hardware-buffer" in output  # the replay line replays that variant
+
+
 # ---------------------------------------------------------------------------------------------
 # accepts_invalid_model: straight through the driver interface
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from nnapi_ref import hal
+from nnapi_ref import AHardwareBuffer, HardwareBufferDesc, hal
 from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request, RequestArgument, SharedMemory
 from nnapi_ref.types import DTYPES, SCALAR_TYPES, OperationCode, PreferenceCode, PriorityCode
 from nnts.runners.cases import model_cases  # noqa: F401 (the VTS modules' test models, from here)
@@ -163,8 +163,9 @@ def output_dtype(test, i: int) -> np.dtype:
 
 def make_io(test, style: str = "pool", shrink_output: int | None = None) -> IO:
     """A request feeding ``test``'s inputs. ``style``: ``pool`` (one input and one output shared
-    memory pool, arguments at aligned offsets) or ``pointer`` (POINTER arguments). Output
-    ``shrink_output`` gets one byte less than it needs."""
+    memory pool, arguments at aligned offsets), ``hardware_buffer`` (the same pools as BLOB
+    hardware buffers) or ``pointer`` (POINTER arguments). Output ``shrink_output`` gets one byte
+    less than it needs."""
     inputs: list[RequestArgument] = []
     outputs: list[RequestArgument] = []
     readers = []
@@ -174,9 +175,9 @@ def make_io(test, style: str = "pool", shrink_output: int | None = None) -> IO:
     for i, e in enumerate(test.expected):
         n = max(e.size * output_dtype(test, i).itemsize, 1)  # a zero-sized output still gets a byte
         out_bytes.append(n - 1 if i == shrink_output else n)
-    if style == "pool":
+    if style in ("pool", "hardware_buffer"):
         in_size = sum(_align(v.nbytes) for v in values if v is not None)
-        in_pool = SharedMemory(np.zeros(max(in_size, 1), np.uint8))
+        in_pool = _shared_pool(max(in_size, 1), style)
         offset = 0
         for v in values:
             if v is None:
@@ -185,7 +186,7 @@ def make_io(test, style: str = "pool", shrink_output: int | None = None) -> IO:
             in_pool.buffer[offset:offset + v.nbytes] = v.reshape(-1).view(np.uint8)
             inputs.append(RequestArgument(ArgumentLifetime.POOL, 0, offset, v.nbytes))
             offset += _align(v.nbytes)
-        out_pool = SharedMemory(np.zeros(max(sum(_align(n) for n in out_bytes), 1), np.uint8))
+        out_pool = _shared_pool(max(sum(_align(n) for n in out_bytes), 1), style)
         offset = 0
         for i, n in enumerate(out_bytes):
             outputs.append(RequestArgument(ArgumentLifetime.POOL, 1, offset, n))
@@ -205,6 +206,13 @@ def make_io(test, style: str = "pool", shrink_output: int | None = None) -> IO:
         raise ValueError(style)
     lengths = out_bytes
     return IO(Request(inputs, outputs, pools), readers, lengths)
+
+
+def _shared_pool(size: int, style: str) -> SharedMemory:
+    if style == "hardware_buffer":
+        buffer = AHardwareBuffer.allocate(HardwareBufferDesc(size))
+        return SharedMemory(buffer.data, hal.HARDWARE_BUFFER_BLOB, buffer.describe())
+    return SharedMemory(np.zeros(size, np.uint8))
 
 
 def _pool_reader(buffer: np.ndarray, offset: int, test, i: int):

@@ -12,7 +12,9 @@ Every model runs the synchronous path (arguments in shared memory pools). The fi
   INVALID_ARGUMENT (fenced executions need fully specified outputs);
 * ``insufficient``: the dynamic model with output 0 one byte short: OUTPUT_INSUFFICIENT_SIZE, with
   output shapes for every output and only output 0 marked insufficient;
-* ``device-memory``: inputs and outputs in driver-allocated memory (memory domains).
+* ``device-memory``: inputs and outputs in driver-allocated memory (memory domains);
+* ``hardware-buffer``: the synchronous path with its pools BLOB hardware buffers (AOSP's VTS runs
+  ashmem, BLOB AHardwareBuffer and device memory).
 
 A model the driver does not fully support (get_supported_operations) and fails to prepare is
 skipped as unsupported. Models that must fail have to fail in prepare or execution, with a
@@ -33,7 +35,8 @@ from nnts.vts.support import (EXPECT_FAILURE_LOOP_TIMEOUT_NS, PATHS, case_marks,
                               first_per_file, has_dynamic_variant, has_unspecified_output, make_io, mark_node,
                               model_cases, prepare, prepare_or_skip, run_path, timing_problems)
 
-SUBSET_VARIANTS = ("async", "burst", "fenced", "dynamic", "dynamic-fenced", "insufficient", "device-memory")
+SUBSET_VARIANTS = ("async", "burst", "fenced", "dynamic", "dynamic-fenced", "insufficient", "device-memory",
+                   "hardware-buffer")
 FAILING_VARIANTS = PATHS  # models that must fail: each execution path
 
 
@@ -216,6 +219,9 @@ def _run_variant(driver, test, variant: str) -> None:
         io = _device_memory_io(driver, prepared, test)
         if io is None:
             pytest.skip("the driver allocates no device memory for this model's inputs and outputs")
+        path, measure = "sync", False
+    elif variant == "hardware-buffer":
+        io = make_io(test, "hardware_buffer")
         path, measure = "sync", False
     else:
         path = "sync" if variant in ("sync", "dynamic") else variant

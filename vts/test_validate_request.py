@@ -3,7 +3,8 @@ prepared test model is made invalid (an input or output removed, a bad pool inde
 length outside its pool, an input one byte short, dimensions that conflict with the model, a
 POINTER argument without a buffer) and every execution path must reject it with
 INVALID_ARGUMENT: synchronous, callback, burst and fenced, each from the call itself (for the
-callback path, at launch, as AOSP's VTS requires).
+callback path, at launch, as AOSP's VTS requires). The mutations of pools run again with the
+pools BLOB hardware buffers, on the synchronous path.
 
 Models: the first ``NNTS_VTS_SUBSET`` models of each test-vector file (see ``vts/__init__.py``).
 """
@@ -125,6 +126,14 @@ def test_validate_request(request_case, driver, request):
         outcome = run_path(prepared, make_io(test, "pool").request, path)
         assert outcome.status == ErrorStatus.NONE, \
             f"{path}: the unmutated request failed: {outcome.status.name} {outcome.message}"
+    for description, mutate in request_mutations(test):
+        if "pool" in description or "offset" in description or "length" in description:
+            io = make_io(test, "hardware_buffer")
+            mutate(io.request)
+            count += 1
+            problem = _rejection_problem(prepared, io.request, "sync")
+            if problem:
+                problems.append(f"sync, hardware-buffer pools: {description}: {problem}")
     assert not problems, (f"{len(problems)} of {count} invalid requests not rejected with INVALID_ARGUMENT:\n  "
                           + "\n  ".join(problems[:10]))
 

@@ -53,6 +53,9 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
 ``nms_limit_per_class``   BOX_WITH_NMS_LIMIT applies max_detections to each class but not to
                           the batch's total: a batch with survivors in several classes keeps
                           boxes too many; every other case is right
+``hardware_buffer_offset`` reads every argument in a hardware-buffer pool from the pool's start,
+                          as if each input and output had a hardware buffer of its own (the
+                          offset ignored); ashmem and fd pools are right
 ========================  ==================================================================
 
 Each fault is a wrapper around the reference implementation: a prepared model whose execution
@@ -414,6 +417,28 @@ class KeepsFirstShape(BrokenDevice):
         return _FirstShapes(prepared)
 
 
+# -- hardware_buffer_offset ----------------------------------------------------------------------
+
+class _HardwareBufferFromStart(ReferencePreparedModel):
+    def __init__(self, prepared: ReferencePreparedModel):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+
+    def _region(self, arg, pools, role, i):
+        if arg.lifetime == hal.ArgumentLifetime.POOL and 0 <= arg.pool_index < len(pools) and \
+                getattr(pools[arg.pool_index], "kind", None) == hal.HARDWARE_BUFFER_BLOB:
+            arg = dataclasses.replace(arg, offset=0)
+        return super()._region(arg, pools, role, i)
+
+
+class HardwareBufferOffset(BrokenDevice):
+    """Ignores the offset of arguments in hardware-buffer pools."""
+
+    FAULT = "hardware_buffer_offset"
+
+    def wrap_prepared(self, prepared):
+        return _HardwareBufferFromStart(prepared)
+
+
 # Factories for ``--driver nnapi_ref.drivers.broken:<name>``.
 wrong_add_quant8 = WrongAddQuant8
 # -- dilated_depthwise_multiplier ---------------------------------------------------------------
@@ -552,6 +577,7 @@ wrong_on_large_tensors = WrongOnLargeTensors
 relaxed_bfloat16 = RelaxedBfloat16
 nms_limit_per_class = NmsLimitPerClass
 proposals_clip_last_pixel = ProposalsClipLastPixel
+hardware_buffer_offset = HardwareBufferOffset
 
 # -- vendor extensions ------------------------------------------------------------------------------
 
@@ -618,4 +644,4 @@ ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQ
                                   BadTiming, BurstCachesPool, SharedScratch, KeepsFirstShape, IgnoresExtensionPrefix,
                                   CrashesOnExtensionData, AcceptsUnsupportedExtension, DilatedDepthwiseMultiplier,
                                   WrongOnLargeTensors, RelaxedBfloat16, NmsLimitPerClass,
-                                  ProposalsClipLastPixel)}
+                                  ProposalsClipLastPixel, HardwareBufferOffset)}

@@ -421,6 +421,9 @@ class ReferencePreparedModel(hal.PreparedModel):
 
     def _pool(self, pool):
         if isinstance(pool, hal.SharedMemory):
+            if pool.kind == hal.HARDWARE_BUFFER:
+                raise HalError(ErrorStatus.GENERAL_FAILURE, "a hardware buffer of an image format cannot be mapped "
+                                                            "for the CPU")
             return pool
         if isinstance(pool, (int, np.integer)):
             buffer = self.device.buffer(int(pool))

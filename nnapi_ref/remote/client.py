@@ -839,6 +839,10 @@ class RemotePreparedModel(hal.PreparedModel):
                     wire.write_argument(w, arg, ref)
             w.u32(len(request.pools))
             for pool in request.pools:
+                if isinstance(pool, hal.SharedMemory) and pool.kind == hal.HARDWARE_BUFFER:
+                    c.unstage(staging)
+                    raise HalError(ErrorStatus.GENERAL_FAILURE, "the remote protocol carries no hardware buffer of "
+                                                                "an image format")
                 if isinstance(pool, hal.SharedMemory):
                     w.u8(wire.POOL_REGION)
                     wire.write_region_ref(w, c.region_ref(staging, pool.buffer, True, True))

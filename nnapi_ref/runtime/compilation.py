@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from nnapi_ref import extensions as ext, hal, trace, vlog
 from nnapi_ref.errors import HostResourceError, NnapiError, check
 from nnapi_ref.hal import Model as HalModel, Operation
-from nnapi_ref.runtime.devices import MANAGER, Device, Partitioning
+from nnapi_ref.runtime.devices import MANAGER, MIN_MEMORY_ALIGNMENT, MIN_MEMORY_PADDING, Device, Partitioning
 from nnapi_ref.runtime.model import Model
 from nnapi_ref.types import (BYTE_SIZE_OF_CACHE_TOKEN, OperandCode, OperationCode, PreferenceCode, PriorityCode,
                              ResultCode)
@@ -374,6 +374,38 @@ class Compilation:
                 f.close()
 
     # -- what executions and memories use ------------------------------------------------------
+
+    def get_preferred_memory_alignment_for_input(self, index: int) -> int:
+        """ANeuralNetworksCompilation_getPreferredMemoryAlignmentForInput: a power of 2, in bytes."""
+        return self._memory_preference(index, True, "get_preferred_memory_alignment_for_input")[0]
+
+    def get_preferred_memory_padding_for_input(self, index: int) -> int:
+        """ANeuralNetworksCompilation_getPreferredMemoryPaddingForInput: a power of 2, in bytes."""
+        return self._memory_preference(index, True, "get_preferred_memory_padding_for_input")[1]
+
+    def get_preferred_memory_alignment_for_output(self, index: int) -> int:
+        """ANeuralNetworksCompilation_getPreferredMemoryAlignmentForOutput: a power of 2, in bytes."""
+        return self._memory_preference(index, False, "get_preferred_memory_alignment_for_output")[0]
+
+    def get_preferred_memory_padding_for_output(self, index: int) -> int:
+        """ANeuralNetworksCompilation_getPreferredMemoryPaddingForOutput: a power of 2, in bytes."""
+        return self._memory_preference(index, False, "get_preferred_memory_padding_for_output")[1]
+
+    def _memory_preference(self, index: int, is_input: bool, call: str) -> tuple[int, int]:
+        """(alignment, padding) for a model input or output: the largest that any step reading or
+        writing it prefers, as AOSP's ExecutionPlan combines its steps' devices; the minimum when
+        no step touches it."""
+        check(self.finished, f"Compilation.{call}: the compilation is not finished", BAD_STATE)
+        main = self.model.hal_model.main
+        indexes = main.input_indexes if is_input else main.output_indexes
+        check(isinstance(index, int) and 0 <= index < len(indexes),
+              f"Compilation.{call}: index {index} out of range ({len(indexes)} {'inputs' if is_input else 'outputs'})")
+        operand = indexes[index]
+        preferences = [step.device.memory_preference for step in self.plan.steps
+                       if operand in (step.inputs if is_input else step.outputs)]
+        if not preferences:
+            return MIN_MEMORY_ALIGNMENT, MIN_MEMORY_PADDING
+        return max(a for a, _ in preferences), max(p for _, p in preferences)
 
     @property
     def single_device(self) -> Device:

@@ -14,7 +14,17 @@ from nnapi_ref import hal
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.remote import shm
-from nnapi_ref.types import DeviceTypeCode, ResultCode
+from nnapi_ref.types import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, DeviceTypeCode, FeatureLevel, ResultCode
+
+RUNTIME_FEATURE_LEVEL = FeatureLevel.LEVEL_7
+"""The feature level this runtime implements (ANeuralNetworks_getRuntimeFeatureLevel)."""
+
+MIN_MEMORY_ALIGNMENT, MIN_MEMORY_PADDING = 16, 1
+"""AOSP's kMinMemoryAlignment (alignof(std::max_align_t) on 64-bit) and kMinMemoryPadding: what the
+runtime's own CPU device asks of request buffers."""
+DRIVER_MEMORY_ALIGNMENT, DRIVER_MEMORY_PADDING = 64, 64
+"""AOSP's kDefaultRequestMemoryAlignment and kDefaultRequestMemoryPadding: what the runtime asks of
+request buffers for a driver's device, which may map them for an accelerator."""
 
 
 class Partitioning(IntEnum):
@@ -46,6 +56,14 @@ class Device:
 
     def wait(self) -> None:
         """ANeuralNetworksDevice_wait: the device is always live in-process."""
+
+    @property
+    def memory_preference(self) -> tuple[int, int]:
+        """(alignment, padding) in bytes this device prefers for request buffers, as AOSP's runtime
+        derives them: the minimum for the CPU reference device, the request defaults for a driver."""
+        if isinstance(self.driver, ReferenceDevice) and self.name == "nnapi-reference":
+            return MIN_MEMORY_ALIGNMENT, MIN_MEMORY_PADDING
+        return DRIVER_MEMORY_ALIGNMENT, DRIVER_MEMORY_PADDING
 
     def __repr__(self) -> str:
         return f"Device({self.name!r}, {self.type.name}, feature level {self.feature_level})"
@@ -115,6 +133,22 @@ def extension_operand_info(name: str, type_within: int) -> hal.ExtensionOperandT
         if extension.name == name:
             return next((info for info in extension.operand_types if info.type == type_within), None)
     return None
+
+
+def get_runtime_feature_level() -> int:
+    """ANeuralNetworks_getRuntimeFeatureLevel."""
+    return int(RUNTIME_FEATURE_LEVEL)
+
+
+def get_default_loop_timeout() -> int:
+    """ANeuralNetworks_getDefaultLoopTimeout: a WHILE loop's time limit, in nanoseconds, when the
+    execution sets none."""
+    return LOOP_TIMEOUT_DEFAULT_NS
+
+
+def get_maximum_loop_timeout() -> int:
+    """ANeuralNetworks_getMaximumLoopTimeout: the most ANeuralNetworksExecution_setLoopTimeout may set."""
+    return LOOP_TIMEOUT_MAXIMUM_NS
 
 
 def get_devices() -> list[Device]:

@@ -107,6 +107,8 @@ class Execution:
         self._timeout_ns: int | None = None
         self._loop_timeout_ns = LOOP_TIMEOUT_DEFAULT_NS
         self._reusable = False
+        self._padding_enabled = False
+        self._bound_any = False  # enabling padding is refused once an input or output is set
         self._state = "preparation"  # -> "computation" -> "completed"
         self._lock = threading.Lock()
         self._output_shapes: list[hal.OutputShape] | None = None
@@ -160,10 +162,18 @@ class Execution:
         dims = self._dims(operand, type_, call)
         view = _byte_view(buffer, not is_input, f"Execution.{call}")
         size = operand_size(self._types, operand, dims)
-        if size is not None and view.nbytes != size:
-            raise NnapiError(ResultCode.BAD_DATA, f"Execution.{call}: {'input' if is_input else 'output'} {index} "
-                                                  f"needs {size} bytes, got {view.nbytes}")
+        if size is not None:
+            self._check_length(view.nbytes, size, f"Execution.{call}: {'input' if is_input else 'output'} {index}")
+            view = view[:size]  # padding is the application's room for the driver, not the operand's data
+        self._bound_any = True
         (self._inputs if is_input else self._outputs)[index] = Binding("pointer", view, dims=dims)
+
+    def _check_length(self, length: int, size: int, what: str) -> None:
+        """The raw size exactly, or at least it once padding is enabled (NeuralNetworks.h)."""
+        if self._padding_enabled:
+            check(length >= size, f"{what} needs at least {size} bytes, got {length}")
+        else:
+            check(length == size, f"{what} needs {size} bytes, got {length}")
 
     def _bind_memory(self, index, memory: Memory, offset: int, length: int, type_, is_input: bool) -> None:
         call = "set_input_from_memory" if is_input else "set_output_from_memory"
@@ -172,7 +182,11 @@ class Execution:
             raise NnapiError(ResultCode.UNEXPECTED_NULL, f"Execution.{call}: memory is None")
         operand = self._operand(index, is_input, call)
         dims = self._dims(operand, type_, call)
-        if memory.desc is not None:
+        if memory.whole_only and memory.desc is None:  # a hardware buffer of an image format
+            check(offset == 0 and length == 0,
+                  f"Execution.{call}: a hardware buffer of a format other than BLOB needs offset 0 and length 0")
+            length = memory.size
+        elif memory.desc is not None:
             check(memory.desc.allows(self.compilation, index, is_input),
                   f"Execution.{call}: the memory's descriptor has no role for {'input' if is_input else 'output'} "
                   f"{index} of this compilation")
@@ -186,8 +200,9 @@ class Execution:
             check(offset >= 0 and length >= 0 and offset + length <= memory.size,
                   f"Execution.{call}: [{offset}, {offset + length}) outside the memory's {memory.size} bytes")
             if size is not None:
-                check(length == size,
-                      f"Execution.{call}: {'input' if is_input else 'output'} {index} needs {size} bytes, got {length}")
+                self._check_length(length, size, f"Execution.{call}: {'input' if is_input else 'output'} {index}")
+                length = size
+        self._bound_any = True
         (self._inputs if is_input else self._outputs)[index] = Binding("memory", None, memory, offset, length, dims)
 
     def set_input(self, index: int, buffer, type: OperandType | None = None) -> None:
@@ -225,6 +240,13 @@ class Execution:
         self._check_preparation("set_loop_timeout")
         check(duration_ns >= 0, f"Execution.set_loop_timeout: negative duration {duration_ns}")
         self._loop_timeout_ns = min(int(duration_ns), LOOP_TIMEOUT_MAXIMUM_NS)
+
+    def enable_input_and_output_padding(self, enable: bool) -> None:
+        """ANeuralNetworksExecution_enableInputAndOutputPadding: lengths beyond the raw size are
+        accepted (the driver may use the extra bytes); only before any input or output is set."""
+        check(self._state == "preparation" and not self._bound_any,
+              "Execution.enable_input_and_output_padding: an input or output is already set", BAD_STATE)
+        self._padding_enabled = bool(enable)
 
     def set_reusable(self, reusable: bool) -> None:
         check(self._state == "preparation", "Execution.set_reusable: the execution has been computed", BAD_STATE)

@@ -1,8 +1,8 @@
 """Memory (ANeuralNetworksMemory) and memory descriptors (ANeuralNetworksMemoryDesc).
 
-Three kinds, as in the NDK: shared memory over a caller's buffer (ashmem-like), memory mapped
-from a file descriptor, and memory allocated from a descriptor whose input/output roles let a
-driver keep it in its own memory domain.
+The kinds of the NDK: shared memory over a caller's buffer (ashmem-like), memory mapped from a
+file descriptor, memory over an AHardwareBuffer, and memory allocated from a descriptor whose
+input/output roles let a driver keep it in its own memory domain.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from nnapi_ref import hal
 from nnapi_ref.errors import HostResourceError, NnapiError, check
 from nnapi_ref.remote import shm
 from nnapi_ref.runtime.devices import MANAGER
+from nnapi_ref.runtime.hardware_buffer import AHardwareBuffer
 from nnapi_ref.types import ResultCode, combine_dimensions
 
 PROT_READ, PROT_WRITE = mmap.PROT_READ, mmap.PROT_WRITE
@@ -82,6 +83,25 @@ class Memory:
         return memory
 
     @classmethod
+    def from_ahardware_buffer(cls, buffer: AHardwareBuffer) -> "Memory":
+        """ANeuralNetworksMemory_createFromAHardwareBuffer. A BLOB buffer is used as any shared
+        memory; one of an image format only whole, as a model input or output (offset and length
+        0), never for a constant, and only by devices that can consume it."""
+        if buffer is None:
+            raise NnapiError(ResultCode.UNEXPECTED_NULL, "Memory.from_ahardware_buffer: buffer is None")
+        check(isinstance(buffer, AHardwareBuffer),
+              f"Memory.from_ahardware_buffer: a {type(buffer).__name__} is not an AHardwareBuffer")
+        desc = buffer.describe()
+        kind = hal.HARDWARE_BUFFER_BLOB if desc.is_blob else hal.HARDWARE_BUFFER
+        return cls(hal.SharedMemory(buffer.data, kind, desc))
+
+    @property
+    def whole_only(self) -> bool:
+        """Bound to an input or output only whole (offset and length 0): memory from a descriptor
+        or over a hardware buffer of an image format."""
+        return self.desc is not None or (self.shared is not None and self.shared.kind == hal.HARDWARE_BUFFER)
+
+    @classmethod
     def from_desc(cls, desc: "MemoryDesc") -> "Memory":
         """ANeuralNetworksMemory_createFromDesc: memory for the roles in ``desc``, in a driver's
         memory domain when all roles are on one device that can allocate it."""
@@ -117,8 +137,11 @@ class Memory:
         return self.shared.size if self.shared is not None else 0
 
     def shared_region(self, call: str) -> hal.SharedMemory:
-        """The shared memory behind this Memory; BAD_DATA for device memory."""
+        """The shared memory behind this Memory; BAD_DATA for device memory and for a hardware
+        buffer of an image format."""
         check(self.desc is None, f"{call}: memory created from a descriptor cannot be used here")
+        check(self.shared.kind != hal.HARDWARE_BUFFER,
+              f"{call}: memory over a hardware buffer of a format other than BLOB cannot be used here")
         return self.shared
 
     @staticmethod

@@ -243,6 +243,12 @@ class StepExecutor:
 
     def _run_steps(self, steps: list[ExecutionStep], deadline) -> None:
         main = self._main
+        for role, bindings in (("input", self._inputs), ("output", self._outputs)):
+            for i, binding in enumerate(bindings):
+                check(binding.kind != "memory" or binding.memory.shared is None
+                      or binding.memory.shared.kind != hal.HARDWARE_BUFFER,
+                      f"{role} {i}: a hardware buffer of a format other than BLOB cannot cross the steps of a "
+                      f"partitioned plan (the runtime would read it on the CPU)", ResultCode.OP_FAILED)
         values: dict[int, np.ndarray | None] = {}
         t0 = trace.now() if trace.on else 0
         for i, (k, binding) in enumerate(zip(main.input_indexes, self._inputs)):

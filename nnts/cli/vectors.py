@@ -32,6 +32,8 @@ def register(sub) -> None:
     r.add_argument("--dynamic", action="store_true", help="leave output dimensions unspecified")
     r.add_argument("--device-memory", action="store_true",
                    help="put inputs and outputs in memory from descriptors (memory domains)")
+    r.add_argument("--hardware-buffer", action="store_true",
+                   help="put inputs and outputs in one hardware buffer of format BLOB (AHardwareBuffer)")
     r.add_argument("--cache-dir", help="compile through the compilation cache in this folder (save, then reload)")
     r.add_argument("--json", help="write results as JSON to this file")
     r.add_argument("--junitxml", dest="junit", help="write results as JUnit XML to this file")
@@ -78,8 +80,8 @@ def run(args) -> int:
     loaded = LoadedDrivers()  # this process's; each worker process loads its own
     runtime_devices(args.driver, args.isolate, args.settings, loaded)
     jobs = args.jobs or os.cpu_count() or 1
-    job_args = (args.driver, args.isolate, args.settings, args.filter, args.mode, args.dynamic, args.device_memory, args.cache_dir,
-                args.shard)
+    job_args = (args.driver, args.isolate, args.settings, args.filter, args.mode, args.dynamic, args.device_memory,
+                args.hardware_buffer, args.cache_dir, args.shard)
     reported: list[list[dict]] = []
 
     def report(part):

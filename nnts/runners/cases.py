@@ -17,7 +17,7 @@ from nnts.runners import vector_cache
 from nnts.runners.model_runner import MODES, outputs_fully_specified, supports_dynamic_outputs
 
 # What CTS runs of a test model (of a model that must fail: MODES), and of its signed twin.
-MODEL_VARIANTS = MODES + ("dynamic", "device_memory", "cached")
+MODEL_VARIANTS = MODES + ("dynamic", "device_memory", "hardware_buffer", "cached")
 TWIN_VARIANTS = ("signed",)
 
 

@@ -12,7 +12,8 @@ import numpy as np
 from nnapi_ref import extensions
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import Model as HalModel, Subgraph
-from nnapi_ref.runtime import Compilation, Device, Execution, Memory, MemoryDesc, Model, OperandType
+from nnapi_ref.runtime import (AHardwareBuffer, Compilation, Device, Execution, HardwareBufferDesc, Memory, MemoryDesc,
+                               Model, OperandType)
 from nnapi_ref.tolerance import compare, compare_multinomial
 from nnapi_ref.types import SCALAR_TYPES, Lifetime, OperandCode, OperationCode, ResultCode
 from nnapi_ref.vectors import TestModel
@@ -131,30 +132,69 @@ def _device_memory(compilation: Compilation, index: int, is_input: bool) -> Memo
     return Memory.from_desc(desc)
 
 
-def execute(compilation: Compilation, test: TestModel, mode: str = "sync",
-            device_memory: bool = False) -> tuple[list[np.ndarray], list[tuple]]:
+def _aligned(offset: int, alignment: int) -> int:
+    return -(-offset // alignment) * alignment
+
+
+def _in_hardware_buffer(execution: Execution, compilation: Compilation, inputs: list, outputs: list) -> np.ndarray:
+    """Bind every input and output to its own region of one BLOB hardware buffer, each at the
+    alignment the compilation prefers (as AOSP's generated tests place them in an AHWB); return
+    the buffer's bytes, from which the outputs are read after the execution."""
+    places, size = [], 0
+    for i, value in enumerate(inputs):
+        if value is not None:
+            size = _aligned(size, compilation.get_preferred_memory_alignment_for_input(i))
+            places.append((True, i, size, value.nbytes))
+            size += value.nbytes
+    for i, out in enumerate(outputs):
+        size = _aligned(size, compilation.get_preferred_memory_alignment_for_output(i))
+        places.append((False, i, size, out.nbytes))
+        size += out.nbytes
+    buffer = AHardwareBuffer.allocate(HardwareBufferDesc(max(size, 1)))
+    memory = Memory.from_ahardware_buffer(buffer)
+    for is_input, i, offset, length in places:
+        if is_input:
+            buffer.data[offset:offset + length] = inputs[i].reshape(-1).view(np.uint8)
+            execution.set_input_from_memory(i, memory, offset, length)
+        else:
+            execution.set_output_from_memory(i, memory, offset, length)
+            outputs[i] = buffer.data[offset:offset + length].view(outputs[i].dtype)
+    return buffer.data
+
+
+def execute(compilation: Compilation, test: TestModel, mode: str = "sync", device_memory: bool = False,
+            hardware_buffer: bool = False) -> tuple[list[np.ndarray], list[tuple]]:
     """Run ``test``'s inputs through ``compilation``; return the outputs and their dimensions.
-    With ``device_memory`` every input and output lives in memory allocated from a descriptor."""
+    With ``device_memory`` every input and output lives in memory allocated from a descriptor,
+    with ``hardware_buffer`` in one BLOB hardware buffer."""
     execution = Execution(compilation)
     if test.expect_failure:
         execution.set_loop_timeout(EXPECT_FAILURE_LOOP_TIMEOUT_NS)
     main = test.model.main
-    for i, value in enumerate(test.inputs):
-        if value is None or not device_memory:
-            execution.set_input(i, None if value is None else np.ascontiguousarray(value))
-        else:
-            memory = _device_memory(compilation, i, True)
-            Memory.copy(Memory.from_buffer(np.ascontiguousarray(value).copy()), memory)
-            execution.set_input_from_memory(i, memory, 0, 0)
-    outputs, output_memories = [], []
+    inputs = [None if value is None else np.ascontiguousarray(value) for value in test.inputs]
     built = compilation.model.hal_model.main  # the same operands, extension types in its own numbering
-    for i, k in enumerate(main.output_indexes):
-        outputs.append(np.zeros(test.expected[i].size, compilation.model.dtype_of(built.operands[k].type)))
-        if device_memory:
-            output_memories.append(_device_memory(compilation, i, False))
-            execution.set_output_from_memory(i, output_memories[-1], 0, 0)
-        else:
-            execution.set_output(i, outputs[-1])
+    outputs = [np.zeros(test.expected[i].size, compilation.model.dtype_of(built.operands[k].type))
+               for i, k in enumerate(main.output_indexes)]
+    output_memories = []
+    if hardware_buffer:
+        for i, value in enumerate(inputs):
+            if value is None:
+                execution.set_input(i, None)
+        _in_hardware_buffer(execution, compilation, inputs, outputs)
+    else:
+        for i, value in enumerate(inputs):
+            if value is None or not device_memory:
+                execution.set_input(i, value)
+            else:
+                memory = _device_memory(compilation, i, True)
+                Memory.copy(Memory.from_buffer(value.copy()), memory)
+                execution.set_input_from_memory(i, memory, 0, 0)
+        for i, out in enumerate(outputs):
+            if device_memory:
+                output_memories.append(_device_memory(compilation, i, False))
+                execution.set_output_from_memory(i, output_memories[-1], 0, 0)
+            else:
+                execution.set_output(i, out)
     compute_in_mode(execution, mode, compilation)
     for out, memory in zip(outputs, output_memories):
         Memory.copy(memory, Memory.from_buffer(out))
@@ -200,11 +240,12 @@ def check_outputs(test: TestModel, outputs: list[np.ndarray], dims: list[tuple])
 
 
 def run_test(test: TestModel, devices: list[Device], mode: str = "sync", dynamic_outputs: bool = False,
-             device_memory: bool = False, cache_dir: str | None = None) -> TestResult:
+             device_memory: bool = False, cache_dir: str | None = None, hardware_buffer: bool = False) -> TestResult:
     """Build, compile for ``devices`` and execute one test model; judge the result.
 
-    ``device_memory`` puts every input and output in memory from descriptors (memory domains);
-    ``cache_dir`` compiles through the compilation cache (saved, then reloaded)."""
+    ``device_memory`` puts every input and output in memory from descriptors (memory domains),
+    ``hardware_buffer`` in one BLOB hardware buffer; ``cache_dir`` compiles through the
+    compilation cache (saved, then reloaded)."""
     result = TestResult(test.name, FAIL, source=test.source)
     if mode == "fenced" and (dynamic_outputs or not outputs_fully_specified(test.model)):
         result.status, result.message = SKIP, "fenced execution needs fully specified output dimensions"
@@ -233,7 +274,7 @@ def run_test(test: TestModel, devices: list[Device], mode: str = "sync", dynamic
         stage = "compile"
         compilation = compile_for(model, devices, cache_dir, hashlib.sha256(test.name.encode()).digest())
         stage = "execute"
-        outputs, dims = execute(compilation, test, mode, device_memory)
+        outputs, dims = execute(compilation, test, mode, device_memory, hardware_buffer)
     except NnapiError as e:
         result.stage = stage
         if test.expect_failure:

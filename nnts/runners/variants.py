@@ -28,8 +28,8 @@ PROPERTY = "nnts_variants"
 _EXPECTED = pytest.StashKey[dict]()
 # The variants of CTS (nnts.runners.cases: MODEL_VARIANTS, TWIN_VARIANTS) and VTS (vts/test_generated.py),
 # "-" read as "_" (VTS writes device-memory, CTS device_memory).
-KNOWN = ("sync", "async", "burst", "fenced", "dynamic", "device_memory", "cached", "signed", "dynamic_fenced",
-         "insufficient")
+KNOWN = ("sync", "async", "burst", "fenced", "dynamic", "device_memory", "hardware_buffer", "cached", "signed",
+         "dynamic_fenced", "insufficient")
 
 
 def add_options(group) -> None:

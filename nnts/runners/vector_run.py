@@ -23,7 +23,7 @@ RUN_STATUS = {PASS: "passed", FAIL: "failed", SKIP: "skipped", ERROR: "error"}
 
 
 def run_file(loaded: LoadedDrivers, path, start, progress_path, driver, isolate, settings, pattern, mode, dynamic,
-             device_memory, cache_dir, part) -> list[dict]:
+             device_memory, hardware_buffer, cache_dir, part) -> list[dict]:
     """Worker: run the tests of one file from test ``start`` on, on the drivers ``loaded`` keeps
     for every file of this process; returns plain result dicts, and writes each to
     ``progress_path`` as it goes (nnts.runners.contained: a worker that dies keeps them, and the
@@ -44,7 +44,7 @@ def run_file(loaded: LoadedDrivers, path, start, progress_path, driver, isolate,
             progress.start(index, test.name)
             seen = loaded.incidents.mark()
             r = run_test(test, devices, mode, dynamic_outputs=dynamic, device_memory=device_memory,
-                         cache_dir=cache_dir)
+                         cache_dir=cache_dir, hardware_buffer=hardware_buffer)
             result = {"name": r.name, "source": str(path), "status": RUN_STATUS[r.status], "message": r.message}
             new = loaded.incidents.since(seen)
             died = driver_died(new)
