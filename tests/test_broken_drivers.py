@@ -199,6 +199,14 @@ def test_hardware_buffer_offset_is_caught(vector_dir, tmp_path):
     assert "--hardware-buffer" in output  # the replay line replays that variant
 
 
+def test_hardware_buffer_unchecked_fails_vts_request_validation(vector_dir, tmp_path):
+    code, output, failed = run_suite("nnapi_ref.drivers.broken:hardware_buffer_unchecked", SELECTION, vector_dir,
+                                     tmp_path, ("vts/test_validate_request.py",))
+    assert code == 1 and failed, output[-3000:]
+    assert "sync, hardware-buffer pools: output 0: length past the pool's end: accepted" in output
+    assert "sync: output 0: length past the pool's end" not in output  # shared memory pools are checked
+
+
 # ---------------------------------------------------------------------------------------------
 # accepts_invalid_model: straight through the driver interface
 # ---------------------------------------------------------------------------------------------

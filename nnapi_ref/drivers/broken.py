@@ -56,6 +56,9 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
 ``hardware_buffer_offset`` reads every argument in a hardware-buffer pool from the pool's start,
                           as if each input and output had a hardware buffer of its own (the
                           offset ignored); ashmem and fd pools are right
+``hardware_buffer_unchecked`` takes the ranges of arguments in hardware-buffer pools on trust:
+                          one past the pool's end is cut short instead of rejected with
+                          INVALID_ARGUMENT; ashmem and fd pools are checked
 ========================  ==================================================================
 
 Each fault is a wrapper around the reference implementation: a prepared model whose execution
@@ -439,6 +442,26 @@ class HardwareBufferOffset(BrokenDevice):
         return _HardwareBufferFromStart(prepared)
 
 
+class _HardwareBufferOnTrust(ReferencePreparedModel):
+    def __init__(self, prepared: ReferencePreparedModel):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+
+    def _region(self, arg, pools, role, i):
+        if arg.lifetime == hal.ArgumentLifetime.POOL and 0 <= arg.pool_index < len(pools) and \
+                getattr(pools[arg.pool_index], "kind", None) == hal.HARDWARE_BUFFER_BLOB and arg.offset >= 0:
+            return pools[arg.pool_index].buffer[arg.offset:arg.offset + arg.length]  # numpy cuts it short
+        return super()._region(arg, pools, role, i)
+
+
+class HardwareBufferUnchecked(BrokenDevice):
+    """Does not check argument ranges against hardware-buffer pools."""
+
+    FAULT = "hardware_buffer_unchecked"
+
+    def wrap_prepared(self, prepared):
+        return _HardwareBufferOnTrust(prepared)
+
+
 # Factories for ``--driver nnapi_ref.drivers.broken:<name>``.
 wrong_add_quant8 = WrongAddQuant8
 # -- dilated_depthwise_multiplier ---------------------------------------------------------------
@@ -578,6 +601,7 @@ relaxed_bfloat16 = RelaxedBfloat16
 nms_limit_per_class = NmsLimitPerClass
 proposals_clip_last_pixel = ProposalsClipLastPixel
 hardware_buffer_offset = HardwareBufferOffset
+hardware_buffer_unchecked = HardwareBufferUnchecked
 
 # -- vendor extensions ------------------------------------------------------------------------------
 
@@ -644,4 +668,5 @@ ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQ
                                   BadTiming, BurstCachesPool, SharedScratch, KeepsFirstShape, IgnoresExtensionPrefix,
                                   CrashesOnExtensionData, AcceptsUnsupportedExtension, DilatedDepthwiseMultiplier,
                                   WrongOnLargeTensors, RelaxedBfloat16, NmsLimitPerClass,
-                                  ProposalsClipLastPixel, HardwareBufferOffset)}
+                                  ProposalsClipLastPixel, HardwareBufferOffset,
+                                  HardwareBufferUnchecked)}
