@@ -551,8 +551,12 @@ class HeatmapMaxKeypoint(OperationRegistration):
                   f"{self.name}: box {i} {boxes[i].tolist()} has x2 < x1 or y2 < y1")
         tol = _F32(1e-3) if call.ins[0].type == T.TENSOR_FLOAT16 else _F32(1e-5)
         flat = heat.reshape(nbox, size * size, nk)
-        arg = np.argmax(flat, axis=1)                       # first maximum  [nbox, nk]
-        max_score = np.take_along_axis(flat, arg[:, None, :], axis=1)[:, 0, :]
+        # The first maximum above a running best that starts at -FLT_MAX with index 0: NaN,
+        # -inf and -FLT_MAX never replace it (a map of nothing else keeps index 0, score -FLT_MAX).
+        lowest = _F32(np.finfo(_F32).min)
+        candidates = np.where(flat > lowest, flat, _F32(-np.inf))
+        arg = np.argmax(candidates, axis=1)                 # first maximum  [nbox, nk]
+        max_score = np.maximum(np.take_along_axis(candidates, arg[:, None, :], axis=1)[:, 0, :], lowest)
         mh, mw = arg // size, arg % size
 
         def mirror(v):
