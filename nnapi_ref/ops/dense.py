@@ -38,6 +38,7 @@ LARGE_WEIGHTS = 1 << 18
 @register
 class FullyConnected(OperationRegistration):
     code = OperationCode.FULLY_CONNECTED
+    zero_sized_inputs = None
     accuracy = "relaxed"
     fused_activation = 3
     signatures = [

@@ -149,6 +149,7 @@ def bbox_transform(rois: np.ndarray, deltas: np.ndarray, image_hw: np.ndarray) -
 @register
 class AxisAlignedBboxTransform(OperationRegistration):
     code = OperationCode.AXIS_ALIGNED_BBOX_TRANSFORM
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = [
         Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_FLOAT32], [T.TENSOR_FLOAT32]),
@@ -209,6 +210,7 @@ def _box_nms_signatures() -> list[Signature]:
 @register
 class BoxWithNmsLimit(OperationRegistration):
     code = OperationCode.BOX_WITH_NMS_LIMIT
+    zero_sized_inputs = None
     accuracy = "relaxed"
     choices = {5: {0: "hard NMS", 1: "linear NMS", 2: "gaussian NMS"}}
     signatures = _box_nms_signatures()

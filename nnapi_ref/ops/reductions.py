@@ -34,6 +34,7 @@ import numpy as np
 from nnapi_ref.ops import requantization
 from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, T, check, register, signatures
 from nnapi_ref.ops.common import normalize_axis
+from nnapi_ref.types import ResultCode
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
@@ -124,6 +125,7 @@ def tflite_quantized_mean(x: np.ndarray, axes: tuple, in_scale: float, in_zero_p
 @register
 class Mean(_Reduce):
     code = OperationCode.MEAN
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "relaxed"
     signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32, T.INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32, T.INT32], [None])
@@ -273,6 +275,7 @@ class _ArgMinMax(OperationRegistration):
 @register
 class ArgMax(_ArgMinMax):
     code = OperationCode.ARGMAX
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
 
     @staticmethod
@@ -283,6 +286,7 @@ class ArgMax(_ArgMinMax):
 @register
 class ArgMin(_ArgMinMax):
     code = OperationCode.ARGMIN
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
 
     @staticmethod

@@ -163,6 +163,7 @@ def _bin_sum(values: np.ndarray, owner: np.ndarray, count: int, axis: int) -> np
 @register
 class RoiAlign(_RoiOp):
     code = OperationCode.ROI_ALIGN
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = _roi_signatures(2)
     layout_index = 9
