@@ -298,7 +298,7 @@ ORT_REQUANTIZED = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.CONV_2D, Op.DEPTHWISE_CO
                              Op.MAX_POOL_2D, Op.TRANSPOSE_CONV_2D, Op.QUANTIZE, Op.RELU,
                              Op.RELU1, Op.RELU6, Op.LOGISTIC, Op.TANH, Op.HARD_SWISH, Op.SOFTMAX, Op.PRELU,
                              Op.CONCATENATION, Op.L2_NORMALIZATION, Op.REDUCE_MAX, Op.REDUCE_MIN,
-                             Op.DEPTH_TO_SPACE, Op.SPACE_TO_DEPTH, Op.RESIZE_NEAREST_NEIGHBOR})
+                             Op.DEPTH_TO_SPACE, Op.SPACE_TO_DEPTH})
 ORT = ("onnxruntime",)
 TFLITE = ("tflite", "tflite-ref")
 
