@@ -221,6 +221,12 @@ class Executor:
         return [values[k] for k in sg.output_indexes]
 
     def _run_step(self, step: _Step, call: Call) -> list[np.ndarray]:
+        refusal = step.impl.zero_sized_inputs
+        if refusal is not None:
+            for i, arg in enumerate(call.ins):
+                if arg.shape and 0 in arg.shape:
+                    raise NnapiError(refusal, f"{step.label}: input {i} is zero-sized ({list(arg.shape)}); "
+                                              f"{step.code.name} does not take zero-sized tensors")
         try:
             shapes = step.impl.infer(call)
             for k, m, shape in zip(step.outputs, step.out_meta, shapes):

@@ -111,3 +111,19 @@ def test_nan_in_maximum_is_explained_by_each_runtimes_own_class():
     assert explain(graph, outcome([1, np.nan]), "tflite").startswith("tflite class 1")
     # (ORT's [NaN, NaN] would accept [1, NaN] too: the criteria do not compare non-finite
     # expected values, so a class is as lenient as the comparison it explains.)
+
+
+def test_tflite_argmax_leaves_a_leading_nan_where_nnapi_stays():
+    """ARGMAX over rows [NaN, 1, 2] and [3, NaN, 5]: NNAPI keeps the first row's NaN (index 0),
+    TFLite's comparator replaces it with a number (index 2); both skip the second row's NaN."""
+    operands = [hal.Operand(T.TENSOR_FLOAT32, (2, 3), lifetime=Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.INT32, (), lifetime=Lifetime.CONSTANT_COPY, value=np.array(1, np.int32)),
+                hal.Operand(T.TENSOR_INT32, (2,), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+    x = np.array([[np.nan, 1, 2], [3, np.nan, 5]], np.float32)
+    graph = Graph(operands, [hal.Operation(Op.ARGMAX, (0, 1), (2,))], [0], [2], {0: x, 2: np.array([0, 2], np.int32)})
+
+    def outcome(actual):
+        return Outcome("fail", "", [graph.values[2]], [np.asarray(actual, np.int32)],
+                       failure=Failure("mismatch", "ARGMAX", "values"), mismatched=[0])
+    assert explain(graph, outcome([2, 2]), "tflite-ref").startswith("tflite class 3")
+    assert explain(graph, outcome([1, 0]), "tflite-ref") is None

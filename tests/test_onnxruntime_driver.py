@@ -118,6 +118,35 @@ def test_add_broadcast_relu6_and_quantize_match_hand_computed(ort):
     np.testing.assert_array_equal(out, [11, 8, 255, 15])  # round(x / 0.5) + 10, saturated
 
 
+def resize_nearest(device, image, out_h, out_w, t=F32, align=False, half=False, nchw=False, scale=0.0, zero_point=0):
+    n, c = image.shape[0], image.shape[3]
+    data = image.transpose(0, 3, 1, 2) if nchw else image
+    out_dims = (n, c, out_h, out_w) if nchw else (n, out_h, out_w, c)
+    out, = run_on(device, Op.RESIZE_NEAREST_NEIGHBOR,
+                  [tensor(t, data, scale, zero_point), scalar(T.INT32, out_w), scalar(T.INT32, out_h),
+                   scalar(T.BOOL, nchw), scalar(T.BOOL, align), scalar(T.BOOL, half)],
+                  [output(t, out_dims, scale, zero_point)])
+    return out.transpose(0, 2, 3, 1) if nchw else out
+
+
+@pytest.mark.parametrize("nchw", [False, True])
+def test_resize_nearest_picks_nnapis_source_pixels(ort, nchw):
+    """NNAPI's source row is floor(y * in / out) in float32 (AOSP's ResizeImageOps.cpp): 30 rows
+    to 2 take rows 0 and 15 (floor(1 * 15)); ONNX Runtime's Resize divides by out / in and took
+    row 14. With align_corners, round(y * (in - 1) / (out - 1)): 5 to 3 takes 0, 2, 4; with
+    half-pixel centers floor((y + 0.5) * in / out): 4 to 3 takes 0, 2 (2.0000002), 3."""
+    rows = np.arange(30, dtype=np.float32).reshape(1, 30, 1, 1)
+    np.testing.assert_array_equal(resize_nearest(ort, rows, 2, 1, nchw=nchw).ravel(), [0, 15])
+    cols = np.arange(5, dtype=np.float32).reshape(1, 1, 5, 1)
+    np.testing.assert_array_equal(resize_nearest(ort, cols, 1, 3, align=True, nchw=nchw).ravel(), [0, 2, 4])
+    grid = (10 * np.arange(4)[:, None] + np.arange(4)[None, :]).astype(np.float32).reshape(1, 4, 4, 1)
+    np.testing.assert_array_equal(resize_nearest(ort, grid, 3, 3, half=True, nchw=nchw)[0, :, :, 0],
+                                  [[0, 2, 3], [20, 22, 23], [30, 32, 33]])
+    quantized = np.arange(30, dtype=np.int8).reshape(1, 30, 1, 1)
+    np.testing.assert_array_equal(resize_nearest(ort, quantized, 2, 1, T.TENSOR_QUANT8_ASYMM_SIGNED, nchw=nchw,
+                                                 scale=0.5, zero_point=-3).ravel(), [0, 15])
+
+
 def test_unmapped_types_and_parameters_are_unsupported(ort):
     model = Model()
     x = model.add_operand(OperandType(T.TENSOR_FLOAT32, (2,)))

@@ -173,6 +173,35 @@ def test_unmapped_types_and_parameters_are_unsupported(tfl):
         assert model.get_supported_operations_for_devices(devices) == [False, False]
 
 
+def quantized_softmax_model(row: int) -> Model:
+    """SOFTMAX of a uint8 [2, row] input (row 0: unknown), beta 1."""
+    model = Model()
+    x = model.add_operand(OperandType(Q8, (2, row), 0.5, 0))
+    beta = model.add_operand(OperandType(T.FLOAT32, ()))
+    model.set_operand_value(beta, np.float32(1.0))
+    y = model.add_operand(OperandType(Q8, (2, row), 1 / 256, 0))
+    model.add_operation(Op.SOFTMAX, [x, beta], [y])
+    model.identify_inputs_and_outputs([x], [y])
+    model.finish()
+    return model
+
+
+def test_reference_quantized_softmax_over_long_rows_is_unsupported():
+    """TFLite's reference quantized SOFTMAX aborts the process (TFLITE_CHECK) once a row's
+    exponentials sum to 512: a row of 512 equal values does. Each exponential is at most 1, so
+    tflite-ref supports rows up to 511 elements and reports longer (or unknown) ones unsupported,
+    and refuses to compile them when asked directly; the default kernels take them."""
+    reference, default = load_driver("tflite-ref"), load_driver("tflite")
+    for row, supported in [(511, True), (512, False), (0, False)]:
+        with using_drivers([reference]) as devices:
+            assert quantized_softmax_model(row).get_supported_operations_for_devices(devices) == [supported]
+    with using_drivers([default]) as devices:
+        assert quantized_softmax_model(512).get_supported_operations_for_devices(devices) == [True]
+    with pytest.raises(hal.HalError) as e:
+        reference.prepare_model(quantized_softmax_model(512).hal_model, 1, 100, None, [], [], None)
+    assert "SOFTMAX over rows of 512" in e.value.message
+
+
 def test_partitioning_with_the_reference_runs_the_rest_on_the_reference():
     support.check_partitioning_with_the_reference(tflite_driver.TfliteDevice())
 

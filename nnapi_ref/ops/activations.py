@@ -108,6 +108,7 @@ class _ReluX(_Unary):
 @register
 class Relu(_ReluX):
     code = OperationCode.RELU
+    zero_sized_inputs = None
     accuracy = "medium"
     fuse, lo, hi = FuseCode.RELU, 0.0, float(np.finfo(np.float32).max)
 
@@ -115,6 +116,7 @@ class Relu(_ReluX):
 @register
 class Relu1(_ReluX):
     code = OperationCode.RELU1
+    zero_sized_inputs = None
     accuracy = "medium"
     fuse, lo, hi = FuseCode.RELU1, -1.0, 1.0
 
@@ -122,6 +124,7 @@ class Relu1(_ReluX):
 @register
 class Relu6(_ReluX):
     code = OperationCode.RELU6
+    zero_sized_inputs = None
     accuracy = "medium"
     fuse, lo, hi = FuseCode.RELU6, 0.0, 6.0
 
@@ -185,6 +188,7 @@ class _QuantizedSigmoidLike(_Unary):
 @register
 class Logistic(_QuantizedSigmoidLike):
     code = OperationCode.LOGISTIC
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = ACTIVATION_SIGNATURES
     fixed_output_quant = {T.TENSOR_QUANT8_ASYMM: (1.0 / 256, 0), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 256, -128)}
@@ -211,6 +215,7 @@ class Logistic(_QuantizedSigmoidLike):
 @register
 class Tanh(_QuantizedSigmoidLike):
     code = OperationCode.TANH
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = _unary_signatures({
         27: (T.TENSOR_FLOAT32,),
@@ -325,6 +330,7 @@ def hard_swish_quantized(x_value, in_scale, in_zp, out_scale, out_zp, out_type) 
 @register
 class HardSwish(_Unary):
     code = OperationCode.HARD_SWISH
+    zero_sized_inputs = None
     accuracy = "medium"
     signatures = _unary_signatures({30: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32) + QUANT8})
     max_rank = None

@@ -199,6 +199,11 @@ class OperationRegistration:
     * ``choices``: what the values of scalar inputs choose ({position: {value: name}}).
     * ``same_when_signed``: False where making its TENSOR_QUANT8_ASYMM operands
       TENSOR_QUANT8_ASYMM_SIGNED (values and zero point shifted by -128) changes its meaning.
+    * ``zero_sized_inputs``: the result code an execution fails with when an input tensor has a
+      zero dimension, as AOSP's CPU executor fails it before the operation runs: OP_FAILED, its
+      OperationResolver's default; BAD_DATA for the operations its executor still switches on
+      (``allParametersPresent``). None where the operation takes zero-sized inputs (the 28
+      registered with ``allowZeroSizedInput``, and those the executor leaves to their own checks).
     """
 
     code: ClassVar[OperationCode]
@@ -210,6 +215,7 @@ class OperationRegistration:
     window_inputs: ClassVar[tuple[WindowInputs, WindowInputs] | None] = None
     choices: ClassVar[dict[int, dict]] = {}
     same_when_signed: ClassVar[bool] = True
+    zero_sized_inputs: ClassVar[ResultCode | None] = ResultCode.OP_FAILED
 
     @property
     def name(self) -> str:

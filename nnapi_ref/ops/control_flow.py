@@ -59,6 +59,7 @@ class _ControlFlow(OperationRegistration):
 @register
 class If(_ControlFlow):
     code = OperationCode.IF
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = [Signature(30, [T.TENSOR_BOOL8, T.SUBGRAPH, T.SUBGRAPH], [T.TENSOR_FLOAT32])]
 
@@ -86,6 +87,7 @@ class If(_ControlFlow):
 @register
 class While(_ControlFlow):
     code = OperationCode.WHILE
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = [Signature(30, [T.SUBGRAPH, T.SUBGRAPH, T.TENSOR_FLOAT32], [T.TENSOR_FLOAT32])]
 

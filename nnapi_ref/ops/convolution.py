@@ -45,7 +45,7 @@ from nnapi_ref.ops.conv_fast_paths import conv2d_fast, depthwise_fast
 from nnapi_ref.ops.conv_quantization import accumulator_type, check_quant_conv, finish, operand_values, quant_magnitudes
 from nnapi_ref.ops.spatial import (Spatial, from_nhwc, im2col, layout_shape, nhwc_dims, out_size, padded_window_input,
                                    parse_spatial, resolve_padding, same_padding, to_nhwc)
-from nnapi_ref.types import PaddingCode
+from nnapi_ref.types import PaddingCode, ResultCode
 
 F32, F16, I32, BOOL = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.INT32, T.BOOL
 Q8, S8, PC, TI32 = T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL, T.TENSOR_INT32
@@ -148,6 +148,7 @@ class _Conv(OperationRegistration):
 @register
 class Conv2D(_Conv):
     code = OperationCode.CONV_2D
+    zero_sized_inputs = None
     accuracy = "conv"
     window_inputs = (WindowInputs(7, 6, 7, 8), WindowInputs(10, 9, 10, 11))
     signatures = conv_signatures(7, 4, optional_from_29=True)
@@ -202,6 +203,7 @@ def conv2d_nhwc(x, wt, p: Spatial, kh, kw, oh, ow, groups: int = 1) -> np.ndarra
 @register
 class DepthwiseConv2D(_Conv):
     code = OperationCode.DEPTHWISE_CONV_2D
+    zero_sized_inputs = None
     accuracy = "conv"
     window_inputs = (WindowInputs(8, 7, 8, 9, 6), WindowInputs(11, 10, 11, 12, 9))
     signatures = conv_signatures(8, 5, optional_from_29=True)
@@ -288,6 +290,7 @@ def depthwise_nhwc(x, wt, p: Spatial, oh, ow, padded: bool = False):
 @register
 class GroupedConv2D(_Conv):
     code = OperationCode.GROUPED_CONV_2D
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "conv"
     window_inputs = (WindowInputs(9, 7, 8), WindowInputs(12, 10, 11))
     signatures = conv_signatures(8, 5, optional_from_29=False, min_level=29, always_tail=(BOOL,))
@@ -329,6 +332,7 @@ def _transpose_signatures():
 @register
 class TransposeConv2D(OperationRegistration):
     code = OperationCode.TRANSPOSE_CONV_2D
+    zero_sized_inputs = None
     accuracy = "conv"
     window_inputs = (WindowInputs(9, 7, 8), WindowInputs(11, 9, 10))
     signatures = _transpose_signatures()

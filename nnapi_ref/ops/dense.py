@@ -20,7 +20,7 @@ import numpy as np
 
 from nnapi_ref.ops import requantization
 from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register
-from nnapi_ref.ops.common import activation_range_quant, broadcast_shape, check_fuse_code
+from nnapi_ref.ops.common import activation_range_quant, check_fuse_code
 from nnapi_ref.ops.conv_fast_paths import prepare_quant, quant_fast_ok, requant_block, requant_params
 from nnapi_ref.ops.conv_quantization import (QUANT8, check_quant_conv, finish_quant, float_activation, float_dtype,
                                              output_multipliers, quant_magnitudes, requantize)
@@ -38,6 +38,7 @@ LARGE_WEIGHTS = 1 << 18
 @register
 class FullyConnected(OperationRegistration):
     code = OperationCode.FULLY_CONNECTED
+    zero_sized_inputs = None
     accuracy = "relaxed"
     fused_activation = 3
     signatures = [
@@ -149,7 +150,10 @@ class BatchMatmul(OperationRegistration):
         check(min(lhs.shape[-2:]) > 0 and min(rhs.shape[-2:]) > 0,
               f"{name}: matrix dimensions must be > 0, got {lhs.shape} and {rhs.shape}")
         check(k == k2, f"{name}: cannot multiply {lhs.shape} (adj_x={ax}) by {rhs.shape} (adj_y={ay})")
-        batch = broadcast_shape(lhs.shape[:-2], rhs.shape[:-2])
+        # NeuralNetworksTypes.h: both inputs "have the same batch size"; no broadcasting.
+        check(lhs.shape[:-2] == rhs.shape[:-2],
+              f"{name}: batch dimensions differ ({list(lhs.shape[:-2])} and {list(rhs.shape[:-2])})")
+        batch = lhs.shape[:-2]
         if lhs.type == S8:
             out = call.outs[0]
             check(out.scale > 0, f"{name}: output scale must be > 0")

@@ -149,6 +149,7 @@ def bbox_transform(rois: np.ndarray, deltas: np.ndarray, image_hw: np.ndarray) -
 @register
 class AxisAlignedBboxTransform(OperationRegistration):
     code = OperationCode.AXIS_ALIGNED_BBOX_TRANSFORM
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = [
         Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_FLOAT32], [T.TENSOR_FLOAT32]),
@@ -209,6 +210,7 @@ def _box_nms_signatures() -> list[Signature]:
 @register
 class BoxWithNmsLimit(OperationRegistration):
     code = OperationCode.BOX_WITH_NMS_LIMIT
+    zero_sized_inputs = None
     accuracy = "relaxed"
     choices = {5: {0: "hard NMS", 1: "linear NMS", 2: "gaussian NMS"}}
     signatures = _box_nms_signatures()
@@ -551,8 +553,12 @@ class HeatmapMaxKeypoint(OperationRegistration):
                   f"{self.name}: box {i} {boxes[i].tolist()} has x2 < x1 or y2 < y1")
         tol = _F32(1e-3) if call.ins[0].type == T.TENSOR_FLOAT16 else _F32(1e-5)
         flat = heat.reshape(nbox, size * size, nk)
-        arg = np.argmax(flat, axis=1)                       # first maximum  [nbox, nk]
-        max_score = np.take_along_axis(flat, arg[:, None, :], axis=1)[:, 0, :]
+        # The first maximum above a running best that starts at -FLT_MAX with index 0: NaN,
+        # -inf and -FLT_MAX never replace it (a map of nothing else keeps index 0, score -FLT_MAX).
+        lowest = _F32(np.finfo(_F32).min)
+        candidates = np.where(flat > lowest, flat, _F32(-np.inf))
+        arg = np.argmax(candidates, axis=1)                 # first maximum  [nbox, nk]
+        max_score = np.maximum(np.take_along_axis(candidates, arg[:, None, :], axis=1)[:, 0, :], lowest)
         mh, mw = arg // size, arg % size
 
         def mirror(v):

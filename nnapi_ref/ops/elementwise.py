@@ -42,6 +42,7 @@ from nnapi_ref.ops.common import (QUANT_RANGE, BroadcastBinary, apply_activation
                                   round_half_away)
 from nnapi_ref.ops.requantization import (multiply_by_quantized_multiplier, prelu_multipliers, product_multipliers,
                                           quantize_multiplier)
+from nnapi_ref.types import ResultCode
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 F32 = np.float32
@@ -173,6 +174,7 @@ def add_sub_quantized(a, b, out, sign: int) -> np.ndarray:
 @register
 class Add(_BinaryWithActivation):
     code = OperationCode.ADD
+    zero_sized_inputs = None
     accuracy = "medium"
     signatures = _binary_signatures({
         27: (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM),
@@ -190,6 +192,7 @@ class Add(_BinaryWithActivation):
 @register
 class Mul(_BinaryWithActivation):
     code = OperationCode.MUL
+    zero_sized_inputs = None
     accuracy = "medium"
     signatures = Add.signatures
 
@@ -211,6 +214,7 @@ class Mul(_BinaryWithActivation):
 @register
 class Sub(_BinaryWithActivation):
     code = OperationCode.SUB
+    zero_sized_inputs = None
     accuracy = "medium"
     signatures = _binary_signatures({
         28: (T.TENSOR_FLOAT32,),
@@ -228,6 +232,7 @@ class Sub(_BinaryWithActivation):
 @register
 class Div(_BinaryWithActivation):
     code = OperationCode.DIV
+    zero_sized_inputs = None
     accuracy = "medium"
     signatures = _binary_signatures({
         28: (T.TENSOR_FLOAT32,),
@@ -274,6 +279,7 @@ class _MaximumMinimum(BroadcastBinary):
 @register
 class Maximum(_MaximumMinimum):
     code = OperationCode.MAXIMUM
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "medium"
 
     def pick(self, x, y):
@@ -283,6 +289,7 @@ class Maximum(_MaximumMinimum):
 @register
 class Minimum(_MaximumMinimum):
     code = OperationCode.MINIMUM
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "medium"
 
     def pick(self, x, y):
@@ -292,6 +299,7 @@ class Minimum(_MaximumMinimum):
 @register
 class Pow(BroadcastBinary):
     code = OperationCode.POW
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "relaxed"
     signatures = _pair_signatures({29: (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)})
 

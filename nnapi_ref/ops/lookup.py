@@ -16,6 +16,7 @@ import numpy as np
 
 from nnapi_ref.ops.base import (Call, OperationCode, OperationRegistration, Signature, T, ValueUnknown, check, register,
                                 signatures)
+from nnapi_ref.types import ResultCode
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
@@ -32,6 +33,7 @@ def _check_same_quant(name: str, values, out) -> None:
 @register
 class EmbeddingLookup(OperationRegistration):
     code = OperationCode.EMBEDDING_LOOKUP
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
     signatures = (signatures(27, (T.TENSOR_FLOAT32,), [T.TENSOR_INT32, None], [None])
                   + signatures(29, (T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM), [T.TENSOR_INT32, None], [None])
@@ -61,6 +63,7 @@ class EmbeddingLookup(OperationRegistration):
 @register
 class HashtableLookup(OperationRegistration):
     code = OperationCode.HASHTABLE_LOOKUP
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
     signatures = signatures(27, (T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM),
                             [T.TENSOR_INT32, T.TENSOR_INT32, None], [None, T.TENSOR_QUANT8_ASYMM])
@@ -271,6 +274,7 @@ def lsh_bits(seeds: np.ndarray, rows: np.ndarray, weights: np.ndarray | None) ->
 @register
 class LshProjection(OperationRegistration):
     code = OperationCode.LSH_PROJECTION
+    zero_sized_inputs = None
     incomparable = "sign hashes: any rounding difference flips an output bit"
     signatures = _lsh_signatures()
 

@@ -217,6 +217,7 @@ def cell_values(a: dict) -> dict:
 @register
 class Lstm(OperationRegistration):
     code = OperationCode.LSTM
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = [
         Signature(27, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32], [F32] * 4, omittable=optional_cell_inputs(1)),
@@ -322,6 +323,7 @@ class BidirectionalSequenceLstm(OperationRegistration):
     output state, forward cell state, backward output state, backward cell state."""
 
     code = OperationCode.BIDIRECTIONAL_SEQUENCE_LSTM
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = bidirectional_lstm_signatures()
 

@@ -124,6 +124,7 @@ def _softmax_signatures() -> list[Signature]:
 @register
 class Softmax(OperationRegistration):
     code = OperationCode.SOFTMAX
+    zero_sized_inputs = None
     accuracy = "relaxed"
     fixed_output_quant = {T.TENSOR_QUANT8_ASYMM: (1.0 / 256, 0), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 256, -128)}
     signatures = _softmax_signatures()

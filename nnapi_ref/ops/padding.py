@@ -13,7 +13,7 @@ import numpy as np
 from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register, signatures
 from nnapi_ref.ops.common import QUANT_RANGE
 from nnapi_ref.ops.shapes import QUANT8, check_same_quant
-from nnapi_ref.types import DTYPES
+from nnapi_ref.types import DTYPES, ResultCode
 
 MIRROR_REFLECT, MIRROR_SYMMETRIC = 0, 1
 
@@ -48,6 +48,7 @@ class _Pad(OperationRegistration):
 @register
 class Pad(_Pad):
     code = OperationCode.PAD
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
     signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None])
@@ -62,6 +63,7 @@ class Pad(_Pad):
 @register
 class PadV2(_Pad):
     code = OperationCode.PAD_V2
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
     same_when_signed = False  # the pad value is an INT32 scalar in the quantized domain
     signatures = [Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_INT32, T.FLOAT32], [T.TENSOR_FLOAT32]),

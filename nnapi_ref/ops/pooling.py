@@ -101,6 +101,7 @@ def _float_input(inp) -> np.ndarray:
 @register
 class AveragePool2D(_Pool):
     code = OperationCode.AVERAGE_POOL_2D
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = _pool_signatures({27: (F32, Q8), 29: (F16,), 30: (S8,)})
 
@@ -123,6 +124,7 @@ class AveragePool2D(_Pool):
 @register
 class MaxPool2D(_Pool):
     code = OperationCode.MAX_POOL_2D
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = _pool_signatures({27: (F32, Q8), 29: (F16,), 30: (S8,)})
 
@@ -142,6 +144,7 @@ class MaxPool2D(_Pool):
 @register
 class L2Pool2D(_Pool):
     code = OperationCode.L2_POOL_2D
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = _pool_signatures({27: (F32,), 29: (F16,)})
 

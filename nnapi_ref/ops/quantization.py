@@ -22,7 +22,7 @@ import numpy as np
 
 from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register
 from nnapi_ref.ops.common import QUANT_RANGE, check_rank_at_least_1
-from nnapi_ref.types import DTYPES
+from nnapi_ref.types import DTYPES, ResultCode
 
 F32 = np.float32
 
@@ -31,6 +31,7 @@ F32 = np.float32
 @register
 class Quantize(OperationRegistration):
     code = OperationCode.QUANTIZE
+    zero_sized_inputs = None
     accuracy = "medium"
     signatures = [Signature(29 if out == T.TENSOR_QUANT8_ASYMM else 30, [inp], [out])
                   for inp in (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
@@ -68,6 +69,7 @@ _DEQUANTIZE_INPUTS = {
 @register
 class Dequantize(OperationRegistration):
     code = OperationCode.DEQUANTIZE
+    zero_sized_inputs = None
     accuracy = "medium"
     signatures = [Signature(max(level, 29 if out == T.TENSOR_FLOAT16 else 27), [inp], [out])
                   for inp, level in _DEQUANTIZE_INPUTS.items()
@@ -108,6 +110,7 @@ _FLOATS = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
 @register
 class Cast(OperationRegistration):
     code = OperationCode.CAST
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "medium"
     same_when_signed = False  # converts raw values
     signatures = ([Signature(29, [a], [b]) for a in _CAST_BASIC for b in _CAST_BASIC]

@@ -29,6 +29,7 @@ from nnapi_ref.ops.requantization import (multiply_by_quantized_multiplier as mb
                                           rounding_divide_by_pot as rdbpot,
                                           saturating_rounding_doubling_high_mul as srdhm)
 from nnapi_ref.ops.rnn import check_rank, check_shape, present
+from nnapi_ref.types import ResultCode
 
 # ----------------------------------------------------------------------------- fixed point
 
@@ -188,6 +189,7 @@ class Quantized16BitLstm(OperationRegistration):
     cell state (int16, scale 2**-11); 14 previous output. Outputs: cell state, output."""
 
     code = OperationCode.QUANTIZED_16BIT_LSTM
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "relaxed"
     signatures = [Signature(29, [Q8] * 9 + [I32] * 4 + [Q16, Q8], [Q16, Q8])]
 

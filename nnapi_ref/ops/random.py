@@ -9,11 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register
+from nnapi_ref.types import ResultCode
 
 
 @register
 class RandomMultinomial(OperationRegistration):
     code = OperationCode.RANDOM_MULTINOMIAL
+    zero_sized_inputs = ResultCode.BAD_DATA
     incomparable = "random samples: compared by distribution, not element by element"
     signatures = [Signature(29, [t, T.INT32, T.TENSOR_INT32], [T.TENSOR_INT32])
                   for t in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)]

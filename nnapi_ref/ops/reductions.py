@@ -5,6 +5,11 @@ Arithmetic follows NNAPI's CPU implementation:
 * REDUCE_* start from the operation's identity (``lowest``/``max`` of the element type for
   MAX/MIN, so an empty reduction gives that value) and ignore repeated axes; REDUCE_PROD is 0
   whenever a reduced element is 0 (no ``0 * inf = nan``).
+* NaN: REDUCE_MAX/MIN fold ``std::max(best, x)`` / ``std::min(best, x)``, false for a NaN, so a
+  NaN is skipped (REDUCE_MAX([1, NaN, 3]) = 3; all NaN gives the starting ``lowest``/``max``).
+  ARGMAX/ARGMIN start from the axis' first element and move on only to a strictly greater
+  (smaller) one: a NaN after the first is skipped (ARGMAX([1, NaN, 0, 5]) = 3), a NaN first is
+  never left (index 0).
 * Quantized MEAN sums the raw quantized values in 32-bit integers and divides by the element
   count with C's truncating division; the output has the input's scale and zero point (under
   the ``tflite`` convention: TFLite's integer mean, :func:`tflite_quantized_mean`).
@@ -29,6 +34,7 @@ import numpy as np
 from nnapi_ref.ops import requantization
 from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, T, check, register, signatures
 from nnapi_ref.ops.common import normalize_axis
+from nnapi_ref.types import ResultCode
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
@@ -119,6 +125,7 @@ def tflite_quantized_mean(x: np.ndarray, axes: tuple, in_scale: float, in_zero_p
 @register
 class Mean(_Reduce):
     code = OperationCode.MEAN
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "relaxed"
     signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32, T.INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32, T.INT32], [None])
@@ -193,6 +200,8 @@ class ReduceMax(_Reduce):
 
     def reduce(self, inp, axes):
         x = inp.value
+        if x.dtype.kind == "f":
+            return np.fmax.reduce(x, axis=axes, initial=_lowest(x.dtype))  # fmax skips NaN, as std::max here
         return np.max(x, axis=axes, initial=_lowest(x.dtype))
 
 
@@ -205,6 +214,8 @@ class ReduceMin(_Reduce):
 
     def reduce(self, inp, axes):
         x = inp.value
+        if x.dtype.kind == "f":
+            return np.fmin.reduce(x, axis=axes, initial=_highest(x.dtype))  # fmin skips NaN, as std::min here
         return np.min(x, axis=axes, initial=_highest(x.dtype))
 
 
@@ -246,14 +257,25 @@ class _ArgMinMax(OperationRegistration):
     def execute(self, call: Call):
         inp = call.ins[0]
         axis = normalize_axis(call.ins[1].scalar(), inp.rank)
-        # numpy returns the first index among equal extremes, as std::max_element does.
-        result = self.pick(inp.value, axis).astype(np.int32)
+        x = inp.value
+        # numpy returns the first index among equal extremes, as AOSP's strict comparison does.
+        if x.dtype.kind == "f" and np.isnan(x).any():
+            # A NaN never wins a comparison: as the worst value it is passed over (ties keep the
+            # first index, so a NaN is picked only where every later element is a NaN or the
+            # worst value, and then index 0 is); a NaN first is never left.
+            worst = np.inf if self.code == OperationCode.ARGMIN else -np.inf
+            picked = self.pick(np.where(np.isnan(x), worst, x), axis)
+            first_is_nan = np.isnan(np.take(x, 0, axis=axis))
+            result = np.where(first_is_nan, 0, picked).astype(np.int32)
+        else:
+            result = self.pick(x, axis).astype(np.int32)
         return [result.reshape(result.shape if result.ndim else (1,))]
 
 
 @register
 class ArgMax(_ArgMinMax):
     code = OperationCode.ARGMAX
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
 
     @staticmethod
@@ -264,6 +286,7 @@ class ArgMax(_ArgMinMax):
 @register
 class ArgMin(_ArgMinMax):
     code = OperationCode.ARGMIN
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
 
     @staticmethod

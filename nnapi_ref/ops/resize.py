@@ -134,6 +134,7 @@ def _bilinear_axis(in_size: int, out_size: int, align: bool, half: bool):
 @register
 class ResizeBilinear(_Resize):
     code = OperationCode.RESIZE_BILINEAR
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = _bilinear_signatures()
 
@@ -208,6 +209,7 @@ def _nearest_axis(in_size: int, out_size: int, align: bool, half: bool):
 @register
 class ResizeNearestNeighbor(_Resize):
     code = OperationCode.RESIZE_NEAREST_NEIGHBOR
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = _nearest_signatures()
 

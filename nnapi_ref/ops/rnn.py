@@ -12,7 +12,7 @@ import numpy as np
 
 from nnapi_ref.ops.base import Arg, Call, OperationCode, OperationRegistration, Signature, T, check, register
 from nnapi_ref.ops.common import FLOAT_ACTIVATION_RANGE, check_fuse_code
-from nnapi_ref.types import DTYPES, FuseCode
+from nnapi_ref.types import DTYPES, FuseCode, ResultCode
 
 FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 
@@ -94,6 +94,7 @@ def check_cell(weights: Arg, recurrent: Arg, bias: Arg, hidden: Arg, batch: int,
 @register
 class Rnn(OperationRegistration):
     code = OperationCode.RNN
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "relaxed"
     signatures = [
         Signature(27, [T.TENSOR_FLOAT32] * 5 + [T.INT32], [T.TENSOR_FLOAT32] * 2),

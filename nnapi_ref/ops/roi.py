@@ -5,17 +5,24 @@ coordinates (TENSOR_QUANT16_ASYMM with scale 0.125 and zero point 0 for quantize
 the batch index of every ROI, the output height and width, the ratios (strides) from the
 original image to the feature map and a layout flag; ROI_ALIGN also takes the sampling ratios.
 
-The arithmetic follows NNAPI's CPU implementation: ROI_ALIGN averages bilinear samples taken at
-the centres of a regular sub-grid of each bin (adaptive ``ceil(bin size)`` samples when the
-sampling ratio is 0), evaluated in float32; for quantized maps the bilinear weights are
-quantized to multiples of 1/255 and the sum is requantized in fixed point. ROI_POOLING rounds the
-ROI to feature-map pixels and takes the maximum over each ``[floor(start), ceil(end))`` bin.
+The arithmetic follows NNAPI's CPU implementation: ROI_ALIGN divides each bin into
+``sampling ratio`` equal parts per axis (0: ``ceil(bin height)`` and ``ceil(bin width)``, the
+bin's size in feature-map pixels) and averages the bilinear samples at their centres: exactly
+``h_ratio * w_ratio`` samples, each at ``bin start + part / 2 + part * k`` in float32 (AOSP's loop
+since April 2019; before, a float32 ``while (v < end)`` that could take one sample more or
+less than it divided by). For quantized maps the bilinear weights are quantized to multiples of
+1/255 and the sum is requantized in fixed point. ROI_POOLING rounds the
+ROI to feature-map pixels and takes the maximum over each ``[floor(start), ceil(end))`` bin,
+starting from the bin's first pixel and taking only greater values (a NaN there is the result,
+a NaN elsewhere is skipped; an empty bin gives the zero point).
 
 AOSP and TFLite
 ---------------
 ROI_ALIGN, ROI_POOLING: TFLite has no such kernels; AOSP's arithmetic in both conventions.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -110,22 +117,27 @@ class _RoiOp(OperationRegistration):
         raise NotImplementedError
 
 
-def _samples(start: np.float32, step: np.float32, bin_size: np.float32, count: int):
-    """Sample coordinates of ``count`` bins, accumulated in float32 exactly as the C loop
-    ``for (v = start + bin/2; v < end; v += bin)`` does; returns (coords, bin id of each)."""
-    coords, owner = [], []
-    half = bin_size / _F32(2)
-    for i in range(count):
-        lo = _F32(step * _F32(i) + start)
-        hi = _F32(step * _F32(i + 1) + start)
-        v = _F32(lo + half)
-        guard = 0
-        while v < hi and guard < 1 << 16:
-            coords.append(v)
-            owner.append(i)
-            v = _F32(v + bin_size)
-            guard += 1
-    return np.asarray(coords, _F32), np.asarray(owner, np.int64)
+def _samples(start: np.float32, step: np.float32, ratio: int, count: int, parts: range):
+    """Sample coordinates of ``count`` bins of ``step`` pixels, each divided into ``ratio`` equal
+    parts, at the centres of the parts k in ``parts``, in float32 as AOSP's loop evaluates
+    ``(start + step * i) + part / 2 + part * k`` (part = step / ratio); returns (coords, bin of each)."""
+    part = _F32(step / _F32(ratio))
+    bin_start = (step * np.arange(count, dtype=_F32) + start).astype(_F32)
+    offsets = (part * np.arange(parts.start, parts.stop, dtype=_F32)).astype(_F32)
+    coords = ((bin_start + _F32(part / _F32(2)))[:, None] + offsets[None, :]).astype(_F32)
+    return coords.reshape(-1), np.repeat(np.arange(count, dtype=np.int64), len(parts))
+
+
+# Samples times channels computed at once: a huge sampling ratio is summed in blocks (bounded memory).
+_BLOCK_ELEMENTS = 1 << 22
+
+
+def _part_blocks(ratio: int, count: int, channels: int):
+    """The parts 0 .. ratio - 1 of ``count`` bins along one axis, in ranges whose samples, times
+    the other axis' and the channels, stay near _BLOCK_ELEMENTS."""
+    per_axis = max(1, math.isqrt(_BLOCK_ELEMENTS // max(channels, 1)))
+    size = max(1, per_axis // count)
+    return (range(k, min(ratio, k + size)) for k in range(0, ratio, size))
 
 
 def _corners(coords: np.ndarray, size: int):
@@ -151,6 +163,7 @@ def _bin_sum(values: np.ndarray, owner: np.ndarray, count: int, axis: int) -> np
 @register
 class RoiAlign(_RoiOp):
     code = OperationCode.ROI_ALIGN
+    zero_sized_inputs = None
     accuracy = "relaxed"
     signatures = _roi_signatures(2)
     layout_index = 9
@@ -173,34 +186,37 @@ class RoiAlign(_RoiOp):
         w_ratio = ws if ws > 0 else int(np.ceil(w_step))
         h_ratio = hs if hs > 0 else int(np.ceil(h_step))
         num_points = w_ratio * h_ratio
-        w_bin = _F32(w_step / _F32(w_ratio))
-        h_bin = _F32(h_step / _F32(h_ratio))
-        ys, yo = _samples(y1, h_step, h_bin, out_h)
-        xs, xo = _samples(x1, w_step, w_bin, out_w)
-        ylo, yhi, dy1 = _corners(ys, in_h)
-        xlo, xhi, dx1 = _corners(xs, in_w)
-        dy1, dx1 = dy1[:, None], dx1[None, :]
-        dy2, dx2 = (_F32(1) - dy1).astype(_F32), (_F32(1) - dx1).astype(_F32)
-        weights = [dx2 * dy2, dx1 * dy2, dx2 * dy1, dx1 * dy1]
-        corners = [(ylo, xlo), (ylo, xhi), (yhi, xlo), (yhi, xhi)]
-        if not quant:
+        x_arg = call.ins[0]
+        if quant:
+            w_unit = _F32(1) / _F32(255)
+            f = img.astype(np.int64) - x_arg.zero_point
+        else:
             f = img.astype(_F32)
-            acc = None
-            for w, (yy, xx) in zip(weights, corners):
-                term = w[:, :, None] * f[yy[:, None], xx[None, :]]
-                acc = term if acc is None else acc + term
-            total = _bin_sum(_bin_sum(acc, yo, out_h, 0), xo, out_w, 1)
+        total = None
+        for y_parts in _part_blocks(h_ratio, out_h, img.shape[2]):
+            ys, yo = _samples(y1, h_step, h_ratio, out_h, y_parts)
+            ylo, yhi, dy1 = _corners(ys, in_h)
+            dy1 = dy1[:, None]
+            dy2 = (_F32(1) - dy1).astype(_F32)
+            for x_parts in _part_blocks(w_ratio, out_w, img.shape[2]):
+                xs, xo = _samples(x1, w_step, w_ratio, out_w, x_parts)
+                xlo, xhi, dx1 = _corners(xs, in_w)
+                dx1 = dx1[None, :]
+                dx2 = (_F32(1) - dx1).astype(_F32)
+                weights = [dx2 * dy2, dx1 * dy2, dx2 * dy1, dx1 * dy1]
+                corners = [(ylo, xlo), (ylo, xhi), (yhi, xlo), (yhi, xhi)]
+                acc = None
+                for w, (yy, xx) in zip(weights, corners):
+                    if quant:
+                        w = (w / w_unit).astype(_F32).astype(np.float64)
+                        w = (np.sign(w) * np.floor(np.abs(w) + 0.5)).astype(np.int64)
+                    term = w[:, :, None] * f[yy[:, None], xx[None, :]]
+                    acc = term if acc is None else acc + term
+                block = _bin_sum(_bin_sum(acc, yo, out_h, 0), xo, out_w, 1)
+                total = block if total is None else total + block
+        if not quant:
             return (total / _F32(num_points)).astype(img.dtype)
-        x_arg, out = call.ins[0], call.outs[0]
-        w_unit = _F32(1) / _F32(255)
-        q = img.astype(np.int64) - x_arg.zero_point
-        acc = None
-        for w, (yy, xx) in zip(weights, corners):
-            wq = (w / w_unit).astype(_F32).astype(np.float64)
-            wq = (np.sign(wq) * np.floor(np.abs(wq) + 0.5)).astype(np.int64)
-            term = wq[:, :, None] * q[yy[:, None], xx[None, :]]
-            acc = term if acc is None else acc + term
-        total = _bin_sum(_bin_sum(acc, yo, out_h, 0), xo, out_w, 1)
+        out = call.outs[0]
         real = _F32(_F32(_F32(_F32(x_arg.scale) * w_unit) / _F32(out.scale)) / _F32(num_points))
         m, s = quantize_multiplier(float(real))
         raw = multiply_by_quantized_multiplier(total, m, s) + out.zero_point
@@ -263,5 +279,14 @@ class RoiPooling(_RoiOp):
         ws, we = np.minimum(ws, in_w), np.minimum(we, in_w)
         hs, he = np.minimum(hs, in_h), np.minimum(he, in_h)
         empty = call.ins[0].zero_point if call.ins[0].type in QUANT8 else 0
-        rows = _pool_axis_max(img, hs, he, 0, empty)
-        return _pool_axis_max(rows, ws, we, 1, empty)
+        nans = np.isnan(img) if img.dtype.kind == "f" else None
+        values = img if nans is None or not nans.any() else np.where(nans, np.asarray(-np.inf, img.dtype), img)
+        rows = _pool_axis_max(values, hs, he, 0, empty)
+        pooled = _pool_axis_max(rows, ws, we, 1, empty)
+        if values is not img:
+            # The bin's first pixel (row-major) starts the maximum and only a greater value
+            # replaces it: a NaN there stays, a NaN elsewhere is passed over.
+            first = nans[np.minimum(hs, in_h - 1)][:, np.minimum(ws, in_w - 1)]
+            nonempty = ((he > hs)[:, None] & (we > ws)[None, :])[:, :, None]
+            pooled = np.where(first & nonempty, np.asarray(np.nan, img.dtype), pooled)
+        return pooled

@@ -14,7 +14,7 @@ import numpy as np
 
 from nnapi_ref.ops.base import (Call, OperationCode, OperationRegistration, Signature, T, ValueUnknown, check, register,
                                 signatures)
-from nnapi_ref.types import DTYPES
+from nnapi_ref.types import DTYPES, ResultCode
 
 QUANT8 = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
@@ -46,6 +46,7 @@ def maybe_value(arg):
 @register
 class Reshape(OperationRegistration):
     code = OperationCode.RESHAPE
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
     signatures = (signatures(27, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None])
@@ -110,6 +111,7 @@ class Squeeze(OperationRegistration):
 @register
 class ExpandDims(OperationRegistration):
     code = OperationCode.EXPAND_DIMS
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
     signatures = (signatures(29, (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM),
                              [None, T.INT32], [None])

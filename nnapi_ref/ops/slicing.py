@@ -18,6 +18,7 @@ import numpy as np
 from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, T, check, register, signatures
 from nnapi_ref.ops.common import round_half_away
 from nnapi_ref.ops.shapes import QUANT8, check_same_quant, int_vector, maybe_value
+from nnapi_ref.types import ResultCode
 
 FLOAT_Q8 = (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM)
 WITH_INT32 = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
@@ -42,6 +43,7 @@ def requantize_concat(arg, out) -> np.ndarray:
 @register
 class Concatenation(OperationRegistration):
     code = OperationCode.CONCATENATION
+    zero_sized_inputs = None
     accuracy = "medium"
     signatures = (signatures(27, FLOAT_Q8, [None, T.INT32], [None], repeat=0)
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.INT32], [None], repeat=0)
@@ -79,6 +81,7 @@ class Concatenation(OperationRegistration):
 @register
 class Split(OperationRegistration):
     code = OperationCode.SPLIT
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "medium"
     signatures = (signatures(29, WITH_INT32, [None, T.INT32, T.INT32], [None], repeat_outputs=True)
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.INT32], [None],
@@ -133,6 +136,7 @@ class Pack(OperationRegistration):
 @register
 class Slice(OperationRegistration):
     code = OperationCode.SLICE
+    zero_sized_inputs = None
     accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.TENSOR_INT32, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32, T.TENSOR_INT32], [None]))
@@ -244,6 +248,7 @@ class Gather(OperationRegistration):
 @register
 class Tile(OperationRegistration):
     code = OperationCode.TILE
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None]))

@@ -16,6 +16,7 @@ import numpy as np
 from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register, signatures
 from nnapi_ref.ops.padding import pad_constant
 from nnapi_ref.ops.shapes import QUANT8, check_same_quant, int_vector
+from nnapi_ref.types import ResultCode
 
 LEGACY = (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM)
 
@@ -74,6 +75,7 @@ class _Layout4D(OperationRegistration):
 @register
 class DepthToSpace(_Layout4D):
     code = OperationCode.DEPTH_TO_SPACE
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
     signatures = layout_signatures(27, [T.INT32])
     layout_input = 2
@@ -96,6 +98,7 @@ class DepthToSpace(_Layout4D):
 @register
 class SpaceToDepth(_Layout4D):
     code = OperationCode.SPACE_TO_DEPTH
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
     signatures = layout_signatures(27, [T.INT32])
     layout_input = 2
@@ -124,6 +127,7 @@ def block_shape(name: str, arg) -> tuple[int, int]:
 @register
 class BatchToSpaceND(_Layout4D):
     code = OperationCode.BATCH_TO_SPACE_ND
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
     signatures = layout_signatures(28, [T.TENSOR_INT32])
     layout_input = 2
@@ -145,6 +149,7 @@ class BatchToSpaceND(_Layout4D):
 @register
 class SpaceToBatchND(_Layout4D):
     code = OperationCode.SPACE_TO_BATCH_ND
+    zero_sized_inputs = ResultCode.BAD_DATA
     accuracy = "strict"
     signatures = layout_signatures(28, [T.TENSOR_INT32, T.TENSOR_INT32])
     layout_input = 3
@@ -179,6 +184,7 @@ class SpaceToBatchND(_Layout4D):
 @register
 class Transpose(OperationRegistration):
     code = OperationCode.TRANSPOSE
+    zero_sized_inputs = None
     accuracy = "strict"
     signatures = (signatures(28, LEGACY, [None, T.TENSOR_INT32], [None], omittable=[1])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None], omittable=[1])

@@ -591,10 +591,30 @@ def _depth_space(g, op):
     g.store(op.outputs[0], _nhwc(g, y, nchw))
 
 
+def nearest_source_indices(in_size: int, out_size: int, align: bool, half: bool) -> np.ndarray:
+    """The source pixel of each output pixel of RESIZE_NEAREST_NEIGHBOR along one axis, as AOSP's
+    ResizeImageOps.cpp computes it in float32: scale = in / out ((in - 1) / (out - 1) with
+    align_corners), source = floor(x * scale) (x + 0.5 with half-pixel centers; roundf with
+    align_corners), at most in - 1 (and at least 0 with half-pixel centers)."""
+    f32 = np.float32
+    scale = f32(in_size - 1) / f32(out_size - 1) if align and out_size > 1 else f32(in_size) / f32(out_size)
+    x = np.arange(out_size, dtype=f32)
+    scaled = ((x + f32(0.5)) if half else x) * scale
+    if align:  # roundf: halves away from zero (the coordinates are not negative)
+        source = np.floor(scaled.astype(np.float64) + 0.5)
+    else:
+        source = np.floor(scaled)
+    source = np.minimum(source.astype(np.int64), in_size - 1)
+    return np.maximum(source, 0) if half else source
+
+
 @maps((Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR), NUMERIC)
 def _resize(g, op):
-    """Resize to explicit sizes (a scale factor gives floor(size * scale), as NNAPI); NNAPI's
-    coordinate conventions as ONNX's coordinate_transformation_mode and nearest_mode."""
+    """RESIZE_BILINEAR: Resize to explicit sizes (a scale factor gives floor(size * scale), as
+    NNAPI), NNAPI's coordinates as ONNX's coordinate_transformation_mode. RESIZE_NEAREST_NEIGHBOR:
+    two Gathers of the source rows and columns NNAPI picks (:func:`nearest_source_indices`);
+    ONNX Runtime's Resize divides by the float32 ratio out / in where NNAPI multiplies by in / out,
+    and picks another pixel for some sizes (30 rows to 2: rows 0 and 14, NNAPI's 0 and 15)."""
     x = op.inputs[0]
     nchw, align, half = g.flag(op, 3), g.flag(op, 4), g.flag(op, 5)
     dims = g.operand(x).dimensions
@@ -602,13 +622,17 @@ def _resize(g, op):
         raise Unsupported("input rank unknown")
     n, c, h, w = dims if nchw else (dims[0], dims[3], dims[1], dims[2])
     out_h, out_w = g.resize_output_size(op, h, w)
-    if op.type == Op.RESIZE_BILINEAR:
-        mode = dict(mode="linear", coordinate_transformation_mode="align_corners" if align else
-                    "half_pixel" if half else "asymmetric")
-    else:
-        mode = dict(mode="nearest", coordinate_transformation_mode="align_corners" if align else
-                    "tf_half_pixel_for_nn" if half else "asymmetric",
-                    nearest_mode="round_prefer_ceil" if align else "floor")
+    if op.type == Op.RESIZE_NEAREST_NEIGHBOR:
+        if not h or not w:
+            raise Unsupported("RESIZE_NEAREST_NEIGHBOR of an image of unknown size")
+        rows = g.const(nearest_source_indices(h, out_h, align, half))
+        columns = g.const(nearest_source_indices(w, out_w, align, half))
+        height_axis, width_axis = (2, 3) if nchw else (1, 2)
+        picked = g.node("Gather", [g.node("Gather", [g.tensor(x), rows], axis=height_axis), columns], axis=width_axis)
+        g.store(op.outputs[0], picked, raw=True)
+        return
+    mode = dict(mode="linear", coordinate_transformation_mode="align_corners" if align else
+                "half_pixel" if half else "asymmetric")
     image = _nchw(g, g.real(x), nchw)
     # Full NCHW sizes (batches and channels from the input's shape): ORT 1.32's transpose
     # optimizer mishandles Resize's ``axes`` attribute.

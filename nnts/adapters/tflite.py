@@ -10,7 +10,9 @@ accepts the operation's types and parameters, so anything else counts as unsuppo
 Kernels (driver strings, see :mod:`nnapi_ref.drivers`): ``tflite`` uses TFLite's default
 builtin kernels with the XNNPACK delegate TFLite applies by default (what an application gets);
 ``tflite-ref`` its reference kernels (``OpResolverType.BUILTIN_REF``), the plain C++ that the
-optimized kernels are checked against.
+optimized kernels are checked against. The reference quantized SOFTMAX aborts the whole process
+(a failed ``TFLITE_CHECK``) on a row whose exponentials sum to 512 or more: ``tflite-ref``
+reports a quantized SOFTMAX over rows of 512 or more elements (or of unknown length) unsupported.
 
 The rest of the interface (request validation, device memory, execution modes) is the reference
 driver's, which this driver extends; only compilation and the computation itself differ.
@@ -24,8 +26,8 @@ import numpy as np
 
 from nnapi_ref import hal
 from nnapi_ref.errors import NnapiError
-from nnapi_ref.types import ResultCode
-from nnts.adapters.base import AdapterDevice, AdapterPreparedModel
+from nnapi_ref.types import OperationCode as Op, ResultCode
+from nnts.adapters.base import AdapterDevice, AdapterPreparedModel, Unsupported
 from nnts.adapters.tflite_export import BOOL8, F32, I32, Q8, S8, check_operation, to_flatbuffer
 
 _IMPORT_ERROR = ""
@@ -40,6 +42,22 @@ except ImportError as e:  # the driver reports itself unavailable (see TfliteDev
     _IMPORT_ERROR = str(e)
 
 KERNELS = ("default", "reference")
+# The longest row the reference kernels' quantized SOFTMAX is safe on: it sums the row's
+# exponentials (each at most 1) in fixed point and, for 8-bit outputs, fails TFLITE_CHECK(exponent
+# <= 31) (reference_ops::Softmax, a SIGABRT of the whole process) once the sum reaches 2**9.
+REFERENCE_SOFTMAX_MAX_ROW = 511
+
+
+def check_reference_kernels(sg: hal.Subgraph, op: hal.Operation) -> None:
+    """Raise Unsupported for what TFLite's reference kernels abort the process on: a quantized
+    SOFTMAX whose rows could reach :data:`REFERENCE_SOFTMAX_MAX_ROW` + 1 elements."""
+    if op.type != Op.SOFTMAX or sg.operands[op.inputs[0]].type not in (Q8, S8):
+        return
+    dims = tuple(sg.operands[op.inputs[0]].dimensions or ())
+    if not dims or not 0 < dims[-1] <= REFERENCE_SOFTMAX_MAX_ROW:
+        row = f"rows of {dims[-1]}" if dims and dims[-1] else "rows of unknown length"
+        raise Unsupported(f"quantized SOFTMAX over {row}: TFLite's reference kernel aborts the process when a "
+                          f"row's exponentials sum to 512 or more (rows up to {REFERENCE_SOFTMAX_MAX_ROW} are safe)")
 
 
 class TfliteDevice(AdapterDevice):
@@ -67,11 +85,16 @@ class TfliteDevice(AdapterDevice):
 
     def check_operation(self, sg: hal.Subgraph, op: hal.Operation) -> None:
         check_operation(sg, op)
+        if self.kernels == "reference":
+            check_reference_kernels(sg, op)
 
     def convert(self, model: hal.Model) -> bytes:
         return to_flatbuffer(model)[0]
 
     def load(self, model: hal.Model, converted: bytes, plans: list) -> "TflitePreparedModel":
+        if self.kernels == "reference":  # a model given without the query, or from the cache
+            for op in model.main.operations:
+                check_reference_kernels(model.main, op)
         interpreter = litert.Interpreter(model_content=converted, num_threads=1,
                                          experimental_op_resolver_type=self.resolver)
         interpreter.allocate_tensors()

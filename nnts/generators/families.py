@@ -636,16 +636,30 @@ def channel_shuffle(b: Builder, x: Tensor, code: Op) -> None:
     b.add(code, [x, b.scalar(INT32, groups), b.scalar(INT32, a)], [like(x)])
 
 
+# Image sizes a resize first scales its input to, one time in three: ONNX Runtime's nearest
+# neighbour picks another source pixel than NNAPI's only from 14 source pixels up (30 rows to 2),
+# which the small images of random graphs never reached.
+LARGE_IMAGE = (15, 40)
+
+
 @declare([Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR], ranks=(4,))
 def resize(b: Builder, x: Tensor, code: Op) -> None:
     """The output size as two INT32 scalars or two float scale factors (a scale a little above
     size / input size, so that floor(input size x scale) is the size), then as many of the
-    optional flags as the form has: layout, align_corners, half_pixel_centers (not both)."""
+    optional flags as the form has: layout, align_corners, half_pixel_centers (not both). One
+    time in three the image is first resized (the same form) to :data:`LARGE_IMAGE` pixels."""
     form = pick_form(b, code, x)
+    if b.chance(1 / 3):
+        large = [int(b.rng.integers(LARGE_IMAGE[0], LARGE_IMAGE[1] + 1)) for _ in range(2)]
+        x = _resize_to(b, x, code, form, large)
+    _resize_to(b, x, code, form, [b.dim(), b.dim()])
+
+
+def _resize_to(b: Builder, x: Tensor, code: Op, form, sizes: list[int]) -> Tensor:
+    """``x`` resized by ``code`` in ``form`` to ``sizes`` (width, height)."""
     n = len(form.inputs)
     nchw = n > 3 and b.chance(0.5)
     h, w, _ = image_axes(nchw)
-    sizes = [b.dim(), b.dim()]  # width, height
     if form.inputs[1] == INT32:
         size = [b.scalar(INT32, v) for v in sizes]
     else:
@@ -653,7 +667,7 @@ def resize(b: Builder, x: Tensor, code: Op) -> None:
     flags = [nchw] + [False, False][:n - 4]
     if n > 4 and b.chance(0.7):
         flags[b.pick([1, 2][:n - 4])] = True
-    b.add(code, [x] + size + [b.scalar(BOOL, f) for f in flags[:n - 3]], [like(x)])
+    return b.add(code, [x] + size + [b.scalar(BOOL, f) for f in flags[:n - 3]], [like(x)])[0]
 
 
 # -- recurrent (float) ----------------------------------------------------------------------------

@@ -279,17 +279,20 @@ def _rsqrt_zero_nan(g, op, values):
     return [result]
 
 
-def _nan_skipping_reduction(g, op, values):
-    """TFLite's REDUCE_MAX / REDUCE_MIN skipping NaN (a NaN compares false)."""
+def _nan_aware_arg(g, op, values):
+    """TFLite's ARGMAX / ARGMIN on floats: a NaN never replaces the running extreme and any
+    number replaces a NaN one (the first extreme among the numbers; index 0 when all are NaN).
+    NNAPI's never leaves a NaN in the first position."""
     x = np.asarray(operand_value(g, values, op.inputs[0]))
     if x.dtype.kind != "f" or not np.isnan(x).any():
         return None
-    axes = tuple(sorted({int(a) % x.ndim for a in np.asarray(operand_value(g, values, op.inputs[1])).reshape(-1)}))
-    keep = bool(operand_value(g, values, op.inputs[2]))
-    fn = np.fmax if op.type == Op.REDUCE_MAX else np.fmin
-    with np.errstate(all="ignore"):
-        result = fn.reduce(x, axis=axes, keepdims=keep)
-    return [np.asarray(result, x.dtype).reshape(nnapi(g, op, values)[0].shape)]
+    axis = int(operand_value(g, values, op.inputs[1])) % x.ndim
+    numbers = ~np.isnan(x)
+    worst = -np.inf if op.type == Op.ARGMAX else np.inf
+    pick = np.max if op.type == Op.ARGMAX else np.min
+    best = pick(np.where(numbers, x, worst), axis=axis, keepdims=True)
+    index = np.argmax(numbers & (x == best), axis=axis)
+    return [index.astype(np.int32).reshape(nnapi(g, op, values)[0].shape)]
 
 
 # Operations ONNX Runtime computes as DequantizeLinear -> float -> QuantizeLinear (or QLinearConv;
@@ -298,7 +301,7 @@ ORT_REQUANTIZED = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.CONV_2D, Op.DEPTHWISE_CO
                              Op.MAX_POOL_2D, Op.TRANSPOSE_CONV_2D, Op.QUANTIZE, Op.RELU,
                              Op.RELU1, Op.RELU6, Op.LOGISTIC, Op.TANH, Op.HARD_SWISH, Op.SOFTMAX, Op.PRELU,
                              Op.CONCATENATION, Op.L2_NORMALIZATION, Op.REDUCE_MAX, Op.REDUCE_MIN,
-                             Op.DEPTH_TO_SPACE, Op.SPACE_TO_DEPTH, Op.RESIZE_NEAREST_NEIGHBOR})
+                             Op.DEPTH_TO_SPACE, Op.SPACE_TO_DEPTH})
 ORT = ("onnxruntime",)
 TFLITE = ("tflite", "tflite-ref")
 
@@ -316,8 +319,7 @@ CLASSES: list[KnownClass] = [
                _elementwise(_nan_max_tflite)),
     KnownClass(TFLITE, 2, "NaN through RELU, RELU1 and RELU6", frozenset({Op.RELU, Op.RELU1, Op.RELU6}),
                _elementwise(_nan_relu)),
-    KnownClass(TFLITE, 3, "NaN skipped by REDUCE_MAX and REDUCE_MIN", frozenset({Op.REDUCE_MAX, Op.REDUCE_MIN}),
-               _nan_skipping_reduction),
+    KnownClass(TFLITE, 3, "NaN in ARGMAX, ARGMIN and MAX_POOL_2D", frozenset({Op.ARGMAX, Op.ARGMIN}), _nan_aware_arg),
     KnownClass(("tflite",), 4, "XNNPACK requantizes with halves to even", frozenset({Op.QUANTIZE, Op.MUL}),
                _half_to_even),
     KnownClass(TFLITE, 5, "INT32 DIV rounds toward zero", frozenset({Op.DIV}), _int32_div_truncating),

@@ -132,6 +132,15 @@ def test_batch_matmul_validation():
     bad(bmm, a, np.ones((2, 3), np.float32), adj_x=False, adj_y=False)
 
 
+def test_batch_matmul_batches_must_be_equal():
+    """NeuralNetworksTypes.h: the two inputs "have the same batch size" (no broadcasting)."""
+    a, b = np.ones((2, 2, 3), np.float32), np.ones((1, 3, 2), np.float32)
+    bad(bmm, a, b)                                                     # a batch of 1 against 2
+    bad(bmm, b.swapaxes(-1, -2), a.swapaxes(-1, -2))
+    bad(bmm, np.ones((2, 3, 2, 3), np.float32), np.ones((3, 2, 3, 2), np.float32))
+    np.testing.assert_array_equal(bmm(a, np.ones((2, 3, 2), np.float32)), np.full((2, 2, 2), 3))
+
+
 # ---- prepared (cached) paths: a compiled model run twice, weights constant or fed ----
 
 def _fc_compiled_twice(ins, out):

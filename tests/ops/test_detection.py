@@ -299,6 +299,17 @@ def test_heatmap_flat_map_keeps_the_first_maximum():
     np.testing.assert_allclose(k, [[[0.5, 0.5]]])
 
 
+def test_heatmap_skips_nan():
+    """AOSP (HeatmapMaxKeypoint.cpp) keeps the first value above a running best that starts at
+    -FLT_MAX: a NaN (here the first cell and one more) is never the maximum. The peak of
+    -((x - 2)^2 + (y - 1)^2) is at (2, 1), its 3x3 fit exact: score 0, keypoint at the cell's centre."""
+    maps = quadratic(4, 2.0, 1.0)
+    maps[0, 0] = maps[3, 0] = np.nan
+    s, k = heatmap(maps.reshape(1, 4, 4, 1), [[0, 0, 4, 4]])
+    np.testing.assert_allclose(s, [[0.0]], atol=1e-6)
+    np.testing.assert_allclose(k, [[[2.5, 1.5]]], rtol=1e-6)
+
+
 def test_heatmap_quantized():
     maps = np.full((1, 2, 2, 1), 50, np.uint8)
     s, k = heatmap(maps, np.array([[0, 0, 16, 16]], np.uint16), t=T.TENSOR_QUANT8_ASYMM, box_t=Q16, scale=0.1,

@@ -183,6 +183,23 @@ def test_reduce_wrong_types_rejected():
                     [output(F32)])
 
 
+# ---- NaN in REDUCE_MAX / REDUCE_MIN -----------------------------------------------------------
+# AOSP folds std::max(best, x) / std::min(best, x) from lowest / max (Reduce.cpp): false for a
+# NaN x, so a NaN is skipped, and a row of NaN keeps the starting value.
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("type_,lowest,highest", [(F32, -3.4028234663852886e38, 3.4028234663852886e38),
+                                                  (F16, -65504.0, 65504.0)])
+def test_reduce_max_min_skip_nan(type_, lowest, highest):
+    x = np.array([[1, NAN, 3], [NAN, NAN, NAN]])
+    np.testing.assert_array_equal(run_reduce(O.REDUCE_MAX, x, [1], False, type_), [3, lowest])
+    np.testing.assert_array_equal(run_reduce(O.REDUCE_MIN, x, [1], False, type_), [1, highest])
+    np.testing.assert_array_equal(run_reduce(O.REDUCE_MAX, x, [0], False, type_), [1, lowest, 3])
+    np.testing.assert_array_equal(run_reduce(O.REDUCE_MIN, [NAN, -2, 5, NAN], [0], True, type_), [-2])
+
+
 # ---- ARGMAX / ARGMIN -----------------------------------------------------------------------
 
 def run_arg(code, x, axis, type_=F32, scale=0.0, zp=0):
@@ -211,6 +228,24 @@ def test_argmax_property(shape, data):
     x = np.random.default_rng(sum(shape)).integers(-3, 3, shape).astype(np.float32)
     expected = python_reduce(x, [axis], False, lambda v: v.index(max(v))).astype(np.int64)
     np.testing.assert_array_equal(run_arg(O.ARGMAX, x, axis), expected)
+
+
+@pytest.mark.parametrize("type_", [F32, F16])
+def test_argmax_argmin_skip_nan(type_):
+    """AOSP (ArgMinMax.cpp) starts from the axis' first element and moves only to a strictly
+    greater (smaller) one: a later NaN never compares true, a NaN first is never left."""
+    x = np.array([1, NAN, 0, 0, 0, 5])
+    np.testing.assert_array_equal(run_arg(O.ARGMAX, x, 0, type_), [5])
+    np.testing.assert_array_equal(run_arg(O.ARGMIN, x, 0, type_), [2])
+    np.testing.assert_array_equal(run_arg(O.ARGMAX, [NAN, 1, 2], 0, type_), [0])
+    np.testing.assert_array_equal(run_arg(O.ARGMIN, [NAN, 1, 2], 0, type_), [0])
+    np.testing.assert_array_equal(run_arg(O.ARGMAX, [2, NAN, NAN], 0, type_), [0])
+    np.testing.assert_array_equal(run_arg(O.ARGMAX, [-np.inf, NAN, -np.inf], 0, type_), [0])
+    rows = np.array([[3, NAN, 4], [NAN, 9, 1], [-1, -2, NAN]])
+    np.testing.assert_array_equal(run_arg(O.ARGMAX, rows, 1, type_), [2, 0, 0])
+    np.testing.assert_array_equal(run_arg(O.ARGMIN, rows, 1, type_), [0, 0, 1])
+    np.testing.assert_array_equal(run_arg(O.ARGMAX, rows, 0, type_), [0, 0, 0])
+    np.testing.assert_array_equal(run_arg(O.ARGMIN, rows, 0, type_), [2, 0, 1])
 
 
 def test_arg_validation():

@@ -98,6 +98,16 @@ def test_align_quantized_constant_map(t, q):
     assert np.all(np.abs(out2.astype(int) - np.clip((q - 3) * 2, lo, hi)) <= 1)
 
 
+@pytest.mark.parametrize("rois,out_w", [([[0, 0, 1, 1]], 5), ([[0.5, 0, 1.5, 1]], 7)])
+def test_align_sums_as_many_samples_as_it_divides_by(rois, out_w):
+    """Each bin takes exactly sampling-ratio samples per axis (AOSP's loop since April 2019), so a
+    map of ones averages to 1 whatever the ratio; the earlier float32 ``while (v < end)`` loop
+    took 3,001 samples of 3,000 in some of these bins (1.00033)."""
+    ones = np.ones((1, 4, 4, 1), np.float32)
+    out = roi_align(ones, rois, [0], 1, out_w, h_samples=1, w_samples=3000)
+    np.testing.assert_allclose(out, np.ones((1, 1, out_w, 1)), rtol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------- ROI_POOLING
 
 def test_pooling_quadrant_max_by_hand():
@@ -125,6 +135,17 @@ def test_pooling_quantized():
     out = roi_pool(img, rois, [0], 2, 2, t=T.TENSOR_QUANT8_ASYMM_SIGNED, roi_t=T.TENSOR_QUANT16_ASYMM,
                    scale=0.5, zp=1, roi_scale=0.125)
     np.testing.assert_array_equal(out[0, :, :, 0], np.array([[5, 7], [13, 15]]) - 8)
+
+
+def test_pooling_nan_only_where_it_starts_a_bin():
+    """AOSP (RoiPooling.cpp) starts each bin's maximum at its first pixel (row-major) and takes
+    only greater values: a NaN there is the result, a NaN elsewhere in the bin is skipped."""
+    img = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    img[0, 1, 1, 0] = img[0, 0, 2, 0] = img[0, 3, 3, 0] = np.nan   # inside bin (0,0), first of (0,1), last of (1,1)
+    out = roi_pool(img, [[0, 0, 3, 3]], [0], 2, 2)
+    np.testing.assert_array_equal(out[0, :, :, 0], [[4, np.nan], [13, 14]])
+    half = roi_pool(img.astype(np.float16), [[0, 0, 3, 3]], [0], 2, 2, t=T.TENSOR_FLOAT16)
+    np.testing.assert_array_equal(half[0, :, :, 0], [[4, np.nan], [13, 14]])
 
 
 # ---------------------------------------------------------------------------------------------- zero ROIs
