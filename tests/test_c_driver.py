@@ -1,13 +1,13 @@
-"""The example driver in C (examples/c_driver): built with the system compiler, served over the
-remote-driver protocol, and held to the conformance suite on what it supports (ADD and MUL on
-TENSOR_FLOAT32) while everything else comes out skipped as unsupported. A protocol-level test
-checks that malformed messages get clean errors and never take the server down."""
+"""The example drivers on the nnts-driver SDK, in C (examples/c_driver) and in C++
+(examples/cpp_driver): built with the system compiler, served over the remote-driver protocol,
+and held to the conformance suite on what they support (ADD and MUL on TENSOR_FLOAT32, the
+example extension) while everything else comes out skipped as unsupported. A protocol-level
+test checks that malformed messages get clean errors and never take the server down."""
 from __future__ import annotations
 
 import os
 import random
 import shlex
-import shutil
 import subprocess
 import sys
 import threading
@@ -22,10 +22,9 @@ from nnapi_ref.remote.wire import Msg, Reader, Writer
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
 from nnts.mlts import stress
 
-from . import support
+from . import native, support
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "examples" / "c_driver" / "nnts_example_driver.c"
 
 # ADD and MUL in every dtype (only TENSOR_FLOAT32 and its relaxed variant are supported) and SUB
 # on float32 (not supported at all): generated tests in every execution mode, VTS model and
@@ -35,23 +34,30 @@ SUPPORTED_IDS = ("ADD-TENSOR_FLOAT32", "MUL-TENSOR_FLOAT32")  # also matches ...
 NO_DEVICE_MEMORY = "allocates no device memory"
 
 
-def _compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
+NAMES = {"c": "nnts-example-c", "cpp": "nnts-example-cpp"}
 
 
 @pytest.fixture(scope="module")
-def c_driver(tmp_path_factory) -> Path:
-    compiler = _compiler()
-    if compiler is None:
-        pytest.skip("no C compiler (cc, gcc or clang) on PATH: the example C driver cannot be built")
-    binary = tmp_path_factory.mktemp("c_driver") / "nnts_example_driver"
-    done = subprocess.run([compiler, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(binary),
-                           str(SOURCE), "-lm"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"{compiler} failed:\n{done.stderr}"
-    return binary
+def sdk_build(tmp_path_factory) -> Path:
+    if native.compilers() is None:
+        pytest.skip(native.missing_compiler_reason())
+    return tmp_path_factory.mktemp("sdk_drivers")
+
+
+@pytest.fixture(scope="module")
+def c_driver(sdk_build) -> Path:
+    return native.build(native.C_EXAMPLE, sdk_build, "nnts_example_driver")
+
+
+@pytest.fixture(scope="module")
+def cpp_driver(sdk_build) -> Path:
+    return native.build(native.CPP_EXAMPLE, sdk_build, "example_driver")
+
+
+@pytest.fixture(params=["c", "cpp"])
+def example(request) -> tuple[str, Path]:
+    """Each example driver in turn: (its language, its binary)."""
+    return request.param, request.getfixturevalue(f"{request.param}_driver")
 
 
 def _env() -> dict:
@@ -60,23 +66,24 @@ def _env() -> dict:
     return env
 
 
-def test_devices_lists_the_c_driver(c_driver):
+def test_devices_lists_the_example_driver(example):
+    language, binary = example
     done = subprocess.run([sys.executable, "-m", "nnts", "devices", "--driver",
-                           f"remote:{shlex.quote(str(c_driver))}"], cwd=ROOT, capture_output=True, text=True,
+                           f"remote:{shlex.quote(str(binary))}"], cwd=ROOT, capture_output=True, text=True,
                           timeout=60, env=_env())
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "nnts-example-c: type CPU, feature level 1000007" in done.stdout, done.stdout
+    assert f"{NAMES[language]}: type CPU, feature level 1000007" in done.stdout, done.stdout
     assert "cache files: (0, 0)" in done.stdout
     assert "TENSOR_FLOAT32" in done.stdout
 
 
-def test_extension_tests_pass_on_the_example_extension(c_driver, tmp_path):
-    """The C driver implements org.nnts.example (docs/extensions.md): CTS and VTS extension tests
+def test_extension_tests_pass_on_the_example_extension(example, tmp_path):
+    """Each example driver implements org.nnts.example (docs/extensions.md): CTS and VTS extension tests
     pass with the reference beside it, none skipped but the optional device memory."""
     report = tmp_path / "report.json"
     command = [sys.executable, "-m", "pytest", "cts/test_extensions.py", "vts/test_extensions.py", "-q", "-p",
                "no:cacheprovider", "--no-shared-vectors", "--driver",
-               f"remote:{shlex.quote(str(c_driver))},reference", "--report", str(report)]
+               f"remote:{shlex.quote(str(example[1]))},reference", "--report", str(report)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env())
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     outcomes = support.report_outcomes(report)
@@ -85,10 +92,10 @@ def test_extension_tests_pass_on_the_example_extension(c_driver, tmp_path):
     assert sum(outcome == "passed" for outcome, _ in outcomes.values()) >= 30
 
 
-def test_conformance_suite_passes_on_add_and_mul(c_driver, tmp_path):
+def test_conformance_suite_passes_on_add_and_mul(example, tmp_path):
     report = tmp_path / "report.json"
     command = [sys.executable, "-m", "pytest", "cts", "vts", "-q", "-p", "no:cacheprovider", "--no-shared-vectors",
-               "--reproducers", str(tmp_path / "reproducers"), "--driver", f"remote:{shlex.quote(str(c_driver))}",
+               "--reproducers", str(tmp_path / "reproducers"), "--driver", f"remote:{shlex.quote(str(example[1]))}",
                "-m", SELECTION, "--report", str(report)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=_env())
     output = done.stdout + done.stderr
@@ -128,7 +135,7 @@ def _add_model(fuse_value: int = 0) -> hal.Model:
 
 
 class _Server:
-    """The C driver on a pipe, one request and one reply at a time."""
+    """A driver on a pipe, one request and one reply at a time."""
 
     def __init__(self, binary: Path):
         self.proc = subprocess.Popen([str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -164,8 +171,9 @@ def _error_status(body: bytes) -> int:
     return wire.read_error(Reader(body)).status
 
 
-def test_malformed_messages_get_invalid_argument_and_the_server_survives(c_driver):
-    server = _Server(c_driver)
+def test_malformed_messages_get_invalid_argument_and_the_server_survives(example):
+    language, binary = example
+    server = _Server(binary)
     try:
         msg, body = server.call(Msg.HELLO, b"NNTX" + (1).to_bytes(4, "little"))
         assert msg == Msg.ERROR and _error_status(body) == hal.ErrorStatus.INVALID_ARGUMENT
@@ -175,7 +183,7 @@ def test_malformed_messages_get_invalid_argument_and_the_server_survives(c_drive
         msg, body = server.call(Msg.HELLO, b"NNTS" + wire.VERSION.to_bytes(4, "little"))
         assert msg == Msg.DEVICE_INFO
         r = Reader(body)
-        assert r.u32() == wire.VERSION and wire.read_device_info(r)["name"] == "nnts-example-c"
+        assert r.u32() == wire.VERSION and wire.read_device_info(r)["name"] == NAMES[language]
         r.end()
         msg, body = server.call(77, b"")
         assert msg == Msg.ERROR and _error_status(body) == hal.ErrorStatus.INVALID_ARGUMENT
@@ -233,9 +241,10 @@ def test_stress_set_on_a_stdio_only_driver(c_driver):
     assert graphs["supported_operations"] == 2 and graphs["skipped"] == 0 and graphs["passed"] >= stress.MIN_RANDOM_GRAPHS
 
 
-def test_the_c_driver_adds_its_spans_to_the_clients_trace(c_driver, tmp_path):
-    """TRACE_START / TRACE_COLLECT (docs/remote-protocol.md section 8): the C driver's prepare and
-    execute spans land in the trace as a process of their own, inside the client's calls."""
+def test_the_example_driver_adds_its_spans_to_the_clients_trace(example, tmp_path):
+    """TRACE_START / TRACE_COLLECT (docs/remote-protocol.md section 8): the driver's prepare and
+    execute spans (nnts_trace_span, nnts::traceSpan) and the SDK's own span of each request land
+    in the trace as a process of their own, inside the client's calls."""
     import json
 
     import numpy as np
@@ -247,7 +256,7 @@ def test_the_c_driver_adds_its_spans_to_the_clients_trace(c_driver, tmp_path):
     path = tmp_path / "trace.json"
     trace.reset()
     trace.start(str(path))
-    device = load_driver(f"remote:{shlex.quote(str(c_driver))}")
+    device = load_driver(f"remote:{shlex.quote(str(example[1]))}")
     try:
         compilation = Compilation(chain_model(), [Device(device)])
         compilation.finish()
@@ -265,6 +274,7 @@ def test_the_c_driver_adds_its_spans_to_the_clients_trace(c_driver, tmp_path):
         trace.reset()
     spans = {e["name"]: e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"}
     execute, prepare = spans["[NN_LD_PE]example execute"], spans["[NN_LD_PC]example prepareModel"]
-    call = spans["[NN_LI_PCO]EXECUTE_SYNC"]
-    assert execute["pid"] == prepare["pid"] != call["pid"]
-    assert call["ts"] <= execute["ts"] and execute["ts"] + execute["dur"] <= call["ts"] + call["dur"]
+    call, served = spans["[NN_LI_PCO]EXECUTE_SYNC"], spans["[NN_LI_PCO]serve EXECUTE_SYNC"]
+    assert execute["pid"] == prepare["pid"] == served["pid"] != call["pid"]
+    for inner, outer in ((execute, call), (execute, served), (served, call)):
+        assert outer["ts"] <= inner["ts"] and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"], (inner, outer)

@@ -98,7 +98,8 @@ class Server {
 
 // Serves one byte stream: frames from in, replies to out, until the end of the stream.
 // Returns false when a frame broke the protocol (the connection is then closed).
-bool serveStream(const std::shared_ptr<IDevice>& device, int in, int out, unsigned workers);
+bool serveStream(const std::shared_ptr<IDevice>& device, int in, int out, unsigned workers,
+                 const RegionOpener& opener = mapRegionFile);
 
 // Fatal signals: one line naming the device and the message in hand, on stderr.
 void installDeathReport(const std::string& deviceName);

@@ -142,10 +142,10 @@ void installDeathReport(const std::string& deviceName) {
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
 }
 
-bool serveStream(const std::shared_ptr<IDevice>& device, int in, int out, unsigned workers) {
+bool serveStream(const std::shared_ptr<IDevice>& device, int in, int out, unsigned workers, const RegionOpener& opener) {
     FdOutput output(out);
     WorkerPool pool(workers);
-    Server server(device, output, pool, mapRegionFile);
+    Server server(device, output, pool, opener);
     std::vector<uint8_t> body;
     for (;;) {
         uint8_t header[16];
@@ -189,7 +189,10 @@ int usage(const char* program, const std::string& what) {
 // Listens on a Unix socket of the owner's only; replaces only an earlier server's socket at path.
 int listenOn(const char* program, const std::string& path) {
     sockaddr_un addr{};
-    if (path.size() >= sizeof addr.sun_path) return usage(program, "socket path too long: " + path), -1;
+    if (path.size() >= sizeof addr.sun_path) {
+        usage(program, "socket path too long: " + path);
+        return -1;
+    }
     struct stat st{};
     if (lstat(path.c_str(), &st) == 0) {
         if (!S_ISSOCK(st.st_mode) || st.st_uid != getuid()) {
