@@ -278,3 +278,100 @@ def test_the_example_driver_adds_its_spans_to_the_clients_trace(example, tmp_pat
     assert execute["pid"] == prepare["pid"] == served["pid"] != call["pid"]
     for inner, outer in ((execute, call), (execute, served), (served, call)):
         assert outer["ts"] <= inner["ts"] and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"], (inner, outer)
+
+
+def test_a_driver_served_on_a_socket_serves_one_client_after_another(c_driver, tmp_path):
+    """--socket PATH: a socket of the owner's only; each client gets a fresh connection's state."""
+    path = tmp_path / "driver.sock"
+    server = subprocess.Popen([str(c_driver), "--socket", str(path)], stderr=subprocess.PIPE)
+    try:
+        for _ in range(100):
+            if path.exists():
+                break
+            threading.Event().wait(0.05)
+        assert path.exists() and (path.stat().st_mode & 0o077) == 0
+        for _ in range(2):
+            done = subprocess.run([sys.executable, "-m", "nnts", "devices", "--driver", f"socket:{path}"], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=60, env=_env())
+            assert done.returncode == 0 and "nnts-example-c" in done.stdout, done.stdout + done.stderr
+    finally:
+        server.kill()
+        server.wait()
+    (tmp_path / "not-a-socket").write_text("keep me")
+    done = subprocess.run([str(c_driver), "--socket", str(tmp_path / "not-a-socket")], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode != 0 and "not a socket" in done.stderr
+    assert (tmp_path / "not-a-socket").read_text() == "keep me"
+    done = subprocess.run([str(c_driver), "--frobnicate"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "unknown argument --frobnicate" in done.stderr and "Traceback" not in done.stderr
+
+
+CRASHING_DRIVER = r'''
+#include <stdlib.h>
+#include "nnts/driver.h"
+static int32_t supported(void *c, const nnts_model *m, bool *s, nnts_error *e) { (void)c, (void)m, (void)s, (void)e; abort(); }
+static int32_t prepare(void *c, const nnts_model *m, const nnts_prepare_options *o, void **p, nnts_error *e)
+{ (void)c, (void)m, (void)o, (void)p; return nnts_fail(e, NNTS_GENERAL_FAILURE, "no"); }
+static int32_t execute(void *c, void *p, const nnts_request *q, const nnts_execution_options *o, nnts_output_shape *s,
+                       nnts_timing *t, nnts_error *e) { (void)c, (void)p, (void)q, (void)o, (void)s, (void)t; return nnts_fail(e, 2, "no"); }
+int main(int argc, char **argv)
+{
+    nnts_driver d = {.abi_version = NNTS_DRIVER_ABI_VERSION, .info = {.name = "crashy", .feature_level = 1000007,
+                     .type = 2}, .get_supported_operations = supported, .prepare_model = prepare, .execute = execute};
+    return nnts_serve(&d, argc, argv);
+}
+'''
+
+
+def test_a_driver_that_dies_leaves_one_line_naming_the_message(sdk_build, tmp_path):
+    source = tmp_path / "crashy.c"
+    source.write_text(CRASHING_DRIVER)
+    binary = native.build(source, sdk_build, "crashy")
+    w = Writer()
+    wire.write_model(w, _add_model(), None)
+    body = b"".join(w.parts)
+    frames = (wire.HEADER.pack(20, Msg.HELLO, 1) + b"NNTS" + wire.VERSION.to_bytes(4, "little") +
+              wire.HEADER.pack(12 + len(body), Msg.GET_SUPPORTED_OPERATIONS, 2) + body)
+    done = subprocess.run([str(binary)], input=frames, capture_output=True, timeout=60)
+    assert done.returncode < 0 or done.returncode > 128, done.returncode
+    assert b"nnts-driver: crashy died of SIGABRT while handling GET_SUPPORTED_OPERATIONS" in done.stderr, done.stderr
+    length, msg, call_id = wire.HEADER.unpack(done.stdout[:wire.HEADER.size])
+    assert (msg, call_id) == (Msg.DEVICE_INFO, 1)
+
+
+def test_the_cmake_package_and_pkg_config_file_build_the_cpp_example(tmp_path):
+    """find_package(nnts-driver) with `nnts sdk --cmake-dir`, and pkg-config with `--pkg-config-dir`."""
+    import shutil
+    if native.compilers() is None:
+        pytest.skip(native.missing_compiler_reason())
+    sdk = subprocess.run([sys.executable, "-m", "nnts", "sdk", "--cmake-dir", "--pkg-config-dir"], capture_output=True,
+                         text=True, timeout=60, env=_env())
+    assert sdk.returncode == 0, sdk.stderr
+    cmake_dir, pc_dir = sdk.stdout.split()
+    if shutil.which("pkg-config"):
+        env = dict(_env(), PKG_CONFIG_PATH=pc_dir)
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "nnts-driver"], capture_output=True, text=True,
+                               env=env, timeout=30)
+        sources = subprocess.run(["pkg-config", "--variable=sources", "nnts-driver"], capture_output=True, text=True,
+                                 env=env, timeout=30)
+        assert flags.returncode == 0 and "-pthread" in flags.stdout, flags.stderr
+        include = flags.stdout.split()[0][2:]
+        assert (Path(include) / "nnts" / "driver.hpp").is_file()
+        assert all(Path(s).is_file() for s in sources.stdout.split()) and len(sources.stdout.split()) == 3
+    if not shutil.which("cmake"):
+        pytest.skip("no cmake on PATH: the CMake package is not built")
+    (tmp_path / "CMakeLists.txt").write_text(f"""cmake_minimum_required(VERSION 3.16)
+project(acme CXX)
+find_package(nnts-driver 1.0 CONFIG REQUIRED PATHS "{cmake_dir}" NO_DEFAULT_PATH)
+add_executable(example_driver "{native.CPP_EXAMPLE}")
+target_compile_options(example_driver PRIVATE -Wall -Wextra -Werror)
+target_link_libraries(example_driver PRIVATE nnts::driver)
+""")
+    build = tmp_path / "build"
+    for command in (["cmake", "-S", str(tmp_path), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"],
+                    ["cmake", "--build", str(build), "-j", "2"]):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    done = subprocess.run([sys.executable, "-m", "nnts", "devices", "--driver", f"remote:{build / 'example_driver'}"],
+                          capture_output=True, text=True, timeout=60, env=_env())
+    assert done.returncode == 0 and "nnts-example-cpp" in done.stdout, done.stdout + done.stderr
