@@ -99,6 +99,8 @@ std::atomic<bool> tracing{false};
 std::vector<Span> spans;
 std::map<uint64_t, std::string> threadNames;
 thread_local uint64_t threadId = 0;
+thread_local int64_t spanStart = -1;  // the ipc span of the request this worker handles
+thread_local uint32_t spanType = 0;
 
 uint64_t currentThread() {
     if (!threadId) threadId = uint64_t(syscall(SYS_gettid));
@@ -362,7 +364,14 @@ struct Connection {
 
     uint64_t newHandle() { return nextHandle++; }
 
-    void reply(uint32_t type, uint64_t callId, const Writer& w) { out.frame(type, callId, w.b); }
+    // A worker's ipc span ends when its reply goes out (the client's call ends when it arrives).
+    void reply(uint32_t type, uint64_t callId, const Writer& w) {
+        if (spanStart >= 0) {
+            traceSpan((std::string("serve ") + messageName(spanType)).c_str(), ipcPhase(spanType), "ipc", spanStart);
+            spanStart = -1;
+        }
+        out.frame(type, callId, w.b);
+    }
     void replyError(uint64_t callId, const Error& e, bool withShapes = false) {
         Writer w;
         w.i32(int32_t(e.code == ErrorStatus::NONE ? ErrorStatus::GENERAL_FAILURE : e.code));
@@ -371,15 +380,21 @@ struct Connection {
         reply(REPLY_ERROR, callId, w);
     }
 
-    // Runs job on the worker pool, in an ipc span; the connection does not end before it finishes.
-    void later(std::function<void()> job) {
+    // Runs job (which replies to callId) on the worker pool, in an ipc span; the connection does
+    // not end before it finishes.
+    void later(uint64_t callId, std::function<void()> job) {
         inFlight++;
         uint32_t type = currentType;
-        pool.submit([this, type, job = std::move(job)] {
+        pool.submit([this, type, callId, job = std::move(job)] {
             setCurrentMessage(messageName(type));
-            TimePoint started = now();
-            job();
-            traceSpan((std::string("serve ") + messageName(type)).c_str(), ipcPhase(type), "ipc", started);
+            spanType = type;
+            spanStart = now();
+            try {
+                job();
+            } catch (const std::exception& e) {  // the SDK's own failure (out of memory): the call still ends
+                replyError(callId, error(ErrorStatus::GENERAL_FAILURE, format("nnts-driver: %s", e.what())));
+            }
+            spanStart = -1;
             setCurrentMessage(nullptr);
             std::lock_guard<std::mutex> lock(doneMutex);
             if (--inFlight == 0) done.notify_all();
@@ -810,8 +825,8 @@ struct Connection {
         return true;
     }
 
-    // Structural request validation against the prepared model; resolves every argument's bytes.
-    // keep: the mappings the request uses, held until the execution ends.
+    // Structural request validation against the prepared model; resolves every argument's bytes
+    // (the decoded request holds the mappings they are in until the execution ends).
     Result<Request> resolveRequest(const Model& m, const DecodedRequest& q) {
         const auto& sg = m.main;
         if (q.in.size() != sg.inputIndexes.size() || q.out.size() != sg.outputIndexes.size())
@@ -953,7 +968,7 @@ struct Connection {
     void onSupported(uint64_t callId, Reader& r) {
         auto d = decodeValidModel(r);
         r.end();
-        later([this, callId, d] {
+        later(callId, [this, callId, d] {
             auto ok = validateModel(*d);
             if (!ok) return replyError(callId, ok.error());
             placeConstants(*d);
@@ -1016,7 +1031,7 @@ struct Connection {
         readCache(r, *cache);
         r.end();
         TimePoint deadline = hasDeadline ? absolute(received, relative) : NO_DEADLINE;
-        later([=] {
+        later(callId, [=] {
             if (preference < 0 || preference > 2)
                 return replyError(callId, invalid(format("invalid execution preference %d", preference)));
             if (priority != 90 && priority != 100 && priority != 110)
@@ -1048,7 +1063,7 @@ struct Connection {
         readCache(r, *cache);
         r.end();
         TimePoint deadline = hasDeadline ? absolute(received, relative) : NO_DEADLINE;
-        later([=] {
+        later(callId, [=] {
             if (deadline != NO_DEADLINE && now() > deadline)
                 return replyError(callId, error(ErrorStatus::MISSED_DEADLINE_PERSISTENT, "the compilation deadline passed"));
             auto p = guard<std::shared_ptr<IPreparedModel>>([&] {
@@ -1154,10 +1169,10 @@ struct Connection {
         if (!req) throw Refused{req.error()};
         auto request = std::make_shared<Request>(std::move(req.value()));
         if (type == EXECUTE_SYNC) {
-            later([=] { replyExecuted(callId, run(*x, *request, nullptr, {})); });
+            later(callId, [=] { replyExecuted(callId, run(*x, *request, nullptr, {})); });
         } else if (type == EXECUTE_ASYNC) {
             reply(REPLY_LAUNCHED, callId, Writer());
-            later([=] {
+            later(callId, [=] {
                 auto done = run(*x, *request, nullptr, {});
                 Writer w;
                 w.i32(done ? 0 : int32_t(done.error().code));
@@ -1184,7 +1199,7 @@ struct Connection {
                 if (f == -2) throw Refused{error(ErrorStatus::MISSED_DEADLINE_PERSISTENT, "deadline passed waiting for a fence")};
                 if (f != 0) throw Refused{error(ErrorStatus::GENERAL_FAILURE, "a waited-for fence signalled an error")};
             }
-            later([=] {
+            later(callId, [=] {
                 TimePoint fenced = now();
                 Exec e = *x;
                 if (hasAfter) e.deadline = std::min(e.deadline, absolute(fenced, afterFence));
@@ -1247,7 +1262,7 @@ struct Connection {
             burst->tokens.insert(tokens.begin(), tokens.end());
         }
         auto request = std::make_shared<Request>(std::move(req.value()));
-        later([=] { replyExecuted(callId, run(*x, *request, burst, tokens)); });
+        later(callId, [=] { replyExecuted(callId, run(*x, *request, burst, tokens)); });
     }
 
     void onBurstRelease(uint64_t callId, Reader& r) {
@@ -1320,7 +1335,7 @@ struct Connection {
         Dimensions dims;
         if (type == BUFFER_COPY_FROM) dims = r.u32list();
         r.end();
-        later([=] {
+        later(callId, [=] {
             auto done = guard<bool>([&]() -> Result<bool> {
                 auto ok = type == BUFFER_COPY_TO ? b->buffer->copyTo(ref.data, ref.length)
                                                  : b->buffer->copyFrom(ref.data, ref.length, dims);
@@ -1433,6 +1448,8 @@ struct Connection {
         } catch (const std::bad_alloc&) {
             if (type < REGION_ADD)
                 replyError(callId, error(ErrorStatus::RESOURCE_EXHAUSTED_TRANSIENT, "out of memory decoding the message"));
+        } catch (const std::exception& e) {  // a driver's getter that threw
+            if (type < REGION_ADD) replyError(callId, error(ErrorStatus::GENERAL_FAILURE, e.what()));
         }
         setCurrentMessage(nullptr);
     }
