@@ -335,7 +335,7 @@ def test_a_driver_that_dies_leaves_one_line_naming_the_message(sdk_build, tmp_pa
     done = subprocess.run([str(binary)], input=frames, capture_output=True, timeout=60)
     assert done.returncode < 0 or done.returncode > 128, done.returncode
     assert b"nnts-driver: crashy died of SIGABRT while handling GET_SUPPORTED_OPERATIONS" in done.stderr, done.stderr
-    length, msg, call_id = wire.HEADER.unpack(done.stdout[:wire.HEADER.size])
+    _, msg, call_id = wire.HEADER.unpack(done.stdout[:wire.HEADER.size])
     assert (msg, call_id) == (Msg.DEVICE_INFO, 1)
 
 
