@@ -1,13 +1,13 @@
-"""The example driver in C (examples/c_driver): built with the system compiler, served over the
-remote-driver protocol, and held to the conformance suite on what it supports (ADD and MUL on
-TENSOR_FLOAT32) while everything else comes out skipped as unsupported. A protocol-level test
-checks that malformed messages get clean errors and never take the server down."""
+"""The example drivers on the nnts-driver SDK, in C (examples/c_driver) and in C++
+(examples/cpp_driver): built with the system compiler, served over the remote-driver protocol,
+and held to the conformance suite on what they support (ADD and MUL on TENSOR_FLOAT32, the
+example extension) while everything else comes out skipped as unsupported. A protocol-level
+test checks that malformed messages get clean errors and never take the server down."""
 from __future__ import annotations
 
 import os
 import random
 import shlex
-import shutil
 import subprocess
 import sys
 import threading
@@ -22,10 +22,9 @@ from nnapi_ref.remote.wire import Msg, Reader, Writer
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode as Op
 from nnts.mlts import stress
 
-from . import support
+from . import native, support
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "examples" / "c_driver" / "nnts_example_driver.c"
 
 # ADD and MUL in every dtype (only TENSOR_FLOAT32 and its relaxed variant are supported) and SUB
 # on float32 (not supported at all): generated tests in every execution mode, VTS model and
@@ -35,23 +34,30 @@ SUPPORTED_IDS = ("ADD-TENSOR_FLOAT32", "MUL-TENSOR_FLOAT32")  # also matches ...
 NO_DEVICE_MEMORY = "allocates no device memory"
 
 
-def _compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
+NAMES = {"c": "nnts-example-c", "cpp": "nnts-example-cpp"}
 
 
 @pytest.fixture(scope="module")
-def c_driver(tmp_path_factory) -> Path:
-    compiler = _compiler()
-    if compiler is None:
-        pytest.skip("no C compiler (cc, gcc or clang) on PATH: the example C driver cannot be built")
-    binary = tmp_path_factory.mktemp("c_driver") / "nnts_example_driver"
-    done = subprocess.run([compiler, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(binary),
-                           str(SOURCE), "-lm"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"{compiler} failed:\n{done.stderr}"
-    return binary
+def sdk_build(tmp_path_factory) -> Path:
+    if native.compilers() is None:
+        pytest.skip(native.missing_compiler_reason())
+    return tmp_path_factory.mktemp("sdk_drivers")
+
+
+@pytest.fixture(scope="module")
+def c_driver(sdk_build) -> Path:
+    return native.build(native.C_EXAMPLE, sdk_build, "nnts_example_driver")
+
+
+@pytest.fixture(scope="module")
+def cpp_driver(sdk_build) -> Path:
+    return native.build(native.CPP_EXAMPLE, sdk_build, "example_driver")
+
+
+@pytest.fixture(params=["c", "cpp"])
+def example(request) -> tuple[str, Path]:
+    """Each example driver in turn: (its language, its binary)."""
+    return request.param, request.getfixturevalue(f"{request.param}_driver")
 
 
 def _env() -> dict:
@@ -60,23 +66,24 @@ def _env() -> dict:
     return env
 
 
-def test_devices_lists_the_c_driver(c_driver):
+def test_devices_lists_the_example_driver(example):
+    language, binary = example
     done = subprocess.run([sys.executable, "-m", "nnts", "devices", "--driver",
-                           f"remote:{shlex.quote(str(c_driver))}"], cwd=ROOT, capture_output=True, text=True,
+                           f"remote:{shlex.quote(str(binary))}"], cwd=ROOT, capture_output=True, text=True,
                           timeout=60, env=_env())
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "nnts-example-c: type CPU, feature level 1000007" in done.stdout, done.stdout
+    assert f"{NAMES[language]}: type CPU, feature level 1000007" in done.stdout, done.stdout
     assert "cache files: (0, 0)" in done.stdout
     assert "TENSOR_FLOAT32" in done.stdout
 
 
-def test_extension_tests_pass_on_the_example_extension(c_driver, tmp_path):
-    """The C driver implements org.nnts.example (docs/extensions.md): CTS and VTS extension tests
+def test_extension_tests_pass_on_the_example_extension(example, tmp_path):
+    """Each example driver implements org.nnts.example (docs/extensions.md): CTS and VTS extension tests
     pass with the reference beside it, none skipped but the optional device memory."""
     report = tmp_path / "report.json"
     command = [sys.executable, "-m", "pytest", "cts/test_extensions.py", "vts/test_extensions.py", "-q", "-p",
                "no:cacheprovider", "--no-shared-vectors", "--driver",
-               f"remote:{shlex.quote(str(c_driver))},reference", "--report", str(report)]
+               f"remote:{shlex.quote(str(example[1]))},reference", "--report", str(report)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env())
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     outcomes = support.report_outcomes(report)
@@ -85,10 +92,10 @@ def test_extension_tests_pass_on_the_example_extension(c_driver, tmp_path):
     assert sum(outcome == "passed" for outcome, _ in outcomes.values()) >= 30
 
 
-def test_conformance_suite_passes_on_add_and_mul(c_driver, tmp_path):
+def test_conformance_suite_passes_on_add_and_mul(example, tmp_path):
     report = tmp_path / "report.json"
     command = [sys.executable, "-m", "pytest", "cts", "vts", "-q", "-p", "no:cacheprovider", "--no-shared-vectors",
-               "--reproducers", str(tmp_path / "reproducers"), "--driver", f"remote:{shlex.quote(str(c_driver))}",
+               "--reproducers", str(tmp_path / "reproducers"), "--driver", f"remote:{shlex.quote(str(example[1]))}",
                "-m", SELECTION, "--report", str(report)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=_env())
     output = done.stdout + done.stderr
@@ -128,7 +135,7 @@ def _add_model(fuse_value: int = 0) -> hal.Model:
 
 
 class _Server:
-    """The C driver on a pipe, one request and one reply at a time."""
+    """A driver on a pipe, one request and one reply at a time."""
 
     def __init__(self, binary: Path):
         self.proc = subprocess.Popen([str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -164,8 +171,9 @@ def _error_status(body: bytes) -> int:
     return wire.read_error(Reader(body)).status
 
 
-def test_malformed_messages_get_invalid_argument_and_the_server_survives(c_driver):
-    server = _Server(c_driver)
+def test_malformed_messages_get_invalid_argument_and_the_server_survives(example):
+    language, binary = example
+    server = _Server(binary)
     try:
         msg, body = server.call(Msg.HELLO, b"NNTX" + (1).to_bytes(4, "little"))
         assert msg == Msg.ERROR and _error_status(body) == hal.ErrorStatus.INVALID_ARGUMENT
@@ -175,7 +183,7 @@ def test_malformed_messages_get_invalid_argument_and_the_server_survives(c_drive
         msg, body = server.call(Msg.HELLO, b"NNTS" + wire.VERSION.to_bytes(4, "little"))
         assert msg == Msg.DEVICE_INFO
         r = Reader(body)
-        assert r.u32() == wire.VERSION and wire.read_device_info(r)["name"] == "nnts-example-c"
+        assert r.u32() == wire.VERSION and wire.read_device_info(r)["name"] == NAMES[language]
         r.end()
         msg, body = server.call(77, b"")
         assert msg == Msg.ERROR and _error_status(body) == hal.ErrorStatus.INVALID_ARGUMENT
@@ -233,9 +241,10 @@ def test_stress_set_on_a_stdio_only_driver(c_driver):
     assert graphs["supported_operations"] == 2 and graphs["skipped"] == 0 and graphs["passed"] >= stress.MIN_RANDOM_GRAPHS
 
 
-def test_the_c_driver_adds_its_spans_to_the_clients_trace(c_driver, tmp_path):
-    """TRACE_START / TRACE_COLLECT (docs/remote-protocol.md section 8): the C driver's prepare and
-    execute spans land in the trace as a process of their own, inside the client's calls."""
+def test_the_example_driver_adds_its_spans_to_the_clients_trace(example, tmp_path):
+    """TRACE_START / TRACE_COLLECT (docs/remote-protocol.md section 8): the driver's prepare and
+    execute spans (nnts_trace_span, nnts::traceSpan) and the SDK's own span of each request land
+    in the trace as a process of their own, inside the client's calls."""
     import json
 
     import numpy as np
@@ -247,7 +256,7 @@ def test_the_c_driver_adds_its_spans_to_the_clients_trace(c_driver, tmp_path):
     path = tmp_path / "trace.json"
     trace.reset()
     trace.start(str(path))
-    device = load_driver(f"remote:{shlex.quote(str(c_driver))}")
+    device = load_driver(f"remote:{shlex.quote(str(example[1]))}")
     try:
         compilation = Compilation(chain_model(), [Device(device)])
         compilation.finish()
@@ -265,6 +274,104 @@ def test_the_c_driver_adds_its_spans_to_the_clients_trace(c_driver, tmp_path):
         trace.reset()
     spans = {e["name"]: e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"}
     execute, prepare = spans["[NN_LD_PE]example execute"], spans["[NN_LD_PC]example prepareModel"]
-    call = spans["[NN_LI_PCO]EXECUTE_SYNC"]
-    assert execute["pid"] == prepare["pid"] != call["pid"]
-    assert call["ts"] <= execute["ts"] and execute["ts"] + execute["dur"] <= call["ts"] + call["dur"]
+    call, served = spans["[NN_LI_PCO]EXECUTE_SYNC"], spans["[NN_LI_PCO]serve EXECUTE_SYNC"]
+    assert execute["pid"] == prepare["pid"] == served["pid"] != call["pid"]
+    for inner, outer in ((execute, call), (execute, served), (served, call)):
+        assert outer["ts"] <= inner["ts"] and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"], (inner, outer)
+
+
+def test_a_driver_served_on_a_socket_serves_one_client_after_another(c_driver, tmp_path):
+    """--socket PATH: a socket of the owner's only; each client gets a fresh connection's state."""
+    path = tmp_path / "driver.sock"
+    server = subprocess.Popen([str(c_driver), "--socket", str(path)], stderr=subprocess.PIPE)
+    try:
+        for _ in range(100):
+            if path.exists():
+                break
+            threading.Event().wait(0.05)
+        assert path.exists() and (path.stat().st_mode & 0o077) == 0
+        for _ in range(2):
+            done = subprocess.run([sys.executable, "-m", "nnts", "devices", "--driver", f"socket:{path}"], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=60, env=_env())
+            assert done.returncode == 0 and "nnts-example-c" in done.stdout, done.stdout + done.stderr
+    finally:
+        server.kill()
+        server.wait()
+    (tmp_path / "not-a-socket").write_text("keep me")
+    done = subprocess.run([str(c_driver), "--socket", str(tmp_path / "not-a-socket")], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode != 0 and "not a socket" in done.stderr
+    assert (tmp_path / "not-a-socket").read_text() == "keep me"
+    done = subprocess.run([str(c_driver), "--frobnicate"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "unknown argument --frobnicate" in done.stderr and "Traceback" not in done.stderr
+
+
+CRASHING_DRIVER = r'''
+#include <stdlib.h>
+#include "nnts/driver.h"
+static int32_t supported(void *c, const nnts_model *m, bool *s, nnts_error *e) { (void)c, (void)m, (void)s, (void)e; abort(); }
+static int32_t prepare(void *c, const nnts_model *m, const nnts_prepare_options *o, void **p, nnts_error *e)
+{ (void)c, (void)m, (void)o, (void)p; return nnts_fail(e, NNTS_GENERAL_FAILURE, "no"); }
+static int32_t execute(void *c, void *p, const nnts_request *q, const nnts_execution_options *o, nnts_output_shape *s,
+                       nnts_timing *t, nnts_error *e) { (void)c, (void)p, (void)q, (void)o, (void)s, (void)t; return nnts_fail(e, 2, "no"); }
+int main(int argc, char **argv)
+{
+    nnts_driver d = {.abi_version = NNTS_DRIVER_ABI_VERSION, .info = {.name = "crashy", .feature_level = 1000007,
+                     .type = 2}, .get_supported_operations = supported, .prepare_model = prepare, .execute = execute};
+    return nnts_serve(&d, argc, argv);
+}
+'''
+
+
+def test_a_driver_that_dies_leaves_one_line_naming_the_message(sdk_build, tmp_path):
+    source = tmp_path / "crashy.c"
+    source.write_text(CRASHING_DRIVER)
+    binary = native.build(source, sdk_build, "crashy")
+    w = Writer()
+    wire.write_model(w, _add_model(), None)
+    body = b"".join(w.parts)
+    frames = (wire.HEADER.pack(20, Msg.HELLO, 1) + b"NNTS" + wire.VERSION.to_bytes(4, "little") +
+              wire.HEADER.pack(12 + len(body), Msg.GET_SUPPORTED_OPERATIONS, 2) + body)
+    done = subprocess.run([str(binary)], input=frames, capture_output=True, timeout=60)
+    assert done.returncode < 0 or done.returncode > 128, done.returncode
+    assert b"nnts-driver: crashy died of SIGABRT while handling GET_SUPPORTED_OPERATIONS" in done.stderr, done.stderr
+    _, msg, call_id = wire.HEADER.unpack(done.stdout[:wire.HEADER.size])
+    assert (msg, call_id) == (Msg.DEVICE_INFO, 1)
+
+
+def test_the_cmake_package_and_pkg_config_file_build_the_cpp_example(tmp_path):
+    """find_package(nnts-driver) with `nnts sdk --cmake-dir`, and pkg-config with `--pkg-config-dir`."""
+    import shutil
+    if native.compilers() is None:
+        pytest.skip(native.missing_compiler_reason())
+    sdk = subprocess.run([sys.executable, "-m", "nnts", "sdk", "--cmake-dir", "--pkg-config-dir"], capture_output=True,
+                         text=True, timeout=60, env=_env())
+    assert sdk.returncode == 0, sdk.stderr
+    cmake_dir, pc_dir = sdk.stdout.split()
+    if shutil.which("pkg-config"):
+        env = dict(_env(), PKG_CONFIG_PATH=pc_dir)
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "nnts-driver"], capture_output=True, text=True,
+                               env=env, timeout=30)
+        sources = subprocess.run(["pkg-config", "--variable=sources", "nnts-driver"], capture_output=True, text=True,
+                                 env=env, timeout=30)
+        assert flags.returncode == 0 and "-pthread" in flags.stdout, flags.stderr
+        include = flags.stdout.split()[0][2:]
+        assert (Path(include) / "nnts" / "driver.hpp").is_file()
+        assert all(Path(s).is_file() for s in sources.stdout.split()) and len(sources.stdout.split()) == 3
+    if not shutil.which("cmake"):
+        pytest.skip("no cmake on PATH: the CMake package is not built")
+    (tmp_path / "CMakeLists.txt").write_text(f"""cmake_minimum_required(VERSION 3.16)
+project(acme CXX)
+find_package(nnts-driver 1.0 CONFIG REQUIRED PATHS "{cmake_dir}" NO_DEFAULT_PATH)
+add_executable(example_driver "{native.CPP_EXAMPLE}")
+target_compile_options(example_driver PRIVATE -Wall -Wextra -Werror)
+target_link_libraries(example_driver PRIVATE nnts::driver)
+""")
+    build = tmp_path / "build"
+    for command in (["cmake", "-S", str(tmp_path), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"],
+                    ["cmake", "--build", str(build), "-j", "2"]):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    done = subprocess.run([sys.executable, "-m", "nnts", "devices", "--driver", f"remote:{build / 'example_driver'}"],
+                          capture_output=True, text=True, timeout=60, env=_env())
+    assert done.returncode == 0 and "nnts-example-cpp" in done.stdout, done.stdout + done.stderr

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from markupsafe import escape as html_escape
 
-from tests.test_c_driver import SOURCE, _compiler
+from tests import native
 from tests.test_report import pytest_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,12 +60,9 @@ document.getElementById("f").onload = function () {
 
 @pytest.fixture(scope="module")
 def c_driver_binary(tmp_path_factory):
-    compiler = _compiler()
-    if compiler is None:
-        pytest.skip("no C compiler to build the example C driver")
-    binary = tmp_path_factory.mktemp("c_driver") / "nnts_example_driver"
-    subprocess.run([compiler, "-std=c11", "-O2", "-o", str(binary), str(SOURCE), "-lm"], check=True, timeout=120)
-    return binary
+    if native.compilers() is None:
+        pytest.skip(native.missing_compiler_reason())
+    return native.build(native.C_EXAMPLE, tmp_path_factory.mktemp("c_driver"), "nnts_example_driver")
 
 
 def _env() -> dict:

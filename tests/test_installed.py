@@ -198,3 +198,117 @@ def test_bench_on_a_seeded_model(installed, tmp_path):
                         "--runs", "3", "--warmup", "1", "--json", str(result)], cwd=vendor)
     assert status == 0, out[-3000:]
     assert result.is_file() and '"status": "passed"' in result.read_text().replace('"status":"passed"', '"status": "passed"')
+
+
+# A team's native driver, written from the installed SDK's header alone: ADD on TENSOR_FLOAT32 of
+# one shape, without a fused activation; everything else unsupported. PLANTED_FAULT breaks it.
+NATIVE_DRIVER = r'''
+#include <cstring>
+#include <memory>
+#include "nnts/driver.hpp"
+using namespace nnts;
+
+static bool plainAdd(const Model::Subgraph& sg, const Operation& op) {
+    if (op.type != int32_t(OperationType::ADD) || op.inputs.size() != 3 || op.outputs.size() != 1) return false;
+    const Operand &a = sg.operands[op.inputs[0]], &b = sg.operands[op.inputs[1]], &f = sg.operands[op.inputs[2]];
+    const Operand& out = sg.operands[op.outputs[0]];
+    int32_t fuse = -1;
+    if (f.location.pointer) std::memcpy(&fuse, f.location.pointer, 4);
+    int32_t t = int32_t(OperandType::TENSOR_FLOAT32);
+    return a.type == t && b.type == t && out.type == t && fuse == 0 && !a.dimensions.empty() &&
+           a.dimensions == b.dimensions && (out.dimensions.empty() || out.dimensions == a.dimensions);
+}
+
+struct Prepared : IPreparedModel {
+    explicit Prepared(const Model& m) : model(m) {}
+    const Model& model;
+    Result<ExecutionOutput> execute(const Request& request, bool, TimePoint, Duration) const override {
+        const Model::Subgraph& sg = model.main;
+        std::vector<std::vector<float>> values(sg.operands.size());
+        for (size_t i = 0; i < request.inputs.size(); i++) {
+            const auto& a = request.inputs[i];
+            const float* p = static_cast<const float*>(a.location.pointer);
+            values[sg.inputIndexes[i]].assign(p, p + a.location.length / 4);
+        }
+        Dimensions shape;
+        for (const Operation& op : sg.operations) {
+            const auto &x = values[op.inputs[0]], &y = values[op.inputs[1]];
+            if (x.size() != y.size()) return error(ErrorStatus::GENERAL_FAILURE, "shapes differ");
+            auto& z = values[op.outputs[0]];
+            z.resize(x.size());
+            for (size_t i = 0; i < x.size(); i++) z[i] = x[i] + y[i];
+#ifdef PLANTED_FAULT
+            if (!z.empty()) z[0] += 0.5f;
+#endif
+            shape = request.inputs.empty() ? sg.operands[op.inputs[0]].dimensions : request.inputs[0].dimensions;
+        }
+        std::vector<OutputShape> shapes;
+        for (size_t i = 0; i < request.outputs.size(); i++) {
+            const auto& z = values[sg.outputIndexes[i]];
+            shapes.push_back({shape, request.outputs[i].location.length >= z.size() * 4});
+            if (!shapes.back().isSufficient) return Error{ErrorStatus::OUTPUT_INSUFFICIENT_SIZE, "too small", {}};
+            std::memcpy(request.outputs[i].location.pointer, z.data(), z.size() * 4);
+        }
+        return ExecutionOutput{shapes, Timing{}};
+    }
+};
+
+struct Device : IDevice {
+    std::string name = "acme-native", version = "1.0";
+    Capabilities caps;
+    std::vector<Extension> extensions;
+    Device() { caps.operandPerformance = {{int32_t(OperandType::TENSOR_FLOAT32), {}}, {int32_t(OperandType::INT32), {}}}; }
+    const std::string& getName() const override { return name; }
+    const std::string& getVersionString() const override { return version; }
+    int64_t getFeatureLevel() const override { return 1000007; }
+    DeviceType getType() const override { return DeviceType::ACCELERATOR; }
+    const std::vector<Extension>& getSupportedExtensions() const override { return extensions; }
+    const Capabilities& getCapabilities() const override { return caps; }
+    Result<std::vector<bool>> getSupportedOperations(const Model& model) const override {
+        std::vector<bool> flags;
+        for (const Operation& op : model.main.operations) flags.push_back(plainAdd(model.main, op));
+        return flags;
+    }
+    Result<std::shared_ptr<IPreparedModel>> prepareModel(const Model& model, ExecutionPreference, Priority, TimePoint,
+                                                         const std::vector<int>&, const std::vector<int>&,
+                                                         const std::vector<uint8_t>&) const override {
+        for (const Operation& op : model.main.operations)
+            if (!plainAdd(model.main, op)) return error(ErrorStatus::GENERAL_FAILURE, "unsupported operation");
+        return std::shared_ptr<IPreparedModel>(std::make_shared<Prepared>(model));
+    }
+};
+
+int main(int argc, char** argv) { return serve(std::make_shared<Device>(), argc, argv); }
+'''
+
+
+def test_a_native_driver_builds_from_the_installed_sdk_and_its_planted_fault_is_caught(installed, tmp_path):
+    """An empty folder, the system compiler and `nnts sdk` of the installed wheel: the driver
+    builds warning-free, `nnts test --quick` passes it, and the same driver with a planted fault
+    (ADD off by 0.5 in one element) fails."""
+    import shlex
+    import shutil
+    compiler = next((shutil.which(c) for c in (os.environ.get("CXX"), "c++", "g++", "clang++") if c and shutil.which(c)),
+                    None)
+    if compiler is None:
+        pytest.skip("no C++ compiler (c++, g++ or clang++) on PATH: no native driver to build")
+    bin_, _ = installed
+    folder = tmp_path / "acme-native"
+    folder.mkdir()
+    (folder / "driver.cpp").write_text(NATIVE_DRIVER)
+    status, out = _run([str(bin_ / "nnts"), "sdk", "--cflags", "--sources"], cwd=folder)
+    assert status == 0, out
+    cflags, sources = (shlex.split(line) for line in out.splitlines())
+    assert str(ROOT) not in out and all(Path(s).is_file() for s in sources), out
+    verdicts = {}
+    for name, defines in (("driver", []), ("faulty", ["-DPLANTED_FAULT"])):
+        status, out = _run([compiler, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", *cflags, *defines,
+                            "driver.cpp", *sources, "-lpthread", "-o", name], cwd=folder)
+        assert status == 0, out[-3000:]
+        status, out = _run([str(bin_ / "nnts"), "test", "--quick", "-q", "-p", "no:randomly", "--no-shared-vectors",
+                            "--driver", f"remote:./{name}"], cwd=folder)
+        verdicts[name] = status, _counts(out), out
+    status, counts, out = verdicts["driver"]
+    assert status == 0 and counts["passed"] >= 3, out[-3000:]
+    status, counts, out = verdicts["faulty"]
+    assert status != 0 and counts.get("failed", 0) >= 1 and "ADD" in out, out[-3000:]
