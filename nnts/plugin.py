@@ -35,7 +35,6 @@ import datetime
 import functools
 import json
 import os
-import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -63,7 +62,7 @@ def pytest_addoption(parser):
                     help="an earlier --report JSON: the report names newly failing, passing and unsupported tests")
     group.addoption("--reproducers", default=None,
                     help="folder for failing models (default: reproducers/ beside the first --report, "
-                         "else nnts-reproducers in the temporary folder)")
+                         "else out/reproducers in the current folder)")
     group.addoption("--random-graphs", type=int, default=200,
                     help="number of random-graph cases (cts/test_random_graph.py)")
     group.addoption("--random-seed", type=int, default=0, help="seed of the first random-graph case")
@@ -107,8 +106,10 @@ def pytest_configure(config):
         config.pluginmanager.register(ConformanceResults(), "nnts-results")
     if not config.getoption("reproducers"):
         reports = config.getoption("report")
+        # The user's own folder, never a fixed name in a shared temporary folder (another user
+        # could make it first and plant links there).
         config.option.reproducers = str(Path(reports[0]).parent / "reproducers") if reports else \
-            os.path.join(tempfile.gettempdir(), "nnts-reproducers")
+            str(Path(config.invocation_params.dir) / "out" / "reproducers")
     from nnts.runners import shard
     try:
         config.nnts_shard = shard.parse(config.getoption("shard"))
