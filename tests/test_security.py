@@ -100,3 +100,19 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+# -- 2. a fuzz artifact's sidecar names no driver that is run -------------------------------------
+
+def test_replay_never_runs_the_driver_an_artifacts_sidecar_names(tmp_path):
+    (tmp_path / "evil.py").write_text("import pathlib\npathlib.Path('IMPORTED').write_text('x')\n"
+                                      "def make():\n    raise SystemExit(3)\n")
+    for i, driver in enumerate(("evil:make", f"remote:touch {tmp_path / 'STARTED'}")):
+        artifact = tmp_path / f"execute-crash-{i}"
+        artifact.write_bytes(b"\x01\x02\x03\x04" * 4)
+        (tmp_path / f"execute-crash-{i}.json").write_text(json.dumps({"harness": "execute", "driver": driver,
+                                                                      "vectors": ["/etc"]}))
+        done = nnts("fuzz", "--replay", str(artifact), cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)})
+        assert done.returncode in (0, 1), done.stderr[-2000:]
+        assert "driver reference" in done.stdout and ascii(driver) in done.stdout, done.stdout
+    assert not (tmp_path / "IMPORTED").exists() and not (tmp_path / "STARTED").exists()
