@@ -12,6 +12,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -116,3 +117,130 @@ def test_replay_never_runs_the_driver_an_artifacts_sidecar_names(tmp_path):
         assert done.returncode in (0, 1), done.stderr[-2000:]
         assert "driver reference" in done.stdout and ascii(driver) in done.stdout, done.stdout
     assert not (tmp_path / "IMPORTED").exists() and not (tmp_path / "STARTED").exists()
+
+
+# -- 3, 6, 7. a served socket is its owner's; nothing of another program's is replaced or removed --
+
+def start_server(path, *extra, umask=None, cwd=None):
+    def setup():
+        if umask is not None:
+            os.umask(umask)
+    server = subprocess.Popen([sys.executable, "-m", "nnts", "serve", "reference", "--socket", str(path), *extra],
+                              stderr=subprocess.PIPE, text=True, cwd=cwd or ROOT, preexec_fn=setup)
+    for _ in range(400):
+        if os.path.lexists(path) or server.poll() is not None:
+            break
+        time.sleep(0.05)
+    return server
+
+
+def stop(server, sig=signal.SIGTERM) -> str:
+    if server.poll() is None:
+        server.send_signal(sig)
+    try:
+        _, err = server.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        _, err = server.communicate()
+    return err
+
+
+def listening_socket(path) -> socket.socket:
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other.bind(str(path))
+    other.listen(1)
+    return other
+
+
+def test_served_socket_is_private_whatever_the_umask(tmp_path):
+    path = tmp_path / "driver.sock"
+    server = start_server(path, umask=0)
+    try:
+        assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600
+    finally:
+        stop(server)
+
+
+@pytest.fixture
+def shared_folder():
+    """A folder every user can reach (pytest's tmp_path is its user's only)."""
+    folder = Path(tempfile.mkdtemp(prefix="nnts-security-"))
+    os.chmod(folder, 0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_served_socket_refuses_another_users_client(shared_folder, other_user):
+    path = shared_folder / "driver.sock"
+    server = start_server(path)
+    try:
+        os.chmod(path, 0o666)  # even where the mode lets them in, their credentials do not
+        probe = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\n"
+                 "s.settimeout(10)\nsys.exit(0 if s.recv(1) == b'' else 1)\n")
+        done = subprocess.run([sys.executable, "-c", probe, str(path)], preexec_fn=as_user(other_user),
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    finally:
+        err = stop(server)
+    assert f"refused a client of uid {other_user[0]}" in err
+
+
+def test_serve_leaves_a_live_socket_of_another_program_alone(tmp_path):
+    path = tmp_path / "driver.sock"
+    other = listening_socket(path)
+    try:
+        done = nnts("serve", "reference", "--socket", str(path), cwd=tmp_path, timeout=120)
+        assert done.returncode == 2 and "a server is listening there" in done.stderr, done.stderr
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    finally:
+        other.close()
+
+
+def test_serve_removes_at_exit_only_the_socket_it_made(tmp_path):
+    path = tmp_path / "driver.sock"
+    server = start_server(path)
+    os.unlink(path)
+    other = listening_socket(path)  # another program's socket now
+    try:
+        stop(server, signal.SIGINT)
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    finally:
+        other.close()
+
+
+def test_serve_leaves_no_socket_after_sigterm(tmp_path):
+    path = tmp_path / "driver.sock"
+    server = start_server(path)
+    assert os.path.lexists(path)
+    stop(server)
+    assert not os.path.lexists(path) and os.listdir(tmp_path) == []
+
+
+def test_serve_replaces_only_a_stale_socket_of_its_own_user(tmp_path):
+    path = tmp_path / "driver.sock"
+    listening_socket(path).close()  # left behind: nobody listens
+    server = start_server(path)
+    try:
+        assert server.poll() is None and stat.S_ISSOCK(os.lstat(path).st_mode)
+    finally:
+        stop(server)
+
+
+def test_anything_at_a_predictable_staging_name_does_not_stop_the_server(tmp_path):
+    script = ("import os, sys, threading, time\n"
+              "from nnapi_ref.drivers.reference import ReferenceDevice\n"
+              "from nnapi_ref.remote.server import serve_socket\n"
+              "path = sys.argv[1]\n"
+              "open(os.path.join(os.path.dirname(path), f'.nnts-serve-{os.getpid()}'), 'w').close()\n"
+              "errors = []\n"
+              "def run():\n"
+              "    try:\n        serve_socket(ReferenceDevice(), path)\n"
+              "    except BaseException as e:\n        errors.append(e)\n"
+              "threading.Thread(target=run, daemon=True).start()\n"
+              "for _ in range(400):\n"
+              "    if os.path.exists(path) or errors:\n        break\n"
+              "    time.sleep(0.05)\n"
+              "sys.exit(0 if os.path.exists(path) and not errors else f'not listening: {errors}')\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "driver.sock")], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
