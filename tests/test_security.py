@@ -244,3 +244,75 @@ def test_anything_at_a_predictable_staging_name_does_not_stop_the_server(tmp_pat
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "driver.sock")], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+# -- 4. a driver process cutting shared memory fails itself, never the harness -----------------
+
+CUTTING_DRIVER = '''
+import glob, os
+from nnapi_ref.drivers.reference import ReferenceDevice, ReferencePreparedModel
+
+class CuttingPrepared(ReferencePreparedModel):
+    def execute_synchronously(self, *args, **kwargs):
+        result = super().execute_synchronously(*args, **kwargs)
+        for path in glob.glob(os.path.join(os.environ["NNTS_SHM_DIR"], "nnts-*")):
+            if not path.endswith(".lock"):
+                os.truncate(path, 0)
+        return result
+
+class Cutting(ReferenceDevice):
+    def prepare_model(self, *args, **kwargs):
+        prepared = super().prepare_model(*args, **kwargs)
+        prepared.__class__ = CuttingPrepared
+        return prepared
+
+def make():
+    return Cutting()
+'''
+
+
+def test_a_driver_cutting_shared_memory_is_its_failure_and_the_report_is_written(tmp_path):
+    (tmp_path / "cutting.py").write_text(CUTTING_DRIVER)
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    report = tmp_path / "out" / "conformance.json"
+    done = suite("--driver", f"remote:{sys.executable} -m nnts serve cutting:make", "-k",
+                 "nnts_add_quant8_relu or nnts_mul_broadcast_float32", "--variants", "sync", "--report", str(report),
+                 cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "NNTS_SHM_DIR": str(shm_dir)})
+    assert done.returncode == 1, (done.returncode, done.stdout[-3000:], done.stderr[-2000:])
+    tests = json.loads(report.read_text())["tests"]
+    assert tests and all(t["status"] in ("failed", "crashed") for t in tests), tests
+    assert any("cut shared memory" in (t["message"] or "") for t in tests), [t["message"] for t in tests]
+
+
+# -- 8. only this user's regions of processes that are gone are removed ---------------------------
+
+def test_regions_of_live_processes_and_other_users_are_kept(tmp_path, other_user):
+    from nnapi_ref.remote import shm
+    folder = tmp_path / "shm"
+    folder.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(folder, 0o1777)
+    gone = 2 ** 22 + 12345  # a process id no process has here
+    foreign = folder / f"nnts-{gone}-1"  # another user's, or a live process's in another PID namespace
+    foreign.write_bytes(b"x")
+    os.chown(foreign, *other_user)
+    # A live process of this user, holding its regions (it may live in another PID namespace).
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom nnapi_ref.remote import shm\n"
+                               "a = shm.allocate(64, sys.argv[1])\nprint(shm.find(a)[0].path, flush=True)\n"
+                               "time.sleep(60)\n", str(folder)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        live = Path(holder.stdout.readline().strip())
+        # A process of this user that is gone, whose regions are left.
+        subprocess.run([sys.executable, "-c", "import os, sys\nfrom nnapi_ref.remote import shm\n"
+                        "a = shm.allocate(64, sys.argv[1])\nprint(shm.find(a)[0].path, flush=True)\n"
+                        "os._exit(0)\n", str(folder)], check=True, capture_output=True, text=True, cwd=ROOT)
+        left = [p for p in folder.iterdir() if p != foreign and p.parent == folder
+                and not p.name.startswith(live.name.rsplit("-", 1)[0])]
+        assert left, list(folder.iterdir())
+        shm.remove_stale_files(str(folder))
+        assert live.exists() and foreign.exists()
+        assert not any(p.exists() for p in left)
+    finally:
+        holder.kill()
+        holder.wait()
