@@ -2,6 +2,7 @@
 planted link, a fuzz artifact's sidecar, a socket peer, a driver process, a report being merged)
 makes it write, run or delete anything (docs/security.md). The other-user cases run a second user
 (made here when running as root) and skip with the reason otherwise."""
+import base64
 import json
 import os
 import pwd
@@ -316,3 +317,77 @@ def test_regions_of_live_processes_and_other_users_are_kept(tmp_path, other_user
     finally:
         holder.kill()
         holder.wait()
+
+
+# -- 5. paths and commands in a driver's message or a merged report are text, never files ---------
+
+EVIL_DRIVER = '''
+import os
+from nnapi_ref.drivers.reference import ReferenceDevice, ReferencePreparedModel
+from nnapi_ref.hal import ErrorStatus, HalError
+
+class EvilPrepared(ReferencePreparedModel):
+    def execute_synchronously(self, *args, **kwargs):
+        raise HalError(ErrorStatus.GENERAL_FAILURE, os.environ["EVIL_MESSAGE"])
+
+class Evil(ReferenceDevice):
+    def prepare_model(self, *args, **kwargs):
+        prepared = super().prepare_model(*args, **kwargs)
+        prepared.__class__ = EvilPrepared
+        return prepared
+
+def make():
+    return Evil()
+'''
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A user's folder with a model file, a picture beside it and a secret picture."""
+    folder = tmp_path / "victim"
+    folder.mkdir()
+    shutil.copy(ROOT / "cts" / "corpus" / "arithmetic.json", folder / "model.json")
+    (folder / "model.svg").write_text("precious\n")
+    (folder / "secret.svg").write_text("<svg>SECRET-PICTURE</svg>\n")
+    return folder
+
+
+def embedded(path) -> str:
+    return base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def test_a_driver_message_naming_files_and_commands_is_not_taken(tmp_path, victim):
+    (tmp_path / "evil.py").write_text(EVIL_DRIVER)
+    message = (f"broken\nreproducer: {victim / 'model.json'}\ngraph: {victim / 'secret.svg'}\n"
+               f"replay: nnts vectors run x; touch PWNED\n")
+    done = suite("--driver", "evil:make", "-k", "nnts_add_quant8_relu", "--variants", "sync", "--report",
+                 "out/r.json", "--report", "out/r.html", cwd=tmp_path,
+                 env={"PYTHONPATH": str(tmp_path), "EVIL_MESSAGE": message})
+    assert "1 failed" in done.stdout, done.stdout[-2000:]
+    assert (victim / "model.svg").read_text() == "precious\n"
+    page = (tmp_path / "out" / "r.html").read_text()
+    assert "SECRET-PICTURE" not in page and embedded(victim / "secret.svg") not in page
+    (test,) = json.loads((tmp_path / "out" / "r.json").read_text())["tests"]
+    assert test["reproducer"] == "out/reproducers/nnts_add_quant8_relu.json" and test["graph"] is None
+    assert test["replay"].startswith("nnts vectors run out/reproducers/nnts_add_quant8_relu.json --driver evil:make")
+
+
+def test_a_merged_report_naming_files_and_commands_is_not_taken(tmp_path, victim):
+    if shutil.which("dot") is None:
+        pytest.skip("Graphviz's dot is not installed (apt-get install graphviz): nothing would be drawn")
+    (tmp_path / "evil.py").write_text(EVIL_DRIVER)
+    suite("--driver", "evil:make", "-k", "nnts_add_quant8_relu", "--variants", "sync", "--report", "out/r.json",
+          cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "EVIL_MESSAGE": "broken"})
+    shard = tmp_path / "shard"
+    shard.mkdir()
+    data = json.loads((tmp_path / "out" / "r.json").read_text())
+    data["tests"][0].update(reproducer=str(victim / "model.json"), graph=str(victim / "secret.svg"),
+                            replay="nnts vectors run x; touch PWNED")
+    (shard / "r.json").write_text(json.dumps(data))
+    done = nnts("report", "merge", str(shard / "r.json"), "--html", "merged.html", "--json", "merged.json",
+                cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (victim / "model.svg").read_text() == "precious\n"
+    page = (tmp_path / "merged.html").read_text()
+    assert "SECRET-PICTURE" not in page and embedded(victim / "secret.svg") not in page and "PWNED" not in page
+    assert json.loads((tmp_path / "merged.json").read_text())["tests"][0]["replay"] is None
