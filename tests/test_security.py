@@ -391,3 +391,40 @@ def test_a_merged_report_naming_files_and_commands_is_not_taken(tmp_path, victim
     page = (tmp_path / "merged.html").read_text()
     assert "SECRET-PICTURE" not in page and embedded(victim / "secret.svg") not in page and "PWNED" not in page
     assert json.loads((tmp_path / "merged.json").read_text())["tests"][0]["replay"] is None
+
+
+# -- 9. an AOSP checkout's specs run with a time and an output bound --------------------------------
+
+AOSP = ROOT.parent / "shared" / "aosp"
+needs_aosp = pytest.mark.skipif(not (AOSP / "frameworks_ml").is_dir(), reason="needs ../shared/aosp (the AOSP snapshots)")
+
+
+def checkout_with(tmp_path, spec: str) -> Path:
+    checkout = tmp_path / "ml" / "nn"
+    shutil.copytree(AOSP / "frameworks_ml" / "nn" / "tools", checkout / "tools")
+    specs = checkout / "runtime" / "test" / "specs" / "V1_0"
+    specs.mkdir(parents=True)
+    shutil.copy(AOSP / "frameworks_ml" / "nn" / "runtime" / "test" / "specs" / "V1_0" / "add.mod.py", specs)
+    (specs / "zz_hostile.mod.py").write_text(spec)
+    return tmp_path / "ml"
+
+
+@needs_aosp
+def test_a_looping_spec_is_stopped_by_the_time_limit(tmp_path):
+    checkout = checkout_with(tmp_path, "while True:\n    pass\n")
+    done = nnts("vectors", "import-aosp", str(checkout), "--out", "out", "--timeout", "5", cwd=tmp_path, timeout=120)
+    assert done.returncode == 1 and "still running after 5 s (stopped)" in done.stdout, done.stdout + done.stderr
+
+
+@needs_aosp
+def test_a_spec_printing_without_end_is_stopped_by_the_output_bound(tmp_path):
+    checkout = checkout_with(tmp_path, "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n")
+    done = nnts("vectors", "import-aosp", str(checkout), "--out", "out", cwd=tmp_path, timeout=300)
+    assert done.returncode == 1 and "MiB (stopped)" in done.stdout, done.stdout + done.stderr
+
+
+@needs_aosp
+def test_import_aosp_rejects_an_unknown_version_up_front(tmp_path):
+    done = nnts("vectors", "import-aosp", str(AOSP / "frameworks_ml"), "--out", "out", "--versions", "NOPE",
+                cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--versions NOPE" in done.stderr, done.stderr
