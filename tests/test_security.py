@@ -428,3 +428,45 @@ def test_import_aosp_rejects_an_unknown_version_up_front(tmp_path):
     done = nnts("vectors", "import-aosp", str(AOSP / "frameworks_ml"), "--out", "out", "--versions", "NOPE",
                 cwd=tmp_path, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--versions NOPE" in done.stderr, done.stderr
+
+
+# -- 10. what the NDK would refuse is refused: a missing cache folder is not created ---------------
+
+def test_set_caching_does_not_create_a_missing_folder(tmp_path):
+    from nnapi_ref.runtime import Compilation, Model
+    from nnapi_ref.runtime.devices import get_devices
+    from nnapi_ref.types import OperandCode, OperationCode
+    model = Model()
+    a = model.add_operand(OperandCode.TENSOR_FLOAT32, [2])
+    b = model.add_operand(OperandCode.TENSOR_FLOAT32, [2])
+    act = model.add_operand(OperandCode.INT32)
+    out = model.add_operand(OperandCode.TENSOR_FLOAT32, [2])
+    model.set_operand_value(act, 0)
+    model.add_operation(OperationCode.ADD, [a, b, act], [out])
+    model.identify_inputs_and_outputs([a, b], [out])
+    model.finish()
+    compilation = Compilation(model, get_devices()[:1])
+    missing = tmp_path / "no" / "such" / "folder"
+    compilation.set_caching(str(missing), bytes(32))
+    compilation.finish()  # caching is best effort: compiled without it
+    assert not (tmp_path / "no").exists()
+
+
+# -- nothing left behind: the cache is bounded and clearable ------------------------------------------
+
+def test_the_vector_cache_is_bounded_and_cleared_by_nnts_cache_clear(tmp_path):
+    from nnts.runners import vector_cache
+    folder = tmp_path / "cache"
+    (folder / "vectors").mkdir(parents=True)
+    for i in range(6):
+        entry = folder / "vectors" / f"{i:064x}.bin"
+        entry.write_bytes(b"x" * 1000)
+        os.utime(entry, (1000 + i, 1000 + i))
+    (folder / "vectors" / "not-ours.txt").write_text("kept")
+    assert vector_cache.prune(folder, 3000) == 3
+    assert sorted(p.name[-5:] for p in (folder / "vectors").glob("*.bin")) == ["3.bin", "4.bin", "5.bin"]
+    done = nnts("cache", cwd=tmp_path, env={"NNTS_CACHE_DIR": str(folder)})
+    assert done.returncode == 0 and "3 entries" in done.stdout, done.stdout + done.stderr
+    done = nnts("cache", "clear", cwd=tmp_path, env={"NNTS_CACHE_DIR": str(folder)})
+    assert done.returncode == 0 and "removed 3 entries" in done.stdout, done.stdout + done.stderr
+    assert sorted(p.name for p in (folder / "vectors").iterdir()) == ["not-ours.txt"]
