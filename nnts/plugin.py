@@ -35,6 +35,7 @@ import datetime
 import functools
 import json
 import os
+import signal
 from importlib import resources
 from pathlib import Path
 
@@ -104,6 +105,10 @@ def pytest_configure(config):
             raise pytest.UsageError(f"--baseline: {e}") from None
     if not hasattr(config, "workerinput"):  # an xdist worker's reports are gathered by the controller
         config.pluginmanager.register(ConformanceResults(), "nnts-results")
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            # SIGTERM (a CI timeout, docker stop, Kubernetes) ends the run as Ctrl-C does: pytest
+            # stops, and the report of what ran is written.
+            signal.signal(signal.SIGTERM, signal.default_int_handler)
     if not config.getoption("reproducers"):
         reports = config.getoption("report")
         # The user's own folder, never a fixed name in a shared temporary folder (another user

@@ -470,3 +470,50 @@ def test_the_vector_cache_is_bounded_and_cleared_by_nnts_cache_clear(tmp_path):
     done = nnts("cache", "clear", cwd=tmp_path, env={"NNTS_CACHE_DIR": str(folder)})
     assert done.returncode == 0 and "removed 3 entries" in done.stdout, done.stdout + done.stderr
     assert sorted(p.name for p in (folder / "vectors").iterdir()) == ["not-ours.txt"]
+
+
+# -- SIGTERM (a CI timeout, docker stop) keeps what ran, as Ctrl-C does --------------------------------
+
+SLOW_DRIVER = '''
+import time
+from nnapi_ref.drivers.reference import ReferenceDevice
+
+class Slow(ReferenceDevice):
+    def prepare_model(self, *args, **kwargs):
+        time.sleep(0.2)
+        return super().prepare_model(*args, **kwargs)
+
+def make():
+    return Slow()
+'''
+
+
+def terminated_after(command, seconds, cwd, env):
+    process = subprocess.Popen(command, cwd=cwd, env=dict(os.environ, **env), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    time.sleep(seconds)
+    assert process.poll() is None, process.communicate()
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    return process.returncode, out, err
+
+
+def test_sigterm_keeps_the_results_of_nnts_vectors_run(tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW_DRIVER)
+    code, out, err = terminated_after(
+        [sys.executable, "-m", "nnts", "vectors", "run", str(ROOT / "cts" / "corpus"), "--driver", "slow:make",
+         "--jobs", "1", "--json", "out.json", "--junitxml", "out.xml"], 8, tmp_path, {"PYTHONPATH": str(tmp_path)})
+    assert code == 130, (code, err[-2000:])
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["interrupted"] and data["passed"] > 0
+    assert (tmp_path / "out.xml").is_file()
+
+
+def test_sigterm_keeps_the_report_of_nnts_test(tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW_DRIVER)
+    code, out, err = terminated_after(
+        [sys.executable, "-m", "nnts", "test", "cts", "--driver", "slow:make", "-k", "test_generated", "-p",
+         "no:randomly", "--no-shared-vectors", "--report", "out/r.json"], 20, tmp_path, {"PYTHONPATH": str(tmp_path)})
+    assert code != 0
+    data = json.loads((tmp_path / "out" / "r.json").read_text())
+    assert data["totals"].get("passed"), data["totals"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -91,6 +92,8 @@ def run(args) -> int:
         vector_run.print_part(part, args.verbose, args.quiet)
 
     interrupted = False
+    # SIGTERM (a CI timeout, docker stop) as Ctrl-C: what is done is written.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         if getattr(args, "trace", None):  # a worker process's spans would not reach the trace: run here
             results = vector_run.run_here(found, loaded, job_args, report)
