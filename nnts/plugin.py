@@ -216,6 +216,9 @@ def _check_options(config) -> None:
         for path in config.getoption("report"):  # its folder is created
             if not path or os.path.isdir(path):
                 raise files.UsageError(f"--report {path!r}: a folder or an empty path, not a file")
+            files.writable("--report", path)
+        files.positive("--random-graphs", config.getoption("random_graphs"), allow_zero=True)
+        files.positive("--random-ops", config.getoption("random_ops"), allow_zero=True)
     except files.UsageError as e:
         raise pytest.UsageError(str(e)) from None
 

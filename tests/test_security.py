@@ -517,3 +517,32 @@ def test_sigterm_keeps_the_report_of_nnts_test(tmp_path):
     assert code != 0
     data = json.loads((tmp_path / "out" / "r.json").read_text())
     assert data["totals"].get("passed"), data["totals"]
+
+
+# -- inputs and outputs checked before the run: one line, nothing lost at the end -------------------
+
+@pytest.mark.parametrize("args, says", [
+    (["--report", "/proc/nnts-no-such/r.json"], "--report /proc/nnts-no-such/r.json: cannot be written"),
+    (["--random-graphs", "-5"], "--random-graphs -5: must be a finite number >= 0"),
+    (["--expected-failures", "late-latin1.txt"], "--expected-failures late-latin1.txt: not UTF-8 text (at byte 80003)"),
+])
+def test_nnts_test_refuses_bad_options_up_front(tmp_path, args, says):
+    (tmp_path / "late-latin1.txt").write_bytes(b"# x\n" * 20000 + b"caf\xe9\n")  # bad past the first 64 KiB
+    done = nnts("test", "cts", "-k", "test_generated and nnts_add_quant8_relu", "--no-shared-vectors", "-p",
+                "no:randomly", *args, cwd=tmp_path)
+    assert done.returncode != 0 and says in done.stdout + done.stderr, (done.stdout + done.stderr)[-2000:]
+    assert "passed" not in done.stdout
+
+
+def test_control_characters_in_a_test_name_are_shown_not_obeyed(tmp_path):
+    import xml.etree.ElementTree as ElementTree
+    corpus = json.loads((ROOT / "cts" / "corpus" / "arithmetic.json").read_text())
+    test = next(t for t in corpus["tests"] if t["name"] == "nnts_add_quant8_relu")
+    corpus["tests"] = [dict(test, name="bad\x01name\x1b[31m")]
+    (tmp_path / "ctl.json").write_text(json.dumps(corpus))
+    done = nnts("vectors", "run", "ctl.json", "--driver", "nnapi_ref.drivers.broken:wrong_add_quant8", "--junitxml",
+                "out.xml", cwd=tmp_path)
+    assert done.returncode == 1 and "FAILED bad\\x01name\\x1b[31m" in done.stdout, done.stdout
+    assert "\x1b" not in done.stdout
+    (case,) = ElementTree.parse(tmp_path / "out.xml").getroot().iter("testcase")
+    assert case.get("name") == "bad\\x01name\\x1b[31m"
