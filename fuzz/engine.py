@@ -288,11 +288,13 @@ def child(argv: list[str]) -> int:
         harness = Recorded(load(args.harness, args.driver, args.vectors, settings), args.pending, args.artifact_prefix)
     if not _has_seeds(harness, args.vectors):
         return 2
-    seeds = tempfile.mkdtemp(prefix=f"nnts-fuzz-seeds-{args.harness}-")
+    # In the scratch folder ``nnts fuzz`` runs this process in and removes after it (libFuzzer
+    # ends the process: nothing after atheris.Fuzz() runs).
+    seeds = tempfile.mkdtemp(prefix=f"seeds-{args.harness}-", dir=os.getcwd())
     for i, data in enumerate(harness.seed_inputs()):
         with open(os.path.join(seeds, f"seed-{i}"), "wb") as f:
             f.write(data)
-    corpus = args.corpus or tempfile.mkdtemp(prefix=f"nnts-fuzz-corpus-{args.harness}-")
+    corpus = args.corpus or tempfile.mkdtemp(prefix=f"corpus-{args.harness}-", dir=os.getcwd())
     libfuzzer = [sys.argv[0], f"-artifact_prefix={args.artifact_prefix}", f"-timeout={args.timeout}",
                  f"-rss_limit_mb={args.rss_limit}", f"-seed={args.seed}", f"-runs={args.runs}",
                  f"-max_total_time={args.max_time}", "-max_len=4096", "-print_final_stats=1", corpus, seeds]

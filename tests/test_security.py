@@ -546,3 +546,14 @@ def test_control_characters_in_a_test_name_are_shown_not_obeyed(tmp_path):
     assert "\x1b" not in done.stdout
     (case,) = ElementTree.parse(tmp_path / "out.xml").getroot().iter("testcase")
     assert case.get("name") == "bad\\x01name\\x1b[31m"
+
+
+def test_a_fuzz_run_leaves_no_temporary_folder(tmp_path):
+    pytest.importorskip("atheris", reason="the seed and corpus folders are atheris' (pip install atheris)")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = nnts("fuzz", "--driver", "reference", "--harness", "model", "--runs", "50", "--seed", "1", "--vectors",
+                str(ROOT / "cts" / "corpus" / "arithmetic.json"), "--artifacts", "out/fuzz", cwd=tmp_path,
+                env={"TMPDIR": str(scratch)})
+    assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+    assert list(scratch.iterdir()) == []
