@@ -7,7 +7,8 @@ coverage (atheris), seeds the corpus with one input per test model, and hands ov
 without atheris it runs a plain seeded random-bytes loop over the same harness (no coverage
 feedback) with the same per-input time limit, memory limit and artifacts. A finding is written
 as ``ARTIFACTS/<harness>-crash-<sha1>`` (or ``-timeout-``, ``-oom-``) with a ``.json`` beside it
-naming the harness, driver, seed files and byte provider, which ``--replay`` reads. The child
+naming the harness, driver, seed files and byte provider (``--replay`` takes only the harness from
+it: the driver and seeds it names are shown, never run or read). The child
 also keeps the input it is running in a file (:class:`Recorded`), so a child that dies inside an
 input before writing the artifact (a signal libFuzzer does not handle, the kernel's OOM killer)
 still leaves it: the command saves it as a ``crash`` artifact.
@@ -26,6 +27,7 @@ import os
 import random
 import re
 import resource
+import shlex
 import signal
 import subprocess
 import sys
@@ -286,11 +288,13 @@ def child(argv: list[str]) -> int:
         harness = Recorded(load(args.harness, args.driver, args.vectors, settings), args.pending, args.artifact_prefix)
     if not _has_seeds(harness, args.vectors):
         return 2
-    seeds = tempfile.mkdtemp(prefix=f"nnts-fuzz-seeds-{args.harness}-")
+    # In the scratch folder ``nnts fuzz`` runs this process in and removes after it (libFuzzer
+    # ends the process: nothing after atheris.Fuzz() runs).
+    seeds = tempfile.mkdtemp(prefix=f"seeds-{args.harness}-", dir=os.getcwd())
     for i, data in enumerate(harness.seed_inputs()):
         with open(os.path.join(seeds, f"seed-{i}"), "wb") as f:
             f.write(data)
-    corpus = args.corpus or tempfile.mkdtemp(prefix=f"nnts-fuzz-corpus-{args.harness}-")
+    corpus = args.corpus or tempfile.mkdtemp(prefix=f"corpus-{args.harness}-", dir=os.getcwd())
     libfuzzer = [sys.argv[0], f"-artifact_prefix={args.artifact_prefix}", f"-timeout={args.timeout}",
                  f"-rss_limit_mb={args.rss_limit}", f"-seed={args.seed}", f"-runs={args.runs}",
                  f"-max_total_time={args.max_time}", "-max_len=4096", "-print_final_stats=1", corpus, seeds]
@@ -375,10 +379,10 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
           file=out)
     for path in reference_bugs:
         print(f"REFERENCE BUG (the reference driver fails alike: a bug of nnapi_ref, not of the driver under test): "
-              f"{path}\n  replay: nnts fuzz --replay {path}", file=out)
+              f"{path}\n  replay: {replay_command(path, 'reference', vector_paths)}", file=out)
     if found:
         for path in found:
-            print(f"FINDING: {path}\n  replay: nnts fuzz --replay {path}", file=out)
+            print(f"FINDING: {path}\n  replay: {replay_command(path, driver, vector_paths)}", file=out)
         return 1
     if status != 0:
         print(f"nnts fuzz: the fuzzer exited with status {status} without an artifact", file=out)
@@ -387,21 +391,35 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
     return 0
 
 
-def replay(path: str, harness: str | None = None, driver: str | None = None, vector_paths=None,
-           settings=None) -> int:
-    """``nnts fuzz --replay FILE``: run one artifact again, in this process, and show the traceback."""
+def replay_command(path: str, driver: str, vector_paths) -> str:
+    """The whole command that replays an artifact: ``--replay`` takes nothing from the sidecar but the harness."""
+    words = ["nnts", "fuzz", "--replay", path, "--driver", driver]
+    for v in vector_paths or ():
+        words += ["--vectors", v]
+    return shlex.join(words)
+
+
+def replay(path: str, harness: str | None, driver: str, vector_paths=None, settings=None) -> int:
+    """``nnts fuzz --replay FILE``: run one artifact again, in this process, and show the traceback.
+    The driver and vectors are the command line's: a sidecar comes with the artifact, from anyone,
+    and what it names is never started, imported or read; only its harness (one of a fixed set)
+    is taken."""
     from nnts.fuzz.targets import HARNESSES  # imports nnapi_ref: inside the instrumentation
     meta = read_sidecar(path)
     harness = harness or meta.get("harness") or os.path.basename(path).split("-")[0]
     if harness not in HARNESSES:
-        raise UsageError(f"--replay {path}: no harness named by its sidecar or its name ({harness!r} is not one "
+        raise UsageError(f"--replay {path}: no harness named by its sidecar or its name ({ascii(harness)} is not one "
                          f"of {', '.join(HARNESSES)}); give --harness NAME")
-    driver = driver or meta.get("driver") or "reference"
+    if meta.get("driver") and meta["driver"] != driver:
+        print(f"nnts fuzz: note: the sidecar says the artifact was found with driver {ascii(meta['driver'])}; "
+              f"replayed on {driver} (give --driver to choose another)")
+    if meta.get("vectors") and not vector_paths:
+        print("nnts fuzz: note: the sidecar names seed vectors; give them with --vectors to use them")
     if meta.get("provider", PROVIDER) != PROVIDER:
-        print(f"nnts fuzz: warning: found with the {meta['provider']} byte provider, replayed with {PROVIDER}")
+        print(f"nnts fuzz: warning: found with the {ascii(meta['provider'])} byte provider, replayed with {PROVIDER}")
     with open(path, "rb") as f:
         data = f.read()
-    run_one = load(harness, driver, vector_paths or meta.get("vectors"), settings)
+    run_one = load(harness, driver, vector_paths, settings)
     print(f"nnts fuzz: replaying {path} ({len(data)} bytes) on harness {harness}, driver {driver}", flush=True)
     try:
         run_one(data)

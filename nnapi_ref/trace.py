@@ -248,6 +248,9 @@ def flush() -> str | None:
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(document, f, separators=(",", ":"))
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # a trace is an output like any other, not a private file
         os.replace(tmp, _path)
     except BaseException:
         os.unlink(tmp)

@@ -10,6 +10,7 @@ import contextvars
 import json
 import math
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -410,8 +411,29 @@ def model_from_json(d: dict) -> Model:
 def write_file(path: str | os.PathLike, tests: list[TestModel], source: str = "nnts") -> None:
     uses_extensions = any(t.model.extension_name_to_prefix for t in tests)
     doc = {"format": FORMAT_EXTENSIONS if uses_extensions else FORMAT, "source": source, "license": LICENSE, "tests": [test_to_json(t) for t in tests]}
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f)
+    write_text_atomic(path, json.dumps(doc))
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a new private file beside it renamed into place, at
+    the umask's mode: a symlink planted at ``path`` is replaced, never followed, and no reader
+    sees half a file."""
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)[:64]}.", suffix=".tmp",
+                               dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 # -- variants ----------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import datetime
 import functools
 import json
 import os
-import tempfile
+import signal
 from importlib import resources
 from pathlib import Path
 
@@ -63,7 +63,7 @@ def pytest_addoption(parser):
                     help="an earlier --report JSON: the report names newly failing, passing and unsupported tests")
     group.addoption("--reproducers", default=None,
                     help="folder for failing models (default: reproducers/ beside the first --report, "
-                         "else nnts-reproducers in the temporary folder)")
+                         "else out/reproducers in the current folder)")
     group.addoption("--random-graphs", type=int, default=200,
                     help="number of random-graph cases (cts/test_random_graph.py)")
     group.addoption("--random-seed", type=int, default=0, help="seed of the first random-graph case")
@@ -105,10 +105,16 @@ def pytest_configure(config):
             raise pytest.UsageError(f"--baseline: {e}") from None
     if not hasattr(config, "workerinput"):  # an xdist worker's reports are gathered by the controller
         config.pluginmanager.register(ConformanceResults(), "nnts-results")
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            # SIGTERM (a CI timeout, docker stop, Kubernetes) ends the run as Ctrl-C does: pytest
+            # stops, and the report of what ran is written.
+            signal.signal(signal.SIGTERM, signal.default_int_handler)
     if not config.getoption("reproducers"):
         reports = config.getoption("report")
+        # The user's own folder, never a fixed name in a shared temporary folder (another user
+        # could make it first and plant links there).
         config.option.reproducers = str(Path(reports[0]).parent / "reproducers") if reports else \
-            os.path.join(tempfile.gettempdir(), "nnts-reproducers")
+            str(Path(config.invocation_params.dir) / "out" / "reproducers")
     from nnts.runners import shard
     try:
         config.nnts_shard = shard.parse(config.getoption("shard"))
@@ -210,6 +216,9 @@ def _check_options(config) -> None:
         for path in config.getoption("report"):  # its folder is created
             if not path or os.path.isdir(path):
                 raise files.UsageError(f"--report {path!r}: a folder or an empty path, not a file")
+            files.writable("--report", path)
+        files.positive("--random-graphs", config.getoption("random_graphs"), allow_zero=True)
+        files.positive("--random-ops", config.getoption("random_ops"), allow_zero=True)
     except files.UsageError as e:
         raise pytest.UsageError(str(e)) from None
 

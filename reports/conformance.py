@@ -48,14 +48,18 @@ def anchor(*parts) -> str:
 PICTURE_LIMIT = 1 << 20  # bytes of one embedded graph: a reproducer is small; a bigger file is no picture of one
 
 
-def picture(test: dict) -> str | None:
+def picture(test: dict, folders=(), draw: bool = False) -> str | None:
     """The reproducer's graph as a data URI for an ``<img>`` (the page stays one self-contained
-    file, and an image runs no script): the SVG the failure named, else one drawn now where
-    Graphviz exists. Only a small file that is an SVG is embedded: the path comes from JSON."""
+    file, and an image runs no script): the SVG the failure named, else (with ``draw``, a live
+    run) one drawn now where Graphviz exists. A path comes from a driver's message or a JSON
+    file: only a file nnts made in the run's ``folders`` is read or drawn beside, and only a
+    small SVG is embedded."""
     path = test.get("graph")
-    if not path and test.get("reproducer"):
-        path = picture_beside(test["reproducer"]) if Path(test["reproducer"]).is_file() else None
-    if not path or not str(path).endswith(".svg"):
+    if path and not results.made_by_nnts(path, folders, ".svg"):
+        path = None
+    if not path and draw and results.made_by_nnts(test.get("reproducer"), folders, ".json"):
+        path = picture_beside(test["reproducer"])
+    if not path:
         return None
     try:
         with open(path, "rb") as f:
@@ -67,9 +71,10 @@ def picture(test: dict) -> str | None:
     return "data:image/svg+xml;base64," + base64.b64encode(svg).decode("ascii")
 
 
-def render(data: dict, others: list[dict] = ()) -> str:
+def render(data: dict, others: list[dict] = (), folders=(), draw: bool = False) -> str:
     """The page of a schema-2 results dict (results.to_json); ``others``: the driver's other
-    results (reports/driver_page.py), summarized at the top and detailed at the end."""
+    results (reports/driver_page.py), summarized at the top and detailed at the end; pictures
+    only of files nnts made in ``folders`` (:func:`picture`)."""
     tests = data["tests"]
     dtypes = sorted({d for per in data["matrix"].values() for d in per},
                     key=lambda d: (list(DTYPE_ABBREVIATIONS).index(d) if d in DTYPE_ABBREVIATIONS else 99, d))
@@ -90,7 +95,7 @@ def render(data: dict, others: list[dict] = ()) -> str:
         statuses=[s for s in STATUSES if data["totals"].get(s) or s in ("passed", "failed")],  # columns that occur
         labels=STATUS_LABELS, failing=FAILING, dtypes=dtypes,
         abbrev=lambda d: DTYPE_ABBREVIATIONS.get(d, d.replace("TENSOR_", "")), cell_class=cell_class, anchor=anchor,
-        picture=picture,
+        picture=lambda t: picture(t, folders, draw),
         cells=dict(sorted(in_matrix.items())), failure_groups=dict(sorted(groups.items())),
         pytest_line=", ".join(f"{n} {k}" for k, n in data["pytest"].items() if n))
 
@@ -106,12 +111,14 @@ def write_reports(config, gathered) -> list[str]:
             comparison = dict(results.compare(gathered.tests, earlier["tests"]), path=config.getoption("baseline"))
         except results.ResultsError as e:
             lines.append(f"nnts: baseline not compared: {e}")
+    folder = config.getoption("reproducers")
+    results.vet_run_files(gathered.tests, folder, config.getoption("driver"))
     for t in gathered.tests:
         if t["status"] in FAILING and not t["replay"]:
             t["replay"] = results.pytest_replay(config, t["test"] or t["id"], t["variant"] if results.is_variant(t) else None)
     data = results.to_json(meta, gathered.tests, comparison)
     for path in config.getoption("report"):
-        text = results.dumps(data) if path.endswith(".json") else render(data)
+        text = results.dumps(data) if path.endswith(".json") else render(data, folders=[folder], draw=True)
         try:
             results.write_atomically(path, text)
         except OSError as e:
@@ -119,6 +126,12 @@ def write_reports(config, gathered) -> list[str]:
             continue
         lines.append(f"nnts: conformance report written to {path}")
     return lines
+
+
+def input_folders(paths) -> list[str]:
+    """The folders of the results files a command was given: where their runs' pictures are
+    read from (the files in them of this user; nothing is drawn)."""
+    return list(dict.fromkeys(str(Path(p).resolve().parent) for p in paths))
 
 
 def main_merge(paths: list[str], html: str | None, json_out: str | None, baseline: str | None = None) -> int:
@@ -133,6 +146,7 @@ def main_merge(paths: list[str], html: str | None, json_out: str | None, baselin
         print(f"nnts: {e}", file=sys.stderr)
         return 2
     meta, tests = results.merge(files, paths)
+    results.vet_merged(tests)
     ids = collections.Counter(t["id"] for t in tests)
     repeated = [i for i, n in ids.items() if n > 1]
     if repeated:
@@ -144,7 +158,7 @@ def main_merge(paths: list[str], html: str | None, json_out: str | None, baselin
         if json_out:
             results.write_atomically(json_out, results.dumps(data))
         if html:
-            results.write_atomically(html, render(data))
+            results.write_atomically(html, render(data, folders=input_folders(paths)))
     except OSError as e:
         print(f"nnts: cannot write {e.filename or 'the report'}: {e.strerror or e}", file=sys.stderr)
         return 2

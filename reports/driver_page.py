@@ -12,7 +12,7 @@ from pathlib import Path
 
 from nnts.formats.results import earlier_status, included
 from nnts.reports import bench, results
-from nnts.reports.conformance import render
+from nnts.reports.conformance import input_folders, render
 
 
 def other_result(path: str) -> dict:
@@ -76,12 +76,13 @@ def main_page(paths: list[str], html: str, baseline: str | None = None) -> int:
               file=sys.stderr)
         return 2
     meta, tests = results.merge(conformance, [c["_path"] for c in conformance])
+    results.vet_merged(tests)
     if len(conformance) == 1:
         meta.pop("merged_from")
     comparison = dict(results.compare(tests, earlier["tests"]), path=baseline) if earlier else None
     data = results.to_json(meta, tests, comparison)
     try:
-        results.write_atomically(html, render(data, others))
+        results.write_atomically(html, render(data, others, folders=input_folders([c["_path"] for c in conformance])))
     except OSError as e:
         print(f"nnts: cannot write {e.filename or html}: {e.strerror or e}", file=sys.stderr)
         return 2

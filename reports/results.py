@@ -49,6 +49,7 @@ import os
 import platform
 import re
 import shlex
+import stat
 import subprocess
 from pathlib import Path
 
@@ -101,19 +102,105 @@ def trim(text: str, limit: int = MESSAGE_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit // 2] + "\n[... trimmed ...]\n" + text[-limit // 2:]
 
 
+def _last(pattern: str, text: str) -> re.Match | None:
+    matches = list(re.finditer(pattern, text, re.M))
+    return matches[-1] if matches else None
+
+
 def reproducer_of(message: str) -> tuple[str | None, str | None]:
-    """The saved reproducer and the command that replays it, where the failure names them."""
-    replay = re.search(r"(nnts vectors run \S+.*)$", message, re.M)
-    path = re.search(r"^reproducer: (.+)$", message, re.M)
+    """The saved reproducer and the command that replays it, where the failure names them: the
+    last such lines, which nnts adds after whatever the driver said."""
+    replay = _last(r"(nnts vectors run \S+.*)$", message)
+    path = _last(r"^reproducer: (.+)$", message)
     if replay and not path:
         path = re.match(r"nnts vectors run (\S+)", replay.group(1))
     return (path.group(1).strip().strip("'") if path else None), (replay.group(1).strip() if replay else None)
 
 
 def graph_of(message: str) -> str | None:
-    """The reproducer's SVG picture, where the failure names one (``graph: PATH``)."""
-    found = re.search(r"^graph: (.+\.svg)$", message, re.M)
+    """The reproducer's SVG picture, where the failure names one (``graph: PATH``, the last)."""
+    found = _last(r"^graph: (.+\.svg)$", message)
     return found.group(1).strip() if found else None
+
+
+def made_by_nnts(path, folders, suffix: str) -> bool:
+    """Whether ``path`` (named by a failure message or a JSON file: anyone's text) is a file nnts
+    made for this run: a regular file (not a link) of this user, ending in ``suffix``, inside one
+    of ``folders`` (the run's output folders). Only such a file is read, or has a picture drawn
+    beside it."""
+    if not isinstance(path, str) or not path.endswith(suffix) or not folders:
+        return False
+    try:
+        st = os.lstat(path)
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        return False
+    for folder in folders:
+        root = os.path.realpath(folder)
+        if os.path.commonpath([root, real]) == root and real != root:
+            return True
+    return False
+
+
+REPLAY_PROGRAMS = (["nnts", "vectors", "run"], ["pytest"], ["nnts", "test"])
+
+
+def plain_replay(replay) -> bool:
+    """Whether a replay command is one nnts writes: a command of nnts (or pytest), its words
+    quoted as ``shlex.join`` quotes them, so that what a reader copies runs nothing else (no
+    ``;``, ``|``, ``$(...)`` outside quotes, no line breaks)."""
+    if not isinstance(replay, str) or "\n" in replay or "\r" in replay:
+        return False
+    try:
+        words = shlex.split(replay)
+    except ValueError:
+        return False
+    return shlex.join(words) == replay and any(words[:len(p)] == p for p in REPLAY_PROGRAMS)
+
+
+def vet_run_files(tests: list[dict], folder: str, driver: str) -> None:
+    """A live run's records: a reproducer only where nnts saved it (in the run's reproducer
+    ``folder``), its replay command only in the form nnts wrote for it with this run's ``driver``,
+    else rebuilt so (a driver's message can name any path and print any command)."""
+    for t in tests:
+        if t.get("graph") and not made_by_nnts(t["graph"], [folder], ".svg"):
+            t["graph"] = None
+        if t.get("reproducer") and not made_by_nnts(t["reproducer"], [folder], ".json"):
+            t["reproducer"] = t["replay"] = None
+        if t.get("reproducer"):
+            if not _replays(t.get("replay"), t["reproducer"], driver):
+                t["replay"] = shlex.join(["nnts", "vectors", "run", t["reproducer"], "--driver", driver])
+        elif t.get("replay") and not plain_replay(t["replay"]):
+            t["replay"] = None
+
+
+def _replays(replay, reproducer: str, driver: str) -> bool:
+    """Whether ``replay`` is ``nnts vectors run REPRODUCER --driver DRIVER`` with at most the
+    options nnts adds (``--mode M``, ``--dynamic``)."""
+    if not plain_replay(replay):
+        return False
+    words = shlex.split(replay)
+    if words[:4] != ["nnts", "vectors", "run", reproducer]:
+        return False
+    options, rest = {}, words[4:]
+    while rest:
+        if rest[0] == "--dynamic":
+            options["--dynamic"], rest = True, rest[1:]
+        elif rest[0] in ("--driver", "--mode") and len(rest) > 1 and rest[0] not in options:
+            options[rest[0]], rest = rest[1], rest[2:]
+        else:
+            return False
+    return options.get("--driver") == driver
+
+
+def vet_merged(tests: list[dict]) -> None:
+    """Records read from JSON files: a replay command only in the form nnts writes (the paths
+    are kept as text; :func:`made_by_nnts` decides where one is ever read)."""
+    for t in tests:
+        if t.get("replay") and not plain_replay(t["replay"]):
+            t["replay"] = None
 
 
 def records_of_report(report, props: dict) -> list[dict]:

@@ -73,7 +73,8 @@ def test_broken_driver_caught_saved_and_replayed(tmp_path, capsys):
     artifacts = [p for p in glob.glob(str(tmp_path / "execute-crash-*")) if not p.endswith(".json")]
     assert len(artifacts) == 1 and os.path.exists(artifacts[0] + ".json"), out[-3000:]
     assert "FINDING: " + artifacts[0] in out and "ValueError: invalid model" in out
-    assert cli.main(["fuzz", "--replay", artifacts[0]]) == 1
+    assert f"replay: nnts fuzz --replay {artifacts[0]} --driver {BROKEN} --vectors {vectors}" in out
+    assert cli.main(["fuzz", "--replay", artifacts[0], "--driver", BROKEN]) == 1
     replayed = capsys.readouterr()
     assert "ValueError: invalid model" in replayed.err and "reproduced" in replayed.out
     # The same input on the reference: rejected with an error code, no finding.

@@ -135,7 +135,8 @@ def embedded_pictures(page: str) -> list[bytes]:
 def test_conformance_page_shows_the_reproducers_graph(reproducer, tmp_path):
     """The failure's SVG (named in its message, or drawn from its reproducer when the report is
     written) is embedded in the page, whose nodes are the shrunk model's operations; a file that
-    is not an SVG, named in a results file, is never embedded."""
+    is not an SVG, named in a results file, is never embedded (nor any file outside the run's
+    folders: tests/test_security.py)."""
     from nnts.reports import conformance, results
     path, g = reproducer
     named, drawn = tmp_path / "named.json", tmp_path / "drawn.json"
@@ -147,7 +148,7 @@ def test_conformance_page_shows_the_reproducers_graph(reproducer, tmp_path):
              failure_record(f"random graph seed 8\nreproducer: {drawn}", reproducer=str(drawn)),
              failure_record(f"random graph seed 9\ngraph: {not_svg}")]
     assert tests[0]["graph"] == str(named.with_suffix(".svg")) and tests[1]["graph"] is None
-    page = conformance.render(results.to_json({"driver_spec": "broken"}, tests))
+    page = conformance.render(results.to_json({"driver_spec": "broken"}, tests), folders=[str(tmp_path)], draw=True)
     pictures = embedded_pictures(page)
     assert len(pictures) == 2 and b"not a picture" not in b"".join(pictures)
     for k, svg in enumerate(pictures):

@@ -564,21 +564,35 @@ class Connection:
         staging.regions.append(region)
         staging.borrowed.append(borrowed)
         if copy_in:
-            shared[:array.nbytes] = array
+            shm.write(region, array)
         if copy_back and array.flags.writeable:
-            staging.copy_back.append((array, shared))
+            staging.copy_back.append((array, region))
         return region.id, 0, array.nbytes
 
     def unstage(self, staging: _Staging) -> None:
-        for array, shared in staging.copy_back:
-            array[...] = shared[:array.nbytes]
+        """After a call: check that the driver left every region it was given whole (a cut one is
+        restored and fails the driver, as a crash), then copy the outputs back."""
+        cut = [r for r in dict.fromkeys(staging.regions) if not shm.intact(r)]
+        try:
+            if not cut:
+                for array, region in staging.copy_back:
+                    shm.read_into(region, array)
+        except shm.TruncatedRegion as e:
+            cut.append(e.region)
         for borrowed in staging.borrowed:
             self.arena.give_back(borrowed)
+        if cut:
+            self.fail("crash", f"CRASH: {self.driver} cut shared memory it was given ({cut[0].path}, "
+                               f"{cut[0].size} bytes); its process was killed")
+            raise self.dead_error()
 
 
 def _finish_async(execution: _AsyncExecution, status, shapes, timing, message) -> None:
     execution.timer.cancel()
-    execution.owner.connection.unstage(execution.staging)
+    try:
+        execution.owner.connection.unstage(execution.staging)
+    except HalError as e:
+        status, shapes, timing, message = e.status, [], hal.NO_TIMING, e.message
     execution.callback.notify(status, shapes, timing, message)
 
 
@@ -616,6 +630,7 @@ class RemoteDevice(hal.Device):
         """The connection to the driver, started anew if the last one died."""
         with self._lock:
             if self.connection is None or self.connection.dead:
+                self._encoded = []  # a dead driver may have cut or written the regions of its models
                 self.connection = Connection(self._connect(), self.driver, self.settings, self.incidents)
                 self.restarts += 1
                 if vlog.on["manager"]:
@@ -679,9 +694,9 @@ class RemoteDevice(hal.Device):
             found = shm.find(raw)
             if found is None:
                 shared = shm.allocate(raw.nbytes, self.settings.shm_dir)
-                shared[:] = raw
-                staging.made.append(shared)
                 found = shm.find(shared)
+                shm.write(found[0], raw)
+                staging.made.append(shared)
             region, offset = found
             staging.regions.append(region)
             return region.id, offset, raw.nbytes

@@ -15,7 +15,9 @@ import mmap
 import os
 import socket
 import stat
+import struct
 import sys
+import tempfile
 import threading
 import time
 
@@ -506,30 +508,104 @@ def check_socket_path(path: str) -> None:
         raise ValueError(f"--socket {path}: exists and is not a socket (refusing to replace it)")
 
 
-def serve_socket(device: hal.Device, path: str) -> None:
-    """Serve clients on a Unix socket, each in its own session, until interrupted. Only a socket
-    left by an earlier server is replaced: anything else at ``path`` is a ValueError."""
+def _remove_stale_socket(path: str) -> None:
+    """Remove a socket an earlier server of this user left at ``path`` (nobody accepts on it); a
+    ValueError for a live socket or another user's, which are never touched."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ValueError(f"--socket {path}: exists and is not a socket (refusing to replace it)")
+    if st.st_uid != os.geteuid():
+        raise ValueError(f"--socket {path}: a socket of another user (uid {st.st_uid}) is there (refusing to "
+                         "replace it)")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        pass  # nobody listens: left behind
+    except OSError as e:
+        raise ValueError(f"--socket {path}: cannot tell whether the socket there is in use ({e.strerror})") from None
+    else:
+        raise ValueError(f"--socket {path}: a server is listening there (refusing to replace it)")
+    finally:
+        probe.close()
+    os.unlink(path)
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return uid
+
+
+def serve_socket(device: hal.Device, path: str, allow_other_users: bool = False) -> None:
+    """Serve clients on a Unix socket, each in its own session, until interrupted.
+
+    The protocol makes the server open the files a client names, so the socket is its owner's:
+    mode 0600, and a client of another user (by its credentials, SO_PEERCRED) is refused unless
+    ``allow_other_users`` (mode 0666, every local user a client); root is always let in. Only a
+    socket this user left with nobody listening is replaced; the socket is made in a private
+    folder and linked into place (nothing there is replaced), and at exit removed only if
+    ``path`` is still the one this server made."""
     check_socket_path(path)
-    if os.path.lexists(path):
-        os.unlink(path)
+    _remove_stale_socket(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    # Bound under a private name and moved into place once listening: a client that sees the
-    # socket can connect (bound at ``path`` itself, it exists a moment before it accepts).
-    staging = os.path.join(os.path.dirname(path) or ".", f".nnts-serve-{os.getpid()}")
+    mode = 0o666 if allow_other_users else 0o600
+    # Bound in a private folder and linked into place once listening: a client that sees the
+    # socket can connect, and the socket has its mode before anyone can reach it.
+    private = tempfile.mkdtemp(prefix=".nnts-serve-", dir=os.path.dirname(os.path.abspath(path)))
+    staging = os.path.join(private, "s")
     if len(os.fsencode(staging)) > SOCKET_PATH_MAX:
-        staging = path
-    listener.bind(staging)
-    listener.listen(16)
-    if staging != path:
-        os.replace(staging, path)
+        staging = os.path.relpath(staging)
+    try:
+        if len(os.fsencode(staging)) > SOCKET_PATH_MAX:  # no room for the folder's name: bound in place
+            os.rmdir(private)
+            staging = path
+            mask = os.umask(0o177)
+            try:
+                listener.bind(path)  # fails if anything appeared there since
+            finally:
+                os.umask(mask)
+        else:
+            listener.bind(staging)
+        os.chmod(staging, mode)
+        listener.listen(16)
+        if staging != path:
+            try:
+                os.link(staging, path)
+            except FileExistsError:
+                raise ValueError(f"--socket {path}: something appeared there as the server started (refusing to "
+                                 "replace it)") from None
+        made = os.lstat(path)
+    except BaseException:
+        listener.close()
+        raise
+    finally:
+        if staging != path:
+            if os.path.lexists(staging):
+                os.unlink(staging)
+            os.rmdir(private)
     print(f"nnts serve: listening on {path}", file=sys.stderr, flush=True)
+    me = os.geteuid()
     try:
         while True:
             conn, _ = listener.accept()
+            uid = _peer_uid(conn)
+            if not allow_other_users and uid not in (me, 0):
+                print(f"nnts serve: refused a client of uid {uid} (not this server's user; "
+                      "--allow-other-users serves every local user)", file=sys.stderr, flush=True)
+                conn.close()
+                continue
             threading.Thread(target=_serve_connection, args=(device, conn), daemon=True).start()
     finally:
         listener.close()
-        os.unlink(path)
+        try:
+            now = os.lstat(path)
+            if (now.st_dev, now.st_ino) == (made.st_dev, made.st_ino):
+                os.unlink(path)
+        except OSError:
+            pass
 
 
 def _serve_connection(device: hal.Device, conn: socket.socket) -> None:

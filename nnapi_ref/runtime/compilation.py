@@ -358,8 +358,7 @@ class Compilation:
                     f.close()
         elif vlog.on["compilation"]:
             vlog.info("CompilationBuilder", "cache miss on %s (%s)", device.name, key)
-        try:
-            os.makedirs(self.cache_dir, exist_ok=True)
+        try:  # the folder is the application's, as in the NDK: never created here
             files = [open(n, "w+b") for n in names]
         except OSError:
             files = None  # caching is best effort, as in the NDK

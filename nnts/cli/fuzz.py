@@ -17,7 +17,6 @@ from nnts.runners.drivers import runtime_devices
 def register(sub) -> None:
     p = sub.add_parser("fuzz", help="coverage-guided fuzzing (atheris) of a harness against a driver, or a replay")
     add_driver_options(p)
-    p.set_defaults(driver=None)  # --replay takes the driver from the artifact unless one is given
     p.add_argument("--harness", choices=("model", "execute", "request", "vectors", "remote",
                                          "tflite", "gate", "include", "sidecar"),
                    help="what the fuzzer mutates: model (models built through the NDK calls), execute (models run "
@@ -35,7 +34,9 @@ def register(sub) -> None:
                    help="test-vector file or folder seeding the corpus (default cts/corpus and ../shared/vectors)")
     p.add_argument("--timeout", type=int, default=10, help="seconds one input may run (default 10)")
     p.add_argument("--rss-limit", type=int, default=2048, help="MiB one input may allocate (default 2048)")
-    p.add_argument("--replay", metavar="FILE", help="run one artifact again and show its traceback")
+    p.add_argument("--replay", metavar="FILE",
+                   help="run one artifact again and show its traceback, on --driver and --vectors as given here "
+                        "(an artifact's sidecar may come from anyone: its driver and vectors are only shown)")
     add_trace_option(p)
     p.set_defaults(func=run, check_args=check)
 
@@ -55,7 +56,7 @@ def run(args) -> int:
         if not os.path.isfile(args.replay):
             print(f"nnts: no such file: {args.replay}", file=sys.stderr)
             return 2
-        return engine.replay(args.replay, args.harness, args.driver, args.vectors, args.settings)
+        return engine.replay(args.replay, args.harness, args.driver or default_driver(), args.vectors, args.settings)
     if not args.harness:
         print("nnts: fuzz needs --harness NAME or --replay FILE", file=sys.stderr)
         return 2

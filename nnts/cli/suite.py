@@ -9,6 +9,7 @@ benchmark folder): the run is the suite's, and it writes nothing the user did no
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from importlib import resources
@@ -45,10 +46,14 @@ def main(argv: list[str]) -> int:
     # pytest in a process of its own: it rewrites the asserts of nnts's modules, which this one
     # has imported already.
     child = subprocess.Popen(args + argv)
-    try:
-        return child.wait()
-    except KeyboardInterrupt:  # pytest, in the same process group, got it too: let it report
-        return child.wait()
+    # SIGTERM (a CI timeout, docker stop) reaches this process only: pytest is told as Ctrl-C
+    # tells it, and writes the reports of what ran.
+    signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGINT))
+    while True:
+        try:
+            return child.wait()
+        except KeyboardInterrupt:  # pytest, in the same process group, got it too: let it report
+            continue
 
 
 def _package_root() -> str:

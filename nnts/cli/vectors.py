@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
 from nnapi_ref.vectors import find_files
 from nnts.cli.common import add_driver_options, add_trace_option, shard_option
 from nnts.formats import files
-from nnts.formats.aosp import differences, import_checkout
+from nnts.formats.aosp import GENERATOR_TIMEOUT_S, differences, import_checkout, unknown_versions
 from nnts.formats.expected_failures import expected_failures_file, load_known_failures
 from nnts.formats.files import UsageError
 from nnts.formats.paths import CORPUS
@@ -54,6 +55,8 @@ def register(sub) -> None:
                                     "AOSP tree holding them")
     i.add_argument("--out", required=True, help="folder for the vector files (one folder per spec version)")
     i.add_argument("--versions", nargs="+", metavar="V", help="only these spec folders (e.g. V1_3 AIDL_V3)")
+    i.add_argument("--timeout", type=float, default=GENERATOR_TIMEOUT_S, metavar="S",
+                   help=f"seconds the generator may run over one version folder (default {GENERATOR_TIMEOUT_S})")
     i.add_argument("--check", metavar="DIR", help="then compare every test model of the vector files under DIR "
                                                   "with the imported one of the same name (exit 1 on a difference)")
     i.set_defaults(func=import_aosp)
@@ -91,6 +94,8 @@ def run(args) -> int:
         vector_run.print_part(part, args.verbose, args.quiet)
 
     interrupted = False
+    # SIGTERM (a CI timeout, docker stop) as Ctrl-C: what is done is written.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         if getattr(args, "trace", None):  # a worker process's spans would not reach the trace: run here
             results = vector_run.run_here(found, loaded, job_args, report)
@@ -130,10 +135,22 @@ def import_aosp(args) -> int:
     if args.check and not os.path.isdir(args.check):
         print(f"nnts vectors import-aosp: --check {args.check}: no such folder", file=sys.stderr)
         return 2
+    if not (args.timeout > 0 and args.timeout < float("inf")):
+        print(f"nnts vectors import-aosp: --timeout {args.timeout}: must be a finite number > 0", file=sys.stderr)
+        return 2
     try:
-        written, models, problems = import_checkout(args.checkout, args.out, args.versions)
+        unknown = unknown_versions(args.checkout, args.versions)
+        if unknown:
+            print(f"nnts vectors import-aosp: --versions {' '.join(unknown)}: no such spec folder in {args.checkout}",
+                  file=sys.stderr)
+            return 2
+        os.makedirs(args.out, exist_ok=True)
+        written, models, problems = import_checkout(args.checkout, args.out, args.versions, timeout_s=args.timeout)
     except FileNotFoundError as e:
         print(f"nnts vectors import-aosp: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"nnts vectors import-aosp: {e.filename or args.out}: {e.strerror or e}", file=sys.stderr)
         return 2
     for problem in problems:
         print(f"PROBLEM {problem}")

@@ -17,8 +17,12 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import resource
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -49,9 +53,25 @@ def version_folders(specs: Path) -> list[Path]:
     return sorted(p for p in specs.iterdir() if p.is_dir() and any(p.glob("*.mod.py")))
 
 
-def import_checkout(checkout: str, out: str, versions: list[str] | None = None, log=print) -> tuple[int, int, list[str]]:
+GENERATOR_TIMEOUT_S = 900  # one version folder: the largest (V1_2, ~300 specs) takes under a minute
+OUTPUT_LIMIT = 64 << 20  # bytes of one file the generator's process writes (its output, one spec's JSON)
+
+
+def unknown_versions(checkout: str, versions: list[str] | None) -> list[str]:
+    """The ``versions`` that are not spec folders of the checkout (a typo: said before the run);
+    none where the checkout has no generator (:func:`import_checkout` says so)."""
+    generators = find_generators(Path(checkout))
+    found = {folder.name for _, specs in generators for folder in version_folders(specs)}
+    return [v for v in versions or () if generators and v not in found]
+
+
+def import_checkout(checkout: str, out: str, versions: list[str] | None = None, log=print,
+                    timeout_s: float = GENERATOR_TIMEOUT_S) -> tuple[int, int, list[str]]:
     """Writes ``out/<version>/<spec>.json`` for every spec of the checkout; returns (files written,
-    test models, problems). A spec the generator fails on is a problem, not the end of the run."""
+    test models, problems). A spec the generator fails on is a problem, not the end of the run.
+    The specs are a checkout's code: each version folder's generator runs in a process of its
+    own with a time limit and a bound on every file it writes (its output included), and its
+    output is read from a file line by line, never held whole."""
     generators = find_generators(Path(checkout))
     if not generators:
         raise FileNotFoundError(f"{checkout}: no NNAPI test generator ({GENERATOR}) with its specs ({SPECS}) "
@@ -65,20 +85,55 @@ def import_checkout(checkout: str, out: str, versions: list[str] | None = None, 
                 continue
             target = (Path(out) / (generator.parent.parent.name if several else "") / folder.name).resolve()
             target.mkdir(parents=True, exist_ok=True)
-            done = subprocess.run([sys.executable, "-m", "nnts.formats.aosp", str(generator), str(folder),
-                                   str(target)], capture_output=True, text=True, cwd=str(target))
-            lines = done.stdout.splitlines()
-            summary = [ln for ln in lines if ln.startswith("imported ")]
-            problems += [f"{folder.name}/{ln[len('problem '):]}" for ln in lines if ln.startswith("problem ")]
-            if done.returncode != 0:
-                tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
-                problems.append(f"{folder}: the generator failed: {tail[0]}")
+            summary, found, failure = _run_generator(generator, folder, target, timeout_s)
+            problems += [f"{folder.name}/{p}" for p in found]
+            if failure:
+                problems.append(f"{folder}: the generator failed: {failure}")
             if summary:
-                n_files, n_models = (int(x) for x in summary[-1].split()[1:3])
-                files += n_files
-                models += n_models
-                log(f"{generator.parent.parent.name}/{folder.name}: {n_models} test models in {n_files} files")
+                files += summary[0]
+                models += summary[1]
+                log(f"{generator.parent.parent.name}/{folder.name}: {summary[1]} test models in {summary[0]} files")
     return files, models, problems
+
+
+def _bounded_files() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
+
+
+def _run_generator(generator: Path, folder: Path, target: Path, timeout_s: float):
+    """((files, models) or None, problems, why it failed or None) of one version folder."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            done = subprocess.run([sys.executable, "-m", "nnts.formats.aosp", str(generator), str(folder),
+                                   str(target)], stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=str(target),
+                                  timeout=timeout_s, preexec_fn=_bounded_files)
+            status = done.returncode
+        except subprocess.TimeoutExpired:
+            status = None
+        summary, problems = None, []
+        out.seek(0)
+        for raw in out:
+            line = _printable(raw[:1000].decode("utf-8", "replace").rstrip("\n"))
+            if line.startswith("imported ") and len(line.split()) == 3 and line.split()[1].isdigit() \
+                    and line.split()[2].isdigit():
+                summary = tuple(int(x) for x in line.split()[1:3])
+            elif line.startswith("problem ") and len(problems) < 10000:
+                problems.append(line[len("problem "):])
+        if status is None:
+            return summary, problems, f"still running after {timeout_s:g} s (stopped)"
+        if status == -signal.SIGXFSZ or status != 0 and max(out.seek(0, os.SEEK_END),
+                                                            err.seek(0, os.SEEK_END)) >= OUTPUT_LIMIT:
+            return summary, problems, f"wrote a file over {OUTPUT_LIMIT >> 20} MiB (stopped)"
+        if status != 0:
+            err.seek(max(0, err.seek(0, os.SEEK_END) - 4096))
+            tail = [ln for ln in err.read().decode("utf-8", "replace").splitlines() if ln.strip()][-1:]
+            return summary, problems, _printable(tail[0]) if tail else f"exit status {status}"
+        return summary, problems, None
+
+
+def _printable(text: str) -> str:
+    """A line of the generator's output as one printable line (it is a checkout's text)."""
+    return "".join(c if c.isprintable() else "?" for c in text)[:500]
 
 
 def differences(imported: str, expected: str, versions: list[str] | None = None) -> tuple[int, list[str]]:

@@ -8,6 +8,7 @@ into place, so that a reader (or a run stopped half way) never sees half a file.
 """
 from __future__ import annotations
 
+import codecs
 import math
 import os
 import re
@@ -54,16 +55,42 @@ def input_file(option: str, path: str | None, text: bool = True) -> None:
     try:
         with open(path, "rb") as f:
             head = f.read(1 << 16)
+            if text:
+                _check_utf8(option, path, head, f)
     except OSError as e:
         raise UsageError(f"{option} {path}: cannot read it: {e.strerror}") from None
-    if text:
+
+
+def _check_utf8(option: str, path: str, head: bytes, rest) -> None:
+    """The whole file is UTF-8 text without NUL bytes (read in pieces: a large file is never held)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset, chunk = 0, head
+    while chunk:
+        nul = chunk.find(b"\0")
+        if nul >= 0:
+            raise UsageError(f"{option} {path}: not a text file (binary data at byte {offset + nul})")
         try:
-            if b"\0" in head:
-                raise UnicodeDecodeError("utf-8", head, head.index(b"\0"), head.index(b"\0") + 1, "NUL byte")
-            head.decode("utf-8")
+            decoder.decode(chunk)
         except UnicodeDecodeError as e:
-            if e.start < len(head) - 4:  # not just a character cut at the end of the sample
-                raise UsageError(f"{option} {path}: not a text file (binary data at byte {e.start})") from None
+            raise UsageError(f"{option} {path}: not UTF-8 text (at byte {offset + max(e.start, 0)})") from None
+        offset += len(chunk)
+        chunk = rest.read(1 << 16)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise UsageError(f"{option} {path}: not UTF-8 text (it ends inside a character)") from None
+
+
+def writable(option: str, path: str) -> None:
+    """``path``'s folder can be made (it is, as the writer would) and a file created in it: tried
+    now, so that a results file cannot be lost at the end of a run."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot be written ({e.strerror or e})") from None
 
 
 def folder(option: str, path: str | None) -> None:

@@ -69,6 +69,7 @@ def _start_worker(worker_state) -> None:
     """A pool worker's initializer. What a worker keeps from one task to the next (its loaded
     drivers) can only live in its process: the pool pickles each task's arguments anew."""
     global _worker_state
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's "SIGTERM as Ctrl-C" is the parent's only
     _worker_state = worker_state()
 
 

@@ -187,7 +187,7 @@ def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: 
         test["failure"] = failures
     doc = {"format": vectors.FORMAT, "source": f"nnts random graph, seed {graph.seed}", "license": vectors.LICENSE,
            "tests": [test]}
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    vectors.write_text_atomic(path, json.dumps(doc))
     return path, replay
 
 

@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from nnapi_ref.runtime.devices import Device
 from nnapi_ref.types import SCALAR_TYPES, Lifetime, OperandCode, OperationCode, PreferenceCode
 from nnapi_ref.validation import CONSTANT_LIFETIMES, topological_order
 from nnapi_ref.vectors import FormatError, load_file
+from nnts.formats import files
 from nnts.formats.tflite.importer import load_tflite
 from nnts.runners.drivers import load_drivers
 from nnts.runners.settings import Settings
@@ -176,15 +176,7 @@ def render_svg(dot_text: str, out: str) -> None:
 
 
 def _write(path: str, text: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".graph-", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    files.write_atomic(path, text)
 
 
 def picture_beside(model_path: str | os.PathLike) -> Path | None:

@@ -5,6 +5,7 @@ feed the inputs, execute in the chosen mode, and compare every output with NNAPI
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -203,7 +204,10 @@ def execute(compilation: Compilation, test: TestModel, mode: str = "sync", devic
 
 
 def compile_for(model: Model, devices: list[Device], cache_dir: str | None, token: bytes) -> Compilation:
-    """Compile ``model``; with ``cache_dir``, compile once to fill the cache, then again from it."""
+    """Compile ``model``; with ``cache_dir`` (made here: the NDK makes no folder), compile once to
+    fill the cache, then again from it."""
+    if cache_dir:
+        os.makedirs(cache_dir, exist_ok=True)
     for _ in range(2 if cache_dir else 1):
         compilation = Compilation(model, devices)
         if cache_dir:

@@ -13,7 +13,10 @@ raised as usual). No code is loaded from the cache: JSON and raw array bytes onl
 
 The cache folder is the caller's (``Settings.cache_dir``: ``NNTS_CACHE_DIR``, ``$XDG_CACHE_HOME/nnts``
 or ``~/.cache/nnts``; None for no cache); entries go in its ``vectors`` folder and are written
-atomically (two xdist workers writing the same entry is harmless).
+atomically (two xdist workers writing the same entry is harmless). It is bounded: once per process,
+before its first entry is written, the least recently used entries beyond :data:`LIMIT` bytes are
+removed (entries of an earlier reader are never used again). ``nnts cache clear`` removes it all.
+Only files named as this module names its entries, of this user, are ever removed.
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ import hashlib
 import json
 import math
 import os
+import re
+import stat
 import struct
 import tempfile
 from pathlib import Path
@@ -33,6 +38,8 @@ from nnapi_ref import vectors
 MAGIC = b"nnts-vector-cache/1\n"
 BLOB_KEY = "$nnts_blob"  # {"$nnts_blob": [offset, dtype, shape]} stands for a decoded data list
 ALIGN = 16
+LIMIT = 256 << 20  # bytes of entries kept (the shared corpus of 4,300 files takes about 90 MB)
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.bin|\.tmp-\w+\.bin")
 
 
 @functools.cache
@@ -138,6 +145,7 @@ def _write(entry: Path, doc, recorded: dict[int, tuple[list, np.ndarray]]) -> No
     head += b"\0" * (-len(head) % ALIGN)
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
+        _bound_once(str(entry.parent))
         fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-", suffix=".bin")
         try:
             with os.fdopen(fd, "wb") as f:
@@ -149,3 +157,64 @@ def _write(entry: Path, doc, recorded: dict[int, tuple[list, np.ndarray]]) -> No
             raise
     except OSError:
         pass  # a read-only or full cache folder: the next run reads the file again
+
+
+def entries(folder: str | os.PathLike) -> list[tuple[Path, os.stat_result]]:
+    """The cache's entries under ``folder`` (the cache folder): files named as entries, of this
+    user; nothing else there is counted or removed."""
+    vectors_folder = Path(folder) / "vectors"
+    try:
+        names = os.listdir(vectors_folder)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if _ENTRY_NAME.fullmatch(name):
+            try:
+                st = os.lstat(vectors_folder / name)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                found.append((vectors_folder / name, st))
+    return found
+
+
+def prune(folder: str | os.PathLike, limit: int) -> int:
+    """Remove the least recently used entries until they take at most ``limit`` bytes; the number removed."""
+    found = sorted(entries(folder), key=lambda e: max(e[1].st_atime, e[1].st_mtime))
+    total = sum(st.st_size for _, st in found)
+    removed = 0
+    for path, st in found:
+        if total <= limit:
+            break
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        total -= st.st_size
+        removed += 1
+    return removed
+
+
+def clear(folder: str | os.PathLike) -> tuple[int, int]:
+    """Remove every entry (and the folders nnts made, when empty); (entries, bytes) removed."""
+    found = entries(folder)
+    removed = size = 0
+    for path, st in found:
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed += 1
+        size += st.st_size
+    for empty in (Path(folder) / "vectors", Path(folder)):
+        try:
+            empty.rmdir()
+        except OSError:
+            break
+    return removed, size
+
+
+@functools.cache
+def _bound_once(vectors_folder: str) -> None:
+    prune(Path(vectors_folder).parent, LIMIT)

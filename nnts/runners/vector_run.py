@@ -93,6 +93,11 @@ def counts(results: list[dict]) -> dict[str, int]:
     return {s: sum(r["status"] == s for r in results) for s in STATUSES}
 
 
+def _visible(text: str) -> str:
+    """Escape sequences (ESC, DEL, C1 controls) as ``\\xNN``; xml_text does the other controls."""
+    return "".join(f"\\x{ord(c):02x}" if c in "\x1b\x7f" or "\x80" <= c <= "\x9f" else c for c in str(text))
+
+
 def print_part(part: list[dict], verbose: bool, quiet: bool = False) -> None:
     if not part:
         return
@@ -102,4 +107,6 @@ def print_part(part: list[dict], verbose: bool, quiet: bool = False) -> None:
         print(f"{source}: {summary}", flush=True)
     for r in part:
         if r["status"] in FAILS_RUN or (verbose and r["status"] in ("skipped", "xfailed", "xpassed")):
-            print(f"  {r['status'].upper()} {r['name']}: {r['message']}", flush=True)
+            # A name or message from a file or a driver: control characters shown, never obeyed by the terminal.
+            print(f"  {r['status'].upper()} {junit.xml_text(_visible(r['name']))}: "
+                  f"{junit.xml_text(_visible(r['message'] or ''))}", flush=True)
