@@ -55,8 +55,11 @@ def pytest_addoption(parser):
     group.addoption("--no-shared-vectors", action="store_true", help="do not add ../shared/vectors")
     group.addoption("--feature-level", type=int, default=None, help="test only what this feature level requires")
     group.addoption("--expected-failures", default=None, type=_expected_failures,
-                    help="file of test ids, variant ids (TEST-ID-VARIANT) or model names expected to fail, or a "
-                         "published list: onnxruntime, tflite, tflite-ref")
+                    help="file of tests expected to fail, one a line with the reason after '#': test ids as the "
+                         "summary prints them (cts/test_api.py::test_x), variant ids (TEST-ID-VARIANT), model "
+                         "names, or globs ('*'); or a published list: onnxruntime, tflite, tflite-ref")
+    group.addoption("--strict-expected-failures", action="store_true",
+                    help="an expected failure that passes fails the run")
     group.addoption("--report", action="append", default=[],
                     help="write the conformance report to this path: HTML, or JSON for a .json path (repeatable)")
     group.addoption("--baseline", default=None,
@@ -90,6 +93,7 @@ def _expected_failures(value: str) -> str:
 
 def pytest_configure(config):
     _check_options(config)
+    config.nnts_expected = _load_expected(config)
     config.nnts_settings, config.nnts_vts = _settings(config)
     for code in OperationCode:
         config.addinivalue_line("markers", f"op_{code.name}: tests of the {code.name} operation")
@@ -163,9 +167,12 @@ def _checked_drivers(config):
     return drivers
 
 
+@pytest.hookimpl(tryfirst=True)  # before -k and --deselect: they see the ids it adds
 def pytest_collection_modifyitems(session, config, items):
     from nnts.runners.vector_errors import add_items
     add_items(session, items)  # a test-vector file that cannot be read: a failing test, not the end
+    _name_by_suite_id(config, items)
+    _expect_failures(config, items)
     vts = Path(str(resources.files("nnts.vts")))
     in_vts: dict[str, bool] = {}  # per file: Path.parents of 48k items took seconds
     for item in items:
@@ -177,6 +184,57 @@ def pytest_collection_modifyitems(session, config, items):
     _select_shard(config, items)
 
 
+def _name_by_suite_id(config, items) -> None:
+    """Every test answers to its id relative to the suite (``cts/test_api.py::test_x``, as ``nnts
+    test`` prints it) in ``-k`` and ``--deselect``, whatever pytest's rootdir (``pytest --pyargs``
+    from another folder names the files by a path to site-packages)."""
+    from nnts.formats.expected_failures import suite_id
+    prefixes = tuple(config.getoption("deselect") or ())
+    keep, drop = [], []
+    for item in items:
+        sid = suite_id(str(item.path), item.nodeid)
+        item.extra_keyword_matches.add(sid)
+        (drop if prefixes and sid.startswith(prefixes) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _expect_failures(config, items) -> None:
+    """``--expected-failures``: a listed test is xfail (strict with ``--strict-expected-failures``);
+    a generated test applies the list to each of its variants itself (``nnts.runners.variants``).
+    Every entry that lists a collected test is noted, for the entries that list none (stale)."""
+    listed = config.nnts_expected
+    if listed is None:
+        return
+    from nnts.formats.expected_failures import names_of, suite_id, variant_names
+    strict = config.getoption("strict_expected_failures")
+    files = set()
+    for item in items:
+        names = names_of(str(item.path), item.nodeid, item.name)
+        files.add(names[0].split("::", 1)[0])
+        case = item.callspec.params.get("case") if hasattr(item, "callspec") else None
+        if hasattr(case, "variants") and hasattr(case, "test"):  # a generated test
+            for variant in case.variants:
+                listed.mark_matching(variant_names(names, case.id, case.test.name, variant))
+            continue
+        listed.mark_matching(names)
+        reason = listed.reason(names)
+        if reason is not None:
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=strict))
+    config.nnts_stale = [(e.line, e.pattern, e.reason) for e in listed.stale(files)]
+    if hasattr(config, "workeroutput"):  # for the xdist controller, which collects nothing
+        config.workeroutput["nnts_stale"] = config.nnts_stale
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: a worker's stale expected failures (every worker collects the same tests)."""
+    stale = getattr(node, "workeroutput", {}).get("nnts_stale")
+    if stale is not None:
+        node.config.nnts_stale = [tuple(e) for e in stale]
+
+
 def _select_shard(config, items) -> None:
     """``--shard K/N``: keep this shard's tests, named the same in a clone and installed
     (``cts/test_generated.py::...``), so shards of either kind of run line up."""
@@ -185,20 +243,32 @@ def _select_shard(config, items) -> None:
     if part is None:
         return
     keep, drop = [], []
+    from nnts.formats.expected_failures import suite_id
     for item in items:
-        name = f"{_short_path(str(item.fspath))}::{item.nodeid.split('::', 1)[-1]}"
-        (keep if shard.selects(part, name) else drop).append(item)
+        (keep if shard.selects(part, suite_id(str(item.path), item.nodeid)) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
 
 @functools.lru_cache(maxsize=None)
-def _short_path(path: str, stem: bool = False) -> str:
-    """``cts/test_generated.py`` (``cts/test_generated`` with ``stem``) of a test file's path,
-    clone or installed (once per file: Path of every one of 17,900 items took a second)."""
+def _module_of(path: str) -> str:
+    """``cts/test_generated`` of a test file's path, clone or installed (once per file: Path of
+    every one of 17,900 items took a second)."""
     parts = Path(path)
-    return f"{parts.parent.name}/{parts.stem if stem else parts.name}"
+    return f"{parts.parent.name}/{parts.stem}"
+
+
+def _load_expected(config):
+    """``--expected-failures``, read once per process (a file that cannot be read: one usage line)."""
+    path = config.getoption("expected_failures")
+    if not path:
+        return None
+    from nnts.formats import expected_failures, files
+    try:
+        return expected_failures.load(path)
+    except files.UsageError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 def _check_options(config) -> None:
@@ -281,6 +351,8 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = "\n".join(i.message for i in new) + (
                 f"\n\nThe test itself concluded:\n{concluded}" if concluded else "")
             report.user_properties.append(("nnts_verdict", died))
+            if hasattr(report, "wasxfail"):  # a crash or a hang is never an expected failure
+                del report.wasxfail
             item.nnts_incidents += len(new)
     if report.when == "call" or not report.passed:
         report.user_properties += _test_properties(item)  # item.user_properties too: JUnit's properties
@@ -302,7 +374,7 @@ def _test_properties(item) -> list[tuple]:
     if getattr(case, "variant", None):
         properties.append(("nnts_variant", case.variant))
     # the part of the suite, also where --pyargs shortens test ids
-    properties.append(("nnts_module", _short_path(str(item.fspath), stem=True)))
+    properties.append(("nnts_module", _module_of(str(item.fspath))))
     return properties
 
 
@@ -345,6 +417,15 @@ def pytest_handlecrashitem(crashitem, report, sched):
     report.user_properties += _running.pop(crashitem, [])  # its operation and type, as its setup report gave them
 
 
+def _summarize_stale(terminalreporter, config) -> None:
+    stale = getattr(config, "nnts_stale", None)
+    if stale:
+        from nnts.formats.expected_failures import Entry, stale_lines
+        terminalreporter.section("nnts: expected failures that match no test of this run (stale: remove or fix them)")
+        for line in stale_lines(config.getoption("expected_failures"), [Entry(p, r, n) for n, p, r in stale]):
+            terminalreporter.write_line(line)
+
+
 class ConformanceResults:
     """Every test's result (nnts.reports.results.records_of_report), gathered from test reports (on the
     xdist controller too, which receives every worker's reports)."""
@@ -365,6 +446,7 @@ class ConformanceResults:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    _summarize_stale(terminalreporter, config)
     gathered = config.pluginmanager.get_plugin("nnts-results")
     results = gathered.tests if gathered is not None else []
     if not results:
