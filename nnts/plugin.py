@@ -68,10 +68,10 @@ def pytest_addoption(parser):
                     help="folder for failing models (default: reproducers/ beside the first --report, "
                          "else nnts-reproducers in the temporary folder)")
     group.addoption("--random-graphs", type=int, default=200,
-                    help="number of random-graph cases (cts/test_random_graph.py)")
+                    help="number of random-graph cases (the test_random_graph tests)")
     group.addoption("--random-seed", type=int, default=0, help="seed of the first random-graph case")
     group.addoption("--random-ops", type=int, default=200,
-                    help="number of single-operation random cases (cts/test_random_operation.py)")
+                    help="number of single-operation random cases (the test_random_operation tests)")
     group.addoption("--isolate", action="store_true",
                     help="run in-process drivers in a process of their own (nnts serve), to contain crashes")
     group.addoption("--shard", default=None, metavar="K/N",

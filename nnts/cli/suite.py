@@ -89,14 +89,12 @@ def pytest_load_initial_conftests(early_config, parser, args):
 
 
 def _positionals(parser, args: list[str]) -> list[int]:
-    """The indexes of the positional arguments of ``args``: each is the one whose removal takes a
-    value off the list of positionals pytest's parser finds."""
-    found = list(parser.parse_known_args(args).file_or_dir)
-    indexes = []
-    for i, value in enumerate(args):
-        if value in found and parser.parse_known_args(args[:i] + args[i + 1:]).file_or_dir != found:
-            indexes.append(i)
-    return indexes
+    """The indexes of the positional arguments of ``args``: those where a stand-in value turns up
+    among the positionals pytest's parser finds."""
+    found = parser.parse_known_args(args).file_or_dir
+    probe = "nnts-positional-probe"
+    return [i for i, value in enumerate(args) if value in found and
+            probe in parser.parse_known_args([*args[:i], probe, *args[i + 1:]]).file_or_dir]
 
 
 def pytest_configure(config):
