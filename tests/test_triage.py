@@ -4,6 +4,7 @@ named, pytest's conventions (argument order, ``--lf``), and the header. The driv
 float32 in float16, which fails random operations, sequences and generated tests alike."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -106,3 +107,21 @@ def test_a_dash_writes_to_the_standard_output_and_help_names_no_source_file(tmp_
     assert code == 0 and not re.search(r"\(\w+/\w+\.py\)", out[out.index("NNAPI driver conformance"):]), out[-3000:]
     code, out = nnts(tmp_path, "--version")
     assert code == 0 and re.fullmatch(r"nnts \d+\.\d+\.\d+\S*\n", out), out
+
+
+def test_nnts_trace_writes_the_whole_run_of_both_processes_as_the_trace_option_does(tmp_path):
+    model = str(next(Path(__file__).resolve().parents[1].glob("cts/corpus/*.json")))
+    code, out = nnts(tmp_path, "vectors", "run", model, "-q", "--isolate", "--trace", "option.json")
+    assert code == 0, out
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NNTS_", "PYTEST_"))}
+    done = subprocess.run([NNTS, "vectors", "run", model, "-q", "--isolate"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, env=dict(env, NNTS_TRACE="variable.json"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["option.json", "variable.json"]  # one file each
+
+    def events(name):
+        found = json.loads((tmp_path / name).read_text())
+        return [e for e in (found["traceEvents"] if isinstance(found, dict) else found) if e["ph"] != "M"]  # spans
+    option, variable = events("option.json"), events("variable.json")
+    assert len({e["pid"] for e in variable}) == 2 and len(variable) == len(option) > 100, (len(variable), len(option))
+    assert sorted({e["name"] for e in variable}) == sorted({e["name"] for e in option})
