@@ -357,7 +357,7 @@ def pytest_runtest_makereport(item, call):
     if report.when == "call" or not report.passed:
         report.user_properties += _test_properties(item)  # item.user_properties too: JUnit's properties
     elif report.when == "setup":  # for the xdist controller, should the worker die in the call (pytest_handlecrashitem)
-        report.user_properties = [*report.user_properties, *_test_properties(item)]
+        report.user_properties = [*report.user_properties, *_test_properties(item), ("nnts_replay", _replay(item))]
     if report.when == "setup":  # before the test drives the driver: a driver it crashes is not asked
         _describe_run_once(item, report)
 
@@ -378,15 +378,40 @@ def _test_properties(item) -> list[tuple]:
     return properties
 
 
+def _replay(item) -> str:
+    """How to run ``item`` again by itself, in one process (where a debugger stops in the driver):
+    a generated test's model from its file, any other test by its id."""
+    import re
+    import shlex
+    from nnts.formats.expected_failures import suite_id
+    config = item.config
+    driver = shlex.quote(config.getoption("driver"))
+    case = item.callspec.params.get("case") if hasattr(item, "callspec") else None
+    path = getattr(case, "path", None) or getattr(getattr(case, "base", None), "path", None)
+    if path is not None and hasattr(case, "test"):
+        return (f"reproducer: {path} (test model {case.test.name})\nreplay: nnts vectors run {shlex.quote(str(path))} "
+                f"--filter {shlex.quote('^' + re.escape(case.test.name) + '$')} --driver {driver} --inline")
+    options = "".join(f" --{name.replace('_', '-')} {config.getoption(name)}" for name, default in _CASE_OPTIONS
+                      if config.getoption(name) != default)
+    return f"replay: nnts test {shlex.quote(suite_id(str(item.path), item.nodeid))} --driver {driver}{options}"
+
+
+# The options that decide which cases a parametrized test has, with their defaults.
+_CASE_OPTIONS = (("random_seed", 0), ("random_ops", 200), ("random_graphs", 200), ("feature_level", None))
 _TEST_PROPERTIES = ("nnts_op", "nnts_dtype", "nnts_section", "nnts_variant", "nnts_module")
 _running: dict[str, list[tuple]] = {}  # xdist controller: the properties of each test set up and not torn down
+
+
+_replays: dict[str, str] = {}  # xdist controller: the replay line of each test set up and not torn down
 
 
 def pytest_runtest_logreport(report):
     if report.when == "setup" and report.passed:
         _running[report.nodeid] = [(k, v) for k, v in report.user_properties if k in _TEST_PROPERTIES]
+        _replays[report.nodeid] = dict(report.user_properties).get("nnts_replay", "")
     elif report.when == "teardown":
         _running.pop(report.nodeid, None)
+        _replays.pop(report.nodeid, None)
 
 
 _run_described = False
@@ -405,16 +430,63 @@ def _describe_run_once(item, report):
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist's controller, starting a worker: where the worker's faulthandler writes the
+    stack it dies with (read back by ``pytest_handlecrashitem``)."""
+    config = node.config
+    if not hasattr(config, "nnts_crash_logs"):
+        config.nnts_crash_logs = tempfile.mkdtemp(prefix="nnts-crash-logs-")
+        config.add_cleanup(functools.partial(_remove_crash_logs, config.nnts_crash_logs))
+    node.workerinput["nnts_crash_log"] = os.path.join(config.nnts_crash_logs, f"{node.gateway.id}.txt")
+
+
+def _remove_crash_logs(folder: str) -> None:
+    import shutil
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def pytest_sessionstart(session):
+    """An xdist worker: faulthandler's dump of a crash to the file the controller reads (after pytest's
+    own faulthandler set-up, which sends it to the console, where no report has it)."""
+    path = getattr(session.config, "workerinput", {}).get("nnts_crash_log")
+    if path:
+        import faulthandler
+        session.config.nnts_crash_log = open(path, "w", encoding="utf-8")
+        faulthandler.enable(file=session.config.nnts_crash_log, all_threads=False)
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem, report, sched):
     """pytest-xdist: a worker died in a test (an in-process driver crashed, without --isolate).
-    The test's verdict is CRASH, as under --isolate; xdist starts a new worker and goes on."""
+    The test's verdict is CRASH, as under --isolate, with the stack the worker died with and how
+    to replay the test; ``-x`` (``--maxfail``) counts it, else xdist starts a new worker and goes on."""
     worker = getattr(getattr(report, "node", None), "gateway", None)
     name = getattr(worker, "id", "?")
+    config = getattr(report.node, "config", None)
+    folder = getattr(config, "nnts_crash_logs", None)
+    last = _crash_log(os.path.join(folder, f"{name}.txt")) if folder else ""
+    replay = _replays.pop(crashitem, "")
     report.longrepr = (f"CRASH: the pytest-xdist worker {name} died while running this test (an in-process "
                        "driver that crashes takes its worker with it; --isolate runs the driver in a process "
-                       "of its own and reports its exit status)")
+                       "of its own and reports its exit status)"
+                       + (f"\nthe worker's last words (faulthandler):\n{last}" if last else "")
+                       + (f"\n{replay}" if replay else ""))
     report.user_properties.append(("nnts_verdict", "crashed"))
     report.user_properties += _running.pop(crashitem, [])  # its operation and type, as its setup report gave them
+    dsession = config.pluginmanager.get_plugin("dsession") if config is not None else None
+    if hasattr(dsession, "_handlefailures"):  # as a failure a worker reports: -x stops here
+        dsession._handlefailures(report)
+
+
+def _crash_log(path: str, lines: int = 40) -> str:
+    """The stack faulthandler wrote when a worker died (its innermost frames: the driver's)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = [line.rstrip() for line in f.read().splitlines() if line.strip()]
+    except OSError:
+        return ""
+    harness = next((i for i, line in enumerate(text) if "/_pytest/" in line or "/pluggy/" in line), len(text))
+    return "\n".join(f"    {line}" for line in text[:min(harness, lines)])  # not pytest's frames below the test
 
 
 def _summarize_stale(terminalreporter, config) -> None:

@@ -2,6 +2,8 @@
 on stdin/stdout or a Unix socket."""
 from __future__ import annotations
 
+import faulthandler
+
 from threadpoolctl import threadpool_limits
 
 from nnapi_ref.remote.server import check_socket_path, serve_socket, serve_stdio
@@ -30,6 +32,7 @@ def check(args) -> None:
 
 
 def run(args) -> int:
+    faulthandler.enable(all_threads=False)  # a driver that crashes the process: its stack in the client's report
     # numpy's BLAS on the given threads: each served driver defaulting to one thread per core
     # oversubscribed the machine (MobileNet served: p50 992 ms against 116 ms on one thread).
     with threadpool_limits(limits=args.blas_threads):

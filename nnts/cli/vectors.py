@@ -2,6 +2,7 @@
 and ``nnts vectors import-aosp`` (an AOSP checkout's test specs as test-vector files)."""
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -37,6 +38,9 @@ def register(sub) -> None:
     r.add_argument("--json", help="write results as JSON to this file")
     r.add_argument("--junitxml", dest="junit", help="write results as JUnit XML to this file")
     r.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: one per core)")
+    r.add_argument("--inline", action="store_true",
+                   help="run in this process, uncontained, for a debugger to stop in the driver (python -m pdb -m "
+                        "nnts vectors run FILE --inline); a crash of the driver ends the run")
     r.add_argument("--expected-failures", dest="known_failures", type=expected_failures_file,
                    help="file of test names expected to fail, one a line with the reason after '#', '*' for "
                         "any characters (reported as xfailed, or xpassed when they pass), or a published list: "
@@ -77,6 +81,8 @@ def run(args) -> int:
         print(f"nnts vectors run: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
     found = [str(p) for p in find_files(args.paths)]
+    if args.inline:
+        faulthandler.enable()  # a driver that crashes this process: the stack where it died
     known = expected_failures.load(args.known_failures) if args.known_failures else None  # bad: one line, now
     loaded = LoadedDrivers()  # this process's; each worker process loads its own
     runtime_devices(args.driver, args.isolate, args.settings, loaded)
@@ -93,7 +99,7 @@ def run(args) -> int:
 
     interrupted = False
     try:
-        if getattr(args, "trace", None):  # a worker process's spans would not reach the trace: run here
+        if args.inline or getattr(args, "trace", None):  # (a worker process's spans would not reach the trace)
             results = vector_run.run_here(found, loaded, job_args, report)
         else:
             results = contained.run_contained(vector_run.run_file, LoadedDrivers, job_args, found, jobs, report,
