@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -65,7 +66,7 @@ def test_an_in_process_crash_under_xdist_stops_x_and_says_where_and_how_to_repla
     assert "Fatal Python error: Aborted" in out and WHERE_IT_DIED in out, out[-3000:]
     replay = re.search(r"^replay: (nnts vectors run .*--inline)$", out, re.M)
     assert replay and "reproducer: " in out, out[-3000:]
-    code, again = nnts(team, *replay.group(1).replace("--inline", "").split())  # the replay line crashes again
+    code, again = nnts(team, *shlex.split(replay.group(1).replace("--inline", "")))  # the replay line crashes again
     assert code == 1 and "1 crashed" in again and WHERE_IT_DIED in again, again[-3000:]
 
 
