@@ -32,7 +32,7 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    faulthandler.enable(all_threads=False)  # a driver that crashes the process: its stack in the client's report
+    faulthandler.enable(file=2, all_threads=False)  # a driver that crashes the process: its stack in the client's report
     # numpy's BLAS on the given threads: each served driver defaulting to one thread per core
     # oversubscribed the machine (MobileNet served: p50 992 ms against 116 ms on one thread).
     with threadpool_limits(limits=args.blas_threads):

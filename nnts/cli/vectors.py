@@ -82,7 +82,7 @@ def run(args) -> int:
         return 2
     found = [str(p) for p in find_files(args.paths)]
     if args.inline:
-        faulthandler.enable()  # a driver that crashes this process: the stack where it died
+        faulthandler.enable(file=2)  # a driver that crashes this process: the stack where it died
     known = expected_failures.load(args.known_failures) if args.known_failures else None  # bad: one line, now
     loaded = LoadedDrivers()  # this process's; each worker process loads its own
     runtime_devices(args.driver, args.isolate, args.settings, loaded)

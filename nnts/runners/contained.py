@@ -81,7 +81,7 @@ def _start_worker(worker_state, folder: str) -> None:
     log = os.open(_stderr_path(folder, os.getpid()), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 2)
     os.close(log)
-    faulthandler.enable(all_threads=False)
+    faulthandler.enable(file=2, all_threads=False)  # the descriptor: sys.stderr may be a stand-in (pytest)
     _worker_state = worker_state()
 
 
