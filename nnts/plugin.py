@@ -207,7 +207,7 @@ def _expect_failures(config, items) -> None:
     listed = config.nnts_expected
     if listed is None:
         return
-    from nnts.formats.expected_failures import names_of, suite_id, variant_names
+    from nnts.formats.expected_failures import names_of, variant_names
     strict = config.getoption("strict_expected_failures")
     files = set()
     for item in items:
@@ -251,7 +251,7 @@ def _select_shard(config, items) -> None:
         items[:] = keep
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module_of(path: str) -> str:
     """``cts/test_generated`` of a test file's path, clone or installed (once per file: Path of
     every one of 17,900 items took a second)."""
@@ -383,6 +383,7 @@ def _replay(item) -> str:
     a generated test's model from its file, any other test by its id."""
     import re
     import shlex
+
     from nnts.formats.expected_failures import suite_id
     config = item.config
     driver = shlex.quote(config.getoption("driver"))
@@ -451,7 +452,7 @@ def pytest_sessionstart(session):
     path = getattr(session.config, "workerinput", {}).get("nnts_crash_log")
     if path:
         import faulthandler
-        session.config.nnts_crash_log = open(path, "w", encoding="utf-8")
+        session.config.nnts_crash_log = open(path, "w", encoding="utf-8")  # noqa: SIM115 (open until the worker ends)
         faulthandler.enable(file=session.config.nnts_crash_log, all_threads=False)
 
 

@@ -53,18 +53,19 @@ def team(tmp_path):
 
 def nnts(folder, *args, stdin=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NNTS_", "PYTEST_"))}
-    done = subprocess.run(args if args[0] != "nnts" else [NNTS, *args[1:]], cwd=folder, capture_output=True,
-                          text=True, timeout=600, env=dict(env, PYTHONDONTWRITEBYTECODE="1"), input=stdin)
+    done = subprocess.run(args if args[0] != "nnts" else [NNTS, *args[1:]], check=False, cwd=folder,
+                          capture_output=True, text=True, timeout=600, env=dict(env, PYTHONDONTWRITEBYTECODE="1"),
+                          input=stdin)
     return done.returncode, done.stdout + done.stderr
 
 
 def test_an_in_process_crash_under_xdist_stops_x_and_says_where_and_how_to_replay(team):
     code, out = nnts(team, "nnts", "test", "-n", "2", "-x", *SELECTION)
     assert code in (1, 2) and "stopping after" in out, out[-3000:]  # (xdist ends -x as interrupted: 2)
-    crashed = re.findall(r"^CRASH (\S+)", out, re.M)
+    crashed = re.findall(r"^CRASH (\S+)", out, re.MULTILINE)
     assert 1 <= len(crashed) <= 2, out[-3000:]  # the first crash of each worker, not one per MUL model
     assert "Fatal Python error: Aborted" in out and WHERE_IT_DIED in out, out[-3000:]
-    replay = re.search(r"^replay: (nnts vectors run .*--inline)$", out, re.M)
+    replay = re.search(r"^replay: (nnts vectors run .*--inline)$", out, re.MULTILINE)
     assert replay and "reproducer: " in out, out[-3000:]
     code, again = nnts(team, *shlex.split(replay.group(1).replace("--inline", "")))  # the replay line crashes again
     assert code == 1 and "1 crashed" in again and WHERE_IT_DIED in again, again[-3000:]
@@ -74,7 +75,7 @@ def test_an_isolated_crash_reports_the_drivers_last_stderr_lines(team):
     code, out = nnts(team, "nnts", "test", "--isolate", "-x", *SELECTION)
     assert code == 1 and "killed by SIGABRT" in out, out[-3000:]
     assert "acme: MUL kernel: null tensor pointer" in out and WHERE_IT_DIED in out, out[-3000:]
-    assert re.search(r"^replay: nnts vectors run ", out, re.M), out[-3000:]
+    assert re.search(r"^replay: nnts vectors run ", out, re.MULTILINE), out[-3000:]
 
 
 def test_a_replay_inline_runs_in_this_process_where_a_debugger_stops_in_the_driver(team):

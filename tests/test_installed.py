@@ -171,7 +171,7 @@ def test_installed_run_names_tests_relative_to_the_suite(installed, tmp_path):
     listed.write_text(f"{test}   # listed by the id the summary prints\n")
     status, out = _run([str(bin_ / "nnts"), "test", "-p", "no:randomly", "--no-shared-vectors", "-rX", "-k", test,
                         "--driver", "acme_drv:make", "--expected-failures", str(listed)], cwd=vendor)
-    assert status == 0 and re.search(rf"^XPASS {re.escape(test)} - listed by the id", out, re.M), out[-3000:]
+    assert status == 0 and re.search(rf"^XPASS {re.escape(test)} - listed by the id", out, re.MULTILINE), out[-3000:]
     assert "dev/null" not in out and "1 xpassed" in out, out[-3000:]
 
 

@@ -19,13 +19,13 @@ COMMON = ("-p", "no:randomly", "--no-shared-vectors", "--random-ops", "30", "--r
 
 def nnts(folder: Path, *args: str, timeout: int = 600) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NNTS_", "PYTEST_"))}
-    done = subprocess.run([NNTS, *args], cwd=folder, capture_output=True, text=True, timeout=timeout,
+    done = subprocess.run([NNTS, *args], check=False, cwd=folder, capture_output=True, text=True, timeout=timeout,
                           env=dict(env, PYTHONDONTWRITEBYTECODE="1"))
     return done.returncode, done.stdout + done.stderr
 
 
 def summary_ids(output: str, word: str = "FAILED") -> list[str]:
-    return re.findall(rf"^{word} (\S+)", output, re.M)
+    return re.findall(rf"^{word} (\S+)", output, re.MULTILINE)
 
 
 def counts(output: str) -> dict[str, int]:
@@ -85,13 +85,13 @@ def test_any_argument_order_last_failed_and_a_header_that_says_where_ids_are_fro
     code, out = nnts(tmp_path, "test", "-n", "2", "-k", "test_random_operation", *COMMON, "cts")
     failed = summary_ids(out)
     assert code == 1 and failed, out[-3000:]
-    assert "dev/null" not in out and re.search(r"^rootdir: .*test ids cts/", out, re.M), out[:2000]
+    assert "dev/null" not in out and re.search(r"^rootdir: .*test ids cts/", out, re.MULTILINE), out[:2000]
     assert (tmp_path / ".pytest_cache").is_dir()  # where pytest keeps it, run here
     code, out = nnts(tmp_path, "test", "--lf", "-k", "test_random_operation", *COMMON, "cts")
     assert code == 1 and sorted(summary_ids(out)) == sorted(failed) and counts(out).get("passed", 0) == 0, out[-3000:]
     # "-k vts": a value, not the suite; the suite named after it is
     code, out = nnts(tmp_path, "test", "--co", "-q", "-k", "vts", "--no-shared-vectors", "vts")
-    assert code == 0 and re.search(r"^vts/test_basic.py::", out, re.M) and "cts/" not in out, out[-2000:]
+    assert code == 0 and re.search(r"^vts/test_basic.py::", out, re.MULTILINE) and "cts/" not in out, out[-2000:]
 
 
 def test_a_dash_writes_to_the_standard_output_and_help_names_no_source_file(tmp_path):
@@ -114,8 +114,8 @@ def test_nnts_trace_writes_the_whole_run_of_both_processes_as_the_trace_option_d
     code, out = nnts(tmp_path, "vectors", "run", model, "-q", "--isolate", "--trace", "option.json")
     assert code == 0, out
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NNTS_", "PYTEST_"))}
-    done = subprocess.run([NNTS, "vectors", "run", model, "-q", "--isolate"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600, env=dict(env, NNTS_TRACE="variable.json"))
+    done = subprocess.run([NNTS, "vectors", "run", model, "-q", "--isolate"], check=False, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600, env=dict(env, NNTS_TRACE="variable.json"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["option.json", "variable.json"]  # one file each
 

@@ -77,8 +77,7 @@ def pytest_load_initial_conftests(early_config, parser, args):
     named = False
     for position in _positionals(parser, args):
         value = args[position]
-        if value in SUITES or value.startswith(tuple(f"{s}/" for s in SUITES)) or \
-                value.startswith(tuple(f"{s}::" for s in SUITES)):
+        if value in SUITES or value.startswith(tuple(f"{s}{sep}" for s in SUITES for sep in ("/", "::"))):
             args[position] = os.path.join(root, value)
             named = True
         elif os.path.exists(value.split("::")[0]):
@@ -101,11 +100,12 @@ def pytest_configure(config):
     config.cwd_relative_nodeid = lambda nodeid: nodeid  # the ids are the suite's, wherever nnts test runs
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(hookwrapper=True)
 def pytest_report_header(config):
     """pytest's ``rootdir: ...`` and ``configfile: ../../dev/null`` as what they mean here."""
-    lines = yield
-    return [_header_lines(config, part) if isinstance(part, list) else part for part in lines]
+    outcome = yield
+    outcome.force_result([_header_lines(config, part) if isinstance(part, list) else part
+                          for part in outcome.get_result()])
 
 
 def _header_lines(config, lines: list) -> list:

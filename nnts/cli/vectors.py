@@ -10,9 +10,8 @@ import time
 
 from nnapi_ref.vectors import find_files
 from nnts.cli.common import add_driver_options, add_trace_option, shard_option
-from nnts.formats import files
+from nnts.formats import expected_failures, files
 from nnts.formats.aosp import differences, import_checkout
-from nnts.formats import expected_failures
 from nnts.formats.expected_failures import expected_failures_file
 from nnts.formats.files import UsageError
 from nnts.formats.paths import CORPUS

@@ -126,7 +126,7 @@ def stale_lines(path: str, stale: list[Entry]) -> list[str]:
     return [f"{path}:{e.line}: {e.pattern}" + (f"  # {e.reason}" if e.reason else "") for e in stale]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _suite_file(path: str) -> str:
     parts = Path(path)
     return f"{parts.parent.name}/{parts.name}"
