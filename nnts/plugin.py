@@ -55,8 +55,11 @@ def pytest_addoption(parser):
     group.addoption("--no-shared-vectors", action="store_true", help="do not add ../shared/vectors")
     group.addoption("--feature-level", type=int, default=None, help="test only what this feature level requires")
     group.addoption("--expected-failures", default=None, type=_expected_failures,
-                    help="file of test ids, variant ids (TEST-ID-VARIANT) or model names expected to fail, or a "
-                         "published list: onnxruntime, tflite, tflite-ref")
+                    help="file of tests expected to fail, one a line with the reason after '#': test ids as the "
+                         "summary prints them (cts/test_api.py::test_x), variant ids (TEST-ID-VARIANT), model "
+                         "names, or globs ('*'); or a published list: onnxruntime, tflite, tflite-ref")
+    group.addoption("--strict-expected-failures", action="store_true",
+                    help="an expected failure that passes fails the run")
     group.addoption("--report", action="append", default=[],
                     help="write the conformance report to this path: HTML, or JSON for a .json path (repeatable)")
     group.addoption("--baseline", default=None,
@@ -65,10 +68,10 @@ def pytest_addoption(parser):
                     help="folder for failing models (default: reproducers/ beside the first --report, "
                          "else out/reproducers in the current folder)")
     group.addoption("--random-graphs", type=int, default=200,
-                    help="number of random-graph cases (cts/test_random_graph.py)")
+                    help="number of random-graph cases (the test_random_graph tests)")
     group.addoption("--random-seed", type=int, default=0, help="seed of the first random-graph case")
     group.addoption("--random-ops", type=int, default=200,
-                    help="number of single-operation random cases (cts/test_random_operation.py)")
+                    help="number of single-operation random cases (the test_random_operation tests)")
     group.addoption("--isolate", action="store_true",
                     help="run in-process drivers in a process of their own (nnts serve), to contain crashes")
     group.addoption("--shard", default=None, metavar="K/N",
@@ -90,6 +93,7 @@ def _expected_failures(value: str) -> str:
 
 def pytest_configure(config):
     _check_options(config)
+    config.nnts_expected = _load_expected(config)
     config.nnts_settings, config.nnts_vts = _settings(config)
     for code in OperationCode:
         config.addinivalue_line("markers", f"op_{code.name}: tests of the {code.name} operation")
@@ -169,9 +173,12 @@ def _checked_drivers(config):
     return drivers
 
 
+@pytest.hookimpl(tryfirst=True)  # before -k and --deselect: they see the ids it adds
 def pytest_collection_modifyitems(session, config, items):
     from nnts.runners.vector_errors import add_items
     add_items(session, items)  # a test-vector file that cannot be read: a failing test, not the end
+    _name_by_suite_id(config, items)
+    _expect_failures(config, items)
     vts = Path(str(resources.files("nnts.vts")))
     in_vts: dict[str, bool] = {}  # per file: Path.parents of 48k items took seconds
     for item in items:
@@ -183,6 +190,57 @@ def pytest_collection_modifyitems(session, config, items):
     _select_shard(config, items)
 
 
+def _name_by_suite_id(config, items) -> None:
+    """Every test answers to its id relative to the suite (``cts/test_api.py::test_x``, as ``nnts
+    test`` prints it) in ``-k`` and ``--deselect``, whatever pytest's rootdir (``pytest --pyargs``
+    from another folder names the files by a path to site-packages)."""
+    from nnts.formats.expected_failures import suite_id
+    prefixes = tuple(config.getoption("deselect") or ())
+    keep, drop = [], []
+    for item in items:
+        sid = suite_id(str(item.path), item.nodeid)
+        item.extra_keyword_matches.add(sid)
+        (drop if prefixes and sid.startswith(prefixes) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _expect_failures(config, items) -> None:
+    """``--expected-failures``: a listed test is xfail (strict with ``--strict-expected-failures``);
+    a generated test applies the list to each of its variants itself (``nnts.runners.variants``).
+    Every entry that lists a collected test is noted, for the entries that list none (stale)."""
+    listed = config.nnts_expected
+    if listed is None:
+        return
+    from nnts.formats.expected_failures import names_of, variant_names
+    strict = config.getoption("strict_expected_failures")
+    files = set()
+    for item in items:
+        names = names_of(str(item.path), item.nodeid, item.name)
+        files.add(names[0].split("::", 1)[0])
+        case = item.callspec.params.get("case") if hasattr(item, "callspec") else None
+        if hasattr(case, "variants") and hasattr(case, "test"):  # a generated test
+            for variant in case.variants:
+                listed.mark_matching(variant_names(names, case.id, case.test.name, variant))
+            continue
+        listed.mark_matching(names)
+        reason = listed.reason(names)
+        if reason is not None:
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=strict))
+    config.nnts_stale = [(e.line, e.pattern, e.reason) for e in listed.stale(files)]
+    if hasattr(config, "workeroutput"):  # for the xdist controller, which collects nothing
+        config.workeroutput["nnts_stale"] = config.nnts_stale
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: a worker's stale expected failures (every worker collects the same tests)."""
+    stale = getattr(node, "workeroutput", {}).get("nnts_stale")
+    if stale is not None:
+        node.config.nnts_stale = [tuple(e) for e in stale]
+
+
 def _select_shard(config, items) -> None:
     """``--shard K/N``: keep this shard's tests, named the same in a clone and installed
     (``cts/test_generated.py::...``), so shards of either kind of run line up."""
@@ -191,20 +249,32 @@ def _select_shard(config, items) -> None:
     if part is None:
         return
     keep, drop = [], []
+    from nnts.formats.expected_failures import suite_id
     for item in items:
-        name = f"{_short_path(str(item.fspath))}::{item.nodeid.split('::', 1)[-1]}"
-        (keep if shard.selects(part, name) else drop).append(item)
+        (keep if shard.selects(part, suite_id(str(item.path), item.nodeid)) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
 
-@functools.lru_cache(maxsize=None)
-def _short_path(path: str, stem: bool = False) -> str:
-    """``cts/test_generated.py`` (``cts/test_generated`` with ``stem``) of a test file's path,
-    clone or installed (once per file: Path of every one of 17,900 items took a second)."""
+@functools.cache
+def _module_of(path: str) -> str:
+    """``cts/test_generated`` of a test file's path, clone or installed (once per file: Path of
+    every one of 17,900 items took a second)."""
     parts = Path(path)
-    return f"{parts.parent.name}/{parts.stem if stem else parts.name}"
+    return f"{parts.parent.name}/{parts.stem}"
+
+
+def _load_expected(config):
+    """``--expected-failures``, read once per process (a file that cannot be read: one usage line)."""
+    path = config.getoption("expected_failures")
+    if not path:
+        return None
+    from nnts.formats import expected_failures, files
+    try:
+        return expected_failures.load(path)
+    except files.UsageError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 def _check_options(config) -> None:
@@ -290,11 +360,13 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = "\n".join(i.message for i in new) + (
                 f"\n\nThe test itself concluded:\n{concluded}" if concluded else "")
             report.user_properties.append(("nnts_verdict", died))
+            if hasattr(report, "wasxfail"):  # a crash or a hang is never an expected failure
+                del report.wasxfail
             item.nnts_incidents += len(new)
     if report.when == "call" or not report.passed:
         report.user_properties += _test_properties(item)  # item.user_properties too: JUnit's properties
     elif report.when == "setup":  # for the xdist controller, should the worker die in the call (pytest_handlecrashitem)
-        report.user_properties = [*report.user_properties, *_test_properties(item)]
+        report.user_properties = [*report.user_properties, *_test_properties(item), ("nnts_replay", _replay(item))]
     if report.when == "setup":  # before the test drives the driver: a driver it crashes is not asked
         _describe_run_once(item, report)
 
@@ -311,19 +383,45 @@ def _test_properties(item) -> list[tuple]:
     if getattr(case, "variant", None):
         properties.append(("nnts_variant", case.variant))
     # the part of the suite, also where --pyargs shortens test ids
-    properties.append(("nnts_module", _short_path(str(item.fspath), stem=True)))
+    properties.append(("nnts_module", _module_of(str(item.fspath))))
     return properties
 
 
+def _replay(item) -> str:
+    """How to run ``item`` again by itself, in one process (where a debugger stops in the driver):
+    a generated test's model from its file, any other test by its id."""
+    import re
+    import shlex
+
+    from nnts.formats.expected_failures import suite_id
+    config = item.config
+    driver = shlex.quote(config.getoption("driver"))
+    case = item.callspec.params.get("case") if hasattr(item, "callspec") else None
+    path = getattr(case, "path", None) or getattr(getattr(case, "base", None), "path", None)
+    if path is not None and hasattr(case, "test"):
+        return (f"reproducer: {path} (test model {case.test.name})\nreplay: nnts vectors run {shlex.quote(str(path))} "
+                f"--filter {shlex.quote('^' + re.escape(case.test.name) + '$')} --driver {driver} --inline")
+    options = "".join(f" --{name.replace('_', '-')} {config.getoption(name)}" for name, default in _CASE_OPTIONS
+                      if config.getoption(name) != default)
+    return f"replay: nnts test {shlex.quote(suite_id(str(item.path), item.nodeid))} --driver {driver}{options}"
+
+
+# The options that decide which cases a parametrized test has, with their defaults.
+_CASE_OPTIONS = (("random_seed", 0), ("random_ops", 200), ("random_graphs", 200), ("feature_level", None))
 _TEST_PROPERTIES = ("nnts_op", "nnts_dtype", "nnts_section", "nnts_variant", "nnts_module")
 _running: dict[str, list[tuple]] = {}  # xdist controller: the properties of each test set up and not torn down
+
+
+_replays: dict[str, str] = {}  # xdist controller: the replay line of each test set up and not torn down
 
 
 def pytest_runtest_logreport(report):
     if report.when == "setup" and report.passed:
         _running[report.nodeid] = [(k, v) for k, v in report.user_properties if k in _TEST_PROPERTIES]
+        _replays[report.nodeid] = dict(report.user_properties).get("nnts_replay", "")
     elif report.when == "teardown":
         _running.pop(report.nodeid, None)
+        _replays.pop(report.nodeid, None)
 
 
 _run_described = False
@@ -342,16 +440,72 @@ def _describe_run_once(item, report):
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist's controller, starting a worker: where the worker's faulthandler writes the
+    stack it dies with (read back by ``pytest_handlecrashitem``)."""
+    config = node.config
+    if not hasattr(config, "nnts_crash_logs"):
+        config.nnts_crash_logs = tempfile.mkdtemp(prefix="nnts-crash-logs-")
+        config.add_cleanup(functools.partial(_remove_crash_logs, config.nnts_crash_logs))
+    node.workerinput["nnts_crash_log"] = os.path.join(config.nnts_crash_logs, f"{node.gateway.id}.txt")
+
+
+def _remove_crash_logs(folder: str) -> None:
+    import shutil
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def pytest_sessionstart(session):
+    """An xdist worker: faulthandler's dump of a crash to the file the controller reads (after pytest's
+    own faulthandler set-up, which sends it to the console, where no report has it)."""
+    path = getattr(session.config, "workerinput", {}).get("nnts_crash_log")
+    if path:
+        import faulthandler
+        session.config.nnts_crash_log = open(path, "w", encoding="utf-8")  # noqa: SIM115 (open until the worker ends)
+        faulthandler.enable(file=session.config.nnts_crash_log, all_threads=False)
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem, report, sched):
     """pytest-xdist: a worker died in a test (an in-process driver crashed, without --isolate).
-    The test's verdict is CRASH, as under --isolate; xdist starts a new worker and goes on."""
+    The test's verdict is CRASH, as under --isolate, with the stack the worker died with and how
+    to replay the test; ``-x`` (``--maxfail``) counts it, else xdist starts a new worker and goes on."""
     worker = getattr(getattr(report, "node", None), "gateway", None)
     name = getattr(worker, "id", "?")
+    config = getattr(report.node, "config", None)
+    folder = getattr(config, "nnts_crash_logs", None)
+    last = _crash_log(os.path.join(folder, f"{name}.txt")) if folder else ""
+    replay = _replays.pop(crashitem, "")
     report.longrepr = (f"CRASH: the pytest-xdist worker {name} died while running this test (an in-process "
                        "driver that crashes takes its worker with it; --isolate runs the driver in a process "
-                       "of its own and reports its exit status)")
+                       "of its own and reports its exit status)"
+                       + (f"\nthe worker's last words (faulthandler):\n{last}" if last else "")
+                       + (f"\n{replay}" if replay else ""))
     report.user_properties.append(("nnts_verdict", "crashed"))
     report.user_properties += _running.pop(crashitem, [])  # its operation and type, as its setup report gave them
+    dsession = config.pluginmanager.get_plugin("dsession") if config is not None else None
+    if hasattr(dsession, "_handlefailures"):  # as a failure a worker reports: -x stops here
+        dsession._handlefailures(report)
+
+
+def _crash_log(path: str, lines: int = 40) -> str:
+    """The stack faulthandler wrote when a worker died (its innermost frames: the driver's)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = [line.rstrip() for line in f.read().splitlines() if line.strip()]
+    except OSError:
+        return ""
+    harness = next((i for i, line in enumerate(text) if "/_pytest/" in line or "/pluggy/" in line), len(text))
+    return "\n".join(f"    {line}" for line in text[:min(harness, lines)])  # not pytest's frames below the test
+
+
+def _summarize_stale(terminalreporter, config) -> None:
+    stale = getattr(config, "nnts_stale", None)
+    if stale:
+        from nnts.formats.expected_failures import Entry, stale_lines
+        terminalreporter.section("nnts: expected failures that match no test of this run (stale: remove or fix them)")
+        for line in stale_lines(config.getoption("expected_failures"), [Entry(p, r, n) for n, p, r in stale]):
+            terminalreporter.write_line(line)
 
 
 class ConformanceResults:
@@ -374,6 +528,7 @@ class ConformanceResults:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    _summarize_stale(terminalreporter, config)
     gathered = config.pluginmanager.get_plugin("nnts-results")
     results = gathered.tests if gathered is not None else []
     if not results:

@@ -169,7 +169,7 @@ def test_pytest_vectors_with_only_a_bad_file_selected_is_one_failure(tmp_path):
 # -- drivers that crash or hang in process ------------------------------------------------------------
 
 @pytest.mark.parametrize("fault, status, extra", [("aborts_on_mul", "crashed", []),
-                                                  ("hangs_on_mul", "hung", ["--call-timeout", "1"])])
+                                                  ("hangs_on_mul", "hung", ["--call-timeout", "3"])])
 def test_an_in_process_driver_that_dies_costs_only_its_tests(tmp_path, fault, status, extra):
     out = tmp_path / "r.json"
     code = cli.main(["vectors", "run", str(ARITHMETIC), "-j", "2", "-q", "--driver", FAULTY + fault,

@@ -98,7 +98,8 @@ def installed(tmp_path_factory):
 
 
 def _vendor_files(vendor: Path) -> set[str]:
-    return {str(p.relative_to(vendor)) for p in vendor.rglob("*") if "__pycache__" not in p.parts}
+    """What the vendor's folder holds, but pytest's cache (``--lf``), which pytest run there keeps too."""
+    return {str(p.relative_to(vendor)) for p in vendor.rglob("*") if not {"__pycache__", ".pytest_cache"} & set(p.parts)}
 
 
 # The repository's folders and where they land installed (pyproject.toml's package-dir).
@@ -159,6 +160,19 @@ def test_conformance_run_from_the_vendor_folder_matches_the_clone(installed):
     assert status == 0, out[-3000:]
     assert installed_counts == _counts(out) and installed_counts["passed"] > 30
     assert _vendor_files(vendor) == before, "nnts test left files in the vendor's folder"
+
+
+def test_installed_run_names_tests_relative_to_the_suite(installed, tmp_path):
+    """The id the summary prints (``cts/...``, not a path into site-packages) is the one ``-k`` and
+    ``--expected-failures`` take, for a test that is not a generated one."""
+    bin_, vendor = installed
+    test = "cts/test_api.py::test_set_operand_value_misuse"
+    listed = tmp_path / "known.txt"
+    listed.write_text(f"{test}   # listed by the id the summary prints\n")
+    status, out = _run([str(bin_ / "nnts"), "test", "-p", "no:randomly", "--no-shared-vectors", "-rX", "-k", test,
+                        "--driver", "acme_drv:make", "--expected-failures", str(listed)], cwd=vendor)
+    assert status == 0 and re.search(rf"^XPASS {re.escape(test)} - listed by the id", out, re.MULTILINE), out[-3000:]
+    assert "dev/null" not in out and "1 xpassed" in out, out[-3000:]
 
 
 def test_bad_driver_stops_the_installed_run_at_once(installed):

@@ -20,6 +20,7 @@ from nnts.mlts import stress, stress_load
 ROOT = Path(__file__).resolve().parents[1]
 FAULTY = "nnapi_ref.drivers.faulty:"
 SHORT_S = 1.0  # --duration of the timed tests here
+HANG_BUDGET_S = 5.0  # --call-timeout where a hang is expected: a call that works meets it on a loaded machine
 
 
 def verdicts(results):
@@ -65,13 +66,14 @@ def test_a_driver_that_aborts_in_mul_crashes_every_test(tmp_path, capsys):
 
 def test_a_driver_that_hangs_in_mul_is_a_hang_within_the_call_budget():
     names = ["parallel_one_compilation", "client_killed_during_execution", "memory_soak"]
-    results = stress.run_tests(FAULTY + "hangs_on_mul", names, SHORT_S, call_timeout=1.0)
+    results = stress.run_tests(FAULTY + "hangs_on_mul", names, SHORT_S, call_timeout=HANG_BUDGET_S)
     assert verdicts(results) == {name: "HANG" for name in names}
     for r in results:
         # memory_soak executes in a sync and a burst thread: whichever reaches the MUL first hangs.
         calls = ("execute_synchronously", "burst execute") if r.name == "memory_soak" else ("execute_synchronously",)
-        assert "HANG:" in r.message and any(f"did not return from {c} within 1 s" in r.message for c in calls), r
-        assert r.seconds < 30, r  # the 1 s budget, not the default 60 s
+        assert "HANG:" in r.message and any(f"did not return from {c} within {HANG_BUDGET_S:g} s" in r.message
+                                            for c in calls), r
+        assert r.seconds < 40, r  # the budget, not the default 60 s
 
 
 def test_a_leaking_driver_fails_the_memory_tests_and_only_those():

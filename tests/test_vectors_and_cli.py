@@ -164,6 +164,24 @@ def test_expected_failures_are_xfailed_and_flagged_when_they_pass(tmp_path, caps
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("2", "0", "1")
 
 
+def test_expected_failures_take_globs_name_stale_entries_and_can_be_strict(tmp_path, capsys):
+    path = write(tmp_path / "a.json", [add_test("wrong_1", [1, 2], [3, 4], [0, 0]),
+                                       add_test("wrong_2", [1, 2], [3, 4], [0, 0]),
+                                       add_test("good", [1, 2], [3, 4], [4, 6])])
+    known = tmp_path / "known.txt"
+    known.write_text("wrong_*  # a deliberate bug\nrenamed_long_ago  # gone\n")
+    out = tmp_path / "r.json"
+    assert cli.main(["vectors", "run", str(path), "-j", "1", "--expected-failures", str(known), "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert (report["xfailed"], report["passed"]) == (2, 1)
+    assert f"{known}:2: renamed_long_ago  # gone" in capsys.readouterr().err
+    known.write_text("wrong_*  # a deliberate bug\ngood  # fixed since\n")
+    assert cli.main(["vectors", "run", str(path), "-j", "1", "--expected-failures", str(known), "--json", str(out),
+                     "--strict-expected-failures"]) == 1
+    rows = {r["name"]: r for r in json.loads(out.read_text())["results"]}
+    assert rows["good"]["status"] == "failed" and "--strict-expected-failures" in rows["good"]["message"]
+
+
 def test_unsupported_operations_are_skipped(tmp_path):
     from nnapi_ref.drivers.variants import SubsetDevice
     from nnapi_ref.runtime import using_drivers

@@ -41,7 +41,7 @@ from nnapi_ref.remote.wire import EncodeError, Msg, ProtocolError, Reader, Write
 
 DEFAULT_CALL_TIMEOUT_S = 60.0
 DEFAULT_PREPARE_TIMEOUT_S = 120.0
-STDERR_LINES = 20
+STDERR_LINES = 40
 STDERR_LINE_CHARS = 400
 
 
@@ -198,7 +198,8 @@ class ProcessTransport:
                 how = f"was killed by signal {-code}"
         else:
             how = f"exited with code {code}"
-        tail = " | ".join(self._stderr)
+        lines = list(self._stderr)  # a traceback or a faulthandler dump: one line each, as written
+        tail = lines[0] if len(lines) == 1 else "".join(f"\n    {line}" for line in lines)
         return f"process {self.proc.pid} ({self.command}) {how}" + (f"; last stderr: {tail}" if tail else "")
 
 

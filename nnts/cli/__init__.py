@@ -84,6 +84,11 @@ def settings(args) -> Settings:
         chosen = dataclasses.replace(chosen, call_timeout_s=args.call_timeout)
     if args.command == "serve" and not args.socket:  # its spans go to its client (TRACE_START), not to a file
         chosen = dataclasses.replace(chosen, trace=None)
+    elif getattr(args, "trace", False) is None and chosen.trace and chosen.trace == os.environ.get("NNTS_TRACE"):
+        # NNTS_TRACE=PATH of a command with --trace is --trace PATH: the same run, the same file
+        os.environ.setdefault("NNTS_TRACE_OWNER", str(os.getpid()))  # the processes it starts write beside it
+        args.trace = chosen.trace
+        chosen = dataclasses.replace(chosen, trace=None)
     return chosen
 
 

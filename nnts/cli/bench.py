@@ -26,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("--runs", type=int, default=50, help="timed inferences per model (default 50)")
     p.add_argument("--max-time", type=float, default=20.0,
                    help="seconds of timed runs per model before stopping early (default 20)")
-    p.add_argument("--json", help="write the results as JSON (schema in mlts/bench.py)")
+    p.add_argument("--json", help="write the results as JSON (a record per model: its status, latencies and accuracy)")
     p.add_argument("--html", help="write a self-contained HTML report")
     p.add_argument("--junitxml", dest="junit", help="write each model's status as JUnit XML to this file")
     p.add_argument("--include", nargs="+", metavar="FILE",

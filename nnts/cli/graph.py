@@ -9,8 +9,8 @@ def register(sub) -> None:
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--driver", help="colour each operation by the device the runtime assigns it to")
     out = p.add_mutually_exclusive_group()
-    out.add_argument("--svg", metavar="OUT", help="write an SVG (needs Graphviz's dot)")
-    out.add_argument("--dot", metavar="OUT", help="write the dot text to this file (default: stdout)")
+    out.add_argument("--svg", metavar="OUT", help="write an SVG (needs Graphviz's dot; - for stdout)")
+    out.add_argument("--dot", metavar="OUT", help="write the dot text to this file (default, or -: stdout)")
     p.set_defaults(func=run)
 
 

@@ -2,6 +2,7 @@
 on stdin/stdout or a Unix socket."""
 from __future__ import annotations
 
+import faulthandler
 import signal
 
 from threadpoolctl import threadpool_limits
@@ -38,6 +39,7 @@ def check(args) -> None:
 def run(args) -> int:
     if args.socket:  # SIGTERM (docker stop, a CI timeout) ends the server as Ctrl-C does: the socket is removed
         signal.signal(signal.SIGTERM, signal.default_int_handler)
+    faulthandler.enable(file=2, all_threads=False)  # a driver that crashes the process: its stack in the client's report
     # numpy's BLAS on the given threads: each served driver defaulting to one thread per core
     # oversubscribed the machine (MobileNet served: p50 992 ms against 116 ms on one thread).
     with threadpool_limits(limits=args.blas_threads):

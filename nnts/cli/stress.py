@@ -10,7 +10,7 @@ from nnts.mlts import stress
 def register(sub) -> None:
     p = sub.add_parser("stress", help="MLTS crash and stress tests, the driver in its own process (always isolated)")
     add_driver_options(p)
-    p.add_argument("--tests", help="comma-separated test names (default: all of mlts/stress.py's TESTS)")
+    p.add_argument("--tests", help=f"comma-separated test names: {', '.join(stress.TESTS)} (default: all)")
     p.add_argument("--duration", type=float,
                    help="seconds of each timed test: load/unload, soak, multi-process, random graphs, "
                         "degradation (default 3)")

@@ -1,10 +1,16 @@
 """``nnts test``: the conformance suites (CTS and VTS, installed as ``nnts.cts`` and ``nnts.vts``)
 run through pytest from any folder, the same run as ``pytest cts vts`` in a clone.
 
-Every option after the suite names is pytest's or the nnts plugin's (``--driver``, ``-n``, ``-k``,
-``-m``, ``--report``, ``--expected-failures``, ``--junitxml``, ``--random-graphs``, ...). The
-user's own pytest configuration and cache are left out (``-c`` of an empty file, no cache or
-benchmark folder): the run is the suite's, and it writes nothing the user did not ask for.
+Every option is pytest's or the nnts plugin's (``--driver``, ``-n``, ``-k``, ``-m``, ``--report``,
+``--expected-failures``, ``--junitxml``, ``--random-graphs``, ``--lf``, ...), in any order with the
+suite names (``cts``, ``vts``) and test ids (``cts/test_api.py::test_x``). Test ids are relative
+to the suites' folder (pytest's rootdir here): the same in a clone and installed, printed as they
+are in every summary line. The user's own pytest configuration is left out (``-c`` of an empty
+file): the run is the suite's. pytest's cache (``--lf``, ``--ff``, ``--sw``) is ``.pytest_cache``
+in the current folder, where pytest run there keeps it.
+
+The pytest process loads this module as a plugin (``-p nnts.cli.suite``): it turns the suite names
+and ids into the suites' paths, and says in the header where the ids are relative to.
 """
 from __future__ import annotations
 
@@ -14,7 +20,9 @@ import subprocess
 import sys
 from importlib import resources
 
-SUITES = {"cts": "nnts.cts", "vts": "nnts.vts"}
+import pytest
+
+SUITES = ("cts", "vts")
 USAGE = """usage: nnts test [cts] [vts] [--driver DRIVER] [pytest options...]
 
 Runs the conformance suites against a driver through pytest (both when none is named).
@@ -22,8 +30,10 @@ Common options: --driver (reference, onnxruntime, tflite, tflite-ref, module.pat
 remote:COMMAND, socket:PATH), -n N (parallel workers), -k EXPR, -m MARKER, -x,
 --report out/conformance.html --report out/conformance.json, --expected-failures FILE,
 --junitxml FILE, --random-graphs N, --vectors PATH, --feature-level N, --isolate,
---variants sync,async (the generated tests' variants to run).
-`pytest --help` lists them all (the nnts group)."""
+--variants sync,async (the generated tests' variants to run), --lf / --ff / --sw (pytest's cache:
+.pytest_cache in the current folder). Suite names, test ids (cts/test_api.py::test_x, as the
+summary prints them) and options go in any order.
+`nnts test --help-pytest` lists them all (the nnts group)."""
 
 
 def register(sub) -> None:
@@ -36,11 +46,10 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
-    suites = []
-    while argv and argv[0] in SUITES:
-        suites.append(SUITES[argv.pop(0)])
-    args = [sys.executable, "-m", "pytest", "--pyargs", *(suites or SUITES.values()), "-c", os.devnull, "--rootdir", _package_root(),
-            "-p", "no:cacheprovider", "-p", "no:benchmark"]
+    if argv and argv[0] == "--help-pytest":
+        argv = ["--help", *argv[1:]]
+    args = [sys.executable, "-m", "pytest", "-p", __name__, "-c", os.devnull, "--rootdir", suites_folder(),
+            "-p", "no:benchmark", "-o", f"cache_dir={os.path.abspath('.pytest_cache')}"]
     if not any(a == "--timeout" or a.startswith("--timeout=") for a in argv):
         args += ["-o", "timeout=300"]  # a test stuck in a hung in-process driver fails, the run goes on
     # pytest in a process of its own: it rewrites the asserts of nnts's modules, which this one
@@ -56,7 +65,61 @@ def main(argv: list[str]) -> int:
             continue
 
 
-def _package_root() -> str:
-    """The folder test ids are relative to: where the ``nnts`` package is (site-packages, or a clone)."""
-    return os.path.dirname(os.path.dirname(str(resources.files("nnts.cts"))))
+def suites_folder() -> str:
+    """The folder test ids are relative to, which holds ``cts/`` and ``vts/`` (the ``nnts`` package
+    installed, or a clone)."""
+    return os.path.dirname(str(resources.files("nnts.cts")))
 
+
+# -- in the pytest process ----------------------------------------------------------------------
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own, which reads the positionals as parsed
+def pytest_load_initial_conftests(early_config, parser, args):
+    """The suite names and test ids among the arguments, wherever they are, as the suites' paths
+    (the suites' whole folders when none is named). Which argument is a positional one is
+    pytest's own parser's call: ``-k cts`` names no suite."""
+    root = suites_folder()
+    named = False
+    for position in _positionals(parser, args):
+        value = args[position]
+        if value in SUITES or value.startswith(tuple(f"{s}{sep}" for s in SUITES for sep in ("/", "::"))):
+            args[position] = os.path.join(root, value)
+            named = True
+        elif os.path.exists(value.split("::")[0]):
+            named = True
+    if not named:
+        args += [os.path.join(root, s) for s in SUITES]
+    early_config.known_args_namespace.file_or_dir = parser.parse_known_args(args).file_or_dir
+
+
+def _positionals(parser, args: list[str]) -> list[int]:
+    """The indexes of the positional arguments of ``args``: those where a stand-in value turns up
+    among the positionals pytest's parser finds."""
+    found = parser.parse_known_args(args).file_or_dir
+    probe = "nnts-positional-probe"
+    return [i for i, value in enumerate(args) if value in found and
+            probe in parser.parse_known_args([*args[:i], probe, *args[i + 1:]]).file_or_dir]
+
+
+def pytest_configure(config):
+    config.cwd_relative_nodeid = lambda nodeid: nodeid  # the ids are the suite's, wherever nnts test runs
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_report_header(config):
+    """pytest's ``rootdir: ...`` and ``configfile: ../../dev/null`` as what they mean here."""
+    outcome = yield
+    outcome.force_result([_header_lines(config, part) if isinstance(part, list) else part
+                          for part in outcome.get_result()])
+
+
+def _header_lines(config, lines: list) -> list:
+    shown = []
+    for line in lines:
+        if isinstance(line, str) and line.startswith("configfile:"):
+            continue
+        if isinstance(line, str) and line.startswith("rootdir:"):
+            line = (f"rootdir: {config.rootpath} (the suites' folder: test ids cts/..., vts/... are relative to it; "
+                    "no pytest configuration file is read)")
+        shown.append(line)
+    return shown

@@ -2,6 +2,7 @@
 and ``nnts vectors import-aosp`` (an AOSP checkout's test specs as test-vector files)."""
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -10,9 +11,9 @@ import time
 
 from nnapi_ref.vectors import find_files
 from nnts.cli.common import add_driver_options, add_trace_option, shard_option
-from nnts.formats import files
+from nnts.formats import expected_failures, files
 from nnts.formats.aosp import GENERATOR_TIMEOUT_S, differences, import_checkout, unknown_versions
-from nnts.formats.expected_failures import expected_failures_file, load_known_failures
+from nnts.formats.expected_failures import expected_failures_file
 from nnts.formats.files import UsageError
 from nnts.formats.paths import CORPUS
 from nnts.formats.results import FAILS_RUN
@@ -39,10 +40,15 @@ def register(sub) -> None:
     r.add_argument("--json", help="write results as JSON to this file")
     r.add_argument("--junitxml", dest="junit", help="write results as JUnit XML to this file")
     r.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: one per core)")
+    r.add_argument("--inline", action="store_true",
+                   help="run in this process, uncontained, for a debugger to stop in the driver (python -m pdb -m "
+                        "nnts vectors run FILE --inline); a crash of the driver ends the run")
     r.add_argument("--expected-failures", dest="known_failures", type=expected_failures_file,
-                   help="file of test names expected to fail (reported as xfailed, or xpassed when they pass), "
-                        "or a published list: "
+                   help="file of test names expected to fail, one a line with the reason after '#', '*' for "
+                        "any characters (reported as xfailed, or xpassed when they pass), or a published list: "
                         "onnxruntime, tflite, tflite-ref")
+    r.add_argument("--strict-expected-failures", action="store_true",
+                   help="an expected failure that passes fails the run")
     r.add_argument("--shard", type=shard_option, metavar="K/N",
                    help="run only the K-th of N deterministic parts of the tests (the N parts are the whole run)")
     r.add_argument("-v", "--verbose", action="store_true", help="also print skipped tests")
@@ -79,7 +85,9 @@ def run(args) -> int:
         print(f"nnts vectors run: no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
     found = [str(p) for p in find_files(args.paths)]
-    known = load_known_failures(args.known_failures) if args.known_failures else None  # bad: one line, now
+    if args.inline:
+        faulthandler.enable(file=2)  # a driver that crashes this process: the stack where it died
+    known = expected_failures.load(args.known_failures) if args.known_failures else None  # bad: one line, now
     loaded = LoadedDrivers()  # this process's; each worker process loads its own
     runtime_devices(args.driver, args.isolate, args.settings, loaded)
     jobs = args.jobs or os.cpu_count() or 1
@@ -89,7 +97,7 @@ def run(args) -> int:
 
     def report(part):
         if known is not None:
-            vector_run.apply_expected_failures(part, args.known_failures, known)
+            vector_run.apply_expected_failures(part, known, args.strict_expected_failures)
         reported.append(part)
         vector_run.print_part(part, args.verbose, args.quiet)
 
@@ -97,7 +105,7 @@ def run(args) -> int:
     # SIGTERM (a CI timeout, docker stop) as Ctrl-C: what is done is written.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        if getattr(args, "trace", None):  # a worker process's spans would not reach the trace: run here
+        if args.inline or getattr(args, "trace", None):  # (a worker process's spans would not reach the trace)
             results = vector_run.run_here(found, loaded, job_args, report)
         else:
             results = contained.run_contained(vector_run.run_file, LoadedDrivers, job_args, found, jobs, report,
@@ -106,6 +114,9 @@ def run(args) -> int:
         interrupted = True
         results = [r for part in reported for r in part]
     elapsed = time.monotonic() - start
+    if known is not None and not interrupted and not args.filter and not args.shard:
+        for line in expected_failures.stale_lines(args.known_failures, known.stale()):
+            print(f"WARNING: stale expected failure (it matches no test): {line}", file=sys.stderr)
     counts = vector_run.counts(results)
     if args.json:
         files.write_atomic(args.json, json.dumps(

@@ -12,7 +12,10 @@ import codecs
 import math
 import os
 import re
+import sys
 import tempfile
+
+STDOUT = "-"  # an output path that means the standard output
 
 
 class UsageError(Exception):
@@ -21,10 +24,13 @@ class UsageError(Exception):
 
 def output_path(option: str, path: str | None, creates_folder: bool = False) -> None:
     """``path`` can be created or replaced as a file: its folder exists (or, where the command
-    creates it, ``creates_folder``, can be created) and it is not a folder."""
+    creates it, ``creates_folder``, can be created) and it is not a folder; or it is ``-``, the
+    standard output."""
     if not path:
         if path is not None:
             raise UsageError(f"{option}: an empty path")
+        return
+    if path == STDOUT:
         return
     if os.path.isdir(path):
         raise UsageError(f"{option} {path}: is a folder, not a file")
@@ -121,8 +127,13 @@ def regex(option: str, pattern: str | None) -> None:
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename; ``-``
+    is the standard output, as the shell's tools have it."""
     path = os.fspath(path)
+    if path == STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     folder_ = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder_)
     try:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from nnapi_ref import ops, vectors
 from nnapi_ref.types import OperandCode, OperationCode, type_name
-from nnts.formats.expected_failures import load_known_failures
 from nnts.formats.paths import CORPUS, SHARED_VECTORS
 from nnts.runners import vector_cache
 from nnts.runners.model_runner import MODES, outputs_fully_specified, supports_dynamic_outputs
@@ -118,11 +117,3 @@ def vector_paths(config) -> list[Path]:
     if not config.getoption("no_shared_vectors") and SHARED_VECTORS and SHARED_VECTORS.is_dir():
         paths.append(SHARED_VECTORS)
     return paths
-
-
-def load_expected_failures(config) -> dict[str, str]:
-    """``--expected-failures``: test ids or model names, with their reasons."""
-    path = config.getoption("expected_failures")
-    if not path:
-        return {}
-    return load_known_failures(path)

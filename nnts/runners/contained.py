@@ -8,12 +8,19 @@ the tests it will run, a ``start`` line before each test (with the worker's pid 
 ``result`` line after it, so results already computed survive their worker, and the test a worker
 died in is the one started and not finished. Ctrl-C keeps them too: the tests of a file that
 completed are its rows, the one running and those not yet run are ``skipped`` rows saying so.
+
+A worker's standard error goes to a file of its own, with faulthandler's dump of the crashing
+thread's stack: a CRASH row ends with its last lines (what the driver said, where it died), and
+the other workers' output is passed on to this process's standard error after them.
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import shutil
 import signal
+import sys
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -21,6 +28,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 DEFAULT_TEST_BUDGET_S = 180.0  # a test's prepare (120 s) and its executions, on an in-process driver
+STDERR_LINES = 40  # of a worker that died, in its CRASH row
 
 
 def test_budget_s(call_timeout_s: float | None) -> float:
@@ -65,12 +73,47 @@ def _read_progress(path: str, plan: list | None = None) -> tuple[list[dict], dic
 _worker_state = None  # in a pool worker: what worker_state() made there, kept across its tasks
 
 
-def _start_worker(worker_state) -> None:
+def _start_worker(worker_state, folder: str) -> None:
     """A pool worker's initializer. What a worker keeps from one task to the next (its loaded
-    drivers) can only live in its process: the pool pickles each task's arguments anew."""
+    drivers) can only live in its process: the pool pickles each task's arguments anew. Its
+    standard error goes to a file in ``folder`` (``_stderr_path``), faulthandler's dump too."""
     global _worker_state
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's "SIGTERM as Ctrl-C" is the parent's only
+    log = os.open(_stderr_path(folder, os.getpid()), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 2)
+    os.close(log)
+    faulthandler.enable(file=2, all_threads=False)  # the descriptor: sys.stderr may be a stand-in (pytest)
     _worker_state = worker_state()
+
+
+def _stderr_path(folder: str, pid: int) -> str:
+    return os.path.join(folder, f"stderr-{pid}.txt")
+
+
+def _stderr_tail(folder: str, pid: int) -> list[str]:
+    """The last lines a worker wrote to its standard error; from faulthandler's dump, the lines
+    before it (the driver's own) and the innermost frames (the driver's), not the pool's."""
+    try:
+        with open(_stderr_path(folder, pid), encoding="utf-8", errors="replace") as f:
+            lines = [line.rstrip() for line in f.read().splitlines() if line.strip()]
+    except OSError:
+        return []
+    dumps = [i for i, line in enumerate(lines) if line.startswith("Fatal Python error")]
+    start = max(0, dumps[-1] - STDERR_LINES // 4) if dumps else max(0, len(lines) - STDERR_LINES)
+    return lines[start:start + STDERR_LINES]
+
+
+def _pass_on_stderr(folder: str, skip: set[int]) -> None:
+    """The standard error of the pool's workers, but those in ``skip`` (in their CRASH rows), to ours."""
+    for name in sorted(os.listdir(folder)):
+        if not name.startswith("stderr-"):
+            continue
+        path = os.path.join(folder, name)
+        if int(name[len("stderr-"):-len(".txt")]) not in skip:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                shutil.copyfileobj(f, sys.stderr)
+            sys.stderr.flush()
+        os.unlink(path)
 
 
 def _run_in_worker(run_file, *args):
@@ -90,7 +133,7 @@ def run_contained(run_file, worker_state, job_args: tuple, files: list[str], job
         counter = 0
         while pending:
             workers = 1 if serial else max(1, min(jobs, len(pending)))
-            pool = ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(worker_state,))
+            pool = ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(worker_state, folder))
             futures = {}
             for task in pending:
                 counter += 1
@@ -128,6 +171,7 @@ def run_contained(run_file, worker_state, job_args: tuple, files: list[str], job
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
             if not broken and hung_pid is None:
+                _pass_on_stderr(folder, set())
                 break
             # The pool is broken: keep what each unfinished task wrote, find the test that died.
             in_flight, outside = [], []
@@ -144,9 +188,12 @@ def run_contained(run_file, worker_state, job_args: tuple, files: list[str], job
                 pending.append(task)
             culprits = _culprits(in_flight, processes, hung_pid)
             for task, started, verdict in culprits:
+                tail = _stderr_tail(folder, started["pid"])
                 task.results.append({"name": started["name"], "source": task.path, "status": verdict,
-                                     "message": _death_message(verdict, started, processes, budget)})
+                                     "message": _death_message(verdict, started, processes, budget) + (
+                                         "; last stderr:" + "".join(f"\n    {line}" for line in tail) if tail else "")})
                 task.start = started["index"] + 1
+            _pass_on_stderr(folder, {started["pid"] for _, started, _ in culprits})
             serial = not culprits and len(in_flight) + len(outside) > 1
             if not culprits and not serial:
                 # Died outside any test (loading the file or the driver): a row for the file(s).

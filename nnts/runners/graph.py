@@ -166,13 +166,18 @@ def dot_program() -> str | None:
 
 def render_svg(dot_text: str, out: str) -> None:
     """Write the SVG of ``dot_text`` to ``out`` (atomically) through Graphviz."""
+    _write(out, _svg(dot_text))
+
+
+def _svg(dot_text: str) -> str:
+    """The SVG of ``dot_text``, through Graphviz."""
     program = dot_program()
     if program is None:
         raise GraphError("Graphviz's dot is not installed (apt-get install graphviz); use --dot for the text")
     done = subprocess.run([program, "-Tsvg"], input=dot_text, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise GraphError(f"dot failed: {done.stderr.strip()[:300]}")
-    _write(out, done.stdout)
+    return done.stdout
 
 
 def _write(path: str, text: str) -> None:
@@ -202,11 +207,13 @@ def main(path: str, driver: str | None = None, svg: str | None = None, dot: str 
         devices = assign_devices(model, driver, settings) if driver else None
         text = to_dot(model, name, devices)
         for out in (svg, dot):
-            if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+            if out and out != "-" and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
                 raise GraphError(f"{out}: the folder does not exist")
-        if svg:
+        if svg and svg != "-":
             render_svg(text, svg)
-        elif dot:
+        elif svg:  # "-": the standard output, as the shell's tools have it
+            sys.stdout.write(_svg(text))
+        elif dot and dot != "-":
             _write(dot, text)
         else:
             sys.stdout.write(text)

@@ -21,11 +21,10 @@ from typing import Callable
 
 import pytest
 
+from nnts.formats.expected_failures import names_of, variant_names
 from nnts.formats.results import pytest_outcome
-from nnts.runners.cases import load_expected_failures
 
 PROPERTY = "nnts_variants"
-_EXPECTED = pytest.StashKey[dict]()
 # The variants of CTS (nnts.runners.cases: MODEL_VARIANTS, TWIN_VARIANTS) and VTS (vts/test_generated.py),
 # "-" read as "_" (VTS writes device-memory, CTS device_memory).
 KNOWN = ("sync", "async", "burst", "fenced", "dynamic", "device_memory", "hardware_buffer", "cached", "signed",
@@ -88,37 +87,42 @@ def run_all(request, case, path, run: Callable[[str], None]) -> None:
     case: its ``id``, ``operation``, ``dtype``, ``test`` and ``variants``; ``path`` the file it
     came from), then the verdict (``conclude``)."""
     results = [run_variant(variant, lambda: run(variant)) for variant in case.variants]
-    conclude(request.node, f"{case.operation} {case.dtype}, test model {case.test.name} from {path}", results,
-             expectations(request.config, case.id, case.test.name, case.variants))
+    node = request.node
+    conclude(node, f"{case.operation} {case.dtype}, test model {case.test.name} from {path}", results,
+             expectations(getattr(request.config, "nnts_expected", None), node, case),
+             strict=request.config.getoption("strict_expected_failures", False))
 
 
-def expectations(config, test_id: str, model_name: str, variants) -> dict[str, str]:
-    """The variants ``--expected-failures`` lists (by variant id, test id or model name), with
-    their reasons."""
-    if _EXPECTED not in config.stash:
-        config.stash[_EXPECTED] = load_expected_failures(config)
-    listed = config.stash[_EXPECTED]
-    if not listed:
+def expectations(listed, node, case) -> dict[str, str]:
+    """The variants of a generated test (``node``, running ``case``) that ``listed`` (the
+    ``--expected-failures`` entries, or None) names, by variant id, test id or model name
+    (``nnts.formats.expected_failures``), with their reasons."""
+    if listed is None:
         return {}
+    names = names_of(str(node.path), node.nodeid, node.name)
     found = {}
-    for variant in variants:
-        reason = listed.get(f"{test_id}-{variant}", listed.get(test_id, listed.get(model_name)))
+    for variant in case.variants:
+        reason = listed.reason(variant_names(names, case.id, case.test.name, variant))
         if reason is not None:
-            found[variant] = reason or "listed in --expected-failures"
+            found[variant] = reason
     return found
 
 
-def conclude(node, heading: str, results: list[VariantResult], expected: dict[str, str]) -> None:
+def conclude(node, heading: str, results: list[VariantResult], expected: dict[str, str], strict: bool = False) -> None:
     """The test's verdict from its variants' results: failed when any variant failed that
-    ``expected`` does not list (the message says each failure, under ``heading``), xfailed when
-    only listed ones failed, skipped when every variant was, passed otherwise. Every variant's
-    result goes to the report through the test's ``nnts_variants`` property."""
+    ``expected`` does not list (the message says each failure, under ``heading``), or, with
+    ``strict``, passed though listed; xfailed when only listed ones failed, skipped when every
+    variant was, passed otherwise. Every variant's result goes to the report through the test's
+    ``nnts_variants`` property."""
     for r in results:
         reason = expected.get(r.variant)
         if reason is None:
             continue
         if r.status == "failed":
             r.status, r.message = "xfailed", f"{reason}: {r.message}"
+        elif r.status == "passed" and strict:
+            r.status = "failed"
+            r.message = f"listed as an expected failure ({reason}) but passed (--strict-expected-failures)"
         elif r.status == "passed":
             r.status, r.message = "xpassed", f"listed as an expected failure ({reason}) but passed"
     node.user_properties.append((PROPERTY, json.dumps(

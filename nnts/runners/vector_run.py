@@ -12,6 +12,7 @@ import tempfile
 from nnapi_ref import vectors
 from nnapi_ref.errors import NnapiError
 from nnts.formats import junit
+from nnts.formats.expected_failures import ExpectedFailures
 from nnts.formats.results import FAILS_RUN, STATUSES, driver_died
 from nnts.runners import shard
 from nnts.runners.contained import Progress
@@ -73,19 +74,23 @@ def write_junit(path: str, results: list[dict], elapsed: float) -> None:
                                        for r in results], elapsed)
 
 
-def apply_expected_failures(results: list[dict], path: str, known: dict[str, str]) -> None:
-    """Listed failures become xfailed, naming the file and the reason; listed tests that pass,
-    xpassed, with a warning to remove them from the list (pytest's xfail, as ``nnts test`` has it)."""
+def apply_expected_failures(results: list[dict], known: ExpectedFailures, strict: bool = False) -> None:
+    """Listed failures (by test name or glob) become xfailed, naming the file and the reason; listed
+    tests that pass, xpassed, with a warning to remove them from the list (pytest's xfail, as ``nnts
+    test`` has it), or failed when ``strict``."""
+    path = known.path
     for r in results:
-        if r["name"] not in known:
+        entry = known.entry([r["name"]])
+        if entry is None:
             continue
-        reason = known[r["name"]] or "no reason given"
+        reason = entry.reason or "no reason given"
         if r["status"] in ("failed", "error"):  # never a crash or a hang: those are the driver's, not known
             r["status"] = "xfailed"
             r["message"] = f"expected failure ({path}: {reason}): {r['message']}"
         elif r["status"] == "passed":
-            r["status"] = "xpassed"
-            r["message"] = f"listed as an expected failure ({path}: {reason}) but passed"
+            r["status"] = "failed" if strict else "xpassed"
+            r["message"] = f"listed as an expected failure ({path}: {reason}) but passed" + (
+                " (--strict-expected-failures)" if strict else "")
             print(f"WARNING: {r['name']} is listed in {path} but passes now; remove it from the list", file=sys.stderr)
 
 

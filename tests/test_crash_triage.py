@@ -1,0 +1,91 @@
+"""Crashes a driver team can debug, through the ``nnts`` command in an empty folder: a driver
+whose MUL kernel aborts the process, in process under pytest-xdist, isolated (``--isolate``) and
+replayed (``nnts vectors run``, contained and ``--inline``). Each time the report and the console
+name where the driver died (faulthandler's dump, the driver's own last stderr lines) and how to
+replay it; ``-x`` stops at the first crash."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+NNTS = str(Path(sys.executable).parent / "nnts")
+ROOT = Path(__file__).resolve().parents[1]
+CRASHING_DRIVER = '''
+import os
+import sys
+
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.types import OperationCode
+
+
+class CrashingNpu(ReferenceDevice):
+    def prepare_model(self, model, *args):
+        if any(op.type == OperationCode.MUL for op in model.main.operations):
+            mul_kernel_fault()
+        return super().prepare_model(model, *args)
+
+
+def mul_kernel_fault():
+    print("acme: MUL kernel: null tensor pointer", file=sys.stderr, flush=True)
+    os.abort()
+
+
+def make():
+    return CrashingNpu(name="acme-npu")
+'''
+SELECTION = ("-p", "no:randomly", "--no-shared-vectors", "-k", "test_generated and MUL and FLOAT32", "--variants",
+             "sync", "--driver", "acme_crash:make", "cts")
+WHERE_IT_DIED = 'acme_crash.py", line 12 in prepare_model'
+
+
+@pytest.fixture
+def team(tmp_path):
+    (tmp_path / "acme_crash.py").write_text(CRASHING_DRIVER)
+    return tmp_path
+
+
+def nnts(folder, *args, stdin=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NNTS_", "PYTEST_"))}
+    done = subprocess.run(args if args[0] != "nnts" else [NNTS, *args[1:]], check=False, cwd=folder,
+                          capture_output=True, text=True, timeout=600, env=dict(env, PYTHONDONTWRITEBYTECODE="1"),
+                          input=stdin)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_an_in_process_crash_under_xdist_stops_x_and_says_where_and_how_to_replay(team):
+    code, out = nnts(team, "nnts", "test", "-n", "2", "-x", *SELECTION)
+    assert code in (1, 2) and "stopping after" in out, out[-3000:]  # (xdist ends -x as interrupted: 2)
+    crashed = re.findall(r"^CRASH (\S+)", out, re.MULTILINE)
+    assert 1 <= len(crashed) <= 2, out[-3000:]  # the first crash of each worker, not one per MUL model
+    assert "Fatal Python error: Aborted" in out and WHERE_IT_DIED in out, out[-3000:]
+    replay = re.search(r"^replay: (nnts vectors run .*--inline)$", out, re.MULTILINE)
+    assert replay and "reproducer: " in out, out[-3000:]
+    code, again = nnts(team, *shlex.split(replay.group(1).replace("--inline", "")))  # the replay line crashes again
+    assert code == 1 and "1 crashed" in again and WHERE_IT_DIED in again, again[-3000:]
+
+
+def test_an_isolated_crash_reports_the_drivers_last_stderr_lines(team):
+    code, out = nnts(team, "nnts", "test", "--isolate", "-x", *SELECTION)
+    assert code == 1 and "killed by SIGABRT" in out, out[-3000:]
+    assert "acme: MUL kernel: null tensor pointer" in out and WHERE_IT_DIED in out, out[-3000:]
+    assert re.search(r"^replay: nnts vectors run ", out, re.MULTILINE), out[-3000:]
+
+
+def test_a_replay_inline_runs_in_this_process_where_a_debugger_stops_in_the_driver(team):
+    model = str(ROOT / "cts" / "corpus" / "arithmetic.json")
+    only = ("--filter", "^nnts_mul_broadcast_float32$", "--driver", "acme_crash:make")
+    code, out = nnts(team, "nnts", "vectors", "run", model, *only)  # contained: a row, the stack in it
+    assert code == 1 and "1 crashed" in out and "acme: MUL kernel: null tensor pointer" in out, out[-3000:]
+    assert WHERE_IT_DIED in out
+    code, out = nnts(team, "nnts", "vectors", "run", model, *only, "--inline")  # this process dies
+    assert code == -signal.SIGABRT and WHERE_IT_DIED in out, (code, out[-3000:])
+    code, out = nnts(team, sys.executable, "-m", "pdb", "-m", "nnts", "vectors", "run", model, *only, "--inline",
+                     stdin="break acme_crash.py:12\ncontinue\nwhere\nquit\n")
+    assert "acme_crash.py(12)prepare_model()" in out, out[-3000:]
