@@ -1,0 +1,537 @@
+"""CTS: what a driver gets wrong over time, across calls, through the runtime API.
+
+* memory: guard bytes before and after every output region and every memory pool, input regions
+  and constant memories checked unchanged after every execution; device memory and pool regions
+  written by one compilation's execution and read by another's, again and again;
+* one compilation, many executions with different data: IF branches and WHILE trip counts that
+  change from one execution to the next, one reusable execution's input buffers rewritten in place;
+* timing against the client's clock: ``get_duration`` within the execution's wall time, and not
+  orders of magnitude below it when the execution demonstrably took long (units);
+* concurrency across compilations: models of their own prepared and executed from several
+  threads at once, while other compilations are being prepared;
+* the compilation cache keyed by content: the same graph with other weights, and the same
+  weights in another graph, each through the cache.
+
+Every failure names the execution and the kind of fault ("output 0 of execution 3 wrote 4 bytes
+past its region", "timeOnDevice 3 µs for an execution of 40 ms wall"). Compilations name the
+devices under test (no CPU fallback); expected values come from numpy.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from nnapi_ref import (UINT64_MAX, Burst, Compilation, DurationCode, Execution, Memory, MemoryDesc, Model,
+                       NnapiError, OperandCode as T, OperandType, OperationCode)
+from nnts.generators.builders import add_model, assert_step, chain, chain_inputs, chain_model, counting_loop_model
+
+MODES = ("sync", "async", "burst", "fenced")
+GUARD = 16  # guard bytes before and after every region of a pool
+PATTERN = 0xA5  # what guard bytes hold
+FUSE_NONE = np.int32(0)
+F32 = T.TENSOR_FLOAT32
+
+
+@pytest.fixture(autouse=True)
+def _mark(request):
+    request.node.nnts_op = "over time"
+    request.node.nnts_dtype = "TENSOR_FLOAT32"
+
+
+def f32(*dims) -> OperandType:
+    return OperandType(F32, dims)
+
+
+def compiled(model: Model, devices, cache: tuple | None = None) -> Compilation:
+    flags = model.get_supported_operations_for_devices(devices)
+    if not all(flags):
+        operations = model.hal_model.main.operations
+        pytest.skip("unsupported: " + ", ".join(sorted({OperationCode(op.type).name
+                                                        for op, ok in zip(operations, flags) if not ok})))
+    compilation = Compilation(model, devices)
+    if cache is not None:
+        compilation.set_caching(*cache)
+    compilation.finish()
+    return compilation
+
+
+class Runner:
+    """Executions of one compilation in one mode: a reusable Execution (and a Burst for ``burst``)."""
+
+    def __init__(self, compilation: Compilation, mode: str):
+        self.mode = mode
+        self.execution = Execution(compilation)
+        self.execution.set_reusable(True)
+        self.burst = Burst(compilation) if mode == "burst" else None
+
+    def run(self, step: str) -> None:
+        try:
+            if self.burst is not None:
+                self.execution.burst_compute(self.burst)
+            elif self.mode == "sync":
+                self.execution.compute()
+            elif self.mode == "async":
+                self.execution.start_compute().wait()
+            else:
+                self.execution.start_compute_with_dependencies([]).wait()
+        except NnapiError as e:
+            raise AssertionError(f"{step}: execution failed: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory: guard bytes, constant memory, memory across compilations
+# ---------------------------------------------------------------------------------------------
+
+class GuardedPool:
+    """One memory pool holding regions, each with GUARD bytes of PATTERN before and after it."""
+
+    def __init__(self, sizes: list[int]):
+        self.offsets, offset = [], GUARD
+        for size in sizes:
+            self.offsets.append(offset)
+            offset += size + GUARD
+        self.sizes = list(sizes)
+        self.data = np.full(offset, PATTERN, np.uint8)
+        self.memory = Memory.from_buffer(self.data)
+
+    def region(self, k: int) -> np.ndarray:
+        return self.data[self.offsets[k]:self.offsets[k] + self.sizes[k]]
+
+    def put(self, k: int, array: np.ndarray) -> None:
+        self.region(k)[:] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+    def floats(self, k: int) -> np.ndarray:
+        return self.region(k).view(np.float32)
+
+    def check_guards(self, names: list[str], execution: str) -> None:
+        """Every guard byte still PATTERN; the AssertionError says how far past (or before) which
+        region the driver wrote."""
+        problems = []
+        for k, name in enumerate(names):
+            start, end = self.offsets[k], self.offsets[k] + self.sizes[k]
+            after = np.flatnonzero(self.data[end:end + GUARD] != PATTERN)
+            if after.size:
+                problems.append(f"{name} of {execution} wrote {after[-1] + 1} bytes past its region "
+                                f"(memory bytes [{end}, {end + after[-1] + 1}))")
+            before = np.flatnonzero(self.data[start - GUARD:start] != PATTERN)
+            if before.size:
+                problems.append(f"{name} of {execution} wrote {GUARD - before[0]} bytes before its region "
+                                f"(memory bytes [{start - GUARD + before[0]}, {start}))")
+        if problems:
+            raise AssertionError("; ".join(problems))
+
+
+OUTPUT_SHAPES = [(2, 2), (3, 4), (1, 3), (3, 3), (1, 1)]  # 16, 48, 12, 36 and 4 bytes
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_output_regions_guarded(mode, devices):
+    """The chain model's inputs and output in one pool, each region between guard bytes, shapes
+    changing from one execution to the next (sizes that are not multiples of 16 bytes among
+    them): after every execution the guards and the input regions are as they were."""
+    runner = Runner(compiled(chain_model(output_dims=(0, 0), input_dims=(0, 0)), devices), mode)
+    for n, shape in enumerate(OUTPUT_SHAPES, 1):
+        pool = GuardedPool([4 * int(np.prod(shape))] * 3)
+        a, b = chain_inputs(n, shape)
+        pool.put(0, a)
+        pool.put(1, b)
+        inputs = pool.data.copy()
+        size, dims = 4 * a.size, f32(*shape)
+        runner.execution.set_input_from_memory(0, pool.memory, pool.offsets[0], size, dims)
+        runner.execution.set_input_from_memory(1, pool.memory, pool.offsets[1], size, dims)
+        runner.execution.set_output_from_memory(0, pool.memory, pool.offsets[2], size, dims)
+        execution = f"execution {n}"
+        runner.run(f"{execution} (shape {list(shape)})")
+        pool.check_guards(["input 0", "input 1", "output 0"], execution)
+        for k in (0, 1):
+            changed = np.count_nonzero(pool.region(k) != inputs[pool.offsets[k]:pool.offsets[k] + size])
+            assert not changed, f"input {k} of {execution} was written: {changed} bytes of its region changed"
+        assert_step(f"{execution} (shape {list(shape)})", [chain(a, b)], [pool.floats(2)])
+
+
+CONSTANT_SIZE = 64  # floats: 256 bytes, above the 128 the runtime copies, so set_operand_value references it too
+SUBNORMAL = np.float32(1e-40)
+
+
+def _constant_values(seed: int) -> np.ndarray:
+    """Constants with subnormals, signed zeros, ordinary and large values among them."""
+    values = np.random.default_rng(seed).uniform(-2, 2, CONSTANT_SIZE).astype(np.float32)
+    values[::4] = SUBNORMAL
+    values[1::8] = np.float32(-0.0)
+    values[2::8] = np.float32(3e38)
+    return values
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_constant_memory_never_written(mode, devices):
+    """out = a * w + v, w a constant in a memory pool (between guard bytes), v a constant the
+    runtime references in the caller's buffer: after compiling and after every execution both
+    hold what they held (a driver reads its weights, it never writes them)."""
+    w, v = _constant_values(1), _constant_values(2)
+    w[2::8] = 1.0  # a * w + v within float32's range
+    pool = GuardedPool([4 * CONSTANT_SIZE])
+    pool.put(0, w)
+    v_buffer = v.copy()
+    model = Model()
+    t = f32(CONSTANT_SIZE)
+    a, w_operand, v_operand, fuse, product, out = (model.add_operand(t), model.add_operand(t), model.add_operand(t),
+                                                   model.add_operand(OperandType(T.INT32)), model.add_operand(t),
+                                                   model.add_operand(t))
+    model.set_operand_value_from_memory(w_operand, pool.memory, pool.offsets[0], 4 * CONSTANT_SIZE)
+    model.set_operand_value(v_operand, v_buffer)
+    model.set_operand_value(fuse, FUSE_NONE)
+    model.add_operation(OperationCode.MUL, [a, w_operand, fuse], [product])
+    model.add_operation(OperationCode.ADD, [product, v_operand, fuse], [out])
+    model.identify_inputs_and_outputs([a], [out])
+    model.finish()
+    constants = pool.data.copy()
+
+    def check(when: str) -> None:
+        changed = np.flatnonzero(pool.data != constants)
+        assert not changed.size, f"constant memory written by the driver {when}: {changed.size} bytes changed, " \
+                                 f"first at byte {changed[0]} (operand w, bytes [{pool.offsets[0]}, " \
+                                 f"{pool.offsets[0] + pool.sizes[0]}) of its memory)"
+        moved = np.flatnonzero(v_buffer.view(np.uint32) != v.view(np.uint32))
+        assert not moved.size, f"constant operand v (the caller's buffer) written by the driver {when}: " \
+                               f"{moved.size} values changed, first at element {moved[0]}"
+
+    runner = Runner(compiled(model, devices), mode)
+    check("while compiling")
+    result = np.zeros(CONSTANT_SIZE, np.float32)
+    runner.execution.set_output(0, result)
+    for n in range(1, 4):
+        x = np.random.default_rng(10 + n).uniform(-2, 2, CONSTANT_SIZE).astype(np.float32)
+        runner.execution.set_input(0, x)
+        runner.run(f"execution {n}")
+        check(f"in execution {n}")
+        assert_step(f"execution {n}", [x * w + v], [result])
+
+
+def _mul_model() -> Model:
+    """out = x * y on float32 [2, 2]: a second model for memory shared between compilations."""
+    model = Model()
+    x, y, fuse, out = model.add_operand(f32(2, 2)), model.add_operand(f32(2, 2)), model.add_operand(
+        OperandType(T.INT32)), model.add_operand(f32(2, 2))
+    model.set_operand_value(fuse, FUSE_NONE)
+    model.add_operation(OperationCode.MUL, [x, y, fuse], [out])
+    model.identify_inputs_and_outputs([x, y], [out])
+    model.finish()
+    return model
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("memory_kind", ["device memory", "pool"])
+def test_memory_across_compilations(mode, memory_kind, devices):
+    """One memory, the output of the chain model's compilation and the input of a MUL model's:
+    written by one, read by the other, written again, read again, overwritten by a copy, read
+    again. One device: a memory from a descriptor belongs to one."""
+    writer_compilation, reader_compilation = compiled(chain_model(), devices[:1]), compiled(_mul_model(), devices[:1])
+    if memory_kind == "device memory":
+        desc = MemoryDesc()
+        desc.add_output_role(writer_compilation, 0)
+        desc.add_input_role(reader_compilation, 0)
+        desc.finish()
+        memory, offset, length = Memory.from_desc(desc), 0, 0
+    else:
+        pool = GuardedPool([16])
+        memory, offset, length = pool.memory, pool.offsets[0], 16
+    writer, reader = Runner(writer_compilation, mode), Runner(reader_compilation, mode)
+    writer.execution.set_output_from_memory(0, memory, offset, length)
+    reader.execution.set_input_from_memory(0, memory, offset, length)
+    out = np.zeros((2, 2), np.float32)
+    reader.execution.set_output(0, out)
+    y = np.array([[1.5, -0.5], [2.0, 0.25]], np.float32)
+    reader.execution.set_input(1, y)
+    n = 0
+    for round_ in range(1, 4):
+        a, b = chain_inputs(round_)
+        if round_ < 3:
+            writer.execution.set_input(0, a)
+            writer.execution.set_input(1, b)
+            n += 1
+            writer.run(f"execution {n} (the chain model writing the {memory_kind})")
+            held = chain(a, b)
+            source = f"the {memory_kind} the chain model wrote in execution {n}"
+        else:
+            held = a
+            if memory_kind == "pool":
+                pool.put(0, a)
+                source = "the pool rewritten by the client"
+            else:
+                Memory.copy(Memory.from_buffer(a.copy()), memory)
+                source = "the device memory overwritten by a copy"
+        for _ in range(2):
+            n += 1
+            step = f"execution {n} (the MUL model reading {source})"
+            reader.run(step)
+            assert_step(step, [held * y], [out])
+    if memory_kind == "pool":
+        pool.check_guards(["output 0 of the chain model"], "its executions")
+
+
+# ---------------------------------------------------------------------------------------------
+# One compilation, many executions with different data
+# ---------------------------------------------------------------------------------------------
+
+def _if_model() -> Model:
+    """IF (c) then out = x + x else out = x * x, on float32 [2]."""
+    branches = []
+    for code in (OperationCode.ADD, OperationCode.MUL):
+        branch = Model()
+        x, fuse, out = branch.add_operand(f32(2)), branch.add_operand(OperandType(T.INT32)), branch.add_operand(f32(2))
+        branch.set_operand_value(fuse, FUSE_NONE)
+        branch.add_operation(code, [x, x, fuse], [out])
+        branch.identify_inputs_and_outputs([x], [out])
+        branch.finish()
+        branches.append(branch)
+    model = Model()
+    c = model.add_operand(OperandType(T.TENSOR_BOOL8, [1]))
+    then_ref, else_ref = model.add_operand(OperandType(T.MODEL)), model.add_operand(OperandType(T.MODEL))
+    x, out = model.add_operand(f32(2)), model.add_operand(f32(2))
+    model.set_operand_value_from_model(then_ref, branches[0])
+    model.set_operand_value_from_model(else_ref, branches[1])
+    model.add_operation(OperationCode.IF, [c, then_ref, else_ref, x], [out])
+    model.identify_inputs_and_outputs([c, x], [out])
+    model.finish()
+    return model
+
+
+WHILE_STARTS = [4.5, 0.0, 10.0, -3.5, 2.0]  # 1, 5, 0, 9 and 3 trips of i = i + 1 while i < 5
+IF_CONDITIONS = [True, False, False, True, False]
+
+
+def _trips(start: float) -> int:
+    return max(0, int(np.ceil(5.0 - start)))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("flow", ["WHILE", "IF"])
+def test_control_flow_changes_between_executions(mode, flow, devices):
+    """One compilation of a WHILE loop whose trip count, or of an IF whose branch, comes from the
+    input and changes from one execution to the next."""
+    model = counting_loop_model(1.0) if flow == "WHILE" else _if_model()
+    runner = Runner(compiled(model, devices), mode)
+    out = np.zeros(1 if flow == "WHILE" else 2, np.float32)
+    runner.execution.set_output(0, out)
+    for n in range(1, len(WHILE_STARTS) + 1):
+        if flow == "WHILE":
+            start = WHILE_STARTS[n - 1]
+            runner.execution.set_input(0, np.array([start], np.float32))
+            step = f"execution {n} (WHILE from {start}: {_trips(start)} trips of its body)"
+            expected = np.array([start + _trips(start)], np.float32)
+        else:
+            condition = IF_CONDITIONS[n - 1]
+            x = np.array([1.5 + n, -0.5 * n], np.float32)
+            runner.execution.set_input(0, np.array([condition]))
+            runner.execution.set_input(1, x)
+            step = f"execution {n} (IF {'true: the then branch' if condition else 'false: the else branch'})"
+            expected = x + x if condition else x * x
+        runner.run(step)
+        assert_step(step, [expected], [out])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_input_buffers_rewritten_in_place(mode, devices):
+    """One reusable execution, its input and output buffers bound once; new contents written
+    into the same input buffers before every execution."""
+    runner = Runner(compiled(chain_model(), devices), mode)
+    a, b, out = np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float32)
+    runner.execution.set_input(0, a)
+    runner.execution.set_input(1, b)
+    runner.execution.set_output(0, out)
+    for n in range(1, 5):
+        a[...], b[...] = chain_inputs(n)
+        step = f"execution {n} (new contents in the same input buffers)"
+        runner.run(step)
+        assert_step(step, [chain(a, b)], [out])
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing against the client's clock
+# ---------------------------------------------------------------------------------------------
+
+LONG_NS = 20_000_000  # an execution this long (wall) must report durations of its order
+PLAUSIBLE_SHARE = 100  # a reported duration below 1/100 of such an execution's wall time is wrong
+ADDS = 8
+
+
+def _accumulate_model(n: int) -> Model:
+    """h = x; h = h + x, ADDS times: out = (ADDS + 1) * x on float32 [n]."""
+    model = Model()
+    x, fuse = model.add_operand(f32(n)), model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(fuse, FUSE_NONE)
+    h = x
+    for _ in range(ADDS):
+        nxt = model.add_operand(f32(n))
+        model.add_operation(OperationCode.ADD, [h, x, fuse], [nxt])
+        h = nxt
+    model.identify_inputs_and_outputs([x], [h])
+    model.finish()
+    return model
+
+
+def _format_ns(ns: int) -> str:
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns} ns"
+
+
+TIMING_NAMES = {DurationCode.ON_HARDWARE: "timeOnDevice", DurationCode.IN_DRIVER: "timeInDriver",
+                DurationCode.FENCED_ON_HARDWARE: "fenced timeOnDevice",
+                DurationCode.FENCED_IN_DRIVER: "fenced timeInDriver"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_timing_against_the_clock(mode, devices):
+    """Eight ADDs on a tensor made larger until one execution takes at least 20 ms of the
+    client's clock: every duration the driver reports (NNAPI's measureTiming: nanoseconds) is
+    within that wall time and not orders of magnitude below it."""
+    n = 1 << 16
+    while True:
+        runner = Runner(compiled(_accumulate_model(n), devices[:1]), mode)
+        x = np.linspace(-1, 1, n, dtype=np.float32)
+        out = np.zeros(n, np.float32)
+        runner.execution.set_input(0, x)
+        runner.execution.set_output(0, out)
+        runner.execution.set_measure_timing(True)
+        start = time.monotonic_ns()
+        runner.run(f"an execution of {n} elements")
+        wall = time.monotonic_ns() - start
+        if wall >= LONG_NS or n >= 1 << 23:
+            break
+        n *= 4
+    assert_step(f"an execution of {n} elements", [x * (ADDS + 1)], [out])
+    codes = list(TIMING_NAMES) if mode == "fenced" else [DurationCode.ON_HARDWARE, DurationCode.IN_DRIVER]
+    for code in codes:
+        reported = runner.execution.get_duration(code)
+        if reported == UINT64_MAX:
+            continue
+        name = TIMING_NAMES[code]
+        assert reported <= wall, f"{name} {_format_ns(reported)} for an execution of {_format_ns(wall)} wall " \
+                                 "(more than the whole call took: not nanoseconds?)"
+        if wall >= LONG_NS:
+            assert reported * PLAUSIBLE_SHARE >= wall, \
+                f"{name} {_format_ns(reported)} for an execution of {_format_ns(wall)} wall " \
+                f"(below 1/{PLAUSIBLE_SHARE} of it: not nanoseconds?)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Concurrency across compilations
+# ---------------------------------------------------------------------------------------------
+
+THREAD_MODELS = 4
+THREAD_EXECUTIONS = 6
+
+
+def _thread_case(k: int):
+    """(model, its inputs for execution n, its expected output, a name) for thread ``k``: the
+    chain model, ADD on [2], MUL on [2, 2] and the chain model on [3, 4], each of its own."""
+    if k == 0:
+        return chain_model(), lambda n: chain_inputs(n), chain, "chain [2, 2]"
+    if k == 1:
+        return add_model(), lambda n: tuple(v.reshape(-1)[:2] for v in chain_inputs(n)), np.add, "ADD [2]"
+    if k == 2:
+        return _mul_model(), lambda n: chain_inputs(n), np.multiply, "MUL [2, 2]"
+    shape = (3, 4)
+    return (chain_model(output_dims=shape, input_dims=shape), lambda n: chain_inputs(n, shape), chain,
+            "chain [3, 4]")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_compilations_of_different_models_at_once(mode, devices):
+    """Four threads, each preparing a model of its own and executing it six times with new inputs,
+    and a fifth preparing compilations all the while: every result is its own model's."""
+    for k in range(THREAD_MODELS):
+        if not all(_thread_case(k)[0].get_supported_operations_for_devices(devices)):
+            pytest.skip(f"unsupported: {_thread_case(k)[3]}")
+    failures: list[BaseException] = []
+    barrier = threading.Barrier(THREAD_MODELS + 1)
+    done = threading.Event()
+
+    def worker(k: int) -> None:
+        try:
+            model, inputs, compute, name = _thread_case(k)
+            barrier.wait()
+            runner = Runner(compiled(model, devices), mode)
+            for n in range(1, THREAD_EXECUTIONS + 1):
+                x, y = inputs(100 * k + n)
+                out = np.zeros(x.shape, np.float32)
+                runner.execution.set_input(0, x)
+                runner.execution.set_input(1, y)
+                runner.execution.set_output(0, out)
+                step = f"thread {k} ({name}), execution {n}, other compilations executing and being prepared"
+                runner.run(step)
+                assert_step(step, [compute(x, y)], [out])
+        except BaseException as e:  # collected, raised in the main thread
+            failures.append(e)
+
+    def preparer() -> None:
+        try:
+            barrier.wait()
+            while not done.is_set():
+                compiled(_mul_model(), devices)
+        except BaseException as e:
+            failures.append(AssertionError(f"preparing while other compilations execute: {e}"))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(THREAD_MODELS)]
+    prepare_thread = threading.Thread(target=preparer)
+    for t in threads + [prepare_thread]:
+        t.start()
+    for t in threads:
+        t.join(60)
+    done.set()
+    prepare_thread.join(60)
+    assert not any(t.is_alive() for t in threads + [prepare_thread]), "threads still running after 60 s (deadlock?)"
+    if failures:
+        raise failures[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The compilation cache, by content
+# ---------------------------------------------------------------------------------------------
+
+def _weights_model(code: OperationCode, weights: np.ndarray) -> Model:
+    """out = x (ADD or MUL) w, w a [4] constant."""
+    model = Model()
+    x, w, fuse, out = model.add_operand(f32(4)), model.add_operand(f32(4)), model.add_operand(
+        OperandType(T.INT32)), model.add_operand(f32(4))
+    model.set_operand_value(w, weights)
+    model.set_operand_value(fuse, FUSE_NONE)
+    model.add_operation(code, [x, w, fuse], [out])
+    model.identify_inputs_and_outputs([x], [out])
+    model.finish()
+    return model
+
+
+CACHE_CASES = [  # (name, operation, weights): the same graph with other weights, the same weights in another graph
+    ("MUL by w1", OperationCode.MUL, np.array([1.0, 2.0, 3.0, 4.0], np.float32)),
+    ("MUL by w2", OperationCode.MUL, np.array([-2.0, 0.5, 8.0, -1.0], np.float32)),
+    ("ADD of w1", OperationCode.ADD, np.array([1.0, 2.0, 3.0, 4.0], np.float32)),
+]
+
+
+def test_cache_keyed_by_content(devices, tmp_path):
+    """Three models through one cache folder, each with its own token, compiled then compiled
+    again (from the cache where the driver keeps one): each computes with its own graph and weights."""
+    x = np.array([0.5, -1.0, 2.0, 3.0], np.float32)
+    for again in (False, True):
+        for k, (name, code, weights) in enumerate(CACHE_CASES):
+            token = bytes([k + 1]) * 32
+            compilation = compiled(_weights_model(code, weights), devices[:1], (str(tmp_path), token))
+            out = np.zeros(4, np.float32)
+            execution = Execution(compilation)
+            execution.set_input(0, x)
+            execution.set_output(0, out)
+            before = ", ".join(c[0] for c in CACHE_CASES[:k])
+            step = f"{name} (token {k + 1}), " + ("compiled again, from the cache where the driver keeps one"
+                                                  if again else f"compiled after {before}" if k else "compiled first")
+            try:
+                execution.compute()
+            except NnapiError as e:
+                raise AssertionError(f"{step}: execution failed: {e}") from None
+            expected = x * weights if code == OperationCode.MUL else x + weights
+            assert_step(f"cache by content: {step}", [expected], [out])
