@@ -223,12 +223,13 @@ def _mul_model() -> Model:
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("memory_kind", ["device memory", "pool"])
-def test_memory_across_compilations(mode, memory_kind, devices):
+@pytest.mark.parametrize("kind", ["device_memory", "pool"])
+def test_memory_across_compilations(mode, kind, devices):
     """One memory, the output of the chain model's compilation and the input of a MUL model's:
     written by one, read by the other, written again, read again, overwritten by a copy, read
     again. One device: a memory from a descriptor belongs to one."""
     writer_compilation, reader_compilation = compiled(chain_model(), devices[:1]), compiled(_mul_model(), devices[:1])
+    memory_kind = kind.replace("_", " ")
     if memory_kind == "device memory":
         desc = MemoryDesc()
         desc.add_output_role(writer_compilation, 0)
