@@ -10,7 +10,10 @@
 * concurrency across compilations: models of their own prepared and executed from several
   threads at once, while other compilations are being prepared;
 * the compilation cache keyed by content: the same graph with other weights, and the same
-  weights in another graph, each through the cache.
+  weights in another graph, each through the cache;
+* resources over time: this process's file descriptors, threads, mapped regions and resident
+  memory over thousands of executions of each execution path (an in-process driver's; ``nnts
+  stress``'s ``resource_soak`` watches a driver's own process).
 
 Every failure names the execution and the kind of fault ("output 0 of execution 3 wrote 4 bytes
 past its region", "timeOnDevice 3 µs for an execution of 40 ms wall"). Compilations name the
@@ -18,15 +21,17 @@ devices under test (no CPU fallback); expected values come from numpy.
 """
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
 import numpy as np
 import pytest
 
-from nnapi_ref import (UINT64_MAX, Burst, Compilation, DurationCode, Execution, Memory, MemoryDesc, Model,
-                       NnapiError, OperandCode as T, OperandType, OperationCode)
+from nnapi_ref import (UINT64_MAX, Burst, Compilation, DurationCode, Execution, Memory, MemoryDesc, Model, NnapiError,
+                       OperandCode as T, OperandType, OperationCode)
 from nnts.generators.builders import add_model, assert_step, chain, chain_inputs, chain_model, counting_loop_model
+from nnts.runners import resources
 
 MODES = ("sync", "async", "burst", "fenced")
 GUARD = 16  # guard bytes before and after every region of a pool
@@ -536,3 +541,51 @@ def test_cache_keyed_by_content(devices, tmp_path):
                 raise AssertionError(f"{step}: execution failed: {e}") from None
             expected = x * weights if code == OperationCode.MUL else x + weights
             assert_step(f"cache by content: {step}", [expected], [out])
+
+
+# ---------------------------------------------------------------------------------------------
+# Resources over time
+# ---------------------------------------------------------------------------------------------
+
+SOAK_WARMUP, SOAK_EXECUTIONS = 100, 2000
+SOAK_PATHS = ("sync", "async", "fenced", "burst", "device_memory")
+
+
+@pytest.mark.parametrize("path", SOAK_PATHS)
+def test_resources_per_execution_path(path, devices):
+    """2,000 executions of ADD on one path (device_memory: input and output in device memories,
+    synchronously) after 100 to warm up: this process's fds, threads, mapped regions and resident
+    memory may not grow with them (the driver under test runs in this process, unless isolated)."""
+    if not resources.available():
+        pytest.skip("no /proc: resources are read from Linux's /proc")
+    compilation = compiled(add_model(), devices[:1])
+    runner = Runner(compilation, "sync" if path == "device_memory" else path)
+    x, y = np.array([1.5, -2.0], np.float32), np.array([0.25, 4.0], np.float32)
+    out = np.zeros(2, np.float32)
+    runner.execution.set_input(1, y)
+    if path == "device_memory":
+        memories = []
+        for role in ("input", "output"):
+            desc = MemoryDesc()
+            (desc.add_input_role if role == "input" else desc.add_output_role)(compilation, 0)
+            desc.finish()
+            memories.append(Memory.from_desc(desc))
+        Memory.copy(Memory.from_buffer(x.copy()), memories[0])
+        runner.execution.set_input_from_memory(0, memories[0], 0, 0)
+        runner.execution.set_output_from_memory(0, memories[1], 0, 0)
+    else:
+        runner.execution.set_input(0, x)
+        runner.execution.set_output(0, out)
+    what = f"{path.replace('_', ' ')} execution"
+    for n in range(1, SOAK_WARMUP + SOAK_EXECUTIONS + 1):
+        if n == SOAK_WARMUP + 1:
+            gc.collect()
+            before = resources.sample()
+        runner.run(f"{what} {n}")
+    gc.collect()
+    after = resources.sample()
+    if path == "device_memory":
+        Memory.copy(memories[1], Memory.from_buffer(out))
+    assert_step(f"{what} {n}", [x + y], [out])
+    leaks = resources.leaks(before, after, SOAK_EXECUTIONS, what)
+    assert not leaks, "; ".join(leaks)

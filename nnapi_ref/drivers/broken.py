@@ -65,6 +65,8 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
 ``one_program_slot``      keeps one loaded program per device: an execution runs whatever program
                           is loaded when its inputs are in place, another compilation's when one
                           was prepared or executed meanwhile
+``leaks_fence_fd``        each fenced execution opens a file descriptor for its sync fence and
+                          never closes it
 ``caches_by_graph``       keys its cache of compiled programs (on a prepare with a cache token) by
                           the graph alone, weights left out: a model with other weights gets the
                           first one's program
@@ -79,6 +81,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import os
 import struct
 import threading
 import time
@@ -895,6 +898,32 @@ class CachesByGraph(BrokenDevice):
         return program
 
 
+# -- leaks_fence_fd ---------------------------------------------------------------------------------
+
+class _FenceFdLeak(ReferencePreparedModel):
+    def __init__(self, prepared: ReferencePreparedModel):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+
+    def execute_fenced(self, request, wait_for, measure, deadline_ns, loop_timeout_ns, timeout_after_fence_ns):
+        result = super().execute_fenced(request, wait_for, measure, deadline_ns, loop_timeout_ns,
+                                        timeout_after_fence_ns)
+        signalled, written = os.pipe()  # the sync fence's file descriptors: the one to signal is closed,
+        os.close(written)               # the one a waiter would poll is forgotten
+        self.device.fences.append(signalled)
+        return result
+
+
+class LeaksFenceFd(BrokenDevice):
+    FAULT = "leaks_fence_fd"
+
+    def __init__(self):
+        super().__init__()
+        self.fences: list[int] = []
+
+    def wrap_prepared(self, prepared):
+        return _FenceFdLeak(prepared)
+
+
 writes_past_output = WritesPastOutput
 flushes_constant_memory = FlushesConstantMemory
 device_memory_per_model = DeviceMemoryPerModel
@@ -902,6 +931,7 @@ replays_first_path = ReplaysFirstPath
 timing_in_microseconds = TimingInMicroseconds
 one_program_slot = OneProgramSlot
 caches_by_graph = CachesByGraph
+leaks_fence_fd = LeaksFenceFd
 
 ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQuant8Sparse, OffByOneRounding,
                                   Float16Arithmetic, WrongOutputShape, AcceptsInvalidModel, RaisesOnInvalidModel,
@@ -910,4 +940,4 @@ ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQ
                                   WrongOnLargeTensors, RelaxedBfloat16, NmsLimitPerClass,
                                   ProposalsClipLastPixel, WritesPastOutput, FlushesConstantMemory,
                                   DeviceMemoryPerModel, ReplaysFirstPath, TimingInMicroseconds, OneProgramSlot,
-                                  CachesByGraph)}
+                                  CachesByGraph, LeaksFenceFd)}
