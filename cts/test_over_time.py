@@ -11,6 +11,9 @@
   threads at once, while other compilations are being prepared;
 * the compilation cache keyed by content: the same graph with other weights, and the same
   weights in another graph, each through the cache;
+* value ranges that stress a type: float16 data whose normalizations, reductions and dot
+  products pass through sums beyond float16's largest value (65504) on the way to results well
+  inside it (NNAPI's CPU computes float16 in float32; its tolerance is float16's);
 * resources over time: this process's file descriptors, threads, mapped regions and resident
   memory over thousands of executions of each execution path (an in-process driver's; ``nnts
   stress``'s ``resource_soak`` watches a driver's own process).
@@ -29,8 +32,9 @@ import numpy as np
 import pytest
 
 from nnapi_ref import (UINT64_MAX, Burst, Compilation, DurationCode, Execution, Memory, MemoryDesc, Model, NnapiError,
-                       OperandCode as T, OperandType, OperationCode)
-from nnts.generators.builders import add_model, assert_step, chain, chain_inputs, chain_model, counting_loop_model
+                       OperandCode as T, OperandType, OperationCode, tolerance)
+from nnts.generators.builders import (add_model, assert_step, build_operation_model, chain, chain_inputs, chain_model,
+                                      counting_loop_model, output, scalar, tensor)
 from nnts.runners import resources
 
 MODES = ("sync", "async", "burst", "fenced")
@@ -541,6 +545,52 @@ def test_cache_keyed_by_content(devices, tmp_path):
                 raise AssertionError(f"{step}: execution failed: {e}") from None
             expected = x * weights if code == OperationCode.MUL else x + weights
             assert_step(f"cache by content: {step}", [expected], [out])
+
+
+# ---------------------------------------------------------------------------------------------
+# Value ranges that stress a type
+# ---------------------------------------------------------------------------------------------
+
+F16 = T.TENSOR_FLOAT16
+L2_INPUT = np.array([[300, -400, 200, 100]], np.float16)  # squares summing to 300,000
+MEAN_INPUT = np.array([[30000, 32000, 34000, 36000, 38000, 40000, 42000, 44000],
+                       [60000, 50000, 40000, 30000, 20000, 10000, 5000, 1000]], np.float16)  # sums to 296,000 and 216,000
+FC_INPUT, FC_WEIGHTS = np.array([[250, 250, -250, -250]], np.float16), np.array([[240] * 4, [240, -240] * 2], np.float16)
+FC_BIAS = np.array([1.0, -2.0], np.float16)  # products of 60,000: partial sums of 120,000
+
+
+def _float16_case(name: str):
+    """(operation, inputs, outputs, expected, what) of a float16 case, expected from float64 math."""
+    if name == "L2_NORMALIZATION":
+        x = L2_INPUT.astype(np.float64)
+        return (OperationCode.L2_NORMALIZATION, [tensor(F16, L2_INPUT)], [output(F16, L2_INPUT.shape)],
+                x / np.sqrt((x * x).sum(-1, keepdims=True)), "values up to 400, their squares summing to 300,000")
+    if name == "MEAN":
+        return (OperationCode.MEAN, [tensor(F16, MEAN_INPUT), tensor(T.TENSOR_INT32, [1], as_input=False),
+                                     scalar(T.INT32, 0)], [output(F16, (2,))],
+                MEAN_INPUT.astype(np.float64).mean(1), "rows averaging 37,000 and 27,000 (sums of 296,000 and 216,000)")
+    x, w = FC_INPUT.astype(np.float64), FC_WEIGHTS.astype(np.float64)
+    return (OperationCode.FULLY_CONNECTED, [tensor(F16, FC_INPUT), tensor(F16, FC_WEIGHTS, as_input=False),
+                                            tensor(F16, FC_BIAS, as_input=False), scalar(T.INT32, 0)],
+            [output(F16, (1, 2))], x @ w.T + FC_BIAS, "products of 60,000 summing to 1 and -2, partial sums of 120,000")
+
+
+@pytest.mark.parametrize("operation", ["L2_NORMALIZATION", "MEAN", "FULLY_CONNECTED"])
+def test_float16_near_its_range(operation, devices, request):
+    """float16 results well inside its range whose intermediate sums are not: a driver summing in
+    float16 overflows to inf or NaN."""
+    request.node.nnts_op, request.node.nnts_dtype = operation, "TENSOR_FLOAT16"
+    code, inputs, outputs, expected, what = _float16_case(operation)
+    model, fed = build_operation_model(code, inputs, outputs)
+    runner = Runner(compiled(model, devices), "sync")
+    for n, i in enumerate(fed):
+        runner.execution.set_input(n, inputs[i].value)
+    out = np.zeros(expected.shape, np.float16)
+    runner.execution.set_output(0, out)
+    step = f"float16 near its range: {operation} of {what}"
+    runner.run(step)
+    result = tolerance.compare(expected, out, F16, what="output 0")
+    assert result.ok, f"{step}: {result.message}"
 
 
 # ---------------------------------------------------------------------------------------------

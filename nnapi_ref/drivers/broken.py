@@ -67,6 +67,9 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
                           was prepared or executed meanwhile
 ``leaks_fence_fd``        each fenced execution opens a file descriptor for its sync fence and
                           never closes it
+``float16_accumulator``   sums float16 in float16: L2_NORMALIZATION's sum of squares, MEAN's sum
+                          and FULLY_CONNECTED's dot products overflow past 65504 where the
+                          result itself is well within float16's range
 ``caches_by_graph``       keys its cache of compiled programs (on a prepare with a cache token) by
                           the graph alone, weights left out: a model with other weights gets the
                           first one's program
@@ -924,6 +927,55 @@ class LeaksFenceFd(BrokenDevice):
         return _FenceFdLeak(prepared)
 
 
+# -- float16_accumulator ----------------------------------------------------------------------------
+
+F16 = np.float16
+
+
+def _f16_sum(values: np.ndarray, axis, keepdims: bool = False) -> np.ndarray:
+    """A sum rounded to float16 after every addition (numpy's own float16 sums add in float32)."""
+    axes = tuple(a % values.ndim for a in (axis if isinstance(axis, tuple) else (axis,)))
+    kept = [a for a in range(values.ndim) if a not in axes]
+    terms = np.transpose(values.astype(F16), kept + list(axes)).reshape([values.shape[a] for a in kept] + [-1])
+    total = np.zeros(terms.shape[:-1], F16)
+    for k in range(terms.shape[-1]):
+        total = (total + terms[..., k]).astype(F16)
+    if keepdims:
+        total = total.reshape([1 if a in axes else values.shape[a] for a in range(values.ndim)])
+    return total
+
+
+class Float16Accumulator(BrokenDevice):
+    """float16 operations accumulate in a float16 register, as a GPU's half-precision path does."""
+
+    FAULT = "float16_accumulator"
+
+    def operation_fault(self, code, impl):
+        if code not in (OperationCode.L2_NORMALIZATION, OperationCode.MEAN, OperationCode.FULLY_CONNECTED):
+            return impl
+
+        def fault(call: Call, outputs):
+            if call.outs[0].type != T.TENSOR_FLOAT16:
+                return outputs
+            x = np.asarray(call.ins[0].value, F16)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                if code == OperationCode.L2_NORMALIZATION:
+                    axis = int(call.ins[1].scalar()) if len(call.ins) > 1 else -1
+                    result = x / np.sqrt(_f16_sum(x * x, axis, keepdims=True))
+                elif code == OperationCode.MEAN:
+                    axes = tuple(int(a) % x.ndim for a in np.asarray(call.ins[1].value).reshape(-1))
+                    count = F16(np.prod([x.shape[a] for a in set(axes)]))
+                    result = _f16_sum(x, axes, keepdims=bool(call.ins[2].scalar())) / count
+                else:
+                    if int(call.ins[3].scalar()) != 0:  # a fused activation: left to the reference
+                        return outputs
+                    weights = np.asarray(call.ins[1].value, F16)
+                    rows = x.reshape(-1, weights.shape[1])
+                    result = _f16_sum(rows[:, None, :] * weights[None, :, :], 2) + np.asarray(call.ins[2].value, F16)
+            return [np.asarray(result, F16).reshape(np.shape(outputs[0]))] + list(outputs[1:])
+        return _WrappedOperation(impl, fault)
+
+
 writes_past_output = WritesPastOutput
 flushes_constant_memory = FlushesConstantMemory
 device_memory_per_model = DeviceMemoryPerModel
@@ -932,6 +984,7 @@ timing_in_microseconds = TimingInMicroseconds
 one_program_slot = OneProgramSlot
 caches_by_graph = CachesByGraph
 leaks_fence_fd = LeaksFenceFd
+float16_accumulator = Float16Accumulator
 
 ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQuant8Sparse, OffByOneRounding,
                                   Float16Arithmetic, WrongOutputShape, AcceptsInvalidModel, RaisesOnInvalidModel,
@@ -940,4 +993,4 @@ ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQ
                                   WrongOnLargeTensors, RelaxedBfloat16, NmsLimitPerClass,
                                   ProposalsClipLastPixel, WritesPastOutput, FlushesConstantMemory,
                                   DeviceMemoryPerModel, ReplaysFirstPath, TimingInMicroseconds, OneProgramSlot,
-                                  CachesByGraph, LeaksFenceFd)}
+                                  CachesByGraph, LeaksFenceFd, Float16Accumulator)}
