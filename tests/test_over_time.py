@@ -77,3 +77,16 @@ def test_quick_runs_every_kind():
                  if line.startswith(MODULE + "::")}
     kinds = {t.split("[")[0] for tests, _ in CAUGHT.values() for t in tests} | {"test_input_buffers_rewritten_in_place"}
     assert kinds <= collected, (sorted(kinds - collected), done.stdout[-2000:])
+
+
+def test_extension_read_in_another_layout_is_caught_beyond_rank_1():
+    """``extension_column_major`` reads extension tensors of rank 2 and more column-major: the
+    extension suite's tests of several ranks catch it, rank 1 passes, and so does every other
+    extension test."""
+    code, output, failed = support.run_suite("nnapi_ref.drivers.broken:extension_column_major,reference",
+                                             ("cts/test_extensions.py",), "test_")
+    assert code == 1, output[-3000:]
+    assert sorted(failed) == sorted(f"cts/test_extensions.py::test_results_by_hand_in_several_ranks[{s}]"
+                                    for s in ("2x3", "3x2", "1x2x3", "2x1x3x1")), output[-3000:]
+    assert "AssertionError: TENSOR_QUANT64_ASYMM of shape [2, 3]: 4 of 6 elements wrong, first at [0, 1]: " \
+           "expected -0.25, got 0 (not read in row-major order?)" in output

@@ -70,6 +70,9 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
 ``float16_accumulator``   sums float16 in float16: L2_NORMALIZATION's sum of squares, MEAN's sum
                           and FULLY_CONNECTED's dot products overflow past 65504 where the
                           result itself is well within float16's range
+``extension_column_major`` the example extension's driver, reading TENSOR_QUANT64_ASYMM inputs of
+                          rank 2 and more in column-major order (its kernel's layout): rank 1
+                          is right
 ``caches_by_graph``       keys its cache of compiled programs (on a prepare with a cache token) by
                           the graph alone, weights left out: a model with other weights gets the
                           first one's program
@@ -92,7 +95,7 @@ import time
 import numpy as np
 
 from nnapi_ref import hal
-from nnapi_ref.drivers.example_extension import ExampleExtensionDevice
+from nnapi_ref.drivers.example_extension import TENSOR_QUANT64_ASYMM, ExampleExtensionDevice, ExamplePreparedModel
 from nnapi_ref.drivers.reference import ReferenceBuffer, ReferenceDevice, ReferencePreparedModel
 from nnapi_ref.executor import Executor
 from nnapi_ref.ops.base import Arg, Call
@@ -634,9 +637,32 @@ class AcceptsUnsupportedExtension(_BrokenExample):
         pass
 
 
+class _ColumnMajorInputs(ExamplePreparedModel):
+    def _compute(self, executor, inputs):
+        main = self.model.main
+        read = []
+        for k, value in zip(main.input_indexes, inputs):
+            if value is not None and np.ndim(value) >= 2 and \
+                    self.device._is_ours(self.model, main.operands[k].type, TENSOR_QUANT64_ASYMM):
+                value = np.asarray(value).reshape(-1).reshape(np.shape(value), order="F")
+            read.append(value)
+        return super()._compute(executor, read)
+
+
+class ExtensionColumnMajor(_BrokenExample):
+    FAULT = "extension_column_major"
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        prepared = super().prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
+        if isinstance(prepared, ExamplePreparedModel):
+            return _ColumnMajorInputs(prepared.device, prepared.model, prepared.plans)
+        return prepared
+
+
 ignores_extension_prefix = IgnoresExtensionPrefix
 crashes_on_extension_data = CrashesOnExtensionData
 accepts_unsupported_extension = AcceptsUnsupportedExtension
+extension_column_major = ExtensionColumnMajor
 
 
 # -- writes_past_output -------------------------------------------------------------------------
@@ -993,4 +1019,4 @@ ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQ
                                   WrongOnLargeTensors, RelaxedBfloat16, NmsLimitPerClass,
                                   ProposalsClipLastPixel, WritesPastOutput, FlushesConstantMemory,
                                   DeviceMemoryPerModel, ReplaysFirstPath, TimingInMicroseconds, OneProgramSlot,
-                                  CachesByGraph, LeaksFenceFd, Float16Accumulator)}
+                                  CachesByGraph, LeaksFenceFd, Float16Accumulator, ExtensionColumnMajor)}
