@@ -25,6 +25,8 @@ devices under test (no CPU fallback); expected values come from numpy.
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import threading
 import time
 
@@ -523,11 +525,13 @@ CACHE_CASES = [  # (name, operation, weights): the same graph with other weights
     ("ADD of w1", OperationCode.ADD, np.array([1.0, 2.0, 3.0, 4.0], np.float32)),
 ]
 
+CACHE_INPUT = np.array([0.5, -1.0, 2.0, 3.0], np.float32)
+
 
 def test_cache_keyed_by_content(devices, tmp_path):
     """Three models through one cache folder, each with its own token, compiled then compiled
     again (from the cache where the driver keeps one): each computes with its own graph and weights."""
-    x = np.array([0.5, -1.0, 2.0, 3.0], np.float32)
+    x = CACHE_INPUT
     for again in (False, True):
         for k, (name, code, weights) in enumerate(CACHE_CASES):
             token = bytes([k + 1]) * 32
@@ -545,6 +549,51 @@ def test_cache_keyed_by_content(devices, tmp_path):
                 raise AssertionError(f"{step}: execution failed: {e}") from None
             expected = x * weights if code == OperationCode.MUL else x + weights
             assert_step(f"cache by content: {step}", [expected], [out])
+
+
+def _cache_child(driver: str, isolate: bool, cache_dir: str) -> None:
+    """The other process of :func:`test_cache_keyed_by_content_across_processes`: compile the first
+    case with its token into ``cache_dir`` on the drivers' first device, execute it, print the output."""
+    from nnapi_ref.runtime import get_devices, set_drivers
+    from nnts.runners.drivers import load_drivers
+    set_drivers(load_drivers(driver, isolate=isolate))
+    _, code, weights = CACHE_CASES[0]
+    compilation = Compilation(_weights_model(code, weights), get_devices()[:1])
+    compilation.set_caching(cache_dir, bytes([1]) * 32)
+    compilation.finish()
+    out = np.zeros(4, np.float32)
+    execution = Execution(compilation)
+    execution.set_input(0, CACHE_INPUT)
+    execution.set_output(0, out)
+    execution.compute()
+    print(" ".join(repr(float(v)) for v in out))
+
+
+def test_cache_keyed_by_content_across_processes(devices, tmp_path, pytestconfig):
+    """Another process compiles "MUL by w1" into the cache folder with its token; this one then
+    compiles "MUL by w2" (the same graph) with another token, and "MUL by w1" with the first
+    (from the other process's cache): each computes with its own weights."""
+    if not all(_weights_model(OperationCode.MUL, CACHE_CASES[0][2]).get_supported_operations_for_devices(devices[:1])):
+        pytest.skip("unsupported: MUL")
+    command = [sys.executable, "-m", "nnts.cts.test_over_time", pytestconfig.getoption("driver"),
+               "isolate" if pytestconfig.getoption("isolate") else "in-process", str(tmp_path)]
+    child = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert child.returncode == 0, f"the other process compiling MUL by w1 into the cache failed: {child.stderr[-2000:]}"
+    assert_step("cache by content: MUL by w1 in the other process", [CACHE_INPUT * CACHE_CASES[0][2]],
+                [np.array([float(v) for v in child.stdout.split()], np.float32)])
+    for k in (1, 0):
+        name, code, weights = CACHE_CASES[k]
+        compilation = compiled(_weights_model(code, weights), devices[:1], (str(tmp_path), bytes([k + 1]) * 32))
+        out = np.zeros(4, np.float32)
+        execution = Execution(compilation)
+        execution.set_input(0, CACHE_INPUT)
+        execution.set_output(0, out)
+        step = f"cache by content: {name} (token {k + 1}) in this process, after the other compiled MUL by w1"
+        try:
+            execution.compute()
+        except NnapiError as e:
+            raise AssertionError(f"{step}: execution failed: {e}") from None
+        assert_step(step, [CACHE_INPUT * weights], [out])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -639,3 +688,7 @@ def test_resources_per_execution_path(path, devices):
     assert_step(f"{what} {n}", [x + y], [out])
     leaks = resources.leaks(before, after, SOAK_EXECUTIONS, what)
     assert not leaks, "; ".join(leaks)
+
+
+if __name__ == "__main__":  # the other process of test_cache_keyed_by_content_across_processes
+    _cache_child(sys.argv[1], sys.argv[2] == "isolate", sys.argv[3])
