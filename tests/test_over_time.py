@@ -30,7 +30,7 @@ CAUGHT = {
                            (r"execution 2 \((WHILE from 0.0: 5 trips of its body|IF false: the else branch)\): "
                            r"output 0: \d of \d elements outside tolerance")),
     "timing_in_microseconds": (["test_timing_against_the_clock[{mode}]"],
-                               r"timeOnDevice [\d.]+ µs for an execution of [\d.]+ ms wall \(below 1/100 of it"),
+                               r"timeInDriver [\d.]+ µs for an execution of [\d.]+ ms wall \(below 1/100 of it"),
     "one_program_slot": (["test_compilations_of_different_models_at_once[{mode}]"],
                          r"thread \d \([^)]+\), execution \d, other compilations executing and being prepared: "),
     "leaks_fence_fd": (["test_resources_per_execution_path[fenced]"],

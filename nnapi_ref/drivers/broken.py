@@ -837,6 +837,10 @@ def _in_microseconds(value: int) -> int:
     return value if value == hal.NO_TIME else value // 1000
 
 
+def _timing_in_microseconds(timing: hal.Timing) -> hal.Timing:
+    return hal.Timing(_in_microseconds(timing.time_on_device_ns), _in_microseconds(timing.time_in_driver_ns))
+
+
 class _MicrosecondTiming(ReferencePreparedModel):
     def __init__(self, prepared: ReferencePreparedModel):
         super().__init__(prepared.device, prepared.model, prepared.plans)
@@ -844,8 +848,15 @@ class _MicrosecondTiming(ReferencePreparedModel):
     def _run(self, request, measure, deadline_ns, loop_timeout_ns):
         result = super()._run(request, measure, deadline_ns, loop_timeout_ns)
         timing = result.timing
-        return hal.ExecutionResult(result.output_shapes, hal.Timing(_in_microseconds(timing.time_on_device_ns),
-                                                                    _in_microseconds(timing.time_in_driver_ns)))
+        return hal.ExecutionResult(result.output_shapes, _timing_in_microseconds(timing))
+
+    def execute_fenced(self, request, wait_for, measure, deadline_ns, loop_timeout_ns, timeout_after_fence_ns):
+        fence, callback = super().execute_fenced(request, wait_for, measure, deadline_ns, loop_timeout_ns,
+                                                 timeout_after_fence_ns)
+        launched, fenced, status = callback.get_execution_info()
+        converted = hal.FencedExecutionCallback()
+        converted.finish(status, _timing_in_microseconds(launched), _timing_in_microseconds(fenced))
+        return fence, converted
 
 
 class TimingInMicroseconds(BrokenDevice):
