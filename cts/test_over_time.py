@@ -70,6 +70,41 @@ def compiled(model: Model, devices, cache: tuple | None = None) -> Compilation:
     return compilation
 
 
+def _add_chain_model(output_dims=(2, 2), input_dims=(2, 2)) -> Model:
+    """out = (a + b) + a: the chain model's form (an intermediate between two operations) for a
+    driver that runs ADD alone."""
+    model = Model()
+    t = f32(*input_dims)
+    a, b, fuse, s_ = model.add_operand(t), model.add_operand(t), model.add_operand(OperandType(T.INT32)), \
+        model.add_operand(t)
+    out = model.add_operand(f32(*output_dims))
+    model.set_operand_value(fuse, FUSE_NONE)
+    model.add_operation(OperationCode.ADD, [a, b, fuse], [s_])
+    model.add_operation(OperationCode.ADD, [s_, a, fuse], [out])
+    model.identify_inputs_and_outputs([a, b], [out])
+    model.finish()
+    return model
+
+
+def _add_chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a + b) + a
+
+
+def chain_for(devices):
+    """(model maker, its numpy function): the chain model, ((a + b) * b) + a, where the devices run
+    MUL, else (a + b) + a, so that a driver with ADD alone is tested too."""
+    if all(chain_model().get_supported_operations_for_devices(devices)):
+        return chain_model, chain
+    return _add_chain_model, _add_chain
+
+
+def binary_for(devices):
+    """(operation, its numpy function): MUL where the devices run it, else ADD."""
+    if all(_binary_model(OperationCode.MUL).get_supported_operations_for_devices(devices)):
+        return OperationCode.MUL, np.multiply
+    return OperationCode.ADD, np.add
+
+
 class Runner:
     """Executions of one compilation in one mode: a reusable Execution (and a Burst for ``burst``)."""
 
@@ -144,7 +179,8 @@ def test_output_regions_guarded(mode, devices):
     """The chain model's inputs and output in one pool, each region between guard bytes, shapes
     changing from one execution to the next (sizes that are not multiples of 16 bytes among
     them): after every execution the guards and the input regions are as they were."""
-    runner = Runner(compiled(chain_model(output_dims=(0, 0), input_dims=(0, 0)), devices), mode)
+    make, compute = chain_for(devices)
+    runner = Runner(compiled(make(output_dims=(0, 0), input_dims=(0, 0)), devices), mode)
     for n, shape in enumerate(OUTPUT_SHAPES, 1):
         pool = GuardedPool([4 * int(np.prod(shape))] * 3)
         a, b = chain_inputs(n, shape)
@@ -161,7 +197,7 @@ def test_output_regions_guarded(mode, devices):
         for k in (0, 1):
             changed = np.count_nonzero(pool.region(k) != inputs[pool.offsets[k]:pool.offsets[k] + size])
             assert not changed, f"input {k} of {execution} was written: {changed} bytes of its region changed"
-        assert_step(f"{execution} (shape {list(shape)})", [chain(a, b)], [pool.floats(2)])
+        assert_step(f"{execution} (shape {list(shape)})", [compute(a, b)], [pool.floats(2)])
 
 
 CONSTANT_SIZE = 64  # floats: 256 bytes, above the 128 the runtime copies, so set_operand_value references it too
@@ -179,9 +215,9 @@ def _constant_values(seed: int) -> np.ndarray:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_constant_memory_never_written(mode, devices):
-    """out = a * w + v, w a constant in a memory pool (between guard bytes), v a constant the
-    runtime references in the caller's buffer: after compiling and after every execution both
-    hold what they held (a driver reads its weights, it never writes them)."""
+    """out = a * w + v (a + w + v for a driver without MUL), w a constant in a memory pool (between
+    guard bytes), v a constant the runtime references in the caller's buffer: after compiling and
+    after every execution both hold what they held (a driver reads its weights, never writes them)."""
     w, v = _constant_values(1), _constant_values(2)
     w[2::8] = 1.0  # a * w + v within float32's range
     pool = GuardedPool([4 * CONSTANT_SIZE])
@@ -195,7 +231,8 @@ def test_constant_memory_never_written(mode, devices):
     model.set_operand_value_from_memory(w_operand, pool.memory, pool.offsets[0], 4 * CONSTANT_SIZE)
     model.set_operand_value(v_operand, v_buffer)
     model.set_operand_value(fuse, FUSE_NONE)
-    model.add_operation(OperationCode.MUL, [a, w_operand, fuse], [product])
+    code, combine = binary_for(devices)
+    model.add_operation(code, [a, w_operand, fuse], [product])
     model.add_operation(OperationCode.ADD, [product, v_operand, fuse], [out])
     model.identify_inputs_and_outputs([a], [out])
     model.finish()
@@ -219,16 +256,16 @@ def test_constant_memory_never_written(mode, devices):
         runner.execution.set_input(0, x)
         runner.run(f"execution {n}")
         check(f"in execution {n}")
-        assert_step(f"execution {n}", [x * w + v], [result])
+        assert_step(f"execution {n}", [combine(x, w) + v], [result])
 
 
-def _mul_model() -> Model:
-    """out = x * y on float32 [2, 2]: a second model for memory shared between compilations."""
+def _binary_model(code: OperationCode) -> Model:
+    """out = x (ADD or MUL) y on float32 [2, 2]: a second model for memory shared between compilations."""
     model = Model()
     x, y, fuse, out = model.add_operand(f32(2, 2)), model.add_operand(f32(2, 2)), model.add_operand(
         OperandType(T.INT32)), model.add_operand(f32(2, 2))
     model.set_operand_value(fuse, FUSE_NONE)
-    model.add_operation(OperationCode.MUL, [x, y, fuse], [out])
+    model.add_operation(code, [x, y, fuse], [out])
     model.identify_inputs_and_outputs([x, y], [out])
     model.finish()
     return model
@@ -237,10 +274,11 @@ def _mul_model() -> Model:
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind", ["device_memory", "pool"])
 def test_memory_across_compilations(mode, kind, devices):
-    """One memory, the output of the chain model's compilation and the input of a MUL model's:
+    """One memory, the output of the chain model's compilation and the input of a MUL (or ADD) model's:
     written by one, read by the other, written again, read again, overwritten by a copy, read
     again. One device: a memory from a descriptor belongs to one."""
-    writer_compilation, reader_compilation = compiled(chain_model(), devices[:1]), compiled(_mul_model(), devices[:1])
+    (make, compute), (code, combine) = chain_for(devices[:1]), binary_for(devices[:1])
+    writer_compilation, reader_compilation = compiled(make(), devices[:1]), compiled(_binary_model(code), devices[:1])
     memory_kind = kind.replace("_", " ")
     if memory_kind == "device memory":
         desc = MemoryDesc()
@@ -266,7 +304,7 @@ def test_memory_across_compilations(mode, kind, devices):
             writer.execution.set_input(1, b)
             n += 1
             writer.run(f"execution {n} (the chain model writing the {memory_kind})")
-            held = chain(a, b)
+            held = compute(a, b)
             source = f"the {memory_kind} the chain model wrote in execution {n}"
         else:
             held = a
@@ -278,9 +316,9 @@ def test_memory_across_compilations(mode, kind, devices):
                 source = "the device memory overwritten by a copy"
         for _ in range(2):
             n += 1
-            step = f"execution {n} (the MUL model reading {source})"
+            step = f"execution {n} (the {code.name} model reading {source})"
             reader.run(step)
-            assert_step(step, [held * y], [out])
+            assert_step(step, [combine(held, y)], [out])
     if memory_kind == "pool":
         pool.check_guards(["output 0 of the chain model"], "its executions")
 
@@ -350,7 +388,8 @@ def test_control_flow_changes_between_executions(mode, flow, devices):
 def test_input_buffers_rewritten_in_place(mode, devices):
     """One reusable execution, its input and output buffers bound once; new contents written
     into the same input buffers before every execution."""
-    runner = Runner(compiled(chain_model(), devices), mode)
+    make, compute = chain_for(devices)
+    runner = Runner(compiled(make(), devices), mode)
     a, b, out = np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float32)
     runner.execution.set_input(0, a)
     runner.execution.set_input(1, b)
@@ -359,7 +398,7 @@ def test_input_buffers_rewritten_in_place(mode, devices):
         a[...], b[...] = chain_inputs(n)
         step = f"execution {n} (new contents in the same input buffers)"
         runner.run(step)
-        assert_step(step, [chain(a, b)], [out])
+        assert_step(step, [compute(a, b)], [out])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,8 +408,26 @@ def test_input_buffers_rewritten_in_place(mode, devices):
 LONG_NS = 10_000_000  # an execution this long (wall) must report a time in the driver of its order
 PLAUSIBLE_SHARE = 100  # a time in the driver below 1/100 of such an execution's wall time is wrong
 LAYERS = 3
+ADDING_LAYERS, MAX_ADDING_SIZE = 15, 1024
 TIMED_RUNS = 3
 MIN_TIMED_SIZE, MAX_TIMED_SIZE = 128, 2048
+
+
+def _accumulating_model(size: int) -> Model:
+    """For a driver without FULLY_CONNECTED: h = x, then h = h + x ADDING_LAYERS times, on float32
+    [size, size] (out = (ADDING_LAYERS + 1) * x)."""
+    model = Model()
+    t = f32(size, size)
+    x, fuse = model.add_operand(t), model.add_operand(OperandType(T.INT32))
+    model.set_operand_value(fuse, FUSE_NONE)
+    h = x
+    for _ in range(ADDING_LAYERS):
+        nxt = model.add_operand(t)
+        model.add_operation(OperationCode.ADD, [h, x, fuse], [nxt])
+        h = nxt
+    model.identify_inputs_and_outputs([x], [h])
+    model.finish()
+    return model
 
 
 def _dense_model(size: int) -> Model:
@@ -408,36 +465,38 @@ TIMING_NAMES = {DurationCode.ON_HARDWARE: "timeOnDevice", DurationCode.IN_DRIVER
 
 @pytest.mark.parametrize("mode", MODES)
 def test_timing_against_the_clock(mode, devices):
-    """Three FULLY_CONNECTED layers on tensors made larger until three executions each take at
-    least 10 ms of the
+    """Three FULLY_CONNECTED layers (or 15 ADDs) on tensors made larger until three executions each
+    take at least 10 ms of the
     client's clock: every duration the driver reports (NNAPI's measureTiming: nanoseconds) is
     within its execution's wall time, and the time in the driver is not orders of magnitude below
     it (the time on the device may be: an accelerator's share of an execution can be small). The
     shortest of the three walls is compared with the longest time reported, so that a machine
     stalling one execution (wall time without work) cannot make a correct driver look wrong."""
     codes = list(TIMING_NAMES) if mode == "fenced" else [DurationCode.ON_HARDWARE, DurationCode.IN_DRIVER]
+    dense = all(_dense_model(MIN_TIMED_SIZE).get_supported_operations_for_devices(devices[:1]))
+    make, largest = (_dense_model, MAX_TIMED_SIZE) if dense else (_accumulating_model, MAX_ADDING_SIZE)
     n = MIN_TIMED_SIZE
     while True:
-        runner = Runner(compiled(_dense_model(n), devices[:1]), mode)
+        runner = Runner(compiled(make(n), devices[:1]), mode)
         x = np.linspace(-1, 1, n * n, dtype=np.float32).reshape(n, n)
         out = np.zeros((n, n), np.float32)
         runner.execution.set_input(0, x)
         runner.execution.set_output(0, out)
         runner.execution.set_measure_timing(True)
         walls, reported = [], {code: [] for code in codes}
-        while len(walls) < TIMED_RUNS and (not walls or walls[0] >= LONG_NS or n >= MAX_TIMED_SIZE):
+        while len(walls) < TIMED_RUNS and (not walls or walls[0] >= LONG_NS or n >= largest):
             out[:] = 0
             start = time.monotonic_ns()
             runner.run(f"an execution on [{n}, {n}]")
             walls.append(time.monotonic_ns() - start)
-            assert_step(f"an execution on [{n}, {n}]", [x[:, ::-1]], [out])
+            assert_step(f"an execution on [{n}, {n}]", [x[:, ::-1] if dense else x * (ADDING_LAYERS + 1)], [out])
             for code in codes:
                 value = runner.execution.get_duration(code)
                 assert value == UINT64_MAX or value <= walls[-1], \
                     f"{TIMING_NAMES[code]} {_format_ns(value)} for an execution of {_format_ns(walls[-1])} wall " \
                     "(more than the whole call took: not nanoseconds?)"
                 reported[code].append(value)
-        if min(walls) >= LONG_NS or n >= MAX_TIMED_SIZE:
+        if min(walls) >= LONG_NS or n >= largest:
             break
         n *= 2
     shortest = min(walls)
@@ -458,34 +517,36 @@ THREAD_MODELS = 4
 THREAD_EXECUTIONS = 6
 
 
-def _thread_case(k: int):
+def _thread_case(k: int, devices):
     """(model, its inputs for execution n, its expected output, a name) for thread ``k``: the
-    chain model, ADD on [2], MUL on [2, 2] and the chain model on [3, 4], each of its own."""
+    chain model, ADD on [2], MUL (or ADD) on [2, 2] and the chain model on [3, 4], each of its own."""
+    make, compute = chain_for(devices)
     if k == 0:
-        return chain_model(), lambda n: chain_inputs(n), chain, "chain [2, 2]"
+        return make(), lambda n: chain_inputs(n), compute, "chain [2, 2]"
     if k == 1:
         return add_model(), lambda n: tuple(v.reshape(-1)[:2] for v in chain_inputs(n)), np.add, "ADD [2]"
     if k == 2:
-        return _mul_model(), lambda n: chain_inputs(n), np.multiply, "MUL [2, 2]"
+        code, combine = binary_for(devices)
+        return _binary_model(code), lambda n: chain_inputs(n), combine, f"{code.name} [2, 2]"
     shape = (3, 4)
-    return (chain_model(output_dims=shape, input_dims=shape), lambda n: chain_inputs(n, shape), chain,
-            "chain [3, 4]")
+    return make(output_dims=shape, input_dims=shape), lambda n: chain_inputs(n, shape), compute, "chain [3, 4]"
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_compilations_of_different_models_at_once(mode, devices):
     """Four threads, each preparing a model of its own and executing it six times with new inputs,
     and a fifth preparing compilations all the while: every result is its own model's."""
-    for k in range(THREAD_MODELS):
-        if not all(_thread_case(k)[0].get_supported_operations_for_devices(devices)):
-            pytest.skip(f"unsupported: {_thread_case(k)[3]}")
+    cases = [_thread_case(k, devices) for k in range(THREAD_MODELS)]
+    for model, _, _, name in cases:
+        if not all(model.get_supported_operations_for_devices(devices)):
+            pytest.skip(f"unsupported: {name}")
     failures: list[BaseException] = []
     barrier = threading.Barrier(THREAD_MODELS + 1)
     done = threading.Event()
 
     def worker(k: int) -> None:
         try:
-            model, inputs, compute, name = _thread_case(k)
+            model, inputs, compute, name = cases[k]
             barrier.wait()
             runner = Runner(compiled(model, devices), mode)
             for n in range(1, THREAD_EXECUTIONS + 1):
@@ -504,7 +565,7 @@ def test_compilations_of_different_models_at_once(mode, devices):
         try:
             barrier.wait()
             while not done.is_set():
-                compiled(_mul_model(), devices)
+                compiled(_binary_model(binary_for(devices)[0]), devices)
         except BaseException as e:
             failures.append(AssertionError(f"preparing while other compilations execute: {e}"))
 
