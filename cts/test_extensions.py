@@ -202,3 +202,33 @@ def test_results_by_hand(devices, mode):
     else:
         execution.start_compute_with_dependencies([]).wait()
     np.testing.assert_array_equal(out, DEQUANTIZED)
+
+
+RANKED_DIFFS = [3, -1, 0, 2**20, 7, -2**30]  # q - zero point; times 0.25: by hand below
+RANKED_EXPECTED = np.array([0.75, -0.25, 0.0, 262144.0, 1.75, -268435456.0], np.float32)
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (6,), (3, 2), (1, 2, 3), (2, 1, 3, 1)],  # rank 2 first: --quick runs it
+                         ids=lambda s: "x".join(map(str, s)))
+def test_results_by_hand_in_several_ranks(devices, shape):
+    """DEQUANTIZE64 of six values laid out in tensors of rank 1 to 4 (row-major, as NNAPI lays
+    out every tensor): element for element the same results, in the same places."""
+    device = example_device(devices)
+    model = Model()
+    source = model.add_operand(model.get_extension_operand_type(EXTENSION_NAME, TENSOR_QUANT64_ASYMM), list(shape))
+    model.set_operand_extension_data(source, quant64_params(SCALE, ZERO_POINT))
+    target = model.add_operand(T.TENSOR_FLOAT32, list(shape))
+    model.add_operation(model.get_extension_operation_type(EXTENSION_NAME, DEQUANTIZE64), [source], [target])
+    model.identify_inputs_and_outputs([source], [target])
+    model.finish()
+    compilation = Compilation(model, [device])
+    compilation.finish()
+    execution = Execution(compilation)
+    execution.set_input(0, np.array([ZERO_POINT + d for d in RANKED_DIFFS], np.int64).reshape(shape))
+    out = np.zeros(shape, np.float32)
+    execution.set_output(0, out)
+    execution.compute()
+    wrong = np.flatnonzero(out.reshape(-1) != RANKED_EXPECTED)
+    assert not wrong.size, f"TENSOR_QUANT64_ASYMM of shape {list(shape)}: {wrong.size} of 6 elements wrong, first " \
+                           f"at {[int(i) for i in np.unravel_index(wrong[0], shape)]}: expected {RANKED_EXPECTED[wrong[0]]:g}, " \
+                           f"got {out.reshape(-1)[wrong[0]]:g} (not read in row-major order?)"

@@ -30,6 +30,12 @@ shown and written in MLTS's words, SUCCESS, FAILURE, HANG or CRASH (``VERDICT``)
                                    ends inside a long one of another)
 ``memory_soak``                    two threads executing for the duration: the driver's VmRSS,
                                    after the first quarter, may grow by ``SOAK_BUDGET_MIB`` (8 MiB)
+``resource_soak``                  each execution path in turn (sync, async, fenced, burst,
+                                   device memory), at least ``RESOURCE_EXECUTIONS`` (2,000)
+                                   executions each and a fifth of the duration: the driver
+                                   process's fds, threads, mapped regions and VmRSS may not grow
+                                   with them (``nnts.runners.resources``); a leak is named by
+                                   path and resource
 =================================  ==============================================================
 
 Every result is checked against numpy (or, for random graphs, the in-process reference), never
@@ -38,8 +44,8 @@ CRASH, a call that does not return within the call budget (``--call-timeout``) m
 whatever the test made of the error (``nnts.formats.results.driver_died``); anything else that
 goes wrong is a FAILURE. The JSON (``--json``) is a list of results: ``name``, ``status``,
 ``verdict`` (the status in MLTS's words), ``message``, ``seconds``, ``metrics``.
-``--duration`` is the time of each of the five timed tests (load/unload, multi-process, random
-graphs, degradation, soak): the whole set takes about five times it plus 5-10 s.
+``--duration`` is the time of each of the six timed tests (load/unload, multi-process, random
+graphs, degradation, the two soaks): the whole set takes about six times it plus 5-10 s.
 
 The client side of the multi-client tests runs in processes of its own: ``python -m nnts.mlts.stress
 client ROLE DRIVER SEED`` prints one JSON line per event (``driver`` with the driver's pid,
@@ -68,13 +74,13 @@ from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import HalError
 from nnapi_ref.remote.client import IncidentLog
-from nnapi_ref.runtime import Memory
+from nnapi_ref.runtime import Burst, Execution, Memory, MemoryDesc
 from nnapi_ref.runtime.devices import Device
 from nnapi_ref.types import OperationCode, ResultCode
 from nnts.formats import junit
 from nnts.formats.files import write_atomic
 from nnts.formats.results import driver_died
-from nnts.generators.builders import chain_model
+from nnts.generators.builders import chain, chain_model, compute_in_mode
 from nnts.generators.families import FAMILIES
 from nnts.generators.graphs import DATA_TYPES
 from nnts.generators.random_graphs import case_size, generate
@@ -82,6 +88,7 @@ from nnts.mlts.stress_load import client_load, degradation_under_load
 from nnts.mlts.stress_run import (DRIVER_EXIT_S, VERDICT, Client, Failure, Result, Run, Target, affine_model,
                                   check_close, compile_for, driver_pid, execute, long_model, parallel, parse_target,
                                   rss_mib, run_chain)
+from nnts.runners import resources
 from nnts.runners.differential import check, operation_summary
 from nnts.runners.drivers import load_driver
 from nnts.runners.model_runner import build_model
@@ -103,6 +110,8 @@ LOAD_UNLOAD_BUDGET_MIB = 8.0
 LOAD_UNLOAD_WARMUP, LOAD_UNLOAD_MEASURED = 32, 64      # cycles, at least
 SOAK_BUDGET_MIB = 8.0
 SOAK_WARMUP, SOAK_MEASURED = 500, 1000                 # executions, at least
+RESOURCE_PATHS = ("sync", "async", "fenced", "burst", "device memory")
+RESOURCE_WARMUP, RESOURCE_EXECUTIONS = 100, 2000       # executions per path, at least
 CONSTANT_ELEMENTS = 64 * 1024      # each of a loaded model's two constants: 256 KiB
 MIN_RANDOM_GRAPHS = 4
 PROBES_PER_OPERATION = 4           # one-operation graphs tried before an operation counts unsupported
@@ -385,10 +394,70 @@ def memory_soak(run: Run) -> str:
             f"{watch.summary()}")
 
 
+def _path_execution(compilation, path: str, x: np.ndarray, y: np.ndarray, out: np.ndarray):
+    """A reusable execution of a chain compilation for ``path`` (device memory: input 0 and the
+    output in memories from descriptors) and a function running it once."""
+    execution = Execution(compilation)
+    execution.set_reusable(True)
+    execution.set_input(1, y)
+    if path == "device memory":
+        memories = []
+        for is_input in (True, False):
+            desc = MemoryDesc()
+            (desc.add_input_role if is_input else desc.add_output_role)(compilation, 0)
+            desc.finish()
+            memories.append(Memory.from_desc(desc))
+        Memory.copy(Memory.from_buffer(x.copy()), memories[0])
+        execution.set_input_from_memory(0, memories[0], 0, 0)
+        execution.set_output_from_memory(0, memories[1], 0, 0)
+
+        def run() -> None:
+            execution.compute()
+            Memory.copy(memories[1], Memory.from_buffer(out))
+        return run
+    execution.set_input(0, x)
+    execution.set_output(0, out)
+    if path == "burst":
+        burst = Burst(compilation)
+        return lambda: execution.burst_compute(burst)
+    return lambda: compute_in_mode(execution, path)
+
+
+def resource_soak(run: Run) -> str:
+    remote = run.device()
+    pid = driver_pid(remote)
+    compilation = compile_for(Device(remote), chain_model())
+    x, y = (np.random.default_rng(seed).uniform(0.5, 1.5, (2, 2)).astype(np.float32) for seed in (1, 2))
+    done = []
+    for path in RESOURCE_PATHS:
+        out = np.zeros((2, 2), np.float32)
+        execute_once = _path_execution(compilation, path, x, y, out)
+        for _ in range(RESOURCE_WARMUP):
+            execute_once()
+        before = resources.sample(pid)
+        count, end = 0, time.monotonic() + run.duration / len(RESOURCE_PATHS)
+        while count < RESOURCE_EXECUTIONS or time.monotonic() < end:
+            out[:] = 0
+            execute_once()
+            count += 1
+        check_close(f"{path} execution {count}", chain(x, y), out)
+        after = resources.sample(pid)
+        leaks = resources.leaks(before, after, count, f"{path} execution")
+        if leaks:
+            raise Failure("; ".join(leaks))
+        key = path.replace(" ", "_")
+        run.metrics[f"{key}_executions"] = count
+        for name, short in zip(resources.RESOURCES, ("fds", "threads", "maps", "rss_kib")):
+            run.metrics[f"{key}_{short}_growth"] = after[name] - before[name]
+        done.append(f"{count:,} {path}")
+    return (f"executions per path ({', '.join(done)}, verified): the driver process's fds, threads, mapped "
+            "regions and VmRSS did not grow with them")
+
+
 TESTS: dict[str, Callable[[Run], str]] = {f.__name__: f for f in (
     parallel_one_compilation, parallel_several_compilations, client_killed_during_compilation,
     client_killed_during_execution, multi_process_random_kills, repeated_load_unload, memory_mapped_model,
-    random_graphs, degradation_under_load, memory_soak)}
+    random_graphs, degradation_under_load, memory_soak, resource_soak)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 and the faulty drivers of nnapi_ref/drivers/faulty.py are classified as what they are: a driver
 that aborts in MUL as CRASH in every test (each executes a MUL), one that hangs in MUL as HANG
 within the call budget, a leaking driver as FAILURE in the memory tests and only there, a driver
-slowing down under concurrency and one serializing its executions as FAILURE in the degradation
-test."""
+leaking a fence fd per fenced execution as FAILURE in the resource soak, a driver slowing down
+under concurrency and one serializing its executions as FAILURE in the degradation test."""
 import json
 import os
 import subprocess
@@ -165,3 +165,12 @@ def test_what_cannot_be_run_ends_as_a_failure_with_its_reason(capsys):
     assert result.verdict == "FAILURE" and result.message.startswith("the driver did not start")
     assert cli.main(["stress", "--tests", "no_such_test"]) == 2
     assert "unknown stress test(s) no_such_test" in capsys.readouterr().err
+
+
+def test_a_driver_leaking_a_fence_fd_fails_the_resource_soak_naming_the_path():
+    """nnapi_ref.drivers.broken:leaks_fence_fd leaks one file descriptor per fenced execution, in
+    its own process: the soak names the resource, the path and the rate; the paths before it passed."""
+    result, = stress.run_tests("nnapi_ref.drivers.broken:leaks_fence_fd", ["resource_soak"], SHORT_S)
+    assert result.verdict == "FAILURE", result.message
+    assert "fd count grew by 1 per fenced execution over 2,000 fenced executions" in result.message, result.message
+    assert result.metrics["async_executions"] >= stress.RESOURCE_EXECUTIONS  # sync and async came first, and passed

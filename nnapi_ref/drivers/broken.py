@@ -59,6 +59,29 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
 ``hardware_buffer_unchecked`` takes the ranges of arguments in hardware-buffer pools on trust:
                           one past the pool's end is cut short instead of rejected with
                           INVALID_ARGUMENT; ashmem and fd pools are checked
+``writes_past_output``    writes each output in whole 16-byte tiles: an output whose size is not
+                          a multiple of 16 bytes, in a memory pool, spills zeros past its region
+``flushes_constant_memory`` flushes float32 subnormal constants to zero in place, in the client's
+                          constant memory (model constants set from a Memory), at every execution
+``device_memory_per_model`` each prepared model keeps a copy of each device memory it reads: a
+                          device memory another compilation wrote since is read as it was
+``replays_first_path``    records the branch an IF took and the trip count of a WHILE at a
+                          prepared model's first execution and replays them ever after
+``timing_in_microseconds`` reports timeOnDevice and timeInDriver in microseconds, not nanoseconds
+``one_program_slot``      keeps one loaded program per device: an execution runs whatever program
+                          is loaded when its inputs are in place, another compilation's when one
+                          was prepared or executed meanwhile
+``leaks_fence_fd``        each fenced execution opens a file descriptor for its sync fence and
+                          never closes it
+``float16_accumulator``   sums float16 in float16: L2_NORMALIZATION's sum of squares, MEAN's sum
+                          and FULLY_CONNECTED's dot products overflow past 65504 where the
+                          result itself is well within float16's range
+``extension_column_major`` the example extension's driver, reading TENSOR_QUANT64_ASYMM inputs of
+                          rank 2 and more in column-major order (its kernel's layout): rank 1
+                          is right
+``caches_by_graph``       keys its cache of compiled programs (on a prepare with a cache token) by
+                          the graph alone, weights left out: a model with other weights gets the
+                          first one's program
 ========================  ==================================================================
 
 Each fault is a wrapper around the reference implementation: a prepared model whose execution
@@ -68,14 +91,19 @@ an override of one reference driver method.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import math
+import os
 import struct
+import threading
 import time
 
 import numpy as np
 
 from nnapi_ref import hal
-from nnapi_ref.drivers.example_extension import ExampleExtensionDevice
-from nnapi_ref.drivers.reference import ReferenceDevice, ReferencePreparedModel
+from nnapi_ref.drivers.example_extension import TENSOR_QUANT64_ASYMM, ExampleExtensionDevice, ExamplePreparedModel
+from nnapi_ref.drivers.reference import ReferenceBuffer, ReferenceDevice, ReferencePreparedModel
+from nnapi_ref.executor import Executor
 from nnapi_ref.ops.base import Arg, Call
 from nnapi_ref.types import Lifetime, OperandCode as T, OperationCode
 
@@ -659,14 +687,398 @@ class AcceptsUnsupportedExtension(_BrokenExample):
         pass
 
 
+class _ColumnMajorInputs(ExamplePreparedModel):
+    def _compute(self, executor, inputs):
+        main = self.model.main
+        read = []
+        for k, value in zip(main.input_indexes, inputs):
+            if value is not None and np.ndim(value) >= 2 and \
+                    self.device._is_ours(self.model, main.operands[k].type, TENSOR_QUANT64_ASYMM):
+                value = np.asarray(value).reshape(-1).reshape(np.shape(value), order="F")
+            read.append(value)
+        return super()._compute(executor, read)
+
+
+class ExtensionColumnMajor(_BrokenExample):
+    FAULT = "extension_column_major"
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        prepared = super().prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
+        if isinstance(prepared, ExamplePreparedModel):
+            return _ColumnMajorInputs(prepared.device, prepared.model, prepared.plans)
+        return prepared
+
+
 ignores_extension_prefix = IgnoresExtensionPrefix
 crashes_on_extension_data = CrashesOnExtensionData
 accepts_unsupported_extension = AcceptsUnsupportedExtension
+extension_column_major = ExtensionColumnMajor
+
+
+# -- writes_past_output -------------------------------------------------------------------------
+
+OUTPUT_TILE_BYTES = 16
+
+
+class _TiledOutputs(ReferencePreparedModel):
+    """Outputs written in whole tiles: the last tile of an output in a memory pool is written
+    whole, the bytes past the output's end zeroed, inside its region or not."""
+
+    def __init__(self, prepared: ReferencePreparedModel):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+
+    def _run_request(self, request, measure, deadline_ns, loop_timeout_ns):
+        result = super()._run_request(request, measure, deadline_ns, loop_timeout_ns)
+        main = self.model.main
+        for i, (arg, shape) in enumerate(zip(request.outputs, result.output_shapes)):
+            if arg.lifetime != hal.ArgumentLifetime.POOL or not isinstance(request.pools[arg.pool_index],
+                                                                            hal.SharedMemory):
+                continue
+            pool = request.pools[arg.pool_index]
+            itemsize = self.device.dtype_of(self.model, main.operands[main.output_indexes[i]].type).itemsize
+            written = itemsize * math.prod(shape.dimensions)
+            tiles_end = arg.offset + -(-written // OUTPUT_TILE_BYTES) * OUTPUT_TILE_BYTES
+            pool.buffer[arg.offset + written:min(tiles_end, pool.size)] = 0
+        return result
+
+
+class WritesPastOutput(BrokenDevice):
+    FAULT = "writes_past_output"
+
+    def wrap_prepared(self, prepared):
+        return _TiledOutputs(prepared)
+
+
+# -- flushes_constant_memory --------------------------------------------------------------------
+
+class _FlushedConstants(ReferencePreparedModel):
+    def __init__(self, prepared: ReferencePreparedModel):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+
+    def _run_request(self, request, measure, deadline_ns, loop_timeout_ns):
+        tiny = np.finfo(np.float32).tiny
+        for sg in [self.model.main] + list(self.model.referenced):
+            for operand in sg.operands:
+                if operand.lifetime == Lifetime.CONSTANT_REFERENCE and operand.type == T.TENSOR_FLOAT32:
+                    value = operand.value
+                    value[(value != 0) & (np.abs(value) < tiny)] = 0  # in place: the client's memory
+        return super()._run_request(request, measure, deadline_ns, loop_timeout_ns)
+
+
+class FlushesConstantMemory(BrokenDevice):
+    """Subnormal float32 weights are flushed to zero where they lie, in the client's constant
+    memory: the results stay within tolerance, the client's memory does not stay as it was."""
+
+    FAULT = "flushes_constant_memory"
+
+    def wrap_prepared(self, prepared):
+        return _FlushedConstants(prepared)
+
+
+# -- device_memory_per_model ----------------------------------------------------------------------
+
+class _DeviceMemoryCopies(ReferencePreparedModel):
+    """Keeps a copy of each device memory it reads; refreshes it when the memory was written by a
+    copy or by this prepared model, not when another prepared model wrote it."""
+
+    def __init__(self, prepared: ReferencePreparedModel):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+        self.copies: dict[int, np.ndarray] = {}
+
+    def _read_input(self, i, arg, pools):
+        array = super()._read_input(i, arg, pools)
+        if arg.lifetime != hal.ArgumentLifetime.POOL or not isinstance(pools[arg.pool_index], ReferenceBuffer):
+            return array
+        buffer = pools[arg.pool_index]
+        writer, data = self.device.last_writes.get(id(buffer), (None, None))
+        kept = self.copies.get(id(buffer))
+        if kept is not None and writer is not None and writer is not self and data is buffer.data:
+            return kept  # another compilation's output, not seen
+        self.copies[id(buffer)] = np.array(array)
+        return array
+
+    def _output_target(self, i, region, dims, result, shape):
+        target = super()._output_target(i, region, dims, result, shape)
+        if not isinstance(region, ReferenceBuffer) or target is None:
+            return target
+
+        def write(array, region=region):
+            target(array)
+            self.device.last_writes[id(region)] = (self, region.data)
+        return write
+
+
+class DeviceMemoryPerModel(BrokenDevice):
+    FAULT = "device_memory_per_model"
+
+    def __init__(self):
+        super().__init__()
+        self.last_writes: dict[int, tuple] = {}  # device memory -> (prepared model, data it wrote)
+
+    def wrap_prepared(self, prepared):
+        return _DeviceMemoryCopies(prepared)
+
+
+# -- replays_first_path ---------------------------------------------------------------------------
+
+class _CountingRunner:
+    """A subgraph runner counting the runs of one subgraph (a WHILE body)."""
+
+    def __init__(self, runner, counted: int):
+        self._runner, self._counted, self.count = runner, counted, 0
+
+    def run(self, values, plan):
+        self.count += plan == self._counted
+        return self._runner.run(values, plan)
+
+    def __getattr__(self, name):
+        return getattr(self._runner, name)
+
+
+class _ReplayedLoop:
+    """WHILE: the first execution's trip count, recorded, then the body run that many times."""
+
+    def __init__(self, impl):
+        self._impl = impl
+        self.trips: int | None = None
+
+    def infer(self, call):
+        return self._impl.infer(call)
+
+    def execute(self, call: Call):
+        body = call.ins[1].scalar() + 1
+        if self.trips is None:
+            counting = _CountingRunner(call.runner, body)
+            outputs = self._impl.execute(dataclasses.replace(call, runner=counting))
+            self.trips = counting.count
+            return outputs
+        values = [a.value for a in call.ins[2:]]
+        state = len(call.runner.plans[body].subgraph.output_indexes)
+        for _ in range(self.trips):
+            values = call.runner.run(values, body) + values[state:]
+        return values[:len(call.outs)]
+
+    def __getattr__(self, name):
+        return getattr(self._impl, name)
+
+
+class ReplaysFirstPath(BrokenDevice):
+    """Control flow traced once: the first execution's IF branches and WHILE trip counts are
+    what every later execution of the prepared model runs."""
+
+    FAULT = "replays_first_path"
+
+    def operation_fault(self, code, impl):
+        if code == OperationCode.WHILE:
+            return _ReplayedLoop(impl)
+        if code != OperationCode.IF:
+            return impl
+        first: dict = {}
+
+        def first_condition(call: Call) -> Call:
+            condition = first.setdefault("condition", call.ins[0])
+            return dataclasses.replace(call, ins=[condition] + list(call.ins[1:]))
+        return _WrappedOperation(impl, lambda call, outputs: outputs, first_condition)
+
+
+# -- timing_in_microseconds -----------------------------------------------------------------------
+
+def _in_microseconds(value: int) -> int:
+    return value if value == hal.NO_TIME else value // 1000
+
+
+def _timing_in_microseconds(timing: hal.Timing) -> hal.Timing:
+    return hal.Timing(_in_microseconds(timing.time_on_device_ns), _in_microseconds(timing.time_in_driver_ns))
+
+
+class _MicrosecondTiming(ReferencePreparedModel):
+    def __init__(self, prepared: ReferencePreparedModel):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+
+    def _run(self, request, measure, deadline_ns, loop_timeout_ns):
+        result = super()._run(request, measure, deadline_ns, loop_timeout_ns)
+        timing = result.timing
+        return hal.ExecutionResult(result.output_shapes, _timing_in_microseconds(timing))
+
+    def execute_fenced(self, request, wait_for, measure, deadline_ns, loop_timeout_ns, timeout_after_fence_ns):
+        fence, callback = super().execute_fenced(request, wait_for, measure, deadline_ns, loop_timeout_ns,
+                                                 timeout_after_fence_ns)
+        launched, fenced, status = callback.get_execution_info()
+        converted = hal.FencedExecutionCallback()
+        converted.finish(status, _timing_in_microseconds(launched), _timing_in_microseconds(fenced))
+        return fence, converted
+
+
+class TimingInMicroseconds(BrokenDevice):
+    """Measured durations in the device's clock unit, microseconds, where NNAPI wants nanoseconds."""
+
+    FAULT = "timing_in_microseconds"
+
+    def wrap_prepared(self, prepared):
+        return _MicrosecondTiming(prepared)
+
+
+# -- one_program_slot -------------------------------------------------------------------------------
+
+INPUT_TRANSFER_S = 0.001  # the time the inputs take to reach the device, after the program is loaded
+
+
+class _SlotProgram(ReferencePreparedModel):
+    def __init__(self, prepared: ReferencePreparedModel):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+
+    def _executor(self, deadline_ns, loop_timeout_ns):
+        return deadline_ns, loop_timeout_ns
+
+    def _compute(self, executor, inputs):
+        device = self.device
+        if device.loaded is not self:
+            device.loaded = self
+        time.sleep(INPUT_TRANSFER_S)
+        program = device.loaded  # whatever is loaded now: the check and the run are not one step
+        return super()._compute(Executor(program.plans, program.model.relax_computation_float32_to_float16,
+                                         *executor), inputs)
+
+
+class OneProgramSlot(BrokenDevice):
+    """One program loaded on the device at a time, without a lock: preparing a model loads it, an
+    execution loads its own if another is loaded, then moves its inputs and runs the loaded one."""
+
+    FAULT = "one_program_slot"
+
+    def __init__(self):
+        super().__init__()
+        self.loaded: ReferencePreparedModel | None = None
+
+    def wrap_prepared(self, prepared):
+        self.loaded = _SlotProgram(prepared)
+        return self.loaded
+
+
+# -- caches_by_graph --------------------------------------------------------------------------------
+
+def _graph_digest(model: hal.Model) -> str:
+    """A digest of a model's graph: operations, connections, operand types and shapes; no values."""
+    parts = []
+    for sg in [model.main] + list(model.referenced):
+        parts.append(repr([(int(o.type), o.dimensions, o.scale, o.zero_point, int(o.lifetime)) for o in sg.operands]))
+        parts.append(repr([(int(op.type), op.inputs, op.outputs) for op in sg.operations]))
+        parts.append(repr((sg.input_indexes, sg.output_indexes)))
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+class CachesByGraph(BrokenDevice):
+    FAULT = "caches_by_graph"
+
+    def __init__(self):
+        super().__init__()
+        self._programs: dict[str, ReferencePreparedModel] = {}
+        self._lock = threading.Lock()
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+        if token is None:
+            return super().prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
+        key = _graph_digest(model)
+        with self._lock:
+            program = self._programs.get(key)
+        if program is None:
+            program = super().prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
+            with self._lock:
+                self._programs[key] = program
+        return program
+
+
+# -- leaks_fence_fd ---------------------------------------------------------------------------------
+
+class _FenceFdLeak(ReferencePreparedModel):
+    def __init__(self, prepared: ReferencePreparedModel):
+        super().__init__(prepared.device, prepared.model, prepared.plans)
+
+    def execute_fenced(self, request, wait_for, measure, deadline_ns, loop_timeout_ns, timeout_after_fence_ns):
+        result = super().execute_fenced(request, wait_for, measure, deadline_ns, loop_timeout_ns,
+                                        timeout_after_fence_ns)
+        signalled, written = os.pipe()  # the sync fence's file descriptors: the one to signal is closed,
+        os.close(written)               # the one a waiter would poll is forgotten
+        self.device.fences.append(signalled)
+        return result
+
+
+class LeaksFenceFd(BrokenDevice):
+    FAULT = "leaks_fence_fd"
+
+    def __init__(self):
+        super().__init__()
+        self.fences: list[int] = []
+
+    def wrap_prepared(self, prepared):
+        return _FenceFdLeak(prepared)
+
+
+# -- float16_accumulator ----------------------------------------------------------------------------
+
+F16 = np.float16
+
+
+def _f16_sum(values: np.ndarray, axis, keepdims: bool = False) -> np.ndarray:
+    """A sum rounded to float16 after every addition (numpy's own float16 sums add in float32)."""
+    axes = tuple(a % values.ndim for a in (axis if isinstance(axis, tuple) else (axis,)))
+    kept = [a for a in range(values.ndim) if a not in axes]
+    terms = np.transpose(values.astype(F16), kept + list(axes)).reshape([values.shape[a] for a in kept] + [-1])
+    total = np.zeros(terms.shape[:-1], F16)
+    for k in range(terms.shape[-1]):
+        total = (total + terms[..., k]).astype(F16)
+    if keepdims:
+        total = total.reshape([1 if a in axes else values.shape[a] for a in range(values.ndim)])
+    return total
+
+
+class Float16Accumulator(BrokenDevice):
+    """float16 operations accumulate in a float16 register, as a GPU's half-precision path does."""
+
+    FAULT = "float16_accumulator"
+
+    def operation_fault(self, code, impl):
+        if code not in (OperationCode.L2_NORMALIZATION, OperationCode.MEAN, OperationCode.FULLY_CONNECTED):
+            return impl
+
+        def fault(call: Call, outputs):
+            if call.outs[0].type != T.TENSOR_FLOAT16:
+                return outputs
+            x = np.asarray(call.ins[0].value, F16)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                if code == OperationCode.L2_NORMALIZATION:
+                    axis = int(call.ins[1].scalar()) if len(call.ins) > 1 else -1
+                    result = x / np.sqrt(_f16_sum(x * x, axis, keepdims=True))
+                elif code == OperationCode.MEAN:
+                    axes = tuple(int(a) % x.ndim for a in np.asarray(call.ins[1].value).reshape(-1))
+                    count = F16(np.prod([x.shape[a] for a in set(axes)]))
+                    result = _f16_sum(x, axes, keepdims=bool(call.ins[2].scalar())) / count
+                else:
+                    if int(call.ins[3].scalar()) != 0:  # a fused activation: left to the reference
+                        return outputs
+                    weights = np.asarray(call.ins[1].value, F16)
+                    rows = x.reshape(-1, weights.shape[1])
+                    result = _f16_sum(rows[:, None, :] * weights[None, :, :], 2) + np.asarray(call.ins[2].value, F16)
+            return [np.asarray(result, F16).reshape(np.shape(outputs[0]))] + list(outputs[1:])
+        return _WrappedOperation(impl, fault)
+
+
+writes_past_output = WritesPastOutput
+flushes_constant_memory = FlushesConstantMemory
+device_memory_per_model = DeviceMemoryPerModel
+replays_first_path = ReplaysFirstPath
+timing_in_microseconds = TimingInMicroseconds
+one_program_slot = OneProgramSlot
+caches_by_graph = CachesByGraph
+leaks_fence_fd = LeaksFenceFd
+float16_accumulator = Float16Accumulator
 
 ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQuant8Sparse, OffByOneRounding,
                                   Float16Arithmetic, WrongOutputShape, AcceptsInvalidModel, RaisesOnInvalidModel,
                                   BadTiming, BurstCachesPool, SharedScratch, KeepsFirstShape, IgnoresExtensionPrefix,
                                   CrashesOnExtensionData, AcceptsUnsupportedExtension, DilatedDepthwiseMultiplier,
                                   WrongOnLargeTensors, RelaxedBfloat16, NmsLimitPerClass,
-                                  ProposalsClipLastPixel, HardwareBufferOffset,
-                                  HardwareBufferUnchecked)}
+                                  ProposalsClipLastPixel, HardwareBufferOffset, HardwareBufferUnchecked,
+                                  WritesPastOutput, FlushesConstantMemory, DeviceMemoryPerModel, ReplaysFirstPath,
+                                  TimingInMicroseconds, OneProgramSlot, CachesByGraph, LeaksFenceFd,
+                                  Float16Accumulator, ExtensionColumnMajor)}
