@@ -116,6 +116,7 @@ def pytest_configure(config):
         raise pytest.UsageError(f"nnts: {e}") from None
     if not hasattr(config, "workerinput"):
         config.nnts_drivers = _checked_drivers(config)
+    config.nnts_support = functools.cache(functools.partial(_support, config))
     config.pluginmanager.register(ordering.OrderPlugin(), "nnts-order")
 
 
@@ -220,12 +221,29 @@ def driver_spec(pytestconfig) -> str:
 
 
 @pytest.fixture(scope="session")
-def drivers(driver_spec, pytestconfig):
+def drivers(pytestconfig):
     """The HAL drivers under test, loaded once per (worker) process."""
-    from nnts.runners.drivers import load_drivers
-    return getattr(pytestconfig, "nnts_drivers", None) or load_drivers(
-        driver_spec, isolate=pytestconfig.getoption("isolate"), settings=pytestconfig.nnts_settings,
-        incidents=_incident_log(pytestconfig))
+    return _drivers(pytestconfig)
+
+
+def _drivers(config):
+    if getattr(config, "nnts_drivers", None) is None:
+        from nnts.runners.drivers import load_drivers
+        config.nnts_drivers = load_drivers(config.getoption("driver"), isolate=config.getoption("isolate"),
+                                           settings=config.nnts_settings, incidents=_incident_log(config))
+    return config.nnts_drivers
+
+
+def _support(config):
+    """What the drivers under test support (:mod:`nnts.runners.support`), at their feature level
+    or ``--feature-level``: asked when random cases are first collected or run, once per run
+    (the xdist workers share it through the user's cache, computed under a lock)."""
+    from nnts.runners.support import learn
+    drivers = _drivers(config)
+    level = min(int(d.get_feature_level()) for d in drivers)
+    if config.getoption("feature_level") is not None:
+        level = min(level, config.getoption("feature_level"))
+    return learn(drivers, level, config.nnts_settings.cache_dir)
 
 
 def _incident_log(config):

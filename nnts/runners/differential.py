@@ -42,7 +42,7 @@ import numpy as np
 from nnapi_ref import ops, vectors
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime import Compilation, Device
-from nnapi_ref.types import OperandCode as T
+from nnapi_ref.types import OperandCode as T, type_name
 from nnts.generators import single
 from nnts.generators.criteria import compare_output, criteria_for
 from nnts.generators.graphs import I32, Graph, dimension_cuts, with_dimension_cut, without_operation, without_output
@@ -168,7 +168,7 @@ def shrink(graph: Graph, fails: Callable[[Graph], bool]) -> Graph:
 
 
 def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: str,
-                    failures: dict | None = None) -> tuple[Path, str]:
+                    failures: dict | None = None, support=None) -> tuple[Path, str]:
     """The failing graph as a one-test vector file: the reference's outputs as the expected
     values, the driver's beside them (``driver_outputs``, which the loader ignores), the
     ``failures`` record (the original failure and the shrunk one, and the class explaining
@@ -185,6 +185,10 @@ def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: 
     test["replay"] = replay
     if failures is not None:
         test["failure"] = failures
+    if support is not None:  # what the case was drawn from: the same support and seed draw it again
+        test["drawn_under"] = {"support": support.summary(), "level": support.level, "drivers": support.drivers,
+                               "operations": [c.name for c in support.operations()],
+                               "types": [type_name(t) for t in support.types()]}
     doc = {"format": vectors.FORMAT, "source": f"nnts random graph, seed {graph.seed}", "license": vectors.LICENSE,
            "tests": [test]}
     path.write_text(json.dumps(doc), encoding="utf-8")
@@ -210,15 +214,17 @@ class CaseResult:
 
 def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], level: int,
              folder: str | Path, driver: str, graph: Graph | None = None, criteria: dict | None = None,
-             **options) -> CaseResult:
+             support=None, **options) -> CaseResult:
     """Random-graph case ``seed``: generate (unless given ``graph``), compare (with ``criteria``,
     the graph criteria by default); on a failure, the documented class of the driver explaining
     it (:func:`nnts.runners.known_classes.explain`), then shrink, keeping only steps that fail the same way
     (:func:`same_failure`) and are explained by the same class (or by none, as the original), and
     save the smallest such model. A failure of the reference itself is a reference bug, named as
-    such. ``options`` go to :func:`nnts.generators.random_graphs.generate`."""
+    such. ``support`` (:class:`nnts.runners.support.Support`): the driver's, what a partial
+    driver's case is drawn from. ``options`` go to :func:`nnts.generators.random_graphs.generate`."""
     if graph is None:
-        graph = generate(seed, options.pop("num_operations", case_size(seed)), level=level, **options)
+        drawn = {} if support is None else support.options()
+        graph = generate(seed, options.pop("num_operations", case_size(seed)), level=level, **{**drawn, **options})
     outcome = check(graph, devices, reference, criteria)
     if outcome.status != "fail":
         return CaseResult(outcome.status, outcome.message, graph)
@@ -235,7 +241,7 @@ def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], 
         shrunk, final = graph, outcome  # a driver that fails one way, then another: keep what was found
     record = {"original": str(outcome.failure), "shrunk": str(final.failure),
               "class": explained or "not explained by a documented class"}
-    path, replay = save_reproducer(shrunk, final, folder, driver, record)
+    path, replay = save_reproducer(shrunk, final, folder, driver, record, support)
     verdict = f"explained by {explained}" if explained else (
         "not explained by a documented class" if classes_for(driver) and not outcome.reference_failed else "")
     message = (("REFERENCE BUG: " if outcome.reference_failed else "") +
@@ -257,16 +263,17 @@ def same_failure(original: Failure | None, smaller: Failure | None) -> bool:
 
 
 def run_single(seed: int, devices: Sequence[Device], reference: Sequence[Device], level: int,
-               folder: str | Path, driver: str) -> CaseResult:
-    """Single-operation case ``seed``: generate, compare with the operation's tier; on a failure
-    shrink (dimension cuts) and save the smallest failing model."""
-    code = single.case_operation(seed)
-    graph = single.generate_case(seed, level)
+               folder: str | Path, driver: str, support=None) -> CaseResult:
+    """Single-operation case ``seed`` (of the operations ``support`` allows): generate, compare
+    with the operation's tier; on a failure shrink (dimension cuts) and save the smallest failing
+    model."""
+    code = single.case_operation(seed, support)
+    graph = single.generate_case(seed, level, support)
     if not graph.operations:
         return CaseResult("skip", f"{code.name}: no valid operation drawn at feature level {int(level)} in "
                                   f"{single.ATTEMPTS} attempts", graph)
     table = single.criteria_for(code, graph)
-    result = run_case(seed, devices, reference, level, folder, driver, graph=graph, criteria=table)
+    result = run_case(seed, devices, reference, level, folder, driver, graph=graph, criteria=table, support=support)
     if result.status == "fail":
         size = math.prod(graph.values[graph.inputs[0]].shape) if graph.inputs else 0
         result.message = (f"{code.name} ({ops.get(code).accuracy_at(graph.min_level())} criteria"
