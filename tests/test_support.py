@@ -1,0 +1,139 @@
+"""A driver's support learned by probing it (nnts.runners.support), ``nnts support``, and random
+cases drawn from a partial driver's support (nnapi_ref.drivers.partial)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from nnapi_ref import vectors
+from nnapi_ref.drivers import partial
+from nnapi_ref.drivers.reference import ReferenceDevice
+from nnapi_ref.runtime import Device
+from nnapi_ref.types import OperandCode as T, OperationCode as Op
+from nnts.generators import single
+from nnts.generators.random_graphs import case_size, generate
+from nnts.runners import support as support_module
+from nnts.runners.model_runner import build_model
+from nnts.runners.support import BY_LEVEL, BY_OPERATION, BY_TYPE, SUPPORTED, UNSUPPORTED, Support, learn, probe
+
+from .support import ROOT
+
+
+@pytest.fixture(scope="module")
+def npu13():
+    return probe([partial.npu13()])
+
+
+def _row(support: Support, operation: str, data_type: str):
+    return next(r for r in support.rows if r.operation == operation and r.data_type == data_type)
+
+
+def test_the_reference_is_complete():
+    facts = probe([ReferenceDevice()])
+    assert facts.complete and facts.options() == {}
+    assert len(facts.operations()) > 90
+
+
+def test_a_partial_driver_names_each_reason(npu13):
+    assert not npu13.complete
+    assert [c.name for c in npu13.operations()] == sorted(c.name for c in partial.NPU13.operations)
+    assert _row(npu13, "ADD", "TENSOR_QUANT8_ASYMM").status == SUPPORTED
+    assert (_row(npu13, "ADD", "TENSOR_FLOAT16").status, _row(npu13, "ADD", "TENSOR_FLOAT16").reason) == \
+        (UNSUPPORTED, BY_TYPE)
+    assert _row(npu13, "TANH", "TENSOR_FLOAT32").reason == BY_OPERATION
+    assert (_row(npu13, "REVERSE", "TENSOR_FLOAT32").status, _row(npu13, "REVERSE", "TENSOR_FLOAT32").reason) == \
+        (UNSUPPORTED, BY_LEVEL)  # a level-8 operation on a level-30 driver: no probe asked
+    level27 = probe([partial.float32_level27()])
+    assert _row(level27, "ADD", "TENSOR_QUANT8_ASYMM").reason == BY_TYPE
+    assert _row(level27, "SUB", "TENSOR_FLOAT32").reason == BY_LEVEL
+
+
+def test_signatures_decide_and_unknown_ones_follow_their_type(npu13):
+    assert npu13.allows(Op.ADD, (T.TENSOR_FLOAT32, T.TENSOR_FLOAT32, T.INT32), (T.TENSOR_FLOAT32,))
+    assert not npu13.allows(Op.ADD, (T.TENSOR_FLOAT16, T.TENSOR_FLOAT16, T.INT32), (T.TENSOR_FLOAT16,))
+    assert not npu13.allows(Op.TANH, (T.TENSOR_FLOAT32,), (T.TENSOR_FLOAT32,))
+
+
+def test_facts_round_trip_through_json(npu13):
+    again = Support.from_json(json.loads(json.dumps(npu13.to_json())))
+    assert again == npu13
+    for bad in ({}, {"format": "nnts-support/1"}, {"format": "nnts-support/1", "rows": [{}], "signatures": [],
+                                                   "drivers": [], "level": 30}, []):
+        with pytest.raises(ValueError):
+            Support.from_json(bad)
+
+
+class CountingDevice(ReferenceDevice):
+    asked = 0
+
+    def get_supported_operations(self, model):
+        type(self).asked += 1
+        return super().get_supported_operations(model)
+
+
+def test_learned_once_and_cached_by_identity(tmp_path):
+    CountingDevice.asked = 0
+    threads = [threading.Thread(target=learn, args=([CountingDevice()], 30, tmp_path)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    first = CountingDevice.asked
+    assert first > 100  # one process probed, the other waited and read the file
+    assert learn([CountingDevice()], 30, tmp_path) == probe([ReferenceDevice()], 30) and CountingDevice.asked == first
+    learn([CountingDevice()], 29, tmp_path)  # another feature level is another entry
+    assert CountingDevice.asked > first
+    entry = support_module.cache_path([CountingDevice()], 30, tmp_path)
+    entry.write_text("{damaged", encoding="utf-8")
+    assert learn([CountingDevice()], 30, tmp_path).complete  # computed afresh
+
+
+@pytest.mark.parametrize("name", ["npu13", "quant8_only", "float32_level27"])
+def test_random_cases_of_a_partial_driver_run_on_it(name):
+    driver = getattr(partial, name)()
+    facts = probe([driver])
+    devices = [Device(driver)]
+    ran = sizes = 0
+    for seed in range(40):
+        graph = generate(seed, case_size(seed), level=facts.level, **facts.options())
+        supported = build_model(graph.to_test("g").model).get_supported_operations_for_devices(devices)
+        ran += graph.operations != [] and all(supported)
+        sizes += len(graph.operations) == case_size(seed)
+    assert ran >= 38 and sizes >= 38, (ran, sizes)  # at least 95%, at today's sizes
+    cases = [single.generate_case(seed, facts.level, facts) for seed in range(40)]
+    ran = sum(bool(g.operations) and all(build_model(g.to_test("s").model).get_supported_operations_for_devices(
+        devices)) for g in cases)
+    assert ran >= 38, ran
+    assert {single.case_operation(s, facts) for s in range(200)} == set(facts.operations())
+
+
+def test_seed_and_support_name_the_case(npu13):
+    again = probe([partial.npu13()])
+    for seed in (3, 4, 149):
+        a = generate(seed, case_size(seed), level=npu13.level, **npu13.options())
+        b = generate(seed, case_size(seed), level=again.level, **again.options())
+        assert json.dumps(vectors.test_to_json(a.to_test("x"))) == json.dumps(vectors.test_to_json(b.to_test("x")))
+
+
+def _nnts(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "nnts", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_support_command(tmp_path):
+    env = dict(os.environ, NNTS_CACHE_DIR=str(tmp_path))
+    done = _nnts("support", "--driver", "nnapi_ref.drivers.partial:npu13", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "13 operations on" in done.stdout
+    assert any(line.split()[:2] == ["TANH", "TENSOR_FLOAT32"] and "unsupported (operation)" in line
+               for line in done.stdout.splitlines())
+    done = _nnts("support", "--driver", "nnapi_ref.drivers.partial:npu13", "--json", env=env)
+    assert Support.from_json(json.loads(done.stdout)).operations() == sorted(partial.NPU13.operations)
+    for bad in (["--driver", "no_such_module:x"], ["--feature-level", "3"], ["--driver", ""]):
+        done = _nnts("support", *bad, env=env)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
