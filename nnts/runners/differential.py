@@ -44,7 +44,7 @@ from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime import Compilation, Device
 from nnapi_ref.types import OperandCode as T, type_name
 from nnts.generators import single
-from nnts.generators.criteria import compare_output, criteria_for
+from nnts.generators.criteria import compare_output, criteria_for, criteria_json
 from nnts.generators.graphs import I32, Graph, dimension_cuts, with_dimension_cut, without_operation, without_output
 from nnts.generators.random_graphs import case_size, generate
 from nnts.runners.graph import picture_beside
@@ -168,7 +168,7 @@ def shrink(graph: Graph, fails: Callable[[Graph], bool]) -> Graph:
 
 
 def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: str,
-                    failures: dict | None = None, support=None) -> tuple[Path, str]:
+                    failures: dict | None = None, support=None, criteria: dict | None = None) -> tuple[Path, str]:
     """The failing graph as a one-test vector file: the reference's outputs as the expected
     values, the driver's beside them (``driver_outputs``, which the loader ignores), the
     ``failures`` record (the original failure and the shrunk one, and the class explaining
@@ -180,7 +180,9 @@ def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: 
     name = f"{kind}_{graph.seed}_" + "_".join(n.lower() for n in graph.operation_names)
     path = folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:150] + ".json")
     replay = f"nnts vectors run {shlex.quote(str(path))} --driver {shlex.quote(driver)}" + (" --dynamic" if graph.has_unknown_outputs() else "")
-    test = vectors.test_to_json(graph.to_test(name, outcome.expected or None, known_outputs=True))
+    model = graph.to_test(name, outcome.expected or None, known_outputs=True)
+    model.criteria = criteria_json(criteria or criteria_for(graph))  # the replay judges as the random test did
+    test = vectors.test_to_json(model)
     test["driver_outputs"] = {"driver": driver, "outputs": [vectors.encode_data(a) for a in outcome.actual]}
     test["replay"] = replay
     if failures is not None:
@@ -241,7 +243,7 @@ def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], 
         shrunk, final = graph, outcome  # a driver that fails one way, then another: keep what was found
     record = {"original": str(outcome.failure), "shrunk": str(final.failure),
               "class": explained or "not explained by a documented class"}
-    path, replay = save_reproducer(shrunk, final, folder, driver, record, support)
+    path, replay = save_reproducer(shrunk, final, folder, driver, record, support, criteria)
     verdict = f"explained by {explained}" if explained else (
         "not explained by a documented class" if classes_for(driver) and not outcome.reference_failed else "")
     message = (("REFERENCE BUG: " if outcome.reference_failed else "") +
