@@ -78,14 +78,17 @@ def make(support: str, fault: str | None = None) -> ReferenceDevice:
             return [f and restriction.supports(model.main, op) for f, op in zip(flags, model.main.operations)]
 
         def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
-            refused = sorted({Op(op.type).name for op in model.main.operations
-                              if not restriction.supports(model.main, op)})
+            refused = sorted({_name(op.type) for op in model.main.operations if not restriction.supports(model.main, op)})
             if refused:
                 raise HalError(ErrorStatus.INVALID_ARGUMENT, f"{self.name} does not support {refused}")
             return super().prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
 
     Partial.__name__ = Partial.__qualname__ = f"Partial_{label}"
     return Partial()
+
+
+def _name(code: int) -> str:
+    return Op(code).name if code in Op._value2member_map_ else f"operation type {code}"
 
 
 def npu13() -> ReferenceDevice:
