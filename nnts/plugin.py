@@ -347,6 +347,8 @@ def _describe_run_once(item, report):
     _run_described = True
     from nnts.reports.results import corpus_facts, driver_facts
     facts = {"drivers": driver_facts(item.funcargs["drivers"]), "corpora": corpus_facts(item.config)}
+    if item.config.nnts_support.cache_info().currsize:  # learned in this process: the report's support facts
+        facts["support"] = item.config.nnts_support().table()
     report.user_properties = [*report.user_properties, ("nnts_run", json.dumps(facts))]  # this report's only
 
 
@@ -370,7 +372,7 @@ class ConformanceResults:
     def __init__(self):
         self.started = datetime.datetime.now()
         self.tests: list[dict] = []
-        self.run_facts: dict = {"drivers": [], "corpora": []}
+        self.run_facts: dict = {"drivers": [], "corpora": [], "support": []}
 
     def pytest_runtest_logreport(self, report):
         from nnts.reports.results import records_of_report, unique_facts
@@ -379,6 +381,7 @@ class ConformanceResults:
             facts = json.loads(props["nnts_run"])
             for key in ("drivers", "corpora"):
                 self.run_facts[key] = unique_facts(key, self.run_facts[key] + facts[key])
+            self.run_facts["support"] = self.run_facts["support"] or facts.get("support", [])
         self.tests += records_of_report(report, props)
 
 

@@ -137,3 +137,17 @@ def test_support_command(tmp_path):
     for bad in (["--driver", "no_such_module:x"], ["--feature-level", "3"], ["--driver", ""]):
         done = _nnts("support", *bad, env=env)
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_the_report_names_why_the_driver_does_not_support(npu13):
+    from nnts.reports import conformance, results
+    record = {"id": "cts/test_generated.py::test_generated[TANH-TENSOR_FLOAT32-tanh_1]", "test": None,
+              "part": "CTS generated", "op": "TANH", "dtype": "TENSOR_FLOAT32", "variant": None,
+              "status": "unsupported", "phase": "call", "duration_s": 0.0, "message": "unsupported: TANH",
+              "reproducer": None, "replay": None, "graph": None}
+    page = conformance.render(results.to_json({"driver_spec": "d", "support": npu13.table()}, [record]))
+    unsupported = page[page.index('<h2 id="unsupported">'):page.index('<h2 id="failures">')]
+    assert "operand type" in unsupported and "feature level" in unsupported
+    row = unsupported[unsupported.index("<td class=\"l\">TANH</td>"):].split("</tr>")[0]
+    assert "TENSOR_FLOAT32" in row and "<td class=\"l\">operation</td><td>1</td>" in row  # the one test skipped
+    assert "the driver does not support this operation" in page  # the matrix cell says why

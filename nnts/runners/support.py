@@ -135,6 +135,11 @@ class Support:
         return (f"{names}: {len(self.operations())} operations on "
                 f"{', '.join(type_name(t) for t in self.types())} at feature level {self.level}")
 
+    def table(self) -> list[dict]:
+        """The rows as the conformance report keeps them (``meta.support``)."""
+        return [{"operation": r.operation, "data_type": r.data_type, "level": r.level, "status": r.status,
+                 "reason": r.reason} for r in self.rows]
+
     # -- files ------------------------------------------------------------------------------
 
     def to_json(self) -> dict:
