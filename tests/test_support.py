@@ -122,7 +122,7 @@ def test_seed_and_support_name_the_case(npu13):
 
 def _nnts(*args, env=None):
     return subprocess.run([sys.executable, "-m", "nnts", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env=env)
+                          timeout=300, env=env, check=False)
 
 
 def test_support_command(tmp_path):
@@ -151,3 +151,60 @@ def test_the_report_names_why_the_driver_does_not_support(npu13):
     row = unsupported[unsupported.index("<td class=\"l\">TANH</td>"):].split("</tr>")[0]
     assert "TENSOR_FLOAT32" in row and "<td class=\"l\">operation</td><td>1</td>" in row  # the one test skipped
     assert "the driver does not support this operation" in page  # the matrix cell says why
+
+
+def _first_failure(driver, facts, seeds, tmp_path):
+    """The first random case (graph, then single operation, seed by seed) failing on ``driver``."""
+    from nnts.runners.differential import run_case, run_single
+    devices, reference = [Device(driver)], [Device(ReferenceDevice())]
+    for seed in seeds:
+        result = run_case(seed, devices, reference, facts.level, tmp_path, "d", support=facts)
+        if result.status == "fail":
+            return result
+        result = run_single(seed, devices, reference, facts.level, tmp_path, "d", facts)
+        if result.status == "fail":
+            return result
+    return None
+
+
+@pytest.mark.parametrize("support_name, fault, seeds", [
+    # the first failing case of the default run's 200 (measured; the cases before it pass)
+    ("npu13", "add_quant8_truncating", [149]),
+    ("quant8_only", "wrong_add_quant8", [58]),
+    ("float32_level27", "float16_arithmetic", [2]),
+])
+def test_partial_broken_drivers_are_caught_by_the_random_cases(support_name, fault, seeds, tmp_path):
+    driver = partial.make(support_name, fault)
+    facts = probe([driver])
+    failure = _first_failure(driver, facts, seeds, tmp_path)
+    assert failure is not None, f"{fault} on {support_name}: no random case failed"
+    assert all(name in {c.name for c in facts.operations()} for name in failure.shrunk.operation_names)
+    recorded = json.loads(failure.reproducer.read_text())["tests"][0]
+    assert recorded["drawn_under"]["operations"] == [c.name for c in facts.operations()]
+    criterion = failure.message.split("shrunk to ")[1].split(": ", 1)[1].splitlines()[0]
+    done = _nnts("vectors", "run", str(failure.reproducer), "--driver", f"nnapi_ref.drivers.partial:{support_name}__{fault}",
+                 *(["--dynamic"] if "--dynamic" in failure.message else []))
+    assert done.returncode == 1 and criterion in done.stdout, (criterion, done.stdout)  # the same failure, replayed
+    done = _nnts("vectors", "run", str(failure.reproducer), "--driver", f"nnapi_ref.drivers.partial:{support_name}")
+    assert done.returncode == 0, done.stdout  # and none without the fault
+
+
+def test_a_stress_failure_is_the_suites_case_with_a_reproducer_that_replays(tmp_path):
+    """``nnts stress --tests random_graphs`` draws the suite's seeds from the same support: its
+    failure is the suite's case, shrunk, and its reproducer replays to the same failure."""
+    driver = "nnapi_ref.drivers.partial:npu13__wrong_output_shape"
+    env = dict(os.environ, NNTS_CACHE_DIR=str(tmp_path / "cache"))
+    done = _nnts("stress", "--driver", driver, "--tests", "random_graphs", "--duration", "120",
+                 "--reproducers", str(tmp_path / "repro"), env=env)
+    assert done.returncode == 1 and "FAILURE" in done.stdout, done.stdout + done.stderr
+    seed = int(done.stdout.split("random graph seed ")[1].split(",")[0])
+    facts = probe([partial.make("npu13", "wrong_output_shape")])
+    from nnts.runners.differential import run_case
+    suite = run_case(seed, [Device(partial.make("npu13", "wrong_output_shape"))], [Device(ReferenceDevice())],
+                     facts.level, tmp_path / "suite", driver, support=facts)
+    assert suite.status == "fail" and suite.reproducer.name in done.stdout  # the same case, shrunk alike
+    replay = done.stdout.split("replay: ")[1].splitlines()[0].split()
+    assert replay[:3] == ["nnts", "vectors", "run"]
+    again = _nnts(*replay[1:], env=env)
+    shrunk_failure = done.stdout.split("shrunk to ")[1].split(": ", 1)[1].splitlines()[0]
+    assert again.returncode == 1 and shrunk_failure in again.stdout, (shrunk_failure, again.stdout)

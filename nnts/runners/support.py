@@ -23,9 +23,9 @@ import functools
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from nnapi_ref import hal, ops
 from nnapi_ref.errors import NnapiError
