@@ -67,6 +67,9 @@ def pytest_addoption(parser):
     group.addoption("--random-graphs", type=int, default=200,
                     help="number of random-graph cases (cts/test_random_graph.py)")
     group.addoption("--random-seed", type=int, default=0, help="seed of the first random-graph case")
+    group.addoption("--random-partitioned", type=int, default=50,
+                    help="number of random graphs across devices, the driver's part and CPU fallback "
+                         "(cts/test_random_partitioned.py; partial drivers only)")
     group.addoption("--random-ops", type=int, default=200,
                     help="number of single-operation random cases (cts/test_random_operation.py)")
     group.addoption("--isolate", action="store_true",

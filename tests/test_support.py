@@ -208,3 +208,27 @@ def test_a_stress_failure_is_the_suites_case_with_a_reproducer_that_replays(tmp_
     again = _nnts(*replay[1:], env=env)
     shrunk_failure = done.stdout.split("shrunk to ")[1].split(": ", 1)[1].splitlines()[0]
     assert again.returncode == 1 and shrunk_failure in again.stdout, (shrunk_failure, again.stdout)
+
+
+def test_graphs_across_devices_partition_and_a_failed_step_is_a_failure(tmp_path, npu13):
+    from nnapi_ref import using_drivers
+    from nnapi_ref.hal import ErrorStatus, HalError
+    from nnapi_ref.runtime import get_devices
+    from nnts.runners.differential import check, run_case
+
+    class FailsToPrepare(type(partial.npu13())):
+        def prepare_model(self, *args):
+            raise HalError(ErrorStatus.GENERAL_FAILURE, "out of accelerator memory")
+
+    reference = [Device(ReferenceDevice())]
+    with using_drivers([partial.npu13()]):
+        devices = get_devices()
+        results = [run_case(seed, devices, reference, npu13.level, tmp_path, "d", support=npu13, across=True)
+                   for seed in range(10)]
+        assert sum(r.status == "pass" for r in results) >= 8, [r.message for r in results]
+        mixed = results[[r.status for r in results].index("pass")].graph
+        names = {c.name for c in npu13.operations()}
+        assert set(mixed.operation_names) & names and set(mixed.operation_names) - names  # both kinds
+    with using_drivers([FailsToPrepare()]):
+        outcome = check(mixed, get_devices(), reference, across=True)
+    assert outcome.status == "fail" and "the driver's part ran on the CPU" in outcome.message, outcome.message

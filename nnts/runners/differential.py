@@ -100,10 +100,26 @@ class Outcome:
     mismatched: list[int] = field(default_factory=list)  # positions of the outputs that differ
 
 
+def run_across(devices: Sequence[Device], test: vectors.TestModel) -> tuple[list[np.ndarray] | None, str]:
+    """The outputs of ``test`` compiled for the runtime's devices with CPU fallback (the driver's
+    part on ``devices``, the rest on the CPU), and the plan's steps; None for the outputs when no
+    step stayed on ``devices`` (the driver's part fell back to the CPU)."""
+    compilation = Compilation(build_model(test.model))
+    compilation.finish()
+    names = {d.name for d in devices}
+    steps = ", ".join(f"{s.device.name} ({len(s.operations)} operations)" for s in compilation.plan.steps)
+    if not any(s.device.name in names for s in compilation.plan.steps):
+        return None, steps
+    outputs, dims = execute(compilation, test)
+    return [o[:int(np.prod(d, dtype=np.int64))].reshape(d) for o, d in zip(outputs, dims)], steps
+
+
 def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device],
-          criteria: dict | None = None) -> Outcome:
+          criteria: dict | None = None, across: bool = False) -> Outcome:
     """Run ``graph`` on ``devices`` and on ``reference``; compare the outputs (by output type,
-    with ``criteria``, the graph criteria by default)."""
+    with ``criteria``, the graph criteria by default). ``across``: the graph mixes operations
+    the driver supports and operations it does not, and runs partitioned (the driver's part on
+    it, the rest on the CPU: :func:`run_across`); a graph that does not mix is a skip."""
     test = graph.to_test(f"random_graph_{graph.seed}")
     level = graph.min_level()
     if all(d.feature_level < level for d in devices):
@@ -117,10 +133,19 @@ def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device],
                        failure=error_failure(f"{what}: {e}", reference=True))
     try:
         supported = build_model(test.model).get_supported_operations_for_devices(list(devices))
-        if not all(supported):
+        if across:
+            if all(supported) or not any(supported):
+                return Outcome("skip", "not across devices: the driver supports " +
+                               ("all" if all(supported) else "none") + " of its operations", expected)
+            actual, steps = run_across(devices, test)
+            if actual is None:
+                return Outcome("fail", f"the driver's part ran on the CPU (plan: {steps}): it failed to prepare it",
+                               expected, failure=Failure("fallback", "", "the driver's part fell back"))
+        elif not all(supported):
             names = sorted({graph.operation_names[j] for j, ok in enumerate(supported) if not ok})
             return Outcome("skip", f"unsupported: {', '.join(names)}", expected)
-        actual = run(devices, test)
+        else:
+            actual = run(devices, test)
     except NnapiError as e:
         return Outcome("fail", f"{e.code.name}: {e}", expected, failure=error_failure(f"{e.code.name}: {e}"))
     table = criteria or criteria_for(graph)
@@ -216,29 +241,33 @@ class CaseResult:
 
 def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], level: int,
              folder: str | Path, driver: str, graph: Graph | None = None, criteria: dict | None = None,
-             support=None, **options) -> CaseResult:
+             support=None, across: bool = False, **options) -> CaseResult:
     """Random-graph case ``seed``: generate (unless given ``graph``), compare (with ``criteria``,
     the graph criteria by default); on a failure, the documented class of the driver explaining
     it (:func:`nnts.runners.known_classes.explain`), then shrink, keeping only steps that fail the same way
     (:func:`same_failure`) and are explained by the same class (or by none, as the original), and
     save the smallest such model. A failure of the reference itself is a reference bug, named as
     such. ``support`` (:class:`nnts.runners.support.Support`): the driver's, what a partial
-    driver's case is drawn from. ``options`` go to :func:`nnts.generators.random_graphs.generate`."""
-    if graph is None:
+    driver's case is drawn from; ``across``: a graph across devices (:func:`check`), drawn from
+    the support and as many operations it does not support (:meth:`Support.across_graph`).
+    ``options`` go to :func:`nnts.generators.random_graphs.generate`."""
+    if graph is None and across:
+        graph = support.across_graph(seed, case_size(seed))
+    elif graph is None:
         drawn = {} if support is None else support.options()
         graph = generate(seed, options.pop("num_operations", case_size(seed)), level=level, **{**drawn, **options})
-    outcome = check(graph, devices, reference, criteria)
+    outcome = check(graph, devices, reference, criteria, across)
     if outcome.status != "fail":
         return CaseResult(outcome.status, outcome.message, graph)
     explained = None if outcome.reference_failed else explain(graph, outcome, driver)
 
     def fails(g: Graph) -> bool:
-        smaller = check(g, devices, reference, criteria)
+        smaller = check(g, devices, reference, criteria, across)
         return (smaller.status == "fail" and same_failure(outcome.failure, smaller.failure)
                 and (outcome.reference_failed or explain(g, smaller, driver) == explained))
 
     shrunk = shrink(graph, fails)
-    final = check(shrunk, devices, reference, criteria)
+    final = check(shrunk, devices, reference, criteria, across)
     if not (final.status == "fail" and same_failure(outcome.failure, final.failure)):
         shrunk, final = graph, outcome  # a driver that fails one way, then another: keep what was found
     record = {"original": str(outcome.failure), "shrunk": str(final.failure),

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from nnapi_ref import hal, ops
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.types import OperandCode as T, OperationCode as Op, type_name
@@ -35,6 +37,7 @@ from nnts.formats.files import write_atomic
 from nnts.generators import families, graphs, random_graphs
 
 FORMAT = "nnts-support/1"
+ACROSS_STREAM = 0xAC  # the random stream (beside the seed) that picks a graph across devices' operations
 PROBE_ATTEMPTS = 12  # seeds tried per (operation, data type)
 PROBES_PER_TYPE = 4  # successful probe models kept per (operation, data type)
 SUPPORTED, UNSUPPORTED, UNKNOWN = "supported", "unsupported", "unknown"
@@ -126,6 +129,29 @@ class Support:
         codes = [operation] if operation is not None else [c for c in self.operations() if c in families.FAMILIES]
         return {"operations": codes, "types": [t for t in self.types(operation) if t in graphs.DATA_TYPES],
                 "allows": self.allows}
+
+    def across_graph(self, seed: int, size: int, attempts: int = 8) -> graphs.Graph:
+        """Random graph ``seed`` across devices: from the random graphs' supported operations and
+        as many (at most) the driver does not support, picked by the seed, every signature allowed,
+        starting from the data types it supports (every other draw from any type: a type it
+        does not support is what a graph of a driver of one type mixes); drawn again (seeds
+        ``seed + k * 10**9``) until some of its operations are supported and some are not. The
+        last draw when none mixes."""
+        supported = [c for c in self.operations() if c in families.FAMILIES]
+        others = sorted(set(families.FAMILIES) - set(supported))
+        types = [t for t in self.types() if t in graphs.DATA_TYPES]
+        for attempt in range(attempts):
+            draw = seed + attempt * 10**9
+            rng = np.random.default_rng([draw, ACROSS_STREAM])
+            picked = [others[k] for k in rng.choice(len(others), min(len(others), max(1, len(supported))),
+                                                    replace=False)]
+            graph = random_graphs.generate(draw, size, types=types if attempt % 2 == 0 else None,
+                                           operations=sorted(set(supported) | set(picked)), level=self.level)
+            verdicts = [self.allows(op.type, [graph.operands[k].type for k in op.inputs],
+                                    [graph.operands[k].type for k in op.outputs]) for op in graph.operations]
+            if any(verdicts) and not all(verdicts):
+                break
+        return graph
 
     def summary(self) -> str:
         """One line naming the support a case was drawn under (for reproducers and messages)."""
