@@ -232,3 +232,20 @@ def test_graphs_across_devices_partition_and_a_failed_step_is_a_failure(tmp_path
     with using_drivers([FailsToPrepare()]):
         outcome = check(mixed, get_devices(), reference, across=True)
     assert outcome.status == "fail" and "the driver's part ran on the CPU" in outcome.message, outcome.message
+
+
+def test_the_suite_runs_a_partial_drivers_random_cases_on_it(tmp_path):
+    """Under pytest-xdist the workers share one support (the cache, written once under a lock);
+    every random case of the 13-operation driver runs on it, as many as on the reference."""
+    env = dict(os.environ, NNTS_CACHE_DIR=str(tmp_path / "cache"), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("NNTS_DRIVER", None)
+    counts = {}
+    for driver in ("nnapi_ref.drivers.partial:npu13", "reference"):
+        done = subprocess.run([sys.executable, "-m", "pytest", "cts/test_random_graph.py", "cts/test_random_operation.py",
+                               "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "2", "--driver", driver,
+                               "--random-graphs", "10", "--random-ops", "10", "--reproducers", str(tmp_path / "r")],
+                              cwd=ROOT, capture_output=True, text=True, timeout=600, env=env, check=False)
+        assert done.returncode == 0, done.stdout[-3000:]
+        counts[driver] = int(done.stdout.split(" passed")[0].split()[-1])
+    assert counts["nnapi_ref.drivers.partial:npu13"] >= counts["reference"] == 20
+    assert len(list((tmp_path / "cache" / "support").glob("*.json"))) == 2  # one per driver, not per worker
