@@ -14,6 +14,11 @@ Bias and MSE are taken over outputs of at least 10 compared elements, float diff
 by max(1, |expected|); expected values that are not finite, float32 beyond 1e3 and float16
 beyond 1e2 are not compared (details in :mod:`nnts.runners.differential`).
 
+For a partial driver the graphs are drawn from what it supports (:mod:`nnts.runners.support`, asked
+once per run and cached by the driver's identity): its operations, the data types they start from
+and their signatures, at the same sizes, so they run on it; seed and support name the case, and the
+reproducer records the support.
+
 ``--random-graphs N`` cases from seed ``--random-seed S`` (ids ``seed<S>``; rerun one with
 ``-k seed<S>``). A failing case is shrunk one step at a time while it still fails (an operation
 or an output removed, then a dimension of the model inputs cut) and saved under ``--reproducers``
@@ -41,10 +46,9 @@ def pytest_generate_tests(metafunc):
 
 
 def test_random_graph(seed, devices, reference_devices, request, driver_spec):
-    level = min(d.feature_level for d in devices)
-    if request.config.getoption("feature_level") is not None:
-        level = min(level, request.config.getoption("feature_level"))
-    result = run_case(seed, devices, reference_devices, level, request.config.getoption("reproducers"), driver_spec)
+    support = request.config.nnts_support()
+    result = run_case(seed, devices, reference_devices, support.level, request.config.getoption("reproducers"),
+                      driver_spec, support=support)
     if result.status == "skip":
         pytest.skip(result.message)
     if result.status != "pass" and result.explained:

@@ -30,7 +30,10 @@ fast NMS), relaxed tier, with scores and boxes drawn so that every threshold, ov
 order they decide on is clear of rounding (:mod:`nnts.generators.detection`); HASHTABLE_LOOKUP, strict.
 
 ``--random-ops N`` cases from seed ``--random-seed S`` (ids ``<OPERATION>-seed<S>``: case S tests
-operation S modulo the operation count, so N cases give each operation about N / 100 of them). A
+operation S modulo the operation count, so N cases give each operation about N / 100 of them). For a
+partial driver the cases are drawn from what it supports (:mod:`nnts.runners.support`, asked once
+per run): its operations, data types and signatures, so its N cases run on it as a complete
+driver's do; the reproducer records the support it was drawn under. A
 failing case is shrunk by dimension cuts and saved under ``--reproducers`` with the replay
 command.
 """
@@ -49,26 +52,30 @@ class OperationSeed(int):
     runs one case of every operation before a second of any, not one case per pass."""
 
     dtype = "-"  # drawn with the case, not known at collection
+    support = None  # the driver's (nnts.runners.support): a partial driver's cases are of what it supports
 
     @property
     def operation(self) -> str:
-        return case_operation(self).name
+        return case_operation(self, self.support).name
 
 
 def pytest_generate_tests(metafunc):
     if "operation_seed" in metafunc.fixturenames:
         base, n = metafunc.config.getoption("random_seed"), metafunc.config.getoption("random_ops")
-        seeds = [OperationSeed(s) for s in range(base, base + n)]
+        support = metafunc.config.nnts_support()
+        seeds = []
+        for s in range(base, base + n):
+            seeds.append(OperationSeed(s))
+            seeds[-1].support = support
         metafunc.parametrize("operation_seed", seeds, ids=[f"{s.operation}-seed{s}" for s in seeds])
 
 
 def test_random_operation(operation_seed, devices, reference_devices, request, driver_spec):
-    level = min(d.feature_level for d in devices)
-    if request.config.getoption("feature_level") is not None:
-        level = min(level, request.config.getoption("feature_level"))
-    request.node.nnts_op = case_operation(operation_seed).name  # the report's support matrix
+    support = operation_seed.support
+    level = support.level if support is not None else min(d.feature_level for d in devices)
+    request.node.nnts_op = case_operation(operation_seed, support).name  # the report's support matrix
     result = run_single(operation_seed, devices, reference_devices, level, request.config.getoption("reproducers"),
-                        driver_spec)
+                        driver_spec, support)
     if result.graph is not None and result.graph.operations:
         graph = result.graph
         request.node.nnts_dtype = type_name(graph.operands[graph.operations[0].inputs[0]].type)

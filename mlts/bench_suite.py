@@ -3,7 +3,11 @@ broken drivers (``nnapi_ref.drivers.broken``), in breadth-first order and in col
 and which faults ``--quick`` catches.
 
     python -m nnts.mlts.bench_suite [--drivers a,b] [--orders breadth,collection] [--quick]
+                                    [--support npu13|quant8_only|float32_level27]
                                     [--timeout S] [--workers N] [--json FILE] [-- PYTEST ARGS]
+
+``--support`` restricts each broken driver to a partial driver's support
+(``nnapi_ref.drivers.partial``: its fault stays where the support reaches it).
 
 Each run is a fresh pytest in the repository root (the suite's collection is part of what a
 driver engineer waits for). The seconds to the first failure are taken when the first failing
@@ -31,6 +35,7 @@ import time
 from pathlib import Path
 
 from nnapi_ref.drivers.broken import ALL
+from nnapi_ref.drivers.partial import SUPPORTS
 
 FIRST_FAILURE_ENV = "NNTS_FIRST_FAILURE_FILE"
 POLL_S = 0.2
@@ -195,6 +200,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="also a --quick run per driver")
     parser.add_argument("--timeout", type=float, default=600, help="seconds one run may take (default 600)")
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (-n; default 2)")
+    parser.add_argument("--support", choices=sorted(SUPPORTS),
+                        help="each broken driver restricted to this partial support (nnapi_ref.drivers.partial)")
     parser.add_argument("--json", help="write every run and the summary to this file")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     args = parser.parse_args(argv)
@@ -211,13 +218,14 @@ def main(argv=None) -> int:
         return 2
     rows = []
     for driver in drivers:
-        spec = f"nnapi_ref.drivers.broken:{driver}"
+        spec = f"nnapi_ref.drivers.partial:{args.support}__{driver}" if args.support else \
+            f"nnapi_ref.drivers.broken:{driver}"
         for order in orders:
             rows.append(run_once(spec, order, False, args.timeout, args.workers, args.pytest_args))
         if args.quick:
             rows.append(run_once(spec, None, True, args.timeout, args.workers, args.pytest_args))
     for row in rows:
-        row["driver"] = row["driver"].rsplit(":", 1)[-1]
+        row["driver"] = row["driver"].rsplit(":", 1)[-1].split("__")[-1]
     summary = summarize(rows, args.timeout)
     for order, s in summary.items():
         if order == "quick":

@@ -20,9 +20,10 @@ shown and written in MLTS's words, SUCCESS, FAILURE, HANG or CRASH (``VERDICT``)
                                    the run, may grow by ``LOAD_UNLOAD_BUDGET_MIB`` (8 MiB)
 ``memory_mapped_model``            constants of the model from ``Memory.from_fd`` (a file) and
                                    ``Memory.create_shared``, at offsets, in several compilations
-``random_graphs``                  random models from ``nnts.generators.graphs`` of the operations and types the
-                                   driver supports (probed with one-operation graphs), the in-process
-                                   reference as oracle (AOSP RandomGraphTest criteria)
+``random_graphs``                  the suite's random graphs (same generator, seeds and support:
+                                   ``nnts support``), the in-process reference as oracle (AOSP
+                                   RandomGraphTest criteria); a failure is shrunk and saved under
+                                   ``--reproducers`` with its replay command
 ``degradation_under_load``         4 client processes on one driver process (mlts/stress_load.py):
                                    FAILURE when their executions per second in all fall below half
                                    of one client's alone (alternating phases), or when the driver
@@ -76,25 +77,24 @@ from nnapi_ref.hal import HalError
 from nnapi_ref.remote.client import IncidentLog
 from nnapi_ref.runtime import Burst, Execution, Memory, MemoryDesc
 from nnapi_ref.runtime.devices import Device
-from nnapi_ref.types import OperationCode, ResultCode
+from nnapi_ref.types import ResultCode
 from nnts.formats import junit
 from nnts.formats.files import write_atomic
 from nnts.formats.results import driver_died
 from nnts.generators.builders import chain, chain_model, compute_in_mode
 from nnts.generators.families import FAMILIES
-from nnts.generators.graphs import DATA_TYPES
-from nnts.generators.random_graphs import case_size, generate
 from nnts.mlts.stress_load import client_load, degradation_under_load
 from nnts.mlts.stress_run import (DRIVER_EXIT_S, VERDICT, Client, Failure, Result, Run, Target, affine_model,
                                   check_close, compile_for, driver_pid, execute, long_model, parallel, parse_target,
                                   rss_mib, run_chain)
 from nnts.runners import resources
-from nnts.runners.differential import check, operation_summary
+from nnts.runners.differential import check, operation_summary, run_case
 from nnts.runners.drivers import load_driver
-from nnts.runners.model_runner import build_model
 from nnts.runners.settings import Settings, entry_point
+from nnts.runners.support import learn
 
 DEFAULT_DURATION_S = 3.0
+DEFAULT_REPRODUCERS = os.path.join(tempfile.gettempdir(), "nnts-reproducers")  # as the suite's
 
 THREADS = (1, 2, 4, 8)
 EXECUTIONS_PER_THREAD = 12
@@ -114,7 +114,6 @@ RESOURCE_PATHS = ("sync", "async", "fenced", "burst", "device memory")
 RESOURCE_WARMUP, RESOURCE_EXECUTIONS = 100, 2000       # executions per path, at least
 CONSTANT_ELEMENTS = 64 * 1024      # each of a loaded model's two constants: 256 KiB
 MIN_RANDOM_GRAPHS = 4
-PROBES_PER_OPERATION = 4           # one-operation graphs tried before an operation counts unsupported
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,47 +317,32 @@ def memory_mapped_model(run: Run) -> str:
             f"3 compilations of each: {checked} executions match numpy")
 
 
-def supported_subset(device: Device) -> tuple[list[OperationCode], list]:
-    """The operations of the random-graph generator, and the data types of the tensors graphs
-    start from, that ``device`` supports in at least one of ``PROBES_PER_OPERATION``
-    one-operation graphs of that operation and type: random graphs made of those only stress a
-    driver that implements a few operations and types as much as the reference."""
-    codes, types = set(), set()
-    for code in sorted(FAMILIES):
-        for type_ in DATA_TYPES:
-            for seed in range(PROBES_PER_OPERATION):
-                graph = generate(seed, 1, operations=[code], types=[type_])
-                if graph.operations and all(build_model(graph.to_test("probe").model)
-                                            .get_supported_operations_for_devices([device])):
-                    codes.add(code)
-                    types.add(type_)
-                    break
-    return sorted(codes), sorted(types)
-
-
 def random_graphs(run: Run) -> str:
-    device = [Device(run.device())]
-    reference = [Device(ReferenceDevice())]
-    codes, types = supported_subset(device[0])
-    if not codes:
+    """The suite's random graphs (``cts/test_random_graph.py``): the same generator, seeds and
+    support (:mod:`nnts.runners.support`, asked of the driver and cached by its identity), so
+    seed S here is the suite's seed S; a failure is shrunk and saved with its replay command."""
+    driver = run.device()
+    device, reference = [Device(driver)], [Device(ReferenceDevice())]
+    support = learn([driver], cache_dir=run.settings.cache_dir)
+    if not support.operations():
         raise Failure(f"the driver supports none of the {len(FAMILIES)} operations of the random-graph "
-                      "generator (probed with one-operation graphs)")
+                      "generator (probed with one-operation models: nnts support)")
     counts = {"pass": 0, "skip": 0}
     operations = 0
     seed = 0
     end = time.monotonic() + run.duration
     while time.monotonic() < end or seed < MIN_RANDOM_GRAPHS:
-        graph = generate(seed, case_size(seed), operations=codes, types=types)
-        outcome = check(graph, device, reference)
-        if outcome.status == "fail":
-            raise Failure(f"random graph seed {seed}, {operation_summary(graph)}: {outcome.message}")
-        counts[outcome.status] += 1
-        operations += len(graph.operations) if outcome.status == "pass" else 0
+        result = run_case(seed, device, reference, support.level, run.reproducers,
+                          run.target.serve or run.target.remote, support=support)
+        if result.status == "fail":
+            raise Failure(result.message)
+        counts[result.status] += 1
+        operations += len(result.graph.operations) if result.status == "pass" else 0
         seed += 1
     run.metrics.update(graphs=seed, passed=counts["pass"], skipped=counts["skip"], operations=operations,
-                       supported_operations=len(codes), supported_types=len(types))
-    return (f"{seed} random graphs (seeds 0-{seed - 1}) of the {len(codes)} of {len(FAMILIES)} generator "
-            f"operations and {len(types)} of {len(DATA_TYPES)} types the driver supports: {counts['pass']} compiled, executed and matched the reference "
+                       supported_operations=len(support.operations()), supported_types=len(support.types()))
+    return (f"{seed} random graphs (seeds 0-{seed - 1}, the suite's) drawn from the driver's support "
+            f"({support.summary()}): {counts['pass']} compiled, executed and matched the reference "
             f"({operations} operations), {counts['skip']} skipped as unsupported")
 
 
@@ -465,10 +449,10 @@ TESTS: dict[str, Callable[[Run], str]] = {f.__name__: f for f in (
 # ---------------------------------------------------------------------------------------------
 
 def run_test(name: str, target: Target, duration: float, call_timeout: float | None,
-             settings: Settings = Settings()) -> Result:
+             settings: Settings = Settings(), reproducers: str | None = None) -> Result:
     """One test, every way it can end turned into a verdict: a crash or hang seen anywhere (the
     test's remote driver connections, the socket server, the client processes) decides it."""
-    run = Run(target, duration, call_timeout, settings)
+    run = Run(target, duration, call_timeout, settings, reproducers or DEFAULT_REPRODUCERS)
     start = time.monotonic()
     status = "passed"
     try:
@@ -488,13 +472,14 @@ def run_test(name: str, target: Target, duration: float, call_timeout: float | N
     found = run.incidents + run.driver_incidents.since()
     if found:
         status = driver_died(found)
-        message = found[0].message + (f" (and {len(found) - 1} more)" if len(found) > 1 else "")
+        message = found[0].message + (f" (and {len(found) - 1} more)" if len(found) > 1 else "") + (
+            f"\n{message}" if "\nreproducer: " in message else "")  # a random graph's, shrunk, with its replay
     return Result(name, status, message, round(time.monotonic() - start, 2), run.metrics)
 
 
 def run_tests(driver: str, names: list[str] | None = None, duration: float = DEFAULT_DURATION_S,
               call_timeout: float | None = None, progress: Callable | None = None,
-              settings: Settings = Settings()) -> list[Result]:
+              settings: Settings = Settings(), reproducers: str | None = None) -> list[Result]:
     """The tests ``names`` (default: all) against ``driver``; ``progress(i, total, name, result)``
     is called before each test (result None) and after it."""
     target = parse_target(driver)
@@ -506,7 +491,7 @@ def run_tests(driver: str, names: list[str] | None = None, duration: float = DEF
     for i, name in enumerate(names):
         if progress:
             progress(i, len(names), name, None)
-        results.append(run_test(name, target, duration, call_timeout, settings))
+        results.append(run_test(name, target, duration, call_timeout, settings, reproducers))
         if progress:
             progress(i, len(names), name, results[-1])
     return results
@@ -541,11 +526,13 @@ def console_progress(stream=None) -> Callable:
 
 
 def main(driver: str, tests: str | None, duration: float | None, call_timeout: float | None,
-         json_path: str | None, junit_path: str | None, settings: Settings = Settings()) -> int:
+         json_path: str | None, junit_path: str | None, settings: Settings = Settings(),
+         reproducers: str | None = None) -> int:
     """``nnts stress``: run, report, write the files; 0 only when every test ends SUCCESS."""
     start = time.monotonic()
     names = [n.strip() for n in tests.split(",") if n.strip()] if tests else None
-    results = run_tests(driver, names, duration or DEFAULT_DURATION_S, call_timeout, console_progress(), settings)
+    results = run_tests(driver, names, duration or DEFAULT_DURATION_S, call_timeout, console_progress(), settings,
+                        reproducers)
     if json_path:
         write_json(json_path, results)
     if junit_path:

@@ -280,8 +280,10 @@ class Run:
     end; its metrics; the crashes and hangs seen outside this process, and those its driver
     connections recorded (``driver_incidents``)."""
 
-    def __init__(self, target: Target, duration: float, call_timeout: float | None, settings: Settings = Settings()):
+    def __init__(self, target: Target, duration: float, call_timeout: float | None, settings: Settings = Settings(),
+                 reproducers: str = ""):
         self.target = target
+        self.reproducers = reproducers or self.folder()  # where a failing random graph is saved
         self.duration = duration
         self.call_timeout = call_timeout
         self.settings = dataclasses.replace(settings, call_timeout_s=call_timeout) if call_timeout else settings

@@ -49,6 +49,9 @@ class TestModel:
     multinomial_tolerance: float = 0.0
     source: str = ""
     output_dims: list[tuple[int, ...]] = field(default_factory=list)  # expected shapes (0 = zero-sized)
+    # The random tests' accuracy criteria (``accuracy_criteria``): per output type name, atol, rtol,
+    # bias and mse; None: NNAPI's per-element tolerance (nnapi_ref.tolerance)
+    criteria: dict[str, dict[str, float]] | None = None
 
     @property
     def is_relaxed(self) -> bool:
@@ -247,9 +250,30 @@ def test_from_json(d: dict, source: str = "") -> TestModel:
                          expected=expected, ignored=ignored, min_feature_level=level,
                          expect_failure=bool(d.get("expect_failure", False)),
                          multinomial_tolerance=float(d.get("expected_multinomial_distribution_tolerance", 0.0)),
-                         source=source, output_dims=output_dims)
+                         source=source, output_dims=output_dims, criteria=_criteria_from_json(d.get("accuracy_criteria")))
     except MALFORMED as e:
         raise FormatError(f"{name}: malformed test ({type(e).__name__}: {e})") from None
+
+
+CRITERIA_FIELDS = ("atol", "rtol", "bias", "mse")
+
+
+def _criteria_from_json(value) -> dict | None:
+    """``accuracy_criteria``: {operand type name: {"atol", "rtol", "bias", "mse"}} (numbers;
+    missing: 0 for rtol, unbounded for bias and mse), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError(f"accuracy_criteria is a {type(value).__name__}, not an object")
+    criteria = {}
+    for name, c in value.items():
+        if name not in OperandCode.__members__ or not isinstance(c, dict) or "atol" not in c:
+            raise ValueError(f"accuracy_criteria {name!r}: an operand type with at least atol")
+        numbers = {k: float(c[k]) for k in CRITERIA_FIELDS if k in c}
+        if any(not (v >= 0) for v in numbers.values()):  # NaN too
+            raise ValueError(f"accuracy_criteria {name!r}: negative or NaN")
+        criteria[name] = numbers
+    return criteria
 
 
 def check_format(value, path) -> None:
@@ -387,7 +411,7 @@ def test_to_json(t: TestModel) -> dict:
     names = {e.prefix: e.name for e in t.model.extension_name_to_prefix}
     return {"name": t.name, "min_feature_level": t.min_feature_level, "expect_failure": t.expect_failure,
             "is_relaxed": t.is_relaxed, "expected_multinomial_distribution_tolerance": t.multinomial_tolerance,
-            **_extensions_to_json(t.model),
+            **_extensions_to_json(t.model), **({"accuracy_criteria": t.criteria} if t.criteria else {}),
             "main": subgraph_to_json(t.model.main, t.inputs, t.expected, t.ignored, names),
             "referenced": [subgraph_to_json(sg, names=names) for sg in t.model.referenced]}
 

@@ -70,6 +70,9 @@ def pytest_addoption(parser):
     group.addoption("--random-graphs", type=int, default=200,
                     help="number of random-graph cases (the test_random_graph tests)")
     group.addoption("--random-seed", type=int, default=0, help="seed of the first random-graph case")
+    group.addoption("--random-partitioned", type=int, default=50,
+                    help="number of random graphs across devices, the driver's part and CPU fallback "
+                         "(cts/test_random_partitioned.py; partial drivers only)")
     group.addoption("--random-ops", type=int, default=200,
                     help="number of single-operation random cases (the test_random_operation tests)")
     group.addoption("--isolate", action="store_true",
@@ -126,6 +129,7 @@ def pytest_configure(config):
         raise pytest.UsageError(f"nnts: {e}") from None
     if not hasattr(config, "workerinput"):
         config.nnts_drivers = _checked_drivers(config)
+    config.nnts_support = functools.cache(functools.partial(_support, config))
     config.pluginmanager.register(ordering.OrderPlugin(), "nnts-order")
 
 
@@ -299,12 +303,29 @@ def driver_spec(pytestconfig) -> str:
 
 
 @pytest.fixture(scope="session")
-def drivers(driver_spec, pytestconfig):
+def drivers(pytestconfig):
     """The HAL drivers under test, loaded once per (worker) process."""
-    from nnts.runners.drivers import load_drivers
-    return getattr(pytestconfig, "nnts_drivers", None) or load_drivers(
-        driver_spec, isolate=pytestconfig.getoption("isolate"), settings=pytestconfig.nnts_settings,
-        incidents=_incident_log(pytestconfig))
+    return _drivers(pytestconfig)
+
+
+def _drivers(config):
+    if getattr(config, "nnts_drivers", None) is None:
+        from nnts.runners.drivers import load_drivers
+        config.nnts_drivers = load_drivers(config.getoption("driver"), isolate=config.getoption("isolate"),
+                                           settings=config.nnts_settings, incidents=_incident_log(config))
+    return config.nnts_drivers
+
+
+def _support(config):
+    """What the drivers under test support (:mod:`nnts.runners.support`), at their feature level
+    or ``--feature-level``: asked when random cases are first collected or run, once per run
+    (the xdist workers share it through the user's cache, computed under a lock)."""
+    from nnts.runners.support import learn
+    drivers = _drivers(config)
+    level = min(int(d.get_feature_level()) for d in drivers)
+    if config.getoption("feature_level") is not None:
+        level = min(level, config.getoption("feature_level"))
+    return learn(drivers, level, config.nnts_settings.cache_dir)
 
 
 def _incident_log(config):
@@ -436,6 +457,8 @@ def _describe_run_once(item, report):
     _run_described = True
     from nnts.reports.results import corpus_facts, driver_facts
     facts = {"drivers": driver_facts(item.funcargs["drivers"]), "corpora": corpus_facts(item.config)}
+    if item.config.nnts_support.cache_info().currsize:  # learned in this process: the report's support facts
+        facts["support"] = item.config.nnts_support().table()
     report.user_properties = [*report.user_properties, ("nnts_run", json.dumps(facts))]  # this report's only
 
 
@@ -515,7 +538,7 @@ class ConformanceResults:
     def __init__(self):
         self.started = datetime.datetime.now()
         self.tests: list[dict] = []
-        self.run_facts: dict = {"drivers": [], "corpora": []}
+        self.run_facts: dict = {"drivers": [], "corpora": [], "support": []}
 
     def pytest_runtest_logreport(self, report):
         from nnts.reports.results import records_of_report, unique_facts
@@ -524,6 +547,7 @@ class ConformanceResults:
             facts = json.loads(props["nnts_run"])
             for key in ("drivers", "corpora"):
                 self.run_facts[key] = unique_facts(key, self.run_facts[key] + facts[key])
+            self.run_facts["support"] = self.run_facts["support"] or facts.get("support", [])
         self.tests += records_of_report(report, props)
 
 

@@ -71,6 +71,21 @@ def picture(test: dict, folders=(), draw: bool = False) -> str | None:
     return "data:image/svg+xml;base64," + base64.b64encode(svg).decode("ascii")
 
 
+def _grouped(support: list[dict], skipped: dict) -> list[dict]:
+    """The unsupported rows of the support facts, one per operation and reason (its data types
+    together, from the lowest level), with the tests ``skipped`` for them ({op: {dtype: n}})."""
+    groups: dict = {}
+    for r in support:
+        if r["status"] == "unsupported":
+            g = groups.setdefault((r["operation"], r["reason"]), {"operation": r["operation"], "reason": r["reason"],
+                                                                   "data_types": [], "level": r["level"]})
+            g["data_types"].append(r["data_type"])
+            g["level"] = min(g["level"], r["level"])
+    for g in groups.values():
+        g["tests"] = sum(skipped.get(g["operation"], {}).get(t, 0) for t in g["data_types"])
+    return sorted(groups.values(), key=lambda g: (g["operation"], g["reason"]))
+
+
 def render(data: dict, others: list[dict] = (), folders=(), draw: bool = False) -> str:
     """The page of a schema-2 results dict (results.to_json); ``others``: the driver's other
     results (reports/driver_page.py), summarized at the top and detailed at the end; pictures
@@ -90,12 +105,14 @@ def render(data: dict, others: list[dict] = (), folders=(), draw: bool = False) 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
     env.filters["cell_class"] = cell_class
+    support = data.get("meta", {}).get("support") or []
+    why = {(r["operation"], r["data_type"]): r["reason"] for r in support if r["status"] == "unsupported"}
     return env.get_template("conformance.html.j2").render(
         d=data, meta=data.get("meta", {}), headline=results.headline, others=list(others),
         statuses=[s for s in STATUSES if data["totals"].get(s) or s in ("passed", "failed")],  # columns that occur
         labels=STATUS_LABELS, failing=FAILING, dtypes=dtypes,
         abbrev=lambda d: DTYPE_ABBREVIATIONS.get(d, d.replace("TENSOR_", "")), cell_class=cell_class, anchor=anchor,
-        picture=lambda t: picture(t, folders, draw),
+        picture=lambda t: picture(t, folders, draw), why=why, not_supported=_grouped(support, data.get("unsupported", {})),
         cells=dict(sorted(in_matrix.items())), failure_groups=dict(sorted(groups.items())),
         pytest_line=", ".join(f"{n} {k}" for k, n in data["pytest"].items() if n))
 
@@ -104,6 +121,8 @@ def write_reports(config, gathered) -> list[str]:
     """Every ``--report`` path of a pytest run: JSON for .json, else HTML; returns the lines to print."""
     lines = []
     meta = results.run_meta(config, gathered.started, gathered.run_facts["drivers"], gathered.run_facts["corpora"])
+    if gathered.run_facts.get("support"):
+        meta["support"] = gathered.run_facts["support"]
     comparison = None
     if config.getoption("baseline"):
         try:

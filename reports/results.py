@@ -70,6 +70,7 @@ MODULE_PARTS = {
     ("cts", "test_sequences"): "execution sequences",
     ("cts", "test_random_graph"): "random graphs",
     ("cts", "test_random_operation"): "random single operations",
+    ("cts", "test_random_partitioned"): "random graphs across devices",
     ("vts", "test_generated"): "VTS generated",
     ("vts", "test_basic"): "VTS capabilities",
     ("vts", "test_validate_model"): "VTS model and request validation",

@@ -13,6 +13,10 @@ itself (``tests/test_broken_drivers.py``). Load one with ``--driver nnapi_ref.dr
                           instead of to nearest: 1 LSB low wherever the fraction is >= 1/2.
                           Within the +-1 quant8 tolerance on its own; caught only where a
                           later operation amplifies it (a requantization to a finer scale)
+``add_quant8_truncating`` ADD with a TENSOR_QUANT8_ASYMM output requantizes by truncation
+                          (rounding down) instead of to nearest: every output at most one step
+                          low, about half of them; within the per-element tolerance, caught by
+                          the random tests' bias and MSE where later operations amplify it
 ``float16_arithmetic``    every TENSOR_FLOAT32 operation computes in float16 (inputs and
                           outputs rounded to float16), relaxed model or not
 ``wrong_output_shape``    CONV_2D: reports its model outputs' shapes with the dimensions of
@@ -219,6 +223,33 @@ class OffByOneRounding(BrokenDevice):
             correct = np.asarray(outputs[0], np.int32)
             wrong = np.clip(truncated, correct - 1, correct).astype(outputs[0].dtype)
             return [wrong] + list(outputs[1:])
+        return _WrappedOperation(impl, fault)
+
+
+# -- add_quant8_truncating ----------------------------------------------------------------------
+
+class AddQuant8Truncating(BrokenDevice):
+    """ADD (TENSOR_QUANT8_ASYMM): the sum is requantized by truncation instead of to nearest, from
+    the exact sum (the float32 ADD of the dequantized inputs, with the same fused activation),
+    kept within one step below the correct result (so only the rounding is wrong)."""
+
+    FAULT = "add_quant8_truncating"
+
+    def operation_fault(self, code, impl):
+        if code != OperationCode.ADD:
+            return impl
+
+        def fault(call: Call, outputs):
+            out = call.outs[0]
+            if out.type != T.TENSOR_QUANT8_ASYMM:
+                return outputs
+            reals = [Arg(T.TENSOR_FLOAT32, a.shape, value=a.dequantize().astype(np.float32)) for a in call.ins[:2]]
+            float_call = Call(reals + list(call.ins[2:]), [Arg(T.TENSOR_FLOAT32, out.shape)], call.relaxed,
+                              call.runner)
+            exact = np.asarray(impl.execute(float_call)[0], np.float64)
+            truncated = np.floor(exact / out.scale + 1e-9) + out.zero_point
+            correct = np.asarray(outputs[0], np.int32)
+            return [np.clip(truncated, correct - 1, correct).astype(outputs[0].dtype)] + list(outputs[1:])
         return _WrappedOperation(impl, fault)
 
 
@@ -615,6 +646,7 @@ class ProposalsClipLastPixel(BrokenDevice):
 wrong_add_quant8_by_one = WrongAddQuant8ByOne
 wrong_add_quant8_sparse = WrongAddQuant8Sparse
 off_by_one_rounding = OffByOneRounding
+add_quant8_truncating = AddQuant8Truncating
 float16_arithmetic = Float16Arithmetic
 wrong_output_shape = WrongOutputShape
 accepts_invalid_model = AcceptsInvalidModel
@@ -1081,4 +1113,4 @@ ALL = {cls.FAULT: cls for cls in (WrongAddQuant8, WrongAddQuant8ByOne, WrongAddQ
                                   ProposalsClipLastPixel, HardwareBufferOffset, HardwareBufferUnchecked,
                                   WritesPastOutput, FlushesConstantMemory, DeviceMemoryPerModel, ReplaysFirstPath,
                                   TimingInMicroseconds, OneProgramSlot, CachesByGraph, LeaksFenceFd,
-                                  Float16Accumulator, ExtensionColumnMajor)}
+                                  Float16Accumulator, ExtensionColumnMajor, AddQuant8Truncating)}

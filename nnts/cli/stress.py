@@ -16,6 +16,8 @@ def register(sub) -> None:
                         "degradation (default 3)")
     p.add_argument("--json", help="write the results as JSON to this file")
     p.add_argument("--junitxml", dest="junit", help="write the results as JUnit XML to this file")
+    p.add_argument("--reproducers", help="where a failing random graph is saved, shrunk, with its replay command "
+                                         "(default: nnts-reproducers in the temporary folder)")
     add_trace_option(p)
     p.set_defaults(func=run, check_args=check)
 
@@ -25,4 +27,5 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    return stress.main(args.driver, args.tests, args.duration, args.call_timeout, args.json, args.junit, args.settings)
+    return stress.main(args.driver, args.tests, args.duration, args.call_timeout, args.json, args.junit, args.settings,
+                       args.reproducers)

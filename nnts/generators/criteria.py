@@ -60,7 +60,7 @@ def compare_output(expected: np.ndarray, actual: np.ndarray, type_: T, criterion
         excess = np.where(compared, np.where(np.isfinite(diff), np.abs(diff) - tolerance, np.inf), -np.inf)
     if np.any(excess > 0):
         worst = np.unravel_index(int(np.argmax(excess)), e.shape)
-        return (f"{what}: {int(np.count_nonzero(excess > 0))} of {e.size} elements beyond {criterion.atol:g} + "
+        return (f"{what}: atol/rtol: {int(np.count_nonzero(excess > 0))} of {e.size} elements beyond {criterion.atol:g} + "
                 f"{criterion.rtol:g}*|expected|; worst at {list(map(int, worst))}: expected {e[worst]:.6g}, "
                 f"got {a[worst]:.6g}")
     n = int(np.count_nonzero(compared))
@@ -69,8 +69,17 @@ def compare_output(expected: np.ndarray, actual: np.ndarray, type_: T, criterion
     if type_ in SKIP_ABOVE:
         diff = diff / np.maximum(1.0, np.abs(np.where(compared, e, 0.0)))
     bias, mse = float(np.sum(diff) / n), float(np.sum(diff * diff) / n)
+    unit = " steps" if type_ in QUANTIZED else " (relative)" if type_ in SKIP_ABOVE else ""
+    squared = " steps²" if type_ in QUANTIZED else " (relative)" if type_ in SKIP_ABOVE else ""
     if abs(bias) > criterion.bias:
-        return f"{what}: bias {bias:.4g} beyond {criterion.bias:g} over {n} elements"
+        return f"{what}: bias: mean error {bias:.4g}{unit} beyond {criterion.bias:g} over {n} elements"
     if mse > criterion.mse:
-        return f"{what}: mean squared error {mse:.4g} beyond {criterion.mse:g} over {n} elements"
+        return f"{what}: mse: mean squared error {mse:.4g}{squared} beyond {criterion.mse:g} over {n} elements"
     return None
+
+
+def criteria_json(table: dict) -> dict:
+    """A criteria table as a test-vector file records it (``accuracy_criteria``, read by
+    ``nnts vectors run``: the replay judges as the random test did)."""
+    return {T(t).name: {"atol": c.atol, "rtol": c.rtol, **({"bias": c.bias} if math.isfinite(c.bias) else {}),
+                        **({"mse": c.mse} if math.isfinite(c.mse) else {})} for t, c in table.items()}

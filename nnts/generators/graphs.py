@@ -13,6 +13,7 @@ operation by a model input holding its output.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -151,6 +152,9 @@ class Builder:
     level: int = MAX_LEVEL
     max_dim: int = 6
     wide: bool = False  # start tensors of up to WIDE_DIM per dimension (see start_shape)
+    # allows(code, input types, output types): whether the driver the graph is for supports that
+    # signature (None: every signature); a refused one is undone like an invalid operation
+    allows: Callable | None = None
     operands: list[hal.Operand] = field(default_factory=list)
     operations: list[hal.Operation] = field(default_factory=list)
     inputs: list[int] = field(default_factory=list)
@@ -288,6 +292,9 @@ class Builder:
         sig = impl.match([self.operands[k].type for k in inputs], [o.type for o in outputs])
         if sig is None or sig.level > self.level:
             raise Reject(f"{code.name}: no signature at level {self.level}")
+        if self.allows is not None and not self.allows(code, tuple(self.operands[k].type for k in inputs),
+                                                       tuple(o.type for o in outputs)):
+            raise Reject(f"{code.name}: not supported by the driver")
         free = [o.type in QUANT8 and o.scale is None for o in outputs]
         for i in range(len(outputs)):
             if free[i]:
@@ -380,14 +387,15 @@ def check_result(out: Out, result: np.ndarray, free: bool) -> None:
 
 def generate_from(families: dict, single_families: dict, seed: int, num_operations: int = 10, types=None,
                   operations=None, level: int = MAX_LEVEL, max_dim: int = 6, relaxed: bool | None = None,
-                  wide: bool = False) -> Graph:
+                  wide: bool = False, allows: Callable | None = None) -> Graph:
     """A random connected model of up to ``num_operations`` operations (fewer only when no
     operation fits after many tries), deterministic in its arguments. ``operations`` limits the
     operation codes (default: every family in ``families``; ``single_families`` are drawn only by
     name), ``types`` the data types of
     the tensors operations start from (default :data:`DATA_TYPES`), ``level`` the feature level
     of the signatures used; ``wide`` draws the tensors operations start from with dimensions up to
-    WIDE_DIM (within WIDE_ELEMENTS elements).
+    WIDE_DIM (within WIDE_ELEMENTS elements); ``allows(code, input types, output types)``, where
+    given, limits the signatures to those a driver supports (a partial driver's random cases).
 
     Only ``num_operations`` stops the loop, so the graph for n - 1 operations is the graph for n
     without its last operation: shrinking the size shrinks the graph."""
@@ -395,7 +403,7 @@ def generate_from(families: dict, single_families: dict, seed: int, num_operatio
     if operations is not None:
         families = {**families, **single_families}
     rng = np.random.default_rng(seed)
-    b = Builder(rng, level, max_dim, wide)
+    b = Builder(rng, level, max_dim, wide, allows)
     types = [T(t) for t in (types or DATA_TYPES)]
     codes = [c for c in codes if c in families]
     for _ in range(num_operations * 25):

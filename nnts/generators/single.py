@@ -56,9 +56,14 @@ TIERS = {"strict": STRICT, "medium": MEDIUM, "relaxed": RELAXED, "conv": CONV}  
 WIDE_EVERY = 4  # one case in WIDE_EVERY draws wide dimensions
 
 
-def operations() -> list[Op]:
-    """The random-graph generator's operations and those drawn only singly (SINGLE_FAMILIES)."""
-    return sorted(FAMILIES.keys() | SINGLE_FAMILIES.keys())
+def operations(support=None) -> list[Op]:
+    """The random-graph generator's operations and those drawn only singly (SINGLE_FAMILIES);
+    given a partial driver's ``support`` (:class:`nnts.runners.support.Support`), those it supports."""
+    codes = sorted(FAMILIES.keys() | SINGLE_FAMILIES.keys())
+    if support is None or support.complete:
+        return codes
+    supported = set(support.operations())
+    return [c for c in codes if c in supported] or codes
 
 
 def tier(code: Op, level: int) -> dict:
@@ -88,29 +93,31 @@ def criteria_for(code: Op, graph) -> dict:
     return {**table, F32: Criterion(f16.atol, f16.rtol, max(f16.bias, RELAXED_FLOAT32_BIAS), mse)}
 
 
-def case_operation(seed: int) -> Op:
+def case_operation(seed: int, support=None) -> Op:
     """Case ``seed`` tests operation ``seed`` modulo the number of operations (so N cases give
-    each operation N / count of them)."""
-    ops = operations()
+    each operation N / count of them), of the operations ``support`` allows."""
+    ops = operations(support)
     return ops[seed % len(ops)]
 
 
-def is_wide(seed: int) -> bool:
-    return (seed // len(operations())) % WIDE_EVERY == WIDE_EVERY - 1
+def is_wide(seed: int, support=None) -> bool:
+    return (seed // len(operations(support))) % WIDE_EVERY == WIDE_EVERY - 1
 
 
 ATTEMPTS = 8  # random starts per case before it is skipped (an operation with a narrow domain: LOG, SPACE_TO_DEPTH
 # find no start in one attempt about one time in five; 8 attempts leave about 1 in 400,000 skipped)
 
 
-def generate_case(seed: int, level: int):
+def generate_case(seed: int, level: int, support=None):
     """The one-operation graph of case ``seed``: from seed ``seed``, else (no operation fitted
     the tensors drawn) from seeds ``seed + k * 10**9``, in the small range after a wide draw.
-    Empty when none fits (no form at the level)."""
-    code = case_operation(seed)
+    Empty when none fits (no form at the level). ``support``: a partial driver's, whose types
+    and signatures the case keeps to."""
+    code = case_operation(seed, support)
+    options = {"operations": [code]} if support is None else {"operations": [code], **support.options(code)}
     for attempt in range(ATTEMPTS):
-        graph = generate(seed + attempt * 10**9, 1, operations=[code], level=level,
-                         wide=is_wide(seed) and attempt == 0)
+        graph = generate(seed + attempt * 10**9, 1, level=level, wide=is_wide(seed, support) and attempt == 0,
+                         **options)
         if graph.operations:
             break
     return graph

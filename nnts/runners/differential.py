@@ -42,9 +42,9 @@ import numpy as np
 from nnapi_ref import ops, vectors
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime import Compilation, Device
-from nnapi_ref.types import OperandCode as T
+from nnapi_ref.types import OperandCode as T, type_name
 from nnts.generators import single
-from nnts.generators.criteria import compare_output, criteria_for
+from nnts.generators.criteria import compare_output, criteria_for, criteria_json
 from nnts.generators.graphs import I32, Graph, dimension_cuts, with_dimension_cut, without_operation, without_output
 from nnts.generators.random_graphs import case_size, generate
 from nnts.runners.graph import picture_beside
@@ -100,10 +100,26 @@ class Outcome:
     mismatched: list[int] = field(default_factory=list)  # positions of the outputs that differ
 
 
+def run_across(devices: Sequence[Device], test: vectors.TestModel) -> tuple[list[np.ndarray] | None, str]:
+    """The outputs of ``test`` compiled for the runtime's devices with CPU fallback (the driver's
+    part on ``devices``, the rest on the CPU), and the plan's steps; None for the outputs when no
+    step stayed on ``devices`` (the driver's part fell back to the CPU)."""
+    compilation = Compilation(build_model(test.model))
+    compilation.finish()
+    names = {d.name for d in devices}
+    steps = ", ".join(f"{s.device.name} ({len(s.operations)} operations)" for s in compilation.plan.steps)
+    if not any(s.device.name in names for s in compilation.plan.steps):
+        return None, steps
+    outputs, dims = execute(compilation, test)
+    return [o[:int(np.prod(d, dtype=np.int64))].reshape(d) for o, d in zip(outputs, dims)], steps
+
+
 def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device],
-          criteria: dict | None = None) -> Outcome:
+          criteria: dict | None = None, across: bool = False) -> Outcome:
     """Run ``graph`` on ``devices`` and on ``reference``; compare the outputs (by output type,
-    with ``criteria``, the graph criteria by default)."""
+    with ``criteria``, the graph criteria by default). ``across``: the graph mixes operations
+    the driver supports and operations it does not, and runs partitioned (the driver's part on
+    it, the rest on the CPU: :func:`run_across`); a graph that does not mix is a skip."""
     test = graph.to_test(f"random_graph_{graph.seed}")
     level = graph.min_level()
     if all(d.feature_level < level for d in devices):
@@ -117,10 +133,19 @@ def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device],
                        failure=error_failure(f"{what}: {e}", reference=True))
     try:
         supported = build_model(test.model).get_supported_operations_for_devices(list(devices))
-        if not all(supported):
+        if across:
+            if all(supported) or not any(supported):
+                return Outcome("skip", "not across devices: the driver supports " +
+                               ("all" if all(supported) else "none") + " of its operations", expected)
+            actual, steps = run_across(devices, test)
+            if actual is None:
+                return Outcome("fail", f"the driver's part ran on the CPU (plan: {steps}): it failed to prepare it",
+                               expected, failure=Failure("fallback", "", "the driver's part fell back"))
+        elif not all(supported):
             names = sorted({graph.operation_names[j] for j, ok in enumerate(supported) if not ok})
             return Outcome("skip", f"unsupported: {', '.join(names)}", expected)
-        actual = run(devices, test)
+        else:
+            actual = run(devices, test)
     except NnapiError as e:
         return Outcome("fail", f"{e.code.name}: {e}", expected, failure=error_failure(f"{e.code.name}: {e}"))
     table = criteria or criteria_for(graph)
@@ -168,7 +193,7 @@ def shrink(graph: Graph, fails: Callable[[Graph], bool]) -> Graph:
 
 
 def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: str,
-                    failures: dict | None = None) -> tuple[Path, str]:
+                    failures: dict | None = None, support=None, criteria: dict | None = None) -> tuple[Path, str]:
     """The failing graph as a one-test vector file: the reference's outputs as the expected
     values, the driver's beside them (``driver_outputs``, which the loader ignores), the
     ``failures`` record (the original failure and the shrunk one, and the class explaining
@@ -180,11 +205,17 @@ def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: 
     name = f"{kind}_{graph.seed}_" + "_".join(n.lower() for n in graph.operation_names)
     path = folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:150] + ".json")
     replay = f"nnts vectors run {shlex.quote(str(path))} --driver {shlex.quote(driver)}" + (" --dynamic" if graph.has_unknown_outputs() else "")
-    test = vectors.test_to_json(graph.to_test(name, outcome.expected or None, known_outputs=True))
+    model = graph.to_test(name, outcome.expected or None, known_outputs=True)
+    model.criteria = criteria_json(criteria or criteria_for(graph))  # the replay judges as the random test did
+    test = vectors.test_to_json(model)
     test["driver_outputs"] = {"driver": driver, "outputs": [vectors.encode_data(a) for a in outcome.actual]}
     test["replay"] = replay
     if failures is not None:
         test["failure"] = failures
+    if support is not None:  # what the case was drawn from: the same support and seed draw it again
+        test["drawn_under"] = {"support": support.summary(), "level": support.level, "drivers": support.drivers,
+                               "operations": [c.name for c in support.operations()],
+                               "types": [type_name(t) for t in support.types()]}
     doc = {"format": vectors.FORMAT, "source": f"nnts random graph, seed {graph.seed}", "license": vectors.LICENSE,
            "tests": [test]}
     vectors.write_text_atomic(path, json.dumps(doc))
@@ -210,32 +241,38 @@ class CaseResult:
 
 def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], level: int,
              folder: str | Path, driver: str, graph: Graph | None = None, criteria: dict | None = None,
-             **options) -> CaseResult:
+             support=None, across: bool = False, **options) -> CaseResult:
     """Random-graph case ``seed``: generate (unless given ``graph``), compare (with ``criteria``,
     the graph criteria by default); on a failure, the documented class of the driver explaining
     it (:func:`nnts.runners.known_classes.explain`), then shrink, keeping only steps that fail the same way
     (:func:`same_failure`) and are explained by the same class (or by none, as the original), and
     save the smallest such model. A failure of the reference itself is a reference bug, named as
-    such. ``options`` go to :func:`nnts.generators.random_graphs.generate`."""
-    if graph is None:
-        graph = generate(seed, options.pop("num_operations", case_size(seed)), level=level, **options)
-    outcome = check(graph, devices, reference, criteria)
+    such. ``support`` (:class:`nnts.runners.support.Support`): the driver's, what a partial
+    driver's case is drawn from; ``across``: a graph across devices (:func:`check`), drawn from
+    the support and as many operations it does not support (:meth:`Support.across_graph`).
+    ``options`` go to :func:`nnts.generators.random_graphs.generate`."""
+    if graph is None and across:
+        graph = support.across_graph(seed, case_size(seed))
+    elif graph is None:
+        drawn = {} if support is None else support.options()
+        graph = generate(seed, options.pop("num_operations", case_size(seed)), level=level, **{**drawn, **options})
+    outcome = check(graph, devices, reference, criteria, across)
     if outcome.status != "fail":
         return CaseResult(outcome.status, outcome.message, graph)
     explained = None if outcome.reference_failed else explain(graph, outcome, driver)
 
     def fails(g: Graph) -> bool:
-        smaller = check(g, devices, reference, criteria)
+        smaller = check(g, devices, reference, criteria, across)
         return (smaller.status == "fail" and same_failure(outcome.failure, smaller.failure)
                 and (outcome.reference_failed or explain(g, smaller, driver) == explained))
 
     shrunk = shrink(graph, fails)
-    final = check(shrunk, devices, reference, criteria)
+    final = check(shrunk, devices, reference, criteria, across)
     if not (final.status == "fail" and same_failure(outcome.failure, final.failure)):
         shrunk, final = graph, outcome  # a driver that fails one way, then another: keep what was found
     record = {"original": str(outcome.failure), "shrunk": str(final.failure),
               "class": explained or "not explained by a documented class"}
-    path, replay = save_reproducer(shrunk, final, folder, driver, record)
+    path, replay = save_reproducer(shrunk, final, folder, driver, record, support, criteria)
     verdict = f"explained by {explained}" if explained else (
         "not explained by a documented class" if classes_for(driver) and not outcome.reference_failed else "")
     message = (("REFERENCE BUG: " if outcome.reference_failed else "") +
@@ -257,16 +294,17 @@ def same_failure(original: Failure | None, smaller: Failure | None) -> bool:
 
 
 def run_single(seed: int, devices: Sequence[Device], reference: Sequence[Device], level: int,
-               folder: str | Path, driver: str) -> CaseResult:
-    """Single-operation case ``seed``: generate, compare with the operation's tier; on a failure
-    shrink (dimension cuts) and save the smallest failing model."""
-    code = single.case_operation(seed)
-    graph = single.generate_case(seed, level)
+               folder: str | Path, driver: str, support=None) -> CaseResult:
+    """Single-operation case ``seed`` (of the operations ``support`` allows): generate, compare
+    with the operation's tier; on a failure shrink (dimension cuts) and save the smallest failing
+    model."""
+    code = single.case_operation(seed, support)
+    graph = single.generate_case(seed, level, support)
     if not graph.operations:
         return CaseResult("skip", f"{code.name}: no valid operation drawn at feature level {int(level)} in "
                                   f"{single.ATTEMPTS} attempts", graph)
     table = single.criteria_for(code, graph)
-    result = run_case(seed, devices, reference, level, folder, driver, graph=graph, criteria=table)
+    result = run_case(seed, devices, reference, level, folder, driver, graph=graph, criteria=table, support=support)
     if result.status == "fail":
         size = math.prod(graph.values[graph.inputs[0]].shape) if graph.inputs else 0
         result.message = (f"{code.name} ({ops.get(code).accuracy_at(graph.min_level())} criteria"
