@@ -49,7 +49,9 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "--help-pytest":
         argv = ["--help", *argv[1:]]
     args = [sys.executable, "-m", "pytest", "-p", __name__, "-c", os.devnull, "--rootdir", suites_folder(),
-            "-p", "no:benchmark", "-o", f"cache_dir={os.path.abspath('.pytest_cache')}"]
+            "-p", "no:benchmark"]
+    if not any(a.endswith("no:cacheprovider") for a in argv):  # (its option exists only with the plugin)
+        args += ["-o", f"cache_dir={os.path.abspath('.pytest_cache')}"]
     if not any(a == "--timeout" or a.startswith("--timeout=") for a in argv):
         args += ["-o", "timeout=300"]  # a test stuck in a hung in-process driver fails, the run goes on
     # pytest in a process of its own: it rewrites the asserts of nnts's modules, which this one
