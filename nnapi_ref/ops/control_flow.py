@@ -59,6 +59,7 @@ class _ControlFlow(OperationRegistration):
 @register
 class If(_ControlFlow):
     code = OperationCode.IF
+    parameters = {0: "condition", 1: "then model", 2: "else model"}
     accuracy = "relaxed"
     signatures = [Signature(30, [T.TENSOR_BOOL8, T.SUBGRAPH, T.SUBGRAPH], [T.TENSOR_FLOAT32])]
 
@@ -86,6 +87,7 @@ class If(_ControlFlow):
 @register
 class While(_ControlFlow):
     code = OperationCode.WHILE
+    parameters = {0: "condition model", 1: "body model"}
     accuracy = "relaxed"
     signatures = [Signature(30, [T.SUBGRAPH, T.SUBGRAPH, T.TENSOR_FLOAT32], [T.TENSOR_FLOAT32])]
 

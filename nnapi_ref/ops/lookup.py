@@ -271,6 +271,7 @@ def lsh_bits(seeds: np.ndarray, rows: np.ndarray, weights: np.ndarray | None) ->
 @register
 class LshProjection(OperationRegistration):
     code = OperationCode.LSH_PROJECTION
+    parameters = {3: "type"}
     incomparable = "sign hashes: any rounding difference flips an output bit"
     signatures = _lsh_signatures()
 

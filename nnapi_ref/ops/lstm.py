@@ -217,6 +217,7 @@ def cell_values(a: dict) -> dict:
 @register
 class Lstm(OperationRegistration):
     code = OperationCode.LSTM
+    parameters = {20: "activation", 21: "cell clip", 22: "projection clip"}
     accuracy = "relaxed"
     signatures = [
         Signature(27, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32], [F32] * 4, omittable=optional_cell_inputs(1)),
@@ -259,6 +260,7 @@ class UnidirectionalSequenceLstm(OperationRegistration):
     Outputs: the output sequence, then (feature level 4) the final output and cell states."""
 
     code = OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM
+    parameters = {20: "activation", 21: "cell clip", 22: "projection clip", 23: "time major"}
     accuracy = "relaxed"
     signatures = [
         Signature(level, [t] * 20 + [T.INT32, SCALAR[t], SCALAR[t], T.BOOL] + [t] * 4, outs,
@@ -322,6 +324,7 @@ class BidirectionalSequenceLstm(OperationRegistration):
     output state, forward cell state, backward output state, backward cell state."""
 
     code = OperationCode.BIDIRECTIONAL_SEQUENCE_LSTM
+    parameters = {48: "activation", 49: "cell clip", 50: "projection clip", 51: "merge outputs", 52: "time major"}
     accuracy = "relaxed"
     signatures = bidirectional_lstm_signatures()
 

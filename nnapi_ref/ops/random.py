@@ -14,6 +14,7 @@ from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signa
 @register
 class RandomMultinomial(OperationRegistration):
     code = OperationCode.RANDOM_MULTINOMIAL
+    parameters = {1: "samples", 2: "seeds"}
     incomparable = "random samples: compared by distribution, not element by element"
     signatures = [Signature(29, [t, T.INT32, T.TENSOR_INT32], [T.TENSOR_INT32])
                   for t in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)]

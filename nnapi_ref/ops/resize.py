@@ -134,6 +134,7 @@ def _bilinear_axis(in_size: int, out_size: int, align: bool, half: bool):
 @register
 class ResizeBilinear(_Resize):
     code = OperationCode.RESIZE_BILINEAR
+    parameters = {1: "output width", 2: "output height", 3: "layout", 4: "align corners", 5: "half pixel centers"}
     accuracy = "relaxed"
     signatures = _bilinear_signatures()
 
@@ -208,6 +209,7 @@ def _nearest_axis(in_size: int, out_size: int, align: bool, half: bool):
 @register
 class ResizeNearestNeighbor(_Resize):
     code = OperationCode.RESIZE_NEAREST_NEIGHBOR
+    parameters = {1: "output width", 2: "output height", 3: "layout", 4: "align corners", 5: "half pixel centers"}
     accuracy = "relaxed"
     signatures = _nearest_signatures()
 

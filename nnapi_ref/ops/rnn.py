@@ -94,6 +94,7 @@ def check_cell(weights: Arg, recurrent: Arg, bias: Arg, hidden: Arg, batch: int,
 @register
 class Rnn(OperationRegistration):
     code = OperationCode.RNN
+    parameters = {5: "fused activation"}
     accuracy = "relaxed"
     signatures = [
         Signature(27, [T.TENSOR_FLOAT32] * 5 + [T.INT32], [T.TENSOR_FLOAT32] * 2),
@@ -119,6 +120,7 @@ class Rnn(OperationRegistration):
 @register
 class UnidirectionalSequenceRnn(OperationRegistration):
     code = OperationCode.UNIDIRECTIONAL_SEQUENCE_RNN
+    parameters = {5: "fused activation", 6: "time major"}
     accuracy = "relaxed"
     signatures = [
         Signature(29, [t] * 5 + [T.INT32, T.INT32], [t]) for t in FLOATS
@@ -172,6 +174,7 @@ class BidirectionalSequenceRnn(OperationRegistration):
     level 4) the forward and backward final hidden states."""
 
     code = OperationCode.BIDIRECTIONAL_SEQUENCE_RNN
+    parameters = {12: "fused activation", 13: "time major", 14: "merge outputs"}
     accuracy = "relaxed"
     signatures = bidirectional_rnn_signatures()
 

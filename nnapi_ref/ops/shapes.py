@@ -46,6 +46,7 @@ def maybe_value(arg):
 @register
 class Reshape(OperationRegistration):
     code = OperationCode.RESHAPE
+    parameters = {1: "shape"}
     accuracy = "strict"
     signatures = (signatures(27, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None])
@@ -79,6 +80,7 @@ class Reshape(OperationRegistration):
 @register
 class Squeeze(OperationRegistration):
     code = OperationCode.SQUEEZE
+    parameters = {1: "axes"}
     accuracy = "strict"
     signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None],
                              omittable=[1])
@@ -110,6 +112,7 @@ class Squeeze(OperationRegistration):
 @register
 class ExpandDims(OperationRegistration):
     code = OperationCode.EXPAND_DIMS
+    parameters = {1: "axis"}
     accuracy = "strict"
     signatures = (signatures(29, (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM),
                              [None, T.INT32], [None])
@@ -132,6 +135,7 @@ class ExpandDims(OperationRegistration):
 @register
 class Fill(OperationRegistration):
     code = OperationCode.FILL
+    parameters = {0: "dimensions", 1: "value"}
     accuracy = "strict"
     signatures = [Signature(30, [T.TENSOR_INT32, T.FLOAT16], [T.TENSOR_FLOAT16]),
                   Signature(30, [T.TENSOR_INT32, T.FLOAT32], [T.TENSOR_FLOAT32]),

@@ -42,6 +42,7 @@ def requantize_concat(arg, out) -> np.ndarray:
 @register
 class Concatenation(OperationRegistration):
     code = OperationCode.CONCATENATION
+    parameters = {-1: "axis"}
     accuracy = "medium"
     signatures = (signatures(27, FLOAT_Q8, [None, T.INT32], [None], repeat=0)
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.INT32], [None], repeat=0)
@@ -79,6 +80,7 @@ class Concatenation(OperationRegistration):
 @register
 class Split(OperationRegistration):
     code = OperationCode.SPLIT
+    parameters = {1: "axis", 2: "splits"}
     accuracy = "medium"
     signatures = (signatures(29, WITH_INT32, [None, T.INT32, T.INT32], [None], repeat_outputs=True)
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.INT32], [None],
@@ -110,6 +112,7 @@ class Split(OperationRegistration):
 @register
 class Pack(OperationRegistration):
     code = OperationCode.PACK
+    parameters = {0: "axis"}
     accuracy = "strict"
     signatures = signatures(1000006, LEVEL6_TYPES, [T.INT32, None], [None], repeat=1)
 
@@ -133,6 +136,7 @@ class Pack(OperationRegistration):
 @register
 class Slice(OperationRegistration):
     code = OperationCode.SLICE
+    parameters = {1: "begin", 2: "size"}
     accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.TENSOR_INT32, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32, T.TENSOR_INT32], [None]))
@@ -173,6 +177,7 @@ def _clamped_index(index: int, dim: int, positive: bool) -> int:
 @register
 class StridedSlice(OperationRegistration):
     code = OperationCode.STRIDED_SLICE
+    parameters = {1: "begin", 2: "end", 3: "strides", 4: "begin mask", 5: "end mask", 6: "shrink axis mask"}
     accuracy = "strict"
     _params = [None, T.TENSOR_INT32, T.TENSOR_INT32, T.TENSOR_INT32, T.INT32, T.INT32, T.INT32]
     signatures = (signatures(28, FLOAT_Q8, _params, [None])
@@ -218,6 +223,7 @@ class StridedSlice(OperationRegistration):
 @register
 class Gather(OperationRegistration):
     code = OperationCode.GATHER
+    parameters = {1: "axis"}
     accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.INT32, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.TENSOR_INT32], [None]))
@@ -244,6 +250,7 @@ class Gather(OperationRegistration):
 @register
 class Tile(OperationRegistration):
     code = OperationCode.TILE
+    parameters = {1: "multiples"}
     accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None]))
@@ -263,6 +270,7 @@ class Tile(OperationRegistration):
 @register
 class Reverse(OperationRegistration):
     code = OperationCode.REVERSE
+    parameters = {1: "axis"}
     accuracy = "strict"
     signatures = signatures(1000007, LEVEL6_TYPES, [None, T.TENSOR_INT32], [None])
 

@@ -74,6 +74,7 @@ class _Layout4D(OperationRegistration):
 @register
 class DepthToSpace(_Layout4D):
     code = OperationCode.DEPTH_TO_SPACE
+    parameters = {1: "block size", 2: "layout"}
     accuracy = "strict"
     signatures = layout_signatures(27, [T.INT32])
     layout_input = 2
@@ -96,6 +97,7 @@ class DepthToSpace(_Layout4D):
 @register
 class SpaceToDepth(_Layout4D):
     code = OperationCode.SPACE_TO_DEPTH
+    parameters = {1: "block size", 2: "layout"}
     accuracy = "strict"
     signatures = layout_signatures(27, [T.INT32])
     layout_input = 2
@@ -124,6 +126,7 @@ def block_shape(name: str, arg) -> tuple[int, int]:
 @register
 class BatchToSpaceND(_Layout4D):
     code = OperationCode.BATCH_TO_SPACE_ND
+    parameters = {1: "block shape", 2: "layout"}
     accuracy = "strict"
     signatures = layout_signatures(28, [T.TENSOR_INT32])
     layout_input = 2
@@ -145,6 +148,7 @@ class BatchToSpaceND(_Layout4D):
 @register
 class SpaceToBatchND(_Layout4D):
     code = OperationCode.SPACE_TO_BATCH_ND
+    parameters = {1: "block shape", 2: "paddings", 3: "layout"}
     accuracy = "strict"
     signatures = layout_signatures(28, [T.TENSOR_INT32, T.TENSOR_INT32])
     layout_input = 3
@@ -179,6 +183,7 @@ class SpaceToBatchND(_Layout4D):
 @register
 class Transpose(OperationRegistration):
     code = OperationCode.TRANSPOSE
+    parameters = {1: "permutation"}
     accuracy = "strict"
     signatures = (signatures(28, LEGACY, [None, T.TENSOR_INT32], [None], omittable=[1])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None], omittable=[1])
@@ -205,6 +210,7 @@ class Transpose(OperationRegistration):
 @register
 class ChannelShuffle(OperationRegistration):
     code = OperationCode.CHANNEL_SHUFFLE
+    parameters = {1: "groups", 2: "axis"}
     accuracy = "strict"
     signatures = (signatures(29, LEGACY + (T.TENSOR_FLOAT16,), [None, T.INT32, T.INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.INT32], [None]))

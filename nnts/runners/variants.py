@@ -23,8 +23,10 @@ import pytest
 
 from nnts.formats.results import pytest_outcome
 from nnts.runners.cases import load_expected_failures
+from nnts.runners.parameters import describe_model
 
 PROPERTY = "nnts_variants"
+PARAMETERS_PROPERTY = "nnts_parameters"  # the model's operations with their parameters, in words
 _EXPECTED = pytest.StashKey[dict]()
 # The variants of CTS (nnts.runners.cases: MODEL_VARIANTS, TWIN_VARIANTS) and VTS (vts/test_generated.py),
 # "-" read as "_" (VTS writes device-memory, CTS device_memory).
@@ -88,8 +90,10 @@ def run_all(request, case, path, run: Callable[[str], None]) -> None:
     case: its ``id``, ``operation``, ``dtype``, ``test`` and ``variants``; ``path`` the file it
     came from), then the verdict (``conclude``)."""
     results = [run_variant(variant, lambda: run(variant)) for variant in case.variants]
+    said = describe_model(case.test.model)
+    request.node.user_properties.append((PARAMETERS_PROPERTY, said))
     conclude(request.node, f"{case.operation} {case.dtype}, test model {case.test.name} from {path}", results,
-             expectations(request.config, case.id, case.test.name, case.variants))
+             expectations(request.config, case.id, case.test.name, case.variants), f"operations: {said}")
 
 
 def expectations(config, test_id: str, model_name: str, variants) -> dict[str, str]:
@@ -108,11 +112,12 @@ def expectations(config, test_id: str, model_name: str, variants) -> dict[str, s
     return found
 
 
-def conclude(node, heading: str, results: list[VariantResult], expected: dict[str, str]) -> None:
+def conclude(node, heading: str, results: list[VariantResult], expected: dict[str, str], details: str = "") -> None:
     """The test's verdict from its variants' results: failed when any variant failed that
     ``expected`` does not list (the message says each failure, under ``heading``), xfailed when
     only listed ones failed, skipped when every variant was, passed otherwise. Every variant's
-    result goes to the report through the test's ``nnts_variants`` property."""
+    result goes to the report through the test's ``nnts_variants`` property. ``details``: a line
+    the failure message gives after the heading (the model's operations and parameters)."""
     for r in results:
         reason = expected.get(r.variant)
         if reason is None:
@@ -127,7 +132,8 @@ def conclude(node, heading: str, results: list[VariantResult], expected: dict[st
     if outcome == "failed":
         failed = [r for r in results if r.status == "failed"]
         shown = "\n".join(f"[{r.variant}] {r.message}" for r in failed)
-        pytest.fail(f"{heading}: {_count(failed, results)} failed\n{shown}", pytrace=False)
+        pytest.fail(f"{heading}: {_count(failed, results)} failed\n" + (f"{details}\n" if details else "") + shown,
+                    pytrace=False)
     if outcome == "xfailed":
         pytest.xfail("; ".join(f"[{r.variant}] {r.message}" for r in results if r.status == "xfailed"))
     if outcome == "skipped":
