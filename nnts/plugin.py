@@ -30,6 +30,7 @@ The environment is read here (option defaults and ``pytest_configure``: :class:`
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import functools
 import json
@@ -58,6 +59,7 @@ def pytest_addoption(parser):
                          "published list: onnxruntime, tflite, tflite-ref")
     group.addoption("--report", action="append", default=[],
                     help="write the conformance report to this path: HTML, or JSON for a .json path (repeatable)")
+    group.addoption("--nnts-command", default=None, help=argparse.SUPPRESS)  # the command the user typed (nnts test)
     group.addoption("--baseline", default=None,
                     help="an earlier --report JSON: the report names newly failing, passing and unsupported tests")
     group.addoption("--reproducers", default=None,

@@ -19,7 +19,9 @@ JSON schema ``nnts-conformance/2`` (``--report out/conformance.json``)::
      "matrix": {OPERATION: {DATA TYPE: {STATUS: n}}},  tests that compute values only (VALUE_PARTS)
      "paths": {EXECUTION PATH: {STATUS: n}},           the same tests by variant (sync, burst, ...)
      "validation": {OPERATION: {STATUS: n}},           VTS model and request validation
-     "unsupported": {OPERATION: {DATA TYPE: n}},       tests skipped because the driver said so
+     "unsupported": {OPERATION: {DATA TYPE: n}},       tests skipped because the driver said so (a
+                                                       test of no operation under its part of the
+                                                       suite, of no one type under "any type")
      "failures": [TEST], the tests failed, crashed, hung, in error or unexpectedly passing,
      "baseline": {"path", "newly_failing", "newly_passing", "newly_unsupported"} (lists of ids;
                  only with --baseline),
@@ -156,7 +158,7 @@ def record_of_report(report, props: dict) -> dict | None:
     record = {"id": report.nodeid if when != "teardown" else f"{report.nodeid} (teardown)", "test": report.nodeid,
               "part": EXTENSION_PART if props.get("nnts_section") == "extension" else
               part_of(report.nodeid, props.get("nnts_module")), "op": props.get("nnts_op"),
-              "dtype": props.get("nnts_dtype"),
+              "dtype": None if props.get("nnts_dtype") == "-" else props.get("nnts_dtype"),  # "-": no one type
               "variant": (props.get("nnts_variant") or "").replace("-", "_") or None, "status": status, "phase": when,
               "duration_s": round(getattr(report, "duration", 0.0), 4), "message": None, "reproducer": None,
               "replay": None, "graph": None, "parameters": props.get("nnts_parameters")}
@@ -271,7 +273,8 @@ def pytest_replay(config, nodeid: str, variant: str | None = None) -> str:
 
 def run_meta(config, started: datetime.datetime, drivers: list[dict], corpora: list[dict]) -> dict:
     return {"nnts_version": nnts.__version__, "git_commit": git_commit(),
-            "command": "pytest " + shlex.join(str(a) for a in config.invocation_params.args),
+            "command": config.getoption("nnts_command")  # the command typed: nnts test passes it
+            or "pytest " + shlex.join(str(a) for a in config.invocation_params.args),
             "started": started.isoformat(timespec="seconds"),
             "duration_s": round((datetime.datetime.now() - started).total_seconds(), 1),
             "feature_level": config.getoption("feature_level"), "driver_spec": config.getoption("driver"),
@@ -311,7 +314,7 @@ def summarize(tests: list[dict]) -> dict:
         elif t["part"] == VALIDATION_PART:
             validation[t["op"] or "(any)"][t["status"]] += 1
         if t["status"] == "unsupported":
-            unsupported[t["op"] or "(none)"][t["dtype"] or "-"] += 1
+            unsupported[_operation_of(t)][_type_of(t)] += 1
     pytest_totals = collections.Counter()
     variants_of = collections.defaultdict(list)  # a generated test's variants: one pytest test
     for t in tests:
@@ -335,13 +338,17 @@ RAN = ("passed", "failed", "crashed", "hung", "xfailed", "xpassed")  # the drive
 ANY_TYPE = "any type"  # the unsupported tests of no one operand type (API, sequences, validation)
 WHY_UNSUPPORTED = {
     "operation": "the driver ran no test of this operation",
-    "operand type": "the driver ran this operation on other operand types, on none of this one",
-    "form": "the driver ran this operation on this type in other tests (another form, a parameter, a size)",
+    "operand type": "the driver ran this operation on other operand types only",
+    "form": "the driver ran this operation on these types in other tests (another form, parameter or size)",
 }
 
 
 def _operation_of(t: dict) -> str:
     return t["op"] or t["part"]
+
+
+def _type_of(t: dict) -> str:
+    return t["dtype"] if t["dtype"] not in (None, "-") else ANY_TYPE  # "-": files written before
 
 
 def unsupported_reasons(tests: list[dict]) -> list[tuple[str, str, int, str]]:
@@ -354,9 +361,8 @@ def unsupported_reasons(tests: list[dict]) -> list[tuple[str, str, int, str]]:
     ran_types = collections.defaultdict(set)
     for t in tests:
         if t["status"] in RAN and t["part"] in VALUE_PARTS:  # computed values: validation runs nothing
-            ran_types[_operation_of(t)].add(t["dtype"] or ANY_TYPE)
-    counts = collections.Counter((_operation_of(t), (t["dtype"] if t["dtype"] not in (None, "-") else ANY_TYPE))
-                                 for t in tests if t["status"] == "unsupported")
+            ran_types[_operation_of(t)].add(_type_of(t))
+    counts = collections.Counter((_operation_of(t), _type_of(t)) for t in tests if t["status"] == "unsupported")
     rows = []
     for (op, dtype), n in sorted(counts.items()):
         ran = ran_types.get(op, set())

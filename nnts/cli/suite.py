@@ -9,6 +9,7 @@ benchmark folder): the run is the suite's, and it writes nothing the user did no
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from importlib import resources
@@ -38,7 +39,8 @@ def main(argv: list[str]) -> int:
     suites = []
     while argv and argv[0] in SUITES:
         suites.append(SUITES[argv.pop(0)])
-    args = [sys.executable, "-m", "pytest", "--pyargs", *(suites or SUITES.values()), "-c", os.devnull, "--rootdir", _package_root(),
+    typed = shlex.join(["nnts", "test", *[s.removeprefix("nnts.") for s in suites], *argv])  # what the report shows
+    args = [sys.executable, "-m", "pytest", "--nnts-command", typed, "--pyargs", *(suites or SUITES.values()), "-c", os.devnull, "--rootdir", _package_root(),
             "-p", "no:cacheprovider", "-p", "no:benchmark"]
     if not any(a == "--timeout" or a.startswith("--timeout=") for a in argv):
         args += ["-o", "timeout=300"]  # a test stuck in a hung in-process driver fails, the run goes on
