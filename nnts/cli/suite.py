@@ -40,8 +40,9 @@ def main(argv: list[str]) -> int:
     while argv and argv[0] in SUITES:
         suites.append(SUITES[argv.pop(0)])
     typed = shlex.join(["nnts", "test", *[s.removeprefix("nnts.") for s in suites], *argv])  # what the report shows
-    args = [sys.executable, "-m", "pytest", "--nnts-command", typed, "--pyargs", *(suites or SUITES.values()), "-c", os.devnull, "--rootdir", _package_root(),
+    args = [sys.executable, "-m", "pytest", "--pyargs", *(suites or SUITES.values()), "-c", os.devnull, "--rootdir", _package_root(),
             "-p", "no:cacheprovider", "-p", "no:benchmark"]
+    args += ["--nnts-command", typed]
     if not any(a == "--timeout" or a.startswith("--timeout=") for a in argv):
         args += ["-o", "timeout=300"]  # a test stuck in a hung in-process driver fails, the run goes on
     # pytest in a process of its own: it rewrites the asserts of nnts's modules, which this one
