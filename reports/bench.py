@@ -64,7 +64,7 @@ def percentile_svg(model: str, series: list[tuple[str, str, dict]]) -> str:
 
 def ratio_svg(rows: list[dict]) -> str:
     """Driver / TFLite median ratio per model, log scale (1 = as fast as TFLite)."""
-    items = [(r["model"], r["ratio"]) for r in rows if r.get("ratio")]
+    items = [(r["model"], r["ratio"]) for r in rows if r.get("ratio") and not r.get("fallback")]  # the driver's own
     width, bar_h, label_w = 640, 14, 290
     if not items:
         return ""

@@ -28,7 +28,7 @@ def other_result(path: str) -> dict:
             and isinstance(data.get("models"), list):
         rows = [r for r in data["models"] if isinstance(r, dict)]
         bad = [r for r in rows if bench._failing(r)]
-        ratios = [r["ratio"] for r in rows if isinstance(r.get("ratio"), (int, float))]
+        ratios = [r["ratio"] for r in rows if isinstance(r.get("ratio"), (int, float)) and not r.get("fallback")]
         summary = (f"{len(rows)} model{'' if len(rows) == 1 else 's'}, {sum(earlier_status(str(r.get('status'))) == 'passed' or bool(r.get('driver')) for r in rows)} run, {len(bad)} failing accuracy or "
                    f"execution" + (f"; median latency x{statistics.median(ratios):.2f} TFLite's" if ratios else ""))
         table = [(r.get("model"), r.get("status"), f"x{r['ratio']:.2f}" if isinstance(r.get("ratio"), (int, float))
