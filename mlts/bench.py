@@ -441,8 +441,9 @@ def credit(row: dict) -> None:
     row["fallback"] = min(by_operations, by_time if by_time is not None else 1.0) < DRIVER_SHARE_MIN
     if not row["fallback"]:
         return
-    said = (f"mostly on the CPU fallback ({ops['on_driver']} of {ops['total']} operations on the driver"
-            + (f", {by_time:.0%} of the time" if by_time is not None else "") + "): not counted in the driver's figures")
+    time = f", {by_time:.0%} of the time" if by_time is not None else ""
+    said = (f"mostly on the CPU fallback ({ops['on_driver']} of {ops['total']} operations on the driver{time}): "
+            "not counted in the driver's figures")
     row["reason"] = said + (f"; {row['reason']}" if row.get("reason") else "")
     if ops["on_driver"] == 0 and row["status"] == "passed":
         row["status"] = "skipped"
