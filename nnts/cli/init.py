@@ -108,8 +108,8 @@ packages = ["{name}"]
 [tool.pytest.ini_options]
 testpaths = ["tests"]
 ''',
-        ".github/workflows/nnts.yml": f'''# nnts's conformance suites against the {name} driver on {shards} machines, one
-# shard each (a test is in shard crc32(name) mod N + 1: the shards are the whole run,
+        ".github/workflows/nnts.yml": f'''# nnts's conformance suites against the {name} driver on {shards} machines,
+# one shard each (a test is in shard crc32(name) mod N + 1: the shards are the whole run,
 # without overlap), then one report of all of them. Made by `nnts init`.
 name: nnts conformance
 on: [push, pull_request]
