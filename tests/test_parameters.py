@@ -128,3 +128,13 @@ def test_a_partial_driver_s_unsupported_tests_are_one_line_with_reasons(tmp_path
     assert "operations it ran in no test" in lines[0] and "unsupported on some operand types" in lines[0]
     skipped = {t["message"] for t in data["tests"] if t["status"] == "unsupported" and t["op"] == "CONV_2D"}
     assert "unsupported: CONV_2D on TENSOR_FLOAT32, feature level 27" in skipped
+
+
+def test_a_replayed_failure_names_the_parameters(tmp_path):
+    corpus = ROOT / "cts" / "corpus" / "convolution.json"
+    done = subprocess.run([sys.executable, "-m", "nnts", "vectors", "run", str(corpus),
+                           "--filter", "depthwise_conv_2d_float32_dilation_multiplier$", "--mode", "sync", "-j", "1",
+                           "--driver", "nnapi_ref.drivers.broken:dilated_depthwise_multiplier"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "operations: DEPTHWISE_CONV_2D (padding 0 on each side, stride 1\u00d71, depth multiplier 2" in done.stdout
