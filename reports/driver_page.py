@@ -81,7 +81,7 @@ def main_page(paths: list[str], html: str, baseline: str | None = None) -> int:
     comparison = dict(results.compare(tests, earlier["tests"]), path=baseline) if earlier else None
     data = results.to_json(meta, tests, comparison)
     try:
-        results.write_atomically(html, render(data, others))
+        results.write_atomically(html, render(data, others, folder=Path(html).parent))
     except OSError as e:
         print(f"nnts: cannot write {e.filename or html}: {e.strerror or e}", file=sys.stderr)
         return 2

@@ -77,3 +77,16 @@ def test_the_command_shown_is_the_one_typed(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     meta = json.loads((tmp_path / "out" / "r.json").read_text())["meta"]
     assert meta["command"] == "nnts " + " ".join(typed)
+
+
+def test_the_benchmark_page_carries_no_path_of_the_machine(tmp_path):
+    from nnts.reports import bench
+    row = {"model": "m.tflite", "path": str(tmp_path / "models" / "m.tflite"), "family": "m", "origin": "real",
+           "status": "skipped", "reason": f"importer: {tmp_path}/models/m.tflite: operator 128 not mapped",
+           "input_source": f"no input data of shape [1, 8] in {tmp_path}/models", "inputs": "synthetic",
+           "driver": None, "baseline": None, "accuracy": None, "operations": None, "time_on_driver": None}
+    results = {"schema": "nnts-bench/2", "generated": "now", "driver": "d", "devices": ["d"], "baseline": "none",
+               "settings": {"warmup": 1, "runs": 1, "max_time_s": 1, "inflight": 4, "samples": 1},
+               "environment": {"cpu": "x", "cores": 2}, "models": [row]}
+    page = bench.render(results, [], tmp_path)
+    assert str(tmp_path) not in page and "importer: models/m.tflite: operator 128 not mapped" in page
