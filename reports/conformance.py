@@ -113,25 +113,32 @@ def published(value, folder: Path | None):
     page's ``folder`` relative to the page, one in nnts's installed suite relative to the
     suite (``cts/corpus/x.json``), one in the home folder starts with ``~/``, and any other
     absolute path keeps only its file name."""
-    if isinstance(value, dict):
-        return {k: published(v, folder) for k, v in value.items()}
-    if isinstance(value, list):
-        return [published(v, folder) for v in value]
-    if not isinstance(value, str) or "/" not in value:
-        return value
-    roots = [(os.getcwd(), ""), *([(str(folder), "")] if folder is not None else []),
-             (str(Path(__file__).resolve().parents[1]), ""), (str(Path.home()), "~/")]
+    roots = [(root.rstrip("/") + "/", replacement) for root, replacement in
+             [(os.getcwd(), ""), *([(str(folder), "")] if folder is not None else []),
+              (str(Path(__file__).resolve().parents[1]), ""), (str(Path.home()), "~/")] if root.strip("/")]
 
     def shorten(found: re.Match) -> str:
         path = found.group(0)
         for root, replacement in roots:
-            if root not in ("", "/") and (path == root or path.startswith(root.rstrip("/") + "/")):
-                return replacement + path[len(root.rstrip("/")) + 1:] if path != root else (replacement or ".")
+            if path + "/" == root:
+                return replacement or "."
+            if path.startswith(root):
+                return replacement + path[len(root):]
         return path.rsplit("/", 1)[-1]
-    return ABSOLUTE_PATH.sub(shorten, value)
+
+    def walk(item):
+        if isinstance(item, dict):
+            return {k: walk(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [walk(v) for v in item]
+        if isinstance(item, str) and "/" in item and (item[0] == "/" or any(m in item for m in PATH_MARKS)):
+            return ABSOLUTE_PATH.sub(shorten, item)
+        return item  # most strings (test ids, relative paths) cannot hold an absolute path: not scanned
+    return walk(value)
 
 
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~/-])/(?!/)[^\s'\"<>:;,()\[\]]+")  # not a URL's //, not a/b
+PATH_MARKS = tuple(c + "/" for c in " \n\t:=('\"[,;<>")  # what starts an absolute path ABSOLUTE_PATH finds
 
 
 def render(data: dict, others: list[dict] = (), folder: str | Path | None = None) -> str:
@@ -140,14 +147,11 @@ def render(data: dict, others: list[dict] = (), folder: str | Path | None = None
     where the page goes, which its paths are shown relative to (:func:`published`)."""
     folder = Path(folder).resolve() if folder is not None else None
     entries = failure_entries(data)
-    for group in entries.values():
-        for entry in group:
-            entry["picture"] = picture(entry)  # read from the real paths, before they are shortened
-    pictures = {id(e): e.pop("picture") for group in entries.values() for e in group}
+    pictures = [[picture(entry) for entry in group] for group in entries.values()]  # from the real paths
     shown = published({"data": data, "entries": entries, "others": list(others)}, folder)
-    for group, original in zip(shown["entries"].values(), entries.values()):
-        for entry, before in zip(group, original):
-            entry["picture"] = pictures[id(before)]
+    for group, drawn in zip(shown["entries"].values(), pictures):
+        for entry, image in zip(group, drawn):
+            entry["picture"] = image
     data, others = shown["data"], shown["others"]
     tests = data["tests"]
     dtypes = sorted({d for per in data["matrix"].values() for d in per},
