@@ -76,10 +76,10 @@ def failure_entries(data: dict) -> dict[str, list[dict]]:
     and graph, and the ids of all (each an anchor the matrix links to)."""
     variants_of = collections.Counter(t["test"] for t in data["tests"] if results.is_variant(t))
     entries: dict[tuple, dict] = {}
-    for t in data["failures"]:
+    for k, t in enumerate(data["failures"]):
         t = {**dict.fromkeys(results.TEST_KEYS), **t}
         cause = results.headline(t["message"])
-        key = (t["test"], t["status"], cause) if results.is_variant(t) else (t["id"],)
+        key = (t["test"], t["status"], cause) if results.is_variant(t) else (k,)  # a test of no variants: its own
         entry = entries.get(key)
         if entry is None:
             entry = entries[key] = dict(t, cause=cause, ids=[], variants=[], of=variants_of.get(t["test"], 0))
