@@ -26,22 +26,29 @@ driver_error, still read: ``nnts.formats.results.earlier_status``), all times in
         "input_source", "samples", "kind": "classifier"|"sequence"|"other", "precision": output type,
         "status": one of nnts.formats.results.STATUSES: "passed" (ran on the driver, accuracy within
             the criteria or not measured), "failed" (the driver failed, or missed the accuracy criteria),
-            "skipped" (the importer refused the model), "error" (nnts bench failed on it),
+            "skipped" (the importer refused the model, or no operation ran on the driver), "error"
+            (nnts bench failed on it),
         "reason": null | why (also partial support),
         "baseline_error": present when TFLite refuses the file or crashes on it,
         "operations": {"total", "on_driver", "by_device": {name: n}, "unsupported": {NNAPI op: n}},
         "time_on_driver": share of execution time on the driver's devices (null: one step, all or none),
+        "on_driver": null | {"operations": share of the operations on the driver, "time": share of
+            the execution time (null: not measured)},
+        "fallback": true when less than half of either ran on the driver (DRIVER_SHARE_MIN): the
+            model ran mostly on the CPU fallback, has no "ratio" and is not counted in the driver's
+            figures (the reason says so); with no operation on the driver its status is "skipped",
         "driver" and "baseline": null | {
             "first_ms", "latency_ms": {"runs", "mean", "std", "min", "p50", "p90", "p99", "max"},
             "histogram": {"edges": [bins + 1], "counts": [bins]},
             "compile_ms": {"cold", "cached"} (baseline: interpreter creation + allocate_tensors, cached null),
             "burst_ms": latency dict (baseline: null), "throughput": {"inflight", "per_s"}},
-        "ratio": driver p50 / baseline p50,
+        "ratio": driver p50 / baseline p50 (models that ran on the driver only),
         "accuracy": null | {"against": "tflite-reference-kernels", "max_abs_error", "mse", "snr_db"
             (null: identical), "max_error_steps" (quantized outputs), "top1_agreement", "top5_agreement"
             (classifiers: share of inputs, or frames, whose TFLite top-1 is the driver's top-1 / in its
             top 5), "frame_cosine_min", "frame_cosine_mean" (sequences), "xnnpack": {"max_abs_error",
             "max_error_steps", "top1_agreement"}, "failures": [criteria not met, see mlts.bench_gate],
+            "computed_by": {device: operations it computed} (the driver's, and the CPU fallback's),
             "nnapi_convention": present when a quantized model misses the criteria against TFLite:
             {"explained": whether the reference in TFLite's convention meets them (the gap is then
             NNAPI's documented arithmetic, e.g. MEAN truncating), the same figures against the
@@ -83,6 +90,7 @@ HISTOGRAM_BINS = 20
 MIN_RUNS = 5          # timed runs even past --max-time
 # Weights that are seeded, not trained: the seeded set, and ../shared/models's speech LSTMs (its README, section 3).
 SEEDED_WEIGHTS = ("*_seeded_*", "lstm_*_like_*")
+DRIVER_SHARE_MIN = 0.5  # a model with less of its operations or time on the driver ran on the CPU fallback
 
 
 # -- inputs --------------------------------------------------------------------------------------
@@ -326,7 +334,7 @@ def bench_model(path: Path, models_dir: Path | None, settings: Settings, cache_d
     row: dict = {"model": path.name, "path": str(path), "sha256": digest, "family": family(path.name),
                  "origin": "seeded" if any(fnmatch.fnmatch(path.name, p) for p in SEEDED_WEIGHTS) else "real",
                  "status": "passed", "reason": None, "driver": None, "baseline": None, "accuracy": None,
-                 "operations": None, "time_on_driver": None}
+                 "operations": None, "time_on_driver": None, "on_driver": None, "fallback": False}
     base = None
     try:
         graph = parse_tflite(path.read_bytes())
@@ -387,7 +395,8 @@ def _bench_loaded(row: dict, path: Path, digest: str, base, models_dir, settings
     except NnapiError as e:
         row.update(status="failed", reason=f"execution: {e}")
         row["driver"] = None
-    if row["status"] == "passed" and row.get("baseline") and row.get("driver"):
+    credit(row)
+    if row["status"] in ("passed", "skipped") and row.get("baseline") and row.get("driver"):
         try:
             with TfliteProcess(path, reference_kernels=True) as ref:
                 ref.set_samples(samples)
@@ -407,11 +416,37 @@ def _bench_loaded(row: dict, path: Path, digest: str, base, models_dir, settings
             acc["nnapi_convention"] = nnapi_convention(row["model"], model, info, samples, outs, theirs,
                                                        classifier, sequence)
             acc["failures"] = bench_gate.model_accuracy_failures(row["model"], acc, bench_gate.DEFAULT_THRESHOLDS)
+        acc["computed_by"] = dict(row["operations"]["by_device"])  # operations per device that computed them
         row["accuracy"] = acc
-        if acc["failures"]:
+        if acc["failures"] and row["operations"]["on_driver"]:  # none on the driver: not the driver's failure
             row["status"] = "failed"
-        row["ratio"] = row["driver"]["latency_ms"]["p50"] / row["baseline"]["latency_ms"]["p50"]
+        if not row["fallback"]:  # the driver's figure only where the driver ran the model
+            row["ratio"] = row["driver"]["latency_ms"]["p50"] / row["baseline"]["latency_ms"]["p50"]
     return row
+
+
+def credit(row: dict) -> None:
+    """How much of a model ran on the driver (``on_driver``: its share of the operations and of
+    the execution time), and whether it ran ``fallback``, mostly on the CPU fallback (less than
+    :data:`DRIVER_SHARE_MIN` of either): such a model's latency is not the driver's (no ``ratio``,
+    out of the driver's figures), and one with no operation on the driver is ``skipped``."""
+    ops = row.get("operations")
+    if not ops or not ops["total"]:
+        return
+    by_operations = ops["on_driver"] / ops["total"]
+    by_time = row.get("time_on_driver")
+    if by_time is None and by_operations in (0.0, 1.0):
+        by_time = by_operations  # one step: all the time on one side
+    row["on_driver"] = {"operations": by_operations, "time": by_time}
+    row["fallback"] = min(by_operations, by_time if by_time is not None else 1.0) < DRIVER_SHARE_MIN
+    if not row["fallback"]:
+        return
+    time = f", {by_time:.0%} of the time" if by_time is not None else ""
+    said = (f"mostly on the CPU fallback ({ops['on_driver']} of {ops['total']} operations on the driver{time}): "
+            "not counted in the driver's figures")
+    row["reason"] = said + (f"; {row['reason']}" if row.get("reason") else "")
+    if ops["on_driver"] == 0 and row["status"] == "passed":
+        row["status"] = "skipped"
 
 
 def _baseline_step(row: dict, base, step, *args):
@@ -495,7 +530,10 @@ def resolve_models(specs: list[str] | None) -> list[tuple[Path, Path | None]]:
         if spec == "seeded" and not p.exists():
             found += [(f, None) for f in models.seeded_models()]
         elif p.is_dir():
-            found += [(f, f) for f in sorted(p.glob("*.tflite"))]
+            in_folder = sorted(p.glob("*.tflite"))
+            if not in_folder:
+                raise FileNotFoundError(f"{spec}: no .tflite model in the folder")
+            found += [(f, f) for f in in_folder]
         elif p.is_file():
             found.append((p, p.parent))
         else:
@@ -578,7 +616,7 @@ def run(models: list[tuple[Path, Path | None]], driver: str, settings: Settings,
 def error_row(path: Path, reason: str) -> dict:
     return {"model": path.name, "path": str(path), "sha256": None, "family": family(path.name), "origin": "real",
             "status": "error", "reason": reason, "driver": None, "baseline": None, "accuracy": None,
-            "operations": None, "time_on_driver": None}
+            "operations": None, "time_on_driver": None, "on_driver": None, "fallback": False}
 
 
 def summary_line(row: dict) -> str:
@@ -595,7 +633,9 @@ def summary_line(row: dict) -> str:
         text += "; " + fmt_accuracy(acc)
         if acc["failures"]:
             text += " FAILS " + "; ".join(acc["failures"])
-    if row["operations"] and row["operations"]["on_driver"] < row["operations"]["total"]:
+    if row.get("fallback"):
+        text += f"; {row['reason']}"
+    elif row["operations"] and row["operations"]["on_driver"] < row["operations"]["total"]:
         text += f"; {row['operations']['on_driver']}/{row['operations']['total']} ops on the driver"
     return text
 
@@ -618,8 +658,8 @@ def fmt_accuracy(acc: dict) -> str:
 
 
 def print_table(results: dict, out=sys.stdout) -> None:
-    print(f"{'model':44s} {'origin':6s} {'inputs':9s} {'driver p50':>10s} {'TFLite p50':>10s} {'ratio':>6s}  "
-          f"accuracy against TFLite (reference kernels)", file=out)
+    print(f"{'model':44s} {'origin':6s} {'inputs':9s} {'on driver':>13s} {'driver p50':>10s} {'TFLite p50':>10s} "
+          f"{'ratio':>6s}  accuracy against TFLite (reference kernels)", file=out)
     for row in results["models"]:
         d, b = row.get("driver"), row.get("baseline")
         ours = f"{d['latency_ms']['p50']:.2f}" if d else "-"
@@ -631,11 +671,23 @@ def print_table(results: dict, out=sys.stdout) -> None:
             acc = fmt_accuracy(row["accuracy"]) + (" FAIL" if row["accuracy"]["failures"] else "")
         else:
             acc = "n/a"
-        print(f"{row['model']:44s} {row['origin']:6s} {row.get('inputs', '-'):9s} {ours:>10s} {theirs:>10s} "
-              f"{ratio:>6s}  {acc}", file=out)
+        if row.get("fallback"):
+            acc = f"CPU FALLBACK, not the driver's: {acc}"
+        print(f"{row['model']:44s} {row['origin']:6s} {row.get('inputs', '-'):9s} {on_driver(row):>13s} {ours:>10s} "
+              f"{theirs:>10s} {ratio:>6s}  {acc}", file=out)
     env = results["environment"]
     print(f"({env['cpu']}, {env['cores']} cores, load {env['load_start'][0]:.2f} -> {env['load_end'][0]:.2f}; "
-          f"ms per inference, p50 of the timed runs; ratio = driver / TFLite)", file=out)
+          f"ms per inference, p50 of the timed runs; ratio = driver / TFLite, for models that ran mostly on the "
+          f"driver; on driver = operations, share of the time)", file=out)
+
+
+def on_driver(row: dict) -> str:
+    """"10/65 ops 5%": how much of a model ran on the driver ("-" where nothing was planned)."""
+    ops, share = row.get("operations"), row.get("on_driver")
+    if not ops:
+        return "-"
+    time = share["time"] if share else None
+    return f"{ops['on_driver']}/{ops['total']} ops" + (f" {time:.0%}" if time is not None else "")
 
 
 class Progress:

@@ -12,3 +12,10 @@ try:
     __version__ = metadata.version("nnts")
 except metadata.PackageNotFoundError:  # the sources on sys.path without an install
     __version__ = "0+unknown"
+
+
+def compare(model, driver, inputs=None, mode: str = "sync"):
+    """Run ``model`` on ``driver`` and on the reference and compare them, for a team's own tests:
+    ``nnts.compare(graph, "acme.npu:make_device").check()`` (:mod:`nnts.runners.compare`)."""
+    from nnts.runners.compare import compare as run
+    return run(model, driver, inputs, mode)

@@ -30,7 +30,7 @@ The environment is read here (option defaults and ``pytest_configure``: :class:`
 """
 from __future__ import annotations
 
-import collections
+import argparse
 import datetime
 import functools
 import json
@@ -62,6 +62,7 @@ def pytest_addoption(parser):
                     help="an expected failure that passes fails the run")
     group.addoption("--report", action="append", default=[],
                     help="write the conformance report to this path: HTML, or JSON for a .json path (repeatable)")
+    group.addoption("--nnts-command", default=None, help=argparse.SUPPRESS)  # the command the user typed (nnts test)
     group.addoption("--baseline", default=None,
                     help="an earlier --report JSON: the report names newly failing, passing and unsupported tests")
     group.addoption("--reproducers", default=None,
@@ -557,11 +558,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     results = gathered.tests if gathered is not None else []
     if not results:
         return
-    unsupported = collections.Counter(t["op"] for t in results if t["status"] == "unsupported" and t["op"])
-    if unsupported:
-        terminalreporter.section("nnts: operations the driver reported unsupported (skipped, not passed)")
-        for op, n in sorted(unsupported.items()):
-            terminalreporter.write_line(f"{op}: {n} tests skipped as unsupported")
+    from nnts.reports.results import unsupported_line
+    unsupported = unsupported_line(results)
+    if unsupported:  # one line: the report's Unsupported section has them one by one
+        where = "the report's Unsupported section" if config.getoption("report") else "--report FILE.html"
+        terminalreporter.write_line(f"nnts: {unsupported} (never counted as passed; each by operation, type "
+                                    f"and reason: {where})")
     died = [t for t in results if t["status"] in ("crashed", "hung")]
     if died:
         terminalreporter.section("nnts: tests during which the driver crashed or hung")

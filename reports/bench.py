@@ -13,6 +13,7 @@ import jinja2
 from nnts.formats.files import write_atomic
 from nnts.formats.results import earlier_status, included
 from nnts.formats.trace_summary import html_tables
+from nnts.reports.conformance import published
 
 DRIVER_COLOUR, BASELINE_COLOUR = "#3465a4", "#f57900"
 
@@ -64,7 +65,7 @@ def percentile_svg(model: str, series: list[tuple[str, str, dict]]) -> str:
 
 def ratio_svg(rows: list[dict]) -> str:
     """Driver / TFLite median ratio per model, log scale (1 = as fast as TFLite)."""
-    items = [(r["model"], r["ratio"]) for r in rows if r.get("ratio")]
+    items = [(r["model"], r["ratio"]) for r in rows if r.get("ratio") and not r.get("fallback")]  # the driver's own
     width, bar_h, label_w = 640, 14, 290
     if not items:
         return ""
@@ -81,7 +82,10 @@ def ratio_svg(rows: list[dict]) -> str:
     return _svg(width, len(items) * (bar_h + 4), "ratios", len(items), body, "driver / TFLite median latency")
 
 
-def render(results: dict, includes: list[str]) -> str:
+def render(results: dict, includes: list[str], folder: str | Path | None = None) -> str:
+    """The page; ``folder``: where it goes (the paths of the machine are taken out: :func:`published`)."""
+    folder = Path(folder).resolve() if folder is not None else None
+    results = published(results, folder)
     rows = results["models"]
     charts = {}
     for r in rows:
@@ -96,7 +100,7 @@ def render(results: dict, includes: list[str]) -> str:
                              autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
     return env.get_template("bench.html.j2").render(
         r=results, families=families, charts=charts, ratio_chart=ratio_svg(rows),
-        includes=[included(p) for p in includes], failing=_failing, trace_html=html_tables(rows))
+        includes=[published(included(p), folder) for p in includes], failing=_failing, trace_html=html_tables(rows))
 
 
 def _failing(row: dict) -> bool:
@@ -104,6 +108,6 @@ def _failing(row: dict) -> bool:
 
 
 def write_report(path: str, results: dict, includes: list[str]) -> None:
-    page = render(results, includes)
+    page = render(results, includes, Path(path).parent)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, page)

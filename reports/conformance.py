@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import collections
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -86,10 +88,92 @@ def _grouped(support: list[dict], skipped: dict) -> list[dict]:
     return sorted(groups.values(), key=lambda g: (g["operation"], g["reason"]))
 
 
-def render(data: dict, others: list[dict] = (), folders=(), draw: bool = False) -> str:
+def failure_entries(data: dict) -> dict[str, list[dict]]:
+    """The failures to fix, by operation and data type (else part of the suite): the variants of
+    one generated test that fail the same way (the same line saying what went wrong) are one
+    entry, "fails in sync, burst, fenced", with that cause, the first variant's replay command
+    and graph, and the ids of all (each an anchor the matrix links to)."""
+    variants_of = collections.Counter(t["test"] for t in data["tests"] if results.is_variant(t))
+    entries: dict[tuple, dict] = {}
+    for k, t in enumerate(data["failures"]):
+        t = {**dict.fromkeys(results.TEST_KEYS), **t}
+        cause = results.headline(t["message"])
+        key = (t["test"], t["status"], cause) if results.is_variant(t) else (k,)  # a test of no variants: its own
+        entry = entries.get(key)
+        if entry is None:
+            entry = entries[key] = dict(t, cause=cause, ids=[], variants=[], of=variants_of.get(t["test"], 0))
+        entry["ids"].append(t["id"])
+        if t["variant"] and results.is_variant(t):
+            entry["variants"].append(t["variant"])
+    groups = collections.defaultdict(list)
+    for entry in entries.values():
+        key = f"{entry['op']} {entry['dtype'] or ''}".strip() if entry["op"] else entry["part"]
+        groups[key].append(entry)
+    return dict(sorted(groups.items()))
+
+
+def unsupported_rows(tests: list[dict]) -> list[tuple[str, str, int, str]]:
+    """The Unsupported section's rows: (operation, its operand types with their tests, tests,
+    why) per operation and reason, those nearest to running first (a type or a form the driver
+    does not take, then whole operations)."""
+    rows = collections.defaultdict(list)
+    for op, dtype, n, why in results.unsupported_reasons(tests):
+        rows[(op, why)].append((dtype, n))
+    order = list(results.WHY_UNSUPPORTED)
+    return [(op, ", ".join(f"{DTYPE_ABBREVIATIONS.get(d, d)} {n}" for d, n in types), sum(n for _, n in types),
+             results.WHY_UNSUPPORTED[why])
+            for (op, why), types in sorted(rows.items(), key=lambda item: (-order.index(item[0][1]), item[0][0]))]
+
+
+def published(value, folder: Path | None):
+    """``value`` (a results dict, a list, a string) with the paths of the machine that made it
+    taken out, for a page that may be published: a path in the current folder becomes relative
+    to it (``out/reproducers/x.json``, as the replay commands are run), else one under the
+    page's ``folder`` relative to the page, one in nnts's installed suite relative to the
+    suite (``cts/corpus/x.json``), one in the home folder starts with ``~/``, and any other
+    absolute path keeps only its file name."""
+    roots = [(root.rstrip("/") + "/", replacement) for root, replacement in
+             [(os.getcwd(), ""), *([(str(folder), "")] if folder is not None else []),
+              (str(Path(__file__).resolve().parents[1]), ""), (str(Path.home()), "~/")] if root.strip("/")]
+
+    def shorten(found: re.Match) -> str:
+        path = found.group(0)
+        for root, replacement in roots:
+            if path + "/" == root:
+                return replacement or "."
+            if path.startswith(root):
+                return replacement + path[len(root):]
+        return path.rsplit("/", 1)[-1]
+
+    def walk(item):
+        if isinstance(item, dict):
+            return {k: walk(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [walk(v) for v in item]
+        if isinstance(item, str) and "/" in item and (item[0] == "/" or any(m in item for m in PATH_MARKS)):
+            return ABSOLUTE_PATH.sub(shorten, item)
+        return item  # most strings (test ids, relative paths) cannot hold an absolute path: not scanned
+    return walk(value)
+
+
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~/-])/(?!/)[^\s'\"<>:;,()\[\]]+")  # not a URL's //, not a/b
+PATH_MARKS = tuple(c + "/" for c in " \n\t:=('\"[,;<>")  # what starts an absolute path ABSOLUTE_PATH finds
+
+
+def render(data: dict, others: list[dict] = (), folder: str | Path | None = None, folders=(),
+           draw: bool = False) -> str:
     """The page of a schema-2 results dict (results.to_json); ``others``: the driver's other
-    results (reports/driver_page.py), summarized at the top and detailed at the end; pictures
+    results (reports/driver_page.py), summarized at the top and detailed at the end. ``folder``:
+    where the page goes, which its paths are shown relative to (:func:`published`); pictures
     only of files nnts made in ``folders`` (:func:`picture`)."""
+    folder = Path(folder).resolve() if folder is not None else None
+    entries = failure_entries(data)
+    pictures = [[picture(entry, folders, draw) for entry in group] for group in entries.values()]  # real paths
+    shown = published({"data": data, "entries": entries, "others": list(others)}, folder)
+    for group, drawn in zip(shown["entries"].values(), pictures):
+        for entry, image in zip(group, drawn):
+            entry["picture"] = image
+    data, others = shown["data"], shown["others"]
     tests = data["tests"]
     dtypes = sorted({d for per in data["matrix"].values() for d in per},
                     key=lambda d: (list(DTYPE_ABBREVIATIONS).index(d) if d in DTYPE_ABBREVIATIONS else 99, d))
@@ -98,10 +182,6 @@ def render(data: dict, others: list[dict] = (), folders=(), draw: bool = False) 
         if t["part"] in results.VALUE_PARTS:
             op = t["op"] or ("(random graphs)" if t["part"] == "random graphs" else "(other)")
             in_matrix[(op, t["dtype"] or "mixed")].append(t)
-    groups = collections.defaultdict(list)  # failures by operation and data type, else by part
-    for t in data["failures"]:
-        key = f"{t['op']} {t['dtype'] or ''}".strip() if t["op"] else t["part"]
-        groups[key].append(t)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]), undefined=jinja2.StrictUndefined)
     env.filters["cell_class"] = cell_class
@@ -112,8 +192,10 @@ def render(data: dict, others: list[dict] = (), folders=(), draw: bool = False) 
         statuses=[s for s in STATUSES if data["totals"].get(s) or s in ("passed", "failed")],  # columns that occur
         labels=STATUS_LABELS, failing=FAILING, dtypes=dtypes,
         abbrev=lambda d: DTYPE_ABBREVIATIONS.get(d, d.replace("TENSOR_", "")), cell_class=cell_class, anchor=anchor,
-        picture=lambda t: picture(t, folders, draw), why=why, not_supported=_grouped(support, data.get("unsupported", {})),
-        cells=dict(sorted(in_matrix.items())), failure_groups=dict(sorted(groups.items())),
+        why=why, not_supported=_grouped(support, data.get("unsupported", {})),
+        cells=dict(sorted(in_matrix.items())), failure_groups=shown["entries"],
+        unsupported=unsupported_rows(tests),
+        unsupported_line=results.unsupported_line(tests), any_type=results.ANY_TYPE,
         pytest_line=", ".join(f"{n} {k}" for k, n in data["pytest"].items() if n))
 
 
@@ -137,7 +219,8 @@ def write_reports(config, gathered) -> list[str]:
             t["replay"] = results.pytest_replay(config, t["test"] or t["id"], t["variant"] if results.is_variant(t) else None)
     data = results.to_json(meta, gathered.tests, comparison)
     for path in config.getoption("report"):
-        text = results.dumps(data) if path.endswith(".json") else render(data, folders=[folder], draw=True)
+        text = results.dumps(data) if path.endswith(".json") else render(data, folder=Path(path).parent,
+                                                                          folders=[folder], draw=True)
         try:
             results.write_atomically(path, text)
         except OSError as e:
@@ -177,7 +260,7 @@ def main_merge(paths: list[str], html: str | None, json_out: str | None, baselin
         if json_out:
             results.write_atomically(json_out, results.dumps(data))
         if html:
-            results.write_atomically(html, render(data, folders=input_folders(paths)))
+            results.write_atomically(html, render(data, folder=Path(html).parent, folders=input_folders(paths)))
     except OSError as e:
         print(f"nnts: cannot write {e.filename or 'the report'}: {e.strerror or e}", file=sys.stderr)
         return 2

@@ -28,7 +28,7 @@ def other_result(path: str) -> dict:
             and isinstance(data.get("models"), list):
         rows = [r for r in data["models"] if isinstance(r, dict)]
         bad = [r for r in rows if bench._failing(r)]
-        ratios = [r["ratio"] for r in rows if isinstance(r.get("ratio"), (int, float))]
+        ratios = [r["ratio"] for r in rows if isinstance(r.get("ratio"), (int, float)) and not r.get("fallback")]
         summary = (f"{len(rows)} model{'' if len(rows) == 1 else 's'}, {sum(earlier_status(str(r.get('status'))) == 'passed' or bool(r.get('driver')) for r in rows)} run, {len(bad)} failing accuracy or "
                    f"execution" + (f"; median latency x{statistics.median(ratios):.2f} TFLite's" if ratios else ""))
         table = [(r.get("model"), r.get("status"), f"x{r['ratio']:.2f}" if isinstance(r.get("ratio"), (int, float))
@@ -82,7 +82,8 @@ def main_page(paths: list[str], html: str, baseline: str | None = None) -> int:
     comparison = dict(results.compare(tests, earlier["tests"]), path=baseline) if earlier else None
     data = results.to_json(meta, tests, comparison)
     try:
-        results.write_atomically(html, render(data, others, folders=input_folders([c["_path"] for c in conformance])))
+        results.write_atomically(html, render(data, others, folder=Path(html).parent,
+                                              folders=input_folders([c["_path"] for c in conformance])))
     except OSError as e:
         print(f"nnts: cannot write {e.filename or html}: {e.strerror or e}", file=sys.stderr)
         return 2

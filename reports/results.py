@@ -19,7 +19,9 @@ JSON schema ``nnts-conformance/2`` (``--report out/conformance.json``)::
      "matrix": {OPERATION: {DATA TYPE: {STATUS: n}}},  tests that compute values only (VALUE_PARTS)
      "paths": {EXECUTION PATH: {STATUS: n}},           the same tests by variant (sync, burst, ...)
      "validation": {OPERATION: {STATUS: n}},           VTS model and request validation
-     "unsupported": {OPERATION: {DATA TYPE: n}},       tests skipped because the driver said so
+     "unsupported": {OPERATION: {DATA TYPE: n}},       tests skipped because the driver said so (a
+                                                       test of no operation under its part of the
+                                                       suite, of no one type under "any type")
      "failures": [TEST], the tests failed, crashed, hung, in error or unexpectedly passing,
      "baseline": {"path", "newly_failing", "newly_passing", "newly_unsupported"} (lists of ids;
                  only with --baseline),
@@ -32,7 +34,9 @@ JSON schema ``nnts-conformance/2`` (``--report out/conformance.json``)::
             "message" (failures: the trimmed report text; skips: the reason), "reproducer" (the
             saved model, where one was), "replay" (failures: ``nnts vectors run REPRODUCER ...``
             where a model was saved, else the ``pytest TEST-ID --driver ...`` command that reruns it),
-            "graph" (the reproducer's picture, an SVG beside it, where Graphviz drew one)}
+            "graph" (the reproducer's picture, an SVG beside it, where Graphviz drew one),
+            "parameters" (a generated test's model: its operations with their parameters in NNAPI's
+            words, "CONV_2D (padding SAME, stride 2x2, fused activation RELU1, layout NHWC)"; else null)}
 
 Statuses: passed, failed, crashed and hung (the driver, out of process, died or did not answer:
 failed in pytest's terms), error (a setup or teardown failure, pytest's "error"), xfailed, xpassed,
@@ -86,7 +90,7 @@ VALUE_PARTS = ("CTS generated", "VTS generated", "random graphs", "random single
 VALIDATION_PART = "VTS model and request validation"
 DRIVER_KEYS = ("name", "version", "type", "feature_level", "capabilities")
 TEST_KEYS = ("id", "test", "part", "op", "dtype", "variant", "status", "phase", "duration_s", "message", "reproducer",
-             "replay", "graph")
+             "replay", "graph", "parameters")
 MESSAGE_LIMIT = 4000  # characters of a failure's report text kept
 
 
@@ -242,10 +246,10 @@ def record_of_report(report, props: dict) -> dict | None:
     record = {"id": report.nodeid if when != "teardown" else f"{report.nodeid} (teardown)", "test": report.nodeid,
               "part": EXTENSION_PART if props.get("nnts_section") == "extension" else
               part_of(report.nodeid, props.get("nnts_module")), "op": props.get("nnts_op"),
-              "dtype": props.get("nnts_dtype"),
+              "dtype": None if props.get("nnts_dtype") == "-" else props.get("nnts_dtype"),  # "-": no one type
               "variant": (props.get("nnts_variant") or "").replace("-", "_") or None, "status": status, "phase": when,
               "duration_s": round(getattr(report, "duration", 0.0), 4), "message": None, "reproducer": None,
-              "replay": None, "graph": None}
+              "replay": None, "graph": None, "parameters": props.get("nnts_parameters")}
     _add_message(record, text)
     return record
 
@@ -357,7 +361,8 @@ def pytest_replay(config, nodeid: str, variant: str | None = None) -> str:
 
 def run_meta(config, started: datetime.datetime, drivers: list[dict], corpora: list[dict]) -> dict:
     return {"nnts_version": nnts.__version__, "git_commit": git_commit(),
-            "command": "pytest " + shlex.join(str(a) for a in config.invocation_params.args),
+            "command": config.getoption("nnts_command")  # the command typed: nnts test passes it
+            or "pytest " + shlex.join(str(a) for a in config.invocation_params.args),
             "started": started.isoformat(timespec="seconds"),
             "duration_s": round((datetime.datetime.now() - started).total_seconds(), 1),
             "feature_level": config.getoption("feature_level"), "driver_spec": config.getoption("driver"),
@@ -397,7 +402,7 @@ def summarize(tests: list[dict]) -> dict:
         elif t["part"] == VALIDATION_PART:
             validation[t["op"] or "(any)"][t["status"]] += 1
         if t["status"] == "unsupported":
-            unsupported[t["op"] or "(none)"][t["dtype"] or "-"] += 1
+            unsupported[_operation_of(t)][_type_of(t)] += 1
     pytest_totals = collections.Counter()
     variants_of = collections.defaultdict(list)  # a generated test's variants: one pytest test
     for t in tests:
@@ -415,6 +420,73 @@ def summarize(tests: list[dict]) -> dict:
             "validation": {op: _counter_dict(c) for op, c in sorted(validation.items())},
             "unsupported": {op: dict(sorted(c.items())) for op, c in sorted(unsupported.items())},
             "failures": [t for t in tests if t["status"] in FAILING]}
+
+
+RAN = ("passed", "failed", "crashed", "hung", "xfailed", "xpassed")  # the driver took the model
+ANY_TYPE = "any type"  # the unsupported tests of no one operand type (API, sequences, validation)
+WHY_UNSUPPORTED = {
+    "operation": "the driver ran no test of this operation",
+    "operand type": "the driver ran this operation on other operand types only",
+    "form": "the driver ran this operation on these types in other tests (another form, parameter or size)",
+}
+
+
+def _operation_of(t: dict) -> str:
+    return t["op"] or t["part"]
+
+
+def _type_of(t: dict) -> str:
+    return t["dtype"] if t["dtype"] not in (None, "-") else ANY_TYPE  # "-": files written before
+
+
+def unsupported_reasons(tests: list[dict]) -> list[tuple[str, str, int, str]]:
+    """Why the driver's unsupported tests were: (operation, operand type, tests, why) for each
+    operation and type, ``why`` a key of :data:`WHY_UNSUPPORTED`, told from what the driver did
+    run in the same results (an operation it ran in no test, one it ran on other types only,
+    or one it ran on this type in another form). A test of no operation counts under its part
+    of the suite; a test of no one operand type under :data:`ANY_TYPE`. Only tests that compute
+    values count as run: a model the driver rejects passes a validation test."""
+    ran_types = collections.defaultdict(set)
+    for t in tests:
+        if t["status"] in RAN and t["part"] in VALUE_PARTS:  # computed values: validation runs nothing
+            ran_types[_operation_of(t)].add(_type_of(t))
+    counts = collections.Counter((_operation_of(t), _type_of(t)) for t in tests if t["status"] == "unsupported")
+    rows = []
+    for (op, dtype), n in sorted(counts.items()):
+        ran = ran_types.get(op, set())
+        why = "operation" if not ran else "form" if dtype in ran else "operand type"
+        rows.append((op, dtype, n, why))
+    return rows
+
+
+def feature_level_skips(tests: list[dict]) -> int:
+    """Tests skipped because they need a feature level above the driver's."""
+    return sum(1 for t in tests if t["status"] == "skipped" and "feature level" in (t["message"] or ""))
+
+
+def unsupported_line(tests: list[dict]) -> str | None:
+    """One line of what the driver reported unsupported, by reason (None when nothing was)."""
+    rows = unsupported_reasons(tests)
+    above = feature_level_skips(tests)
+    if not rows and not above:
+        return None
+    parts = []
+    for why, words in (("operation", "operations it ran in no test"),
+                       ("operand type", "operations unsupported on some operand types"),
+                       ("form", "operations unsupported in some forms")):
+        chosen = [r for r in rows if r[3] == why]
+        if chosen:
+            parts.append(f"{_count(len({r[0] for r in chosen}), 'operation')}{words.removeprefix('operations')} "
+                         f"({_count(sum(r[2] for r in chosen), 'test')})")
+    line = f"{_count(sum(r[2] for r in rows), 'test')} skipped as unsupported"
+    line += ": " + ", ".join(parts) if parts else ""
+    if above:
+        line += f"; {_count(above, 'test')} skipped as above the driver's feature level"
+    return line
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def compare(tests: list[dict], earlier: list[dict]) -> dict:

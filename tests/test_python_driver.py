@@ -95,8 +95,8 @@ def test_other_operations_are_skipped_as_unsupported(tmp_path):
     assert len(outcomes) > 20
     not_unsupported = {n: o for n, o in outcomes.items() if o[0] != "skipped" or "unsupported" not in o[1]}
     assert not not_unsupported, not_unsupported
-    for op in ("MUL", "SUB"):
-        assert f"{op}:" in output and "tests skipped as unsupported" in output, output[-2000:]
+    said = [line for line in output.splitlines() if "tests skipped as unsupported" in line]  # one line
+    assert len(said) == 1 and "2 operations it ran in no test" in said[0], output[-2000:]
 
 
 LAX_DRIVER = '''

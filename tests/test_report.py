@@ -101,7 +101,7 @@ def test_totals_equal_pytests_summary_for_every_verdict(every_verdict, workers):
     assert data["meta"]["command"].startswith("pytest ") and "cts/test_api.py -n" in data["meta"]["command"] and data["meta"]["machine"]["cores"]
     page = (every_verdict / "out" / "r.html").read_text()
     assert f'<span id="pytest-summary">{", ".join(f"{n} {k}" for k, n in data["pytest"].items() if n)}</span>' in page
-    assert "worst at [0]: expected 1, got 2" in page and "replay: <code>pytest cts/test_api.py::test_fails" in page
+    assert "worst at [0]: expected 1, got 2" in page and "<th>replay</th><td><code>pytest cts/test_api.py::test_fails" in page
 
 
 def record(nodeid, status, op=None, dtype=None, variant=None):

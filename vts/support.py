@@ -14,9 +14,10 @@ import pytest
 
 from nnapi_ref import AHardwareBuffer, HardwareBufferDesc, hal
 from nnapi_ref.hal import ArgumentLifetime, ErrorStatus, HalError, Request, RequestArgument, SharedMemory
-from nnapi_ref.types import DTYPES, SCALAR_TYPES, OperationCode, PreferenceCode, PriorityCode
+from nnapi_ref.types import DTYPES, SCALAR_TYPES, PreferenceCode, PriorityCode
 from nnts.runners.cases import model_cases  # noqa: F401 (the VTS modules' test models, from here)
 from nnts.runners.model_runner import supports_dynamic_outputs
+from nnts.runners.parameters import unsupported_operations
 
 LOOP_TIMEOUT_NS = 2_000_000_000
 # A model that must fail only has to fail; an infinite loop need not run for 2 s first.
@@ -107,7 +108,8 @@ def has_unspecified_output(model: hal.Model) -> bool:
 
 
 def operation_names(model: hal.Model, flags) -> str:
-    return ", ".join(sorted({OperationCode(op.type).name for op, ok in zip(model.main.operations, flags) if not ok}))
+    """The operations ``flags`` marks unsupported, each with its operand type and feature level."""
+    return unsupported_operations(model, flags)
 
 
 def prepare(driver: hal.Device, model: hal.Model, preference=PreferenceCode.FAST_SINGLE_ANSWER,

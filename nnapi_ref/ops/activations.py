@@ -242,6 +242,7 @@ class Tanh(_QuantizedSigmoidLike):
 @register
 class Elu(OperationRegistration):
     code = OperationCode.ELU
+    parameters = {1: "alpha"}
     accuracy = "medium"
     signatures = [Signature(30, [T.TENSOR_FLOAT16, T.FLOAT16], [T.TENSOR_FLOAT16]),
                   Signature(30, [T.TENSOR_FLOAT32, T.FLOAT32], [T.TENSOR_FLOAT32])]

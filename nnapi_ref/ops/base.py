@@ -204,6 +204,12 @@ class OperationRegistration:
       OperationResolver's default; BAD_DATA for the operations its executor still switches on
       (``allParametersPresent``). None where the operation takes zero-sized inputs (the 28
       registered with ``allowZeroSizedInput``, and those the executor leaves to their own checks).
+    * ``parameters``: the NNAPI names of the inputs that parametrize it ({position: name}, a
+      negative position counted from the end; a window operation's pair of such tables,
+      implicit padding then explicit: :func:`window_parameters`), so that failures, graphs and
+      reports say "stride 2x2, fused activation RELU1" instead of "in4: INT32 2". The fused
+      activation's name comes from ``fused_activation``; :meth:`parameter_names` gives the table
+      of one use of the operation.
     """
 
     code: ClassVar[OperationCode]
@@ -216,6 +222,7 @@ class OperationRegistration:
     choices: ClassVar[dict[int, dict]] = {}
     same_when_signed: ClassVar[bool] = True
     zero_sized_inputs: ClassVar[ResultCode | None] = ResultCode.OP_FAILED
+    parameters: ClassVar[dict[int, str] | tuple[dict[int, str], dict[int, str]]] = {}
 
     @property
     def name(self) -> str:
@@ -245,6 +252,20 @@ class OperationRegistration:
             if sig.matches(in_types, out_types) and (best is None or sig.level < best.level):
                 best = sig
         return best
+
+    def parameter_names(self, in_types: Sequence[int]) -> dict[int, str]:
+        """The names of the parameter inputs of one use of the operation with these input types,
+        by position (the explicit-padding form of a window operation is told, as NNAPI tells it,
+        by an INT32 where the implicit form has its layout BOOL)."""
+        table = self.parameters
+        if self.window_inputs is not None:
+            probe = self.window_inputs[0].layout
+            table = table[1 if len(in_types) > probe and in_types[probe] == T.INT32 else 0]
+        n = len(in_types)
+        names = {(k if k >= 0 else n + k): name for k, name in table.items()}
+        if self.fused_activation is not None:
+            names[self.fused_activation] = "fused activation"
+        return {k: name for k, name in sorted(names.items()) if 0 <= k < n}
 
     def accuracy_at(self, level: int) -> str | None:
         """The accuracy tier at feature ``level``."""
@@ -278,10 +299,27 @@ def signatures(level: int, types: Iterable[OperandCode], inputs, outputs, **kwar
     return out
 
 
+def window_parameters(first: int, extras: Sequence[str] = (), dilation: bool = True,
+                      implicit_head: dict[int, str] | None = None) -> tuple[dict[int, str], dict[int, str]]:
+    """The ``parameters`` of a convolution or pool whose scalars start at input ``first``:
+    padding (the implicit scheme, or the four explicit amounts), the strides, ``extras`` (a
+    depth multiplier, groups, a filter size), the fused activation, the layout and, where it
+    has them, the dilation factors. ``implicit_head``: inputs the implicit form has before its
+    scalars (TRANSPOSE_CONV_2D's output shape), which shift them by one."""
+    tail = ("stride width", "stride height", *extras, "fused activation", "layout")
+    tail += ("dilation width", "dilation height") if dilation else ()
+    implicit_first = first + len(implicit_head or {})
+    implicit = dict(implicit_head or {}) | {implicit_first: "padding"}
+    implicit |= {implicit_first + 1 + k: name for k, name in enumerate(tail)}
+    explicit = {first + k: f"padding {side}" for k, side in enumerate(("left", "right", "top", "bottom"))}
+    explicit |= {first + 4 + k: name for k, name in enumerate(tail)}
+    return implicit, explicit
+
+
 def fail(message: str) -> NnapiError:
     """The error an operation raises for an input NNAPI forbids (BAD_DATA)."""
     return NnapiError(ResultCode.BAD_DATA, message)
 
 
 __all__ = ["Arg", "Call", "OperationRegistration", "Signature", "ValueUnknown", "WindowInputs", "REGISTRY", "register",
-           "signatures", "fail", "check", "T", "OperationCode", "np"]
+           "signatures", "window_parameters", "fail", "check", "T", "OperationCode", "np"]

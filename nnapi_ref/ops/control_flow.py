@@ -60,6 +60,7 @@ class _ControlFlow(OperationRegistration):
 class If(_ControlFlow):
     code = OperationCode.IF
     zero_sized_inputs = None
+    parameters = {0: "condition", 1: "then model", 2: "else model"}
     accuracy = "relaxed"
     signatures = [Signature(30, [T.TENSOR_BOOL8, T.SUBGRAPH, T.SUBGRAPH], [T.TENSOR_FLOAT32])]
 
@@ -88,6 +89,7 @@ class If(_ControlFlow):
 class While(_ControlFlow):
     code = OperationCode.WHILE
     zero_sized_inputs = None
+    parameters = {0: "condition model", 1: "body model"}
     accuracy = "relaxed"
     signatures = [Signature(30, [T.SUBGRAPH, T.SUBGRAPH, T.TENSOR_FLOAT32], [T.TENSOR_FLOAT32])]
 

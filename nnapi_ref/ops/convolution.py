@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, WindowInputs, check, register
+from nnapi_ref.ops.base import (Call, OperationCode, OperationRegistration, Signature, T, WindowInputs, check, register,
+                                window_parameters)
 from nnapi_ref.ops.common import check_fuse_code
 from nnapi_ref.ops.conv_fast_paths import conv2d_fast, depthwise_fast
 from nnapi_ref.ops.conv_quantization import accumulator_type, check_quant_conv, finish, operand_values, quant_magnitudes
@@ -149,6 +150,7 @@ class _Conv(OperationRegistration):
 class Conv2D(_Conv):
     code = OperationCode.CONV_2D
     zero_sized_inputs = None
+    parameters = window_parameters(3)
     accuracy = "conv"
     window_inputs = (WindowInputs(7, 6, 7, 8), WindowInputs(10, 9, 10, 11))
     signatures = conv_signatures(7, 4, optional_from_29=True)
@@ -204,6 +206,7 @@ def conv2d_nhwc(x, wt, p: Spatial, kh, kw, oh, ow, groups: int = 1) -> np.ndarra
 class DepthwiseConv2D(_Conv):
     code = OperationCode.DEPTHWISE_CONV_2D
     zero_sized_inputs = None
+    parameters = window_parameters(3, ("depth multiplier",))
     accuracy = "conv"
     window_inputs = (WindowInputs(8, 7, 8, 9, 6), WindowInputs(11, 10, 11, 12, 9))
     signatures = conv_signatures(8, 5, optional_from_29=True)
@@ -291,6 +294,7 @@ def depthwise_nhwc(x, wt, p: Spatial, oh, ow, padded: bool = False):
 class GroupedConv2D(_Conv):
     code = OperationCode.GROUPED_CONV_2D
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = window_parameters(3, ("groups",), dilation=False)
     accuracy = "conv"
     window_inputs = (WindowInputs(9, 7, 8), WindowInputs(12, 10, 11))
     signatures = conv_signatures(8, 5, optional_from_29=False, min_level=29, always_tail=(BOOL,))
@@ -333,6 +337,7 @@ def _transpose_signatures():
 class TransposeConv2D(OperationRegistration):
     code = OperationCode.TRANSPOSE_CONV_2D
     zero_sized_inputs = None
+    parameters = window_parameters(3, dilation=False, implicit_head={3: "output shape"})
     accuracy = "conv"
     window_inputs = (WindowInputs(9, 7, 8), WindowInputs(11, 9, 10))
     signatures = _transpose_signatures()

@@ -136,6 +136,7 @@ def _fully_connected_fast(call: Call, num_units: int, input_size: int, fuse: int
 @register
 class BatchMatmul(OperationRegistration):
     code = OperationCode.BATCH_MATMUL
+    parameters = {2: "adjoint x", 3: "adjoint y"}
     accuracy = "relaxed"
     signatures = [Signature(1000006, [t, t, BOOL, BOOL], [t]) for t in (F32, F16, TI32, S8)]
 

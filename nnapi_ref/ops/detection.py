@@ -211,6 +211,8 @@ def _box_nms_signatures() -> list[Signature]:
 class BoxWithNmsLimit(OperationRegistration):
     code = OperationCode.BOX_WITH_NMS_LIMIT
     zero_sized_inputs = None
+    parameters = {3: "score threshold", 4: "max detections", 5: "NMS kernel", 6: "IoU threshold", 7: "sigma",
+                  8: "NMS score threshold"}
     accuracy = "relaxed"
     choices = {5: {0: "hard NMS", 1: "linear NMS", 2: "gaussian NMS"}}
     signatures = _box_nms_signatures()
@@ -322,6 +324,8 @@ def _proposal_signatures() -> list[Signature]:
 @register
 class GenerateProposals(OperationRegistration):
     code = OperationCode.GENERATE_PROPOSALS
+    parameters = {4: "height stride", 5: "width stride", 6: "pre-NMS top N", 7: "post-NMS top N", 8: "IoU threshold",
+                  9: "min size", 10: "layout"}
     accuracy = "relaxed"
     choices = {10: {False: "NHWC", True: "NCHW"}}
     signatures = _proposal_signatures()
@@ -407,6 +411,9 @@ class GenerateProposals(OperationRegistration):
 @register
 class DetectionPostprocessing(OperationRegistration):
     code = OperationCode.DETECTION_POSTPROCESSING
+    parameters = {3: "y scale", 4: "x scale", 5: "height scale", 6: "width scale", 7: "NMS", 8: "max detections",
+                  9: "max classes per detection", 10: "detections per class", 11: "score threshold",
+                  12: "IoU threshold", 13: "background class"}
     accuracy = "relaxed"
     choices = {7: {False: "fast NMS", True: "regular NMS"},
                13: {False: "background not in labels", True: "background in labels"}}
@@ -515,6 +522,7 @@ class DetectionPostprocessing(OperationRegistration):
 @register
 class HeatmapMaxKeypoint(OperationRegistration):
     code = OperationCode.HEATMAP_MAX_KEYPOINT
+    parameters = {2: "layout"}
     accuracy = "relaxed"
     signatures = [
         Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_FLOAT32, T.BOOL], [T.TENSOR_FLOAT32, T.TENSOR_FLOAT32]),

@@ -275,6 +275,7 @@ def lsh_bits(seeds: np.ndarray, rows: np.ndarray, weights: np.ndarray | None) ->
 class LshProjection(OperationRegistration):
     code = OperationCode.LSH_PROJECTION
     zero_sized_inputs = None
+    parameters = {3: "type"}
     incomparable = "sign hashes: any rounding difference flips an output bit"
     signatures = _lsh_signatures()
 

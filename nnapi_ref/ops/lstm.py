@@ -218,6 +218,7 @@ def cell_values(a: dict) -> dict:
 class Lstm(OperationRegistration):
     code = OperationCode.LSTM
     zero_sized_inputs = None
+    parameters = {20: "activation", 21: "cell clip", 22: "projection clip"}
     accuracy = "relaxed"
     signatures = [
         Signature(27, [F32] * 20 + [T.INT32, T.FLOAT32, T.FLOAT32], [F32] * 4, omittable=optional_cell_inputs(1)),
@@ -260,6 +261,7 @@ class UnidirectionalSequenceLstm(OperationRegistration):
     Outputs: the output sequence, then (feature level 4) the final output and cell states."""
 
     code = OperationCode.UNIDIRECTIONAL_SEQUENCE_LSTM
+    parameters = {20: "activation", 21: "cell clip", 22: "projection clip", 23: "time major"}
     accuracy = "relaxed"
     signatures = [
         Signature(level, [t] * 20 + [T.INT32, SCALAR[t], SCALAR[t], T.BOOL] + [t] * 4, outs,
@@ -324,6 +326,7 @@ class BidirectionalSequenceLstm(OperationRegistration):
 
     code = OperationCode.BIDIRECTIONAL_SEQUENCE_LSTM
     zero_sized_inputs = None
+    parameters = {48: "activation", 49: "cell clip", 50: "projection clip", 51: "merge outputs", 52: "time major"}
     accuracy = "relaxed"
     signatures = bidirectional_lstm_signatures()
 

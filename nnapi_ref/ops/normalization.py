@@ -125,6 +125,7 @@ def _softmax_signatures() -> list[Signature]:
 class Softmax(OperationRegistration):
     code = OperationCode.SOFTMAX
     zero_sized_inputs = None
+    parameters = {1: "beta", 2: "axis"}
     accuracy = "relaxed"
     fixed_output_quant = {T.TENSOR_QUANT8_ASYMM: (1.0 / 256, 0), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 256, -128)}
     signatures = _softmax_signatures()
@@ -154,6 +155,7 @@ class Softmax(OperationRegistration):
 @register
 class LogSoftmax(OperationRegistration):
     code = OperationCode.LOG_SOFTMAX
+    parameters = {1: "beta", 2: "axis"}
     accuracy = "relaxed"
     signatures = [Signature(29, [T.TENSOR_FLOAT32, T.FLOAT32, T.INT32], [T.TENSOR_FLOAT32]),
                   Signature(29, [T.TENSOR_FLOAT16, T.FLOAT16, T.INT32], [T.TENSOR_FLOAT16])]
@@ -244,6 +246,7 @@ def _l2_signatures() -> list[Signature]:
 @register
 class L2Normalization(OperationRegistration):
     code = OperationCode.L2_NORMALIZATION
+    parameters = {1: "axis"}
     accuracy = "relaxed"
     fixed_output_quant = {T.TENSOR_QUANT8_ASYMM: (1.0 / 128, 128), T.TENSOR_QUANT8_ASYMM_SIGNED: (1.0 / 128, 0)}
     signatures = _l2_signatures()
@@ -281,6 +284,7 @@ def _lrn_signatures() -> list[Signature]:
 @register
 class LocalResponseNormalization(OperationRegistration):
     code = OperationCode.LOCAL_RESPONSE_NORMALIZATION
+    parameters = {1: "radius", 2: "bias", 3: "alpha", 4: "beta", 5: "axis"}
     accuracy = "relaxed"
     signatures = _lrn_signatures()
 
@@ -315,6 +319,7 @@ class LocalResponseNormalization(OperationRegistration):
 @register
 class InstanceNormalization(OperationRegistration):
     code = OperationCode.INSTANCE_NORMALIZATION
+    parameters = {1: "gamma", 2: "beta", 3: "epsilon", 4: "layout"}
     accuracy = "relaxed"
     signatures = [Signature(29, [T.TENSOR_FLOAT32, T.FLOAT32, T.FLOAT32, T.FLOAT32, T.BOOL], [T.TENSOR_FLOAT32]),
                   Signature(29, [T.TENSOR_FLOAT16, T.FLOAT16, T.FLOAT16, T.FLOAT16, T.BOOL], [T.TENSOR_FLOAT16])]

@@ -49,6 +49,7 @@ class _Pad(OperationRegistration):
 class Pad(_Pad):
     code = OperationCode.PAD
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "paddings"}
     accuracy = "strict"
     signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None])
@@ -64,6 +65,7 @@ class Pad(_Pad):
 class PadV2(_Pad):
     code = OperationCode.PAD_V2
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "paddings", 2: "pad value"}
     accuracy = "strict"
     same_when_signed = False  # the pad value is an INT32 scalar in the quantized domain
     signatures = [Signature(29, [T.TENSOR_FLOAT32, T.TENSOR_INT32, T.FLOAT32], [T.TENSOR_FLOAT32]),
@@ -89,6 +91,7 @@ class PadV2(_Pad):
 @register
 class MirrorPad(OperationRegistration):
     code = OperationCode.MIRROR_PAD
+    parameters = {1: "paddings", 2: "mode"}
     accuracy = "strict"
     signatures = signatures(1000007, (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM,
                                       T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_INT32),

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, WindowInputs, check, register
+from nnapi_ref.ops.base import (Call, OperationCode, OperationRegistration, Signature, T, WindowInputs, check, register,
+                                window_parameters)
 from nnapi_ref.ops.common import QUANT_RANGE, apply_activation
 from nnapi_ref.ops.spatial import (from_nhwc, layout_shape, nhwc_dims, out_size, padded_window_input, parse_spatial,
                                    resolve_padding, to_nhwc)
@@ -38,6 +39,7 @@ def _pool_signatures(by_level: dict[int, tuple]) -> list[Signature]:
 
 class _Pool(OperationRegistration):
     window_inputs = (WindowInputs(7, 6, 7), WindowInputs(10, 9, 10))
+    parameters = window_parameters(1, ("filter width", "filter height"), dilation=False)
 
     def geometry(self, call: Call):
         inp, out = call.ins[0], call.outs[0]

@@ -301,6 +301,9 @@ class QuantizedLstm(OperationRegistration):
     30 hidden state zero point; 31 hidden state scale. Outputs: output state, cell state, output."""
 
     code = OperationCode.QUANTIZED_LSTM
+    parameters = {24: "cell clip", 25: "projection clip", 26: "input gate scale", 27: "forget gate scale",
+                  28: "cell gate scale", 29: "output gate scale", 30: "hidden state zero point",
+                  31: "hidden state scale"}
     accuracy = "relaxed"
     signatures = [Signature(30, [Q8AS] + [Q8S] * 8 + [Q16] * 3 + [I32] * 4 + [Q8S, I32, Q8AS, Q16] + [Q16] * 4
                             + [T.FLOAT32] * 6 + [T.INT32, T.FLOAT32], [Q8AS, Q16, Q8AS],

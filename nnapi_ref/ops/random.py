@@ -16,6 +16,7 @@ from nnapi_ref.types import ResultCode
 class RandomMultinomial(OperationRegistration):
     code = OperationCode.RANDOM_MULTINOMIAL
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "samples", 2: "seeds"}
     incomparable = "random samples: compared by distribution, not element by element"
     signatures = [Signature(29, [t, T.INT32, T.TENSOR_INT32], [T.TENSOR_INT32])
                   for t in (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)]

@@ -126,6 +126,7 @@ def tflite_quantized_mean(x: np.ndarray, axes: tuple, in_scale: float, in_zero_p
 class Mean(_Reduce):
     code = OperationCode.MEAN
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "axes", 2: "keep dims"}
     accuracy = "relaxed"
     signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32, T.INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32, T.INT32], [None])
@@ -166,6 +167,7 @@ class Mean(_Reduce):
 @register
 class ReduceSum(_Reduce):
     code = OperationCode.REDUCE_SUM
+    parameters = {1: "axes", 2: "keep dims"}
     accuracy = "relaxed"
     signatures = signatures(29, FLOATS, [None, T.TENSOR_INT32, T.BOOL], [None])
 
@@ -177,6 +179,7 @@ class ReduceSum(_Reduce):
 @register
 class ReduceProd(_Reduce):
     code = OperationCode.REDUCE_PROD
+    parameters = {1: "axes", 2: "keep dims"}
     accuracy = "relaxed"
     signatures = signatures(29, FLOATS, [None, T.TENSOR_INT32, T.BOOL], [None])
 
@@ -193,6 +196,7 @@ class ReduceProd(_Reduce):
 @register
 class ReduceMax(_Reduce):
     code = OperationCode.REDUCE_MAX
+    parameters = {1: "axes", 2: "keep dims"}
     accuracy = "relaxed"
     signatures = (signatures(29, FLOATS + (T.TENSOR_QUANT8_ASYMM,), [None, T.TENSOR_INT32, T.BOOL], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32, T.BOOL], [None]))
@@ -208,6 +212,7 @@ class ReduceMax(_Reduce):
 @register
 class ReduceMin(_Reduce):
     code = OperationCode.REDUCE_MIN
+    parameters = {1: "axes", 2: "keep dims"}
     accuracy = "relaxed"
     signatures = ReduceMax.signatures
     same_quant = True
@@ -222,6 +227,7 @@ class ReduceMin(_Reduce):
 @register
 class ReduceAny(_Reduce):
     code = OperationCode.REDUCE_ANY
+    parameters = {1: "axes", 2: "keep dims"}
     accuracy = "relaxed"
     signatures = [*signatures(29, (T.TENSOR_BOOL8,), [None, T.TENSOR_INT32, T.BOOL], [None])]
 
@@ -232,6 +238,7 @@ class ReduceAny(_Reduce):
 @register
 class ReduceAll(_Reduce):
     code = OperationCode.REDUCE_ALL
+    parameters = {1: "axes", 2: "keep dims"}
     accuracy = "relaxed"
     signatures = ReduceAny.signatures
 
@@ -276,6 +283,7 @@ class _ArgMinMax(OperationRegistration):
 class ArgMax(_ArgMinMax):
     code = OperationCode.ARGMAX
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "axis"}
     accuracy = "strict"
 
     @staticmethod
@@ -287,6 +295,7 @@ class ArgMax(_ArgMinMax):
 class ArgMin(_ArgMinMax):
     code = OperationCode.ARGMIN
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "axis"}
     accuracy = "strict"
 
     @staticmethod
@@ -297,6 +306,7 @@ class ArgMin(_ArgMinMax):
 @register
 class TopKV2(OperationRegistration):
     code = OperationCode.TOPK_V2
+    parameters = {1: "k"}
     accuracy = "strict"
     signatures = (signatures(29, _ARG_TYPES_29, [None, T.INT32], [None, T.TENSOR_INT32])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32], [None, T.TENSOR_INT32]))

@@ -135,6 +135,7 @@ def _bilinear_axis(in_size: int, out_size: int, align: bool, half: bool):
 class ResizeBilinear(_Resize):
     code = OperationCode.RESIZE_BILINEAR
     zero_sized_inputs = None
+    parameters = {1: "output width", 2: "output height", 3: "layout", 4: "align corners", 5: "half pixel centers"}
     accuracy = "relaxed"
     signatures = _bilinear_signatures()
 
@@ -210,6 +211,7 @@ def _nearest_axis(in_size: int, out_size: int, align: bool, half: bool):
 class ResizeNearestNeighbor(_Resize):
     code = OperationCode.RESIZE_NEAREST_NEIGHBOR
     zero_sized_inputs = None
+    parameters = {1: "output width", 2: "output height", 3: "layout", 4: "align corners", 5: "half pixel centers"}
     accuracy = "relaxed"
     signatures = _nearest_signatures()
 

@@ -95,6 +95,7 @@ def check_cell(weights: Arg, recurrent: Arg, bias: Arg, hidden: Arg, batch: int,
 class Rnn(OperationRegistration):
     code = OperationCode.RNN
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {5: "fused activation"}
     accuracy = "relaxed"
     signatures = [
         Signature(27, [T.TENSOR_FLOAT32] * 5 + [T.INT32], [T.TENSOR_FLOAT32] * 2),
@@ -120,6 +121,7 @@ class Rnn(OperationRegistration):
 @register
 class UnidirectionalSequenceRnn(OperationRegistration):
     code = OperationCode.UNIDIRECTIONAL_SEQUENCE_RNN
+    parameters = {5: "fused activation", 6: "time major"}
     accuracy = "relaxed"
     signatures = [
         Signature(29, [t] * 5 + [T.INT32, T.INT32], [t]) for t in FLOATS
@@ -173,6 +175,7 @@ class BidirectionalSequenceRnn(OperationRegistration):
     level 4) the forward and backward final hidden states."""
 
     code = OperationCode.BIDIRECTIONAL_SEQUENCE_RNN
+    parameters = {12: "fused activation", 13: "time major", 14: "merge outputs"}
     accuracy = "relaxed"
     signatures = bidirectional_rnn_signatures()
 

@@ -164,6 +164,8 @@ def _bin_sum(values: np.ndarray, owner: np.ndarray, count: int, axis: int) -> np
 class RoiAlign(_RoiOp):
     code = OperationCode.ROI_ALIGN
     zero_sized_inputs = None
+    parameters = {3: "output height", 4: "output width", 5: "height ratio", 6: "width ratio", 7: "height samples",
+                  8: "width samples", 9: "layout"}
     accuracy = "relaxed"
     signatures = _roi_signatures(2)
     layout_index = 9
@@ -247,6 +249,7 @@ def _pool_axis_max(values: np.ndarray, starts: np.ndarray, ends: np.ndarray, axi
 @register
 class RoiPooling(_RoiOp):
     code = OperationCode.ROI_POOLING
+    parameters = {3: "output height", 4: "output width", 5: "height ratio", 6: "width ratio", 7: "layout"}
     accuracy = "relaxed"
     signatures = _roi_signatures(0)
     layout_index = 7

@@ -47,6 +47,7 @@ def maybe_value(arg):
 class Reshape(OperationRegistration):
     code = OperationCode.RESHAPE
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "shape"}
     accuracy = "strict"
     signatures = (signatures(27, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None])
@@ -80,6 +81,7 @@ class Reshape(OperationRegistration):
 @register
 class Squeeze(OperationRegistration):
     code = OperationCode.SQUEEZE
+    parameters = {1: "axes"}
     accuracy = "strict"
     signatures = (signatures(28, (T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM), [None, T.TENSOR_INT32], [None],
                              omittable=[1])
@@ -112,6 +114,7 @@ class Squeeze(OperationRegistration):
 class ExpandDims(OperationRegistration):
     code = OperationCode.EXPAND_DIMS
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "axis"}
     accuracy = "strict"
     signatures = (signatures(29, (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM),
                              [None, T.INT32], [None])
@@ -134,6 +137,7 @@ class ExpandDims(OperationRegistration):
 @register
 class Fill(OperationRegistration):
     code = OperationCode.FILL
+    parameters = {0: "dimensions", 1: "value"}
     accuracy = "strict"
     signatures = [Signature(30, [T.TENSOR_INT32, T.FLOAT16], [T.TENSOR_FLOAT16]),
                   Signature(30, [T.TENSOR_INT32, T.FLOAT32], [T.TENSOR_FLOAT32]),

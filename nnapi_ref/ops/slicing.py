@@ -44,6 +44,7 @@ def requantize_concat(arg, out) -> np.ndarray:
 class Concatenation(OperationRegistration):
     code = OperationCode.CONCATENATION
     zero_sized_inputs = None
+    parameters = {-1: "axis"}
     accuracy = "medium"
     signatures = (signatures(27, FLOAT_Q8, [None, T.INT32], [None], repeat=0)
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.INT32], [None], repeat=0)
@@ -82,6 +83,7 @@ class Concatenation(OperationRegistration):
 class Split(OperationRegistration):
     code = OperationCode.SPLIT
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "axis", 2: "splits"}
     accuracy = "medium"
     signatures = (signatures(29, WITH_INT32, [None, T.INT32, T.INT32], [None], repeat_outputs=True)
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.INT32], [None],
@@ -113,6 +115,7 @@ class Split(OperationRegistration):
 @register
 class Pack(OperationRegistration):
     code = OperationCode.PACK
+    parameters = {0: "axis"}
     accuracy = "strict"
     signatures = signatures(1000006, LEVEL6_TYPES, [T.INT32, None], [None], repeat=1)
 
@@ -137,6 +140,7 @@ class Pack(OperationRegistration):
 class Slice(OperationRegistration):
     code = OperationCode.SLICE
     zero_sized_inputs = None
+    parameters = {1: "begin", 2: "size"}
     accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.TENSOR_INT32, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32, T.TENSOR_INT32], [None]))
@@ -177,6 +181,7 @@ def _clamped_index(index: int, dim: int, positive: bool) -> int:
 @register
 class StridedSlice(OperationRegistration):
     code = OperationCode.STRIDED_SLICE
+    parameters = {1: "begin", 2: "end", 3: "strides", 4: "begin mask", 5: "end mask", 6: "shrink axis mask"}
     accuracy = "strict"
     _params = [None, T.TENSOR_INT32, T.TENSOR_INT32, T.TENSOR_INT32, T.INT32, T.INT32, T.INT32]
     signatures = (signatures(28, FLOAT_Q8, _params, [None])
@@ -222,6 +227,7 @@ class StridedSlice(OperationRegistration):
 @register
 class Gather(OperationRegistration):
     code = OperationCode.GATHER
+    parameters = {1: "axis"}
     accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.INT32, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.TENSOR_INT32], [None]))
@@ -249,6 +255,7 @@ class Gather(OperationRegistration):
 class Tile(OperationRegistration):
     code = OperationCode.TILE
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "multiples"}
     accuracy = "strict"
     signatures = (signatures(29, WITH_INT32, [None, T.TENSOR_INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.TENSOR_INT32], [None]))
@@ -268,6 +275,7 @@ class Tile(OperationRegistration):
 @register
 class Reverse(OperationRegistration):
     code = OperationCode.REVERSE
+    parameters = {1: "axis"}
     accuracy = "strict"
     signatures = signatures(1000007, LEVEL6_TYPES, [None, T.TENSOR_INT32], [None])
 

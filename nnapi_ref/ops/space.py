@@ -76,6 +76,7 @@ class _Layout4D(OperationRegistration):
 class DepthToSpace(_Layout4D):
     code = OperationCode.DEPTH_TO_SPACE
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "block size", 2: "layout"}
     accuracy = "strict"
     signatures = layout_signatures(27, [T.INT32])
     layout_input = 2
@@ -99,6 +100,7 @@ class DepthToSpace(_Layout4D):
 class SpaceToDepth(_Layout4D):
     code = OperationCode.SPACE_TO_DEPTH
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "block size", 2: "layout"}
     accuracy = "strict"
     signatures = layout_signatures(27, [T.INT32])
     layout_input = 2
@@ -128,6 +130,7 @@ def block_shape(name: str, arg) -> tuple[int, int]:
 class BatchToSpaceND(_Layout4D):
     code = OperationCode.BATCH_TO_SPACE_ND
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "block shape", 2: "layout"}
     accuracy = "strict"
     signatures = layout_signatures(28, [T.TENSOR_INT32])
     layout_input = 2
@@ -150,6 +153,7 @@ class BatchToSpaceND(_Layout4D):
 class SpaceToBatchND(_Layout4D):
     code = OperationCode.SPACE_TO_BATCH_ND
     zero_sized_inputs = ResultCode.BAD_DATA
+    parameters = {1: "block shape", 2: "paddings", 3: "layout"}
     accuracy = "strict"
     signatures = layout_signatures(28, [T.TENSOR_INT32, T.TENSOR_INT32])
     layout_input = 3
@@ -185,6 +189,7 @@ class SpaceToBatchND(_Layout4D):
 class Transpose(OperationRegistration):
     code = OperationCode.TRANSPOSE
     zero_sized_inputs = None
+    parameters = {1: "permutation"}
     accuracy = "strict"
     signatures = (signatures(28, LEGACY, [None, T.TENSOR_INT32], [None], omittable=[1])
                   + signatures(29, (T.TENSOR_FLOAT16,), [None, T.TENSOR_INT32], [None], omittable=[1])
@@ -211,6 +216,7 @@ class Transpose(OperationRegistration):
 @register
 class ChannelShuffle(OperationRegistration):
     code = OperationCode.CHANNEL_SHUFFLE
+    parameters = {1: "groups", 2: "axis"}
     accuracy = "strict"
     signatures = (signatures(29, LEGACY + (T.TENSOR_FLOAT16,), [None, T.INT32, T.INT32], [None])
                   + signatures(30, (T.TENSOR_QUANT8_ASYMM_SIGNED,), [None, T.INT32, T.INT32], [None]))

@@ -19,6 +19,7 @@ from nnapi_ref.ops.rnn import check_rank, check_shape, fused_activation, fvalue,
 class Svdf(OperationRegistration):
     code = OperationCode.SVDF
     zero_sized_inputs = None
+    parameters = {5: "rank", 6: "fused activation"}
     accuracy = "relaxed"
     signatures = [
         Signature(27, [T.TENSOR_FLOAT32] * 5 + [T.INT32, T.INT32], [T.TENSOR_FLOAT32] * 2, omittable=[3]),

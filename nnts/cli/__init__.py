@@ -25,7 +25,7 @@ from nnts.formats.files import UsageError
 from nnts.runners.settings import Settings
 
 COMMANDS = ("test", "devices", "serve", "stress", "bench", "gate", "report", "fuzz", "ops", "vectors", "trace",
-            "graph", "sdk", "cache", "support")
+            "graph", "sdk", "cache", "support", "init", "docs")
 MODULES = {"test": "suite"}
 
 

@@ -15,6 +15,7 @@ and ids into the suites' paths, and says in the header where the ids are relativ
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -49,7 +50,7 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "--help-pytest":
         argv = ["--help", *argv[1:]]
     args = [sys.executable, "-m", "pytest", "-p", __name__, "-c", os.devnull, "--rootdir", suites_folder(),
-            "-p", "no:benchmark"]
+            "-p", "no:benchmark", "--nnts-command", shlex.join(["nnts", "test", *argv])]  # what the report shows
     if not any(a.endswith("no:cacheprovider") for a in argv):  # (its option exists only with the plugin)
         args += ["-o", f"cache_dir={os.path.abspath('.pytest_cache')}"]
     if not any(a == "--timeout" or a.startswith("--timeout=") for a in argv):

@@ -1,9 +1,10 @@
 """Where the suite's own files are: found through the import system (``importlib.resources``), so
 an installed and an editable install (a clone) find them the same way.
 
-The data packages are ``nnts.cts.corpus`` (the project's test-vector corpus) and
+The data packages are ``nnts.cts.corpus`` (the project's test-vector corpus),
 ``nnts.conformance`` (the published expected-failure lists and class reproducers, the clone's
-``docs/conformance``). A clone also has AOSP's test vectors and the benchmark's models in
+``docs/conformance``), ``nnts.docs`` (the clone's ``docs``) and ``nnts.examples`` (the example
+drivers). A clone also has AOSP's test vectors and the benchmark's models in
 ``../shared`` beside it; an installed nnts has none.
 """
 from __future__ import annotations
@@ -13,6 +14,16 @@ from pathlib import Path
 
 CORPUS = Path(str(resources.files("nnts.cts"))) / "corpus"
 CONFORMANCE = Path(str(resources.files("nnts.conformance")))
+
+
+def docs_folder() -> Path:
+    """The clone's docs/, installed as nnts.docs (``nnts docs``)."""
+    return Path(str(resources.files("nnts.docs")))
+
+
+def examples_folder() -> Path:
+    """The clone's examples/, installed as nnts.examples (``nnts init`` copies the Python driver)."""
+    return Path(str(resources.files("nnts.examples")))
 
 
 def _clone() -> Path | None:

@@ -13,7 +13,11 @@ both, and fewer operations give a prefix of the same graph (see :func:`nnts.gene
 """
 from __future__ import annotations
 
-from hypothesis import strategies as st
+try:
+    from hypothesis import strategies as st
+except ImportError as e:  # an optional dependency: say which install brings it
+    raise ImportError("nnts.generators.strategies needs hypothesis: pip install 'nnts[all]' (or hypothesis)",
+                      name=e.name) from None
 
 from nnapi_ref.types import OperandCode, OperationCode
 from nnts.generators.graphs import MAX_LEVEL

@@ -50,6 +50,7 @@ from nnts.generators.random_graphs import case_size, generate
 from nnts.runners.graph import picture_beside
 from nnts.runners.known_classes import classes_for, explain
 from nnts.runners.model_runner import build_model, execute
+from nnts.runners.parameters import describe_model, unsupported_operations
 
 
 def run(devices: Sequence[Device], test: vectors.TestModel) -> list[np.ndarray]:
@@ -142,8 +143,7 @@ def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device],
                 return Outcome("fail", f"the driver's part ran on the CPU (plan: {steps}): it failed to prepare it",
                                expected, failure=Failure("fallback", "", "the driver's part fell back"))
         elif not all(supported):
-            names = sorted({graph.operation_names[j] for j, ok in enumerate(supported) if not ok})
-            return Outcome("skip", f"unsupported: {', '.join(names)}", expected)
+            return Outcome("skip", f"unsupported: {unsupported_operations(test.model, supported)}", expected)
         else:
             actual = run(devices, test)
     except NnapiError as e:
@@ -279,6 +279,7 @@ def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], 
                f"random graph seed {seed}, {operation_summary(graph)}: {outcome.message}\n"
                f"failure: {outcome.failure}" + (f"; {verdict}" if verdict else "") + "\n"
                f"shrunk to {operation_summary(shrunk)}: {final.message}\n"
+               f"operations: {describe_model(shrunk.to_test(path.stem).model)}\n"
                f"shrunk failure: {final.failure}\nreproducer: {path}\nreplay: {replay}")
     picture = picture_beside(path)  # the shrunk model's graph, where Graphviz is installed
     if picture is not None:

@@ -2,8 +2,9 @@
 
 Operations are boxes, the tensors between them ellipses; the model's inputs and outputs are
 marked (a house shape, bold), and constants are folded into the label of the operation that
-reads them (a scalar with its value, a tensor with its type and shape), so the picture shows
-the data flow rather than dozens of weight nodes. With ``--driver``, each operation is coloured
+reads them (a scalar with its value, a tensor with its type and shape; a parameter by its NNAPI name,
+"stride 2x2", :mod:`nnts.runners.parameters`), so the picture shows the data flow rather than
+dozens of weight nodes. With ``--driver``, each operation is coloured
 by the device the runtime's partitioner assigns it to (the same decision a compilation makes,
 ``nnapi_ref.runtime.compilation.partition``), with a legend. SVG comes from Graphviz's ``dot``
 (Debian package ``graphviz``) when it is installed; the dot text needs nothing.
@@ -27,6 +28,7 @@ from nnapi_ref.vectors import FormatError, load_file
 from nnts.formats import files
 from nnts.formats.tflite.importer import load_tflite
 from nnts.runners.drivers import load_drivers
+from nnts.runners.parameters import parameter_names, parameters
 from nnts.runners.settings import Settings
 
 PALETTE = ("#8dd3c7", "#fdb462", "#bebada", "#fb8072", "#80b1d3", "#b3de69", "#fccde5", "#d9d9d9")
@@ -133,8 +135,12 @@ def to_dot(model: Model, name: str = "model", devices: dict[int, str] | None = N
             lines.append(f"  t{k} [label={_quote(label)}, shape=ellipse];")
     for j, operation in enumerate(main.operations):
         rows = [f"{_operation_name(operation.type)} (#{j})"]
+        names = parameter_names(main, operation)
+        rows += [phrase for phrase in parameters(main, operation) if not phrase.endswith(" at run time")]
         for position, k in enumerate(operation.inputs):
             operand = main.operands[k]
+            if position in names:
+                continue  # said by its name above, or an edge labelled with it below
             if operand.lifetime in CONSTANT_LIFETIMES:
                 rows.append(f"in{position}: {_constant_text(operand)}")
             elif operand.lifetime == Lifetime.NO_VALUE:
@@ -148,7 +154,7 @@ def to_dot(model: Model, name: str = "model", devices: dict[int, str] | None = N
         lines.append(f"  op{j} [label={_quote(chr(10).join(rows))}, shape=box{style}];")
         for position, k in enumerate(operation.inputs):
             if main.operands[k].lifetime not in CONSTANT_LIFETIMES + (Lifetime.NO_VALUE, Lifetime.SUBGRAPH):
-                lines.append(f"  t{k} -> op{j} [label=\"in{position}\"];")
+                lines.append(f"  t{k} -> op{j} [label={_quote(names.get(position, f'in{position}'))}];")
         for k in operation.outputs:
             lines.append(f"  op{j} -> t{k};")
     if colours:

@@ -21,6 +21,7 @@ from nnapi_ref.types import SCALAR_TYPES, Lifetime, OperandCode, OperationCode, 
 from nnapi_ref.vectors import TestModel
 from nnts.generators.builders import compute_in_mode
 from nnts.generators.criteria import Criterion, compare_output
+from nnts.runners.parameters import unsupported_operations
 
 MODES = ("sync", "async", "burst", "fenced")
 # A model that must fail only has to fail: an infinite WHILE loop need not run for NNAPI's
@@ -48,13 +49,6 @@ def _code_in(model: Model, code, names: dict[int, str], operation: bool):
         raise NnapiError(ResultCode.BAD_DATA, f"type {code}: prefix {extensions.prefix_of(code)} names no extension")
     get = model.get_extension_operation_type if operation else model.get_extension_operand_type
     return get(name, extensions.within_extension(code))
-
-
-def _operation_name(model: HalModel, code) -> str:
-    if extensions.is_extension_type(code):
-        name = {e.prefix: e.name for e in model.extension_name_to_prefix}.get(extensions.prefix_of(code), "?")
-        return f"{name} operation {extensions.within_extension(code)}"
-    return OperationCode(code).name
 
 
 def _add_subgraph(model: Model, sg: Subgraph, referenced: list[Model], dynamic_outputs: bool,
@@ -293,9 +287,8 @@ def run_test(test: TestModel, devices: list[Device], mode: str = "sync", dynamic
                 return result
             supported = model.get_supported_operations_for_devices(devices)
             if not all(supported):
-                names = sorted({_operation_name(test.model, test.model.main.operations[j].type)
-                                for j, ok in enumerate(supported) if not ok})
-                result.status, result.message = SKIP, f"unsupported: {', '.join(names)}"
+                result.status = SKIP
+                result.message = f"unsupported: {unsupported_operations(test.model, supported)}"
                 return result
         stage = "compile"
         compilation = compile_for(model, devices, cache_dir, hashlib.sha256(test.name.encode()).digest())

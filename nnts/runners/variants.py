@@ -23,8 +23,10 @@ import pytest
 
 from nnts.formats.expected_failures import names_of, variant_names
 from nnts.formats.results import pytest_outcome
+from nnts.runners.parameters import describe_model
 
 PROPERTY = "nnts_variants"
+PARAMETERS_PROPERTY = "nnts_parameters"  # the model's operations with their parameters, in words
 # The variants of CTS (nnts.runners.cases: MODEL_VARIANTS, TWIN_VARIANTS) and VTS (vts/test_generated.py),
 # "-" read as "_" (VTS writes device-memory, CTS device_memory).
 KNOWN = ("sync", "async", "burst", "fenced", "dynamic", "device_memory", "hardware_buffer", "cached", "signed",
@@ -88,8 +90,10 @@ def run_all(request, case, path, run: Callable[[str], None]) -> None:
     came from), then the verdict (``conclude``)."""
     results = [run_variant(variant, lambda: run(variant)) for variant in case.variants]
     node = request.node
+    said = describe_model(case.test.model)
+    node.user_properties.append((PARAMETERS_PROPERTY, said))
     conclude(node, f"{case.operation} {case.dtype}, test model {case.test.name} from {path}", results,
-             expectations(getattr(request.config, "nnts_expected", None), node, case),
+             expectations(getattr(request.config, "nnts_expected", None), node, case), f"operations: {said}",
              strict=request.config.getoption("strict_expected_failures", False))
 
 
@@ -108,12 +112,14 @@ def expectations(listed, node, case) -> dict[str, str]:
     return found
 
 
-def conclude(node, heading: str, results: list[VariantResult], expected: dict[str, str], strict: bool = False) -> None:
+def conclude(node, heading: str, results: list[VariantResult], expected: dict[str, str], details: str = "",
+             strict: bool = False) -> None:
     """The test's verdict from its variants' results: failed when any variant failed that
     ``expected`` does not list (the message says each failure, under ``heading``), or, with
     ``strict``, passed though listed; xfailed when only listed ones failed, skipped when every
     variant was, passed otherwise. Every variant's result goes to the report through the test's
-    ``nnts_variants`` property."""
+    ``nnts_variants`` property. ``details``: a line the failure message gives after the heading
+    (the model's operations and parameters)."""
     for r in results:
         reason = expected.get(r.variant)
         if reason is None:
@@ -131,7 +137,8 @@ def conclude(node, heading: str, results: list[VariantResult], expected: dict[st
     if outcome == "failed":
         failed = [r for r in results if r.status == "failed"]
         shown = "\n".join(f"[{r.variant}] {r.message}" for r in failed)
-        pytest.fail(f"{heading}: {_count(failed, results)} failed\n{shown}", pytrace=False)
+        pytest.fail(f"{heading}: {_count(failed, results)} failed\n" + (f"{details}\n" if details else "") + shown,
+                    pytrace=False)
     if outcome == "xfailed":
         pytest.xfail("; ".join(f"[{r.variant}] {r.message}" for r in results if r.status == "xfailed"))
     if outcome == "skipped":

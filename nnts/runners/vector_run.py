@@ -18,6 +18,7 @@ from nnts.runners import shard
 from nnts.runners.contained import Progress
 from nnts.runners.drivers import LoadedDrivers, runtime_devices
 from nnts.runners.model_runner import ERROR, FAIL, PASS, SKIP, run_test
+from nnts.runners.parameters import describe_model
 
 # The model runner's words in the suite's vocabulary.
 RUN_STATUS = {PASS: "passed", FAIL: "failed", SKIP: "skipped", ERROR: "error"}
@@ -51,6 +52,8 @@ def run_file(loaded: LoadedDrivers, path, start, progress_path, driver, isolate,
             died = driver_died(new)
             if died:
                 result.update(status=died, message="\n".join(i.message for i in new))
+            if result["status"] in FAILS_RUN:  # the model's operations and parameters, in words
+                result["message"] += f"\noperations: {describe_model(test.model)}"
             progress.result(result)
             results.append(result)
         return results
