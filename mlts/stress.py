@@ -88,7 +88,7 @@ from nnts.mlts.stress_run import (DRIVER_EXIT_S, VERDICT, Client, Failure, Resul
                                   check_close, compile_for, driver_pid, execute, long_model, parallel, parse_target,
                                   rss_mib, run_chain)
 from nnts.runners import resources
-from nnts.runners.differential import check, operation_summary, run_case
+from nnts.runners.differential import run_case
 from nnts.runners.drivers import load_driver
 from nnts.runners.settings import Settings, entry_point
 from nnts.runners.support import learn

@@ -36,6 +36,7 @@ import functools
 import json
 import os
 import signal
+import tempfile
 from importlib import resources
 from pathlib import Path
 
