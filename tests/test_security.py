@@ -557,3 +557,42 @@ def test_a_fuzz_run_leaves_no_temporary_folder(tmp_path):
                 env={"TMPDIR": str(scratch)})
     assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
     assert list(scratch.iterdir()) == []
+
+
+# -- every JSON reader checks types and depth first: one line, never a traceback -------------------
+
+@pytest.mark.parametrize("field, value", [
+    (("tests", 0, "message"), 5), (("tests", 0, "op"), [1]), (("meta", "command"), 3),
+    (("meta", "drivers"), [{"name": [1]}]), (("meta", "corpora"), [{"path": {}, "models": "x"}]),
+    (("tests", 0, "duration_s"), "x"), (("pytest",), "x")])
+def test_report_merge_and_page_check_every_field(tmp_path, field, value):
+    run = {"schema": "nnts-conformance/2", "meta": {"command": "pytest", "drivers": [], "corpora": []},
+           "pytest": {"passed": 1}, "totals": {"passed": 1},
+           "tests": [{"id": "cts/test_api.py::t", "part": "CTS API and runtime", "status": "passed", "message": None}]}
+    node = run
+    for key in field[:-1]:
+        node = node[key]
+    node[field[-1]] = value
+    (tmp_path / "r.json").write_text(json.dumps(run))
+    for command in (["report", "merge", "r.json", "--html", "o.html"], ["report", "page", "r.json", "--html", "o.html"]):
+        done = nnts(*command, cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "should be" in done.stderr, done.stderr
+
+
+def test_deeply_nested_json_is_one_line_everywhere(tmp_path):
+    (tmp_path / "deep.json").write_text('{"schema": "nnts-conformance/2", "tests": ' + "[" * 50000 + "]" * 50000 + "}")
+    (tmp_path / "artifact").write_bytes(b"x")
+    (tmp_path / "artifact.json").write_text('{"harness": ' + "[" * 50000 + "]" * 50000 + "}")
+    for command in (["report", "merge", "deep.json", "--html", "o.html"], ["report", "page", "deep.json", "--html", "o.html"],
+                    ["fuzz", "--replay", "artifact"]):
+        done = nnts(*command, cwd=tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr and "nested deeper" in done.stderr, \
+            (command, done.stderr[-1000:])
+
+
+def test_merging_results_of_different_drivers_says_so(tmp_path):
+    for name, driver in (("a.json", "reference"), ("b.json", "acme:make")):
+        (tmp_path / name).write_text(json.dumps({"schema": "nnts-conformance/2", "meta": {"driver_spec": driver},
+                                                 "tests": []}))
+    done = nnts("report", "merge", "a.json", "b.json", "--json", "o.json", cwd=tmp_path)
+    assert done.returncode == 0 and "2 different drivers (reference, acme:make)" in done.stderr, done.stderr
