@@ -7,7 +7,6 @@ import os
 from nnts.formats import jsonfile
 from nnts.formats.files import UsageError
 
-
 SCHEMA = {"harness": (str, None), "driver": (str, None), "provider": (str, None), "vectors": ([str], None)}
 
 

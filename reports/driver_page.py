@@ -5,7 +5,6 @@ summary of each other result of the same driver given (``nnts stress --json``, `
 is this driver right, robust and fast."""
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path

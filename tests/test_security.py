@@ -6,7 +6,6 @@ import base64
 import json
 import os
 import pwd
-import re
 import shutil
 import signal
 import socket
@@ -27,7 +26,7 @@ def nnts(*args, cwd, env=None, timeout=300, input=None):
     environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **(env or {}))
     environment.pop("NNTS_DRIVER", None)
     return subprocess.run([sys.executable, "-m", "nnts", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=environment, input=input)
+                          timeout=timeout, env=environment, input=input, check=False)
 
 
 def suite(*args, cwd, env=None, timeout=300):
@@ -36,7 +35,8 @@ def suite(*args, cwd, env=None, timeout=300):
     environment.pop("NNTS_DRIVER", None)
     return subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "cts" / "test_generated.py"), "--rootdir",
                            str(ROOT), "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-shared-vectors",
-                           *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment)
+                           *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment,
+                          check=False)
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +179,7 @@ def test_served_socket_refuses_another_users_client(shared_folder, other_user):
         probe = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\n"
                  "s.settimeout(10)\nsys.exit(0 if s.recv(1) == b'' else 1)\n")
         done = subprocess.run([sys.executable, "-c", probe, str(path)], preexec_fn=as_user(other_user),
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stderr
     finally:
         err = stop(server)
@@ -243,7 +243,7 @@ def test_anything_at_a_predictable_staging_name_does_not_stop_the_server(tmp_pat
               "    time.sleep(0.05)\n"
               "sys.exit(0 if os.path.exists(path) and not errors else f'not listening: {errors}')\n")
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "driver.sock")], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT)
+                          text=True, timeout=120, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -299,15 +299,15 @@ def test_regions_of_live_processes_and_other_users_are_kept(tmp_path, other_user
     foreign.write_bytes(b"x")
     os.chown(foreign, *other_user)
     # A live process of this user, holding its regions (it may live in another PID namespace).
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom nnapi_ref.remote import shm\n"
-                               "a = shm.allocate(64, sys.argv[1])\nprint(shm.find(a)[0].path, flush=True)\n"
-                               "time.sleep(60)\n", str(folder)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    allocate = ("import os, sys, time\nfrom nnapi_ref.remote import shm\n"
+                "a = shm.allocate(64, sys.argv[1])\nprint(shm.find(a)[0].path, flush=True)\n")
+    holder = subprocess.Popen([sys.executable, "-c", allocate + "time.sleep(60)\n", str(folder)],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         live = Path(holder.stdout.readline().strip())
         # A process of this user that is gone, whose regions are left.
-        subprocess.run([sys.executable, "-c", "import os, sys\nfrom nnapi_ref.remote import shm\n"
-                        "a = shm.allocate(64, sys.argv[1])\nprint(shm.find(a)[0].path, flush=True)\n"
-                        "os._exit(0)\n", str(folder)], check=True, capture_output=True, text=True, cwd=ROOT)
+        subprocess.run([sys.executable, "-c", allocate + "os._exit(0)\n", str(folder)], check=True,
+                       capture_output=True, text=True, cwd=ROOT)
         left = [p for p in folder.iterdir() if p != foreign and p.parent == folder
                 and not p.name.startswith(live.name.rsplit("-", 1)[0])]
         assert left, list(folder.iterdir())
@@ -500,7 +500,7 @@ def terminated_after(command, seconds, cwd, env):
 
 def test_sigterm_keeps_the_results_of_nnts_vectors_run(tmp_path):
     (tmp_path / "slow.py").write_text(SLOW_DRIVER)
-    code, out, err = terminated_after(
+    code, _, err = terminated_after(
         [sys.executable, "-m", "nnts", "vectors", "run", str(ROOT / "cts" / "corpus"), "--driver", "slow:make",
          "--jobs", "1", "--json", "out.json", "--junitxml", "out.xml"], 8, tmp_path, {"PYTHONPATH": str(tmp_path)})
     assert code == 130, (code, err[-2000:])
@@ -511,7 +511,7 @@ def test_sigterm_keeps_the_results_of_nnts_vectors_run(tmp_path):
 
 def test_sigterm_keeps_the_report_of_nnts_test(tmp_path):
     (tmp_path / "slow.py").write_text(SLOW_DRIVER)
-    code, out, err = terminated_after(
+    code, _, _ = terminated_after(
         [sys.executable, "-m", "nnts", "test", "cts", "--driver", "slow:make", "-k", "test_generated", "-p",
          "no:randomly", "--no-shared-vectors", "--report", "out/r.json"], 20, tmp_path, {"PYTHONPATH": str(tmp_path)})
     assert code != 0
@@ -535,7 +535,7 @@ def test_nnts_test_refuses_bad_options_up_front(tmp_path, args, says):
 
 
 def test_control_characters_in_a_test_name_are_shown_not_obeyed(tmp_path):
-    import xml.etree.ElementTree as ElementTree
+    from xml.etree import ElementTree
     corpus = json.loads((ROOT / "cts" / "corpus" / "arithmetic.json").read_text())
     test = next(t for t in corpus["tests"] if t["name"] == "nnts_add_quant8_relu")
     corpus["tests"] = [dict(test, name="bad\x01name\x1b[31m")]
