@@ -596,3 +596,12 @@ def test_merging_results_of_different_drivers_says_so(tmp_path):
                                                  "tests": []}))
     done = nnts("report", "merge", "a.json", "b.json", "--json", "o.json", cwd=tmp_path)
     assert done.returncode == 0 and "2 different drivers (reference, acme:make)" in done.stderr, done.stderr
+
+
+def test_trace_summary_of_a_malformed_trace_is_one_line(tmp_path):
+    (tmp_path / "deep.json").write_text('{"traceEvents": ' + "[" * 50000 + "]" * 50000 + "}")
+    (tmp_path / "wrong.json").write_text('{"traceEvents": 5}')
+    for name, says in (("deep.json", "nested deeper"), ("wrong.json", "traceEvents: should be a list")):
+        done = nnts("trace", "summary", name, cwd=tmp_path)
+        said = done.stdout + done.stderr
+        assert done.returncode == 2 and said.count("\n") == 1 and says in said, said

@@ -111,7 +111,8 @@ def _name(schema) -> str:
         return "an object"
     if isinstance(schema, tuple):
         return " or ".join(_name(s) for s in schema)
-    return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(schema, str(schema))
+    return {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+            dict: "an object"}.get(schema, str(schema))
 
 
 def _kind(value) -> str:
