@@ -408,15 +408,15 @@ def replay(path: str, harness: str | None, driver: str, vector_paths=None, setti
     meta = read_sidecar(path)
     harness = harness or meta.get("harness") or os.path.basename(path).split("-")[0]
     if harness not in HARNESSES:
-        raise UsageError(f"--replay {path}: no harness named by its sidecar or its name ({ascii(harness)} is not one "
+        raise UsageError(f"--replay {path}: no harness named by its sidecar or its name ({harness!a} is not one "
                          f"of {', '.join(HARNESSES)}); give --harness NAME")
     if meta.get("driver") and meta["driver"] != driver:
-        print(f"nnts fuzz: note: the sidecar says the artifact was found with driver {ascii(meta['driver'])}; "
+        print(f"nnts fuzz: note: the sidecar says the artifact was found with driver {meta['driver']!a}; "
               f"replayed on {driver} (give --driver to choose another)")
     if meta.get("vectors") and not vector_paths:
         print("nnts fuzz: note: the sidecar names seed vectors; give them with --vectors to use them")
     if meta.get("provider", PROVIDER) != PROVIDER:
-        print(f"nnts fuzz: warning: found with the {ascii(meta['provider'])} byte provider, replayed with {PROVIDER}")
+        print(f"nnts fuzz: warning: found with the {meta['provider']!a} byte provider, replayed with {PROVIDER}")
     with open(path, "rb") as f:
         data = f.read()
     run_one = load(harness, driver, vector_paths, settings)

@@ -2,10 +2,12 @@
 it was found with, read (and checked, as an artifact may come from anyone) for ``nnts fuzz --replay``."""
 from __future__ import annotations
 
-import json
 import os
 
+from nnts.formats import jsonfile
 from nnts.formats.files import UsageError
+
+SCHEMA = {"harness": (str, None), "driver": (str, None), "provider": (str, None), "vectors": ([str], None)}
 
 
 def read_sidecar(path: str) -> dict:
@@ -15,14 +17,7 @@ def read_sidecar(path: str) -> dict:
     if not os.path.exists(sidecar):
         return {}
     try:
-        with open(sidecar, encoding="utf-8") as f:
-            meta = json.load(f)
-    except (OSError, ValueError, RecursionError) as e:
-        raise UsageError(f"--replay {path}: its sidecar {sidecar} is not readable JSON ({e})") from None
-    kinds = {"harness": str, "driver": str, "provider": str, "vectors": list}
-    if not isinstance(meta, dict) or any(k in meta and meta[k] is not None and not isinstance(meta[k], kind)
-                                         for k, kind in kinds.items()) \
-            or not all(isinstance(v, str) for v in meta.get("vectors") or ()):
-        raise UsageError(f"--replay {path}: its sidecar {sidecar} is not an object of harness, driver, provider "
-                         "(strings) and vectors (a list of paths)")
-    return meta
+        return jsonfile.read(sidecar, SCHEMA, max_bytes=1 << 20)
+    except jsonfile.JsonError as e:
+        raise UsageError(f"--replay {path}: its sidecar is not an object of harness, driver, provider (strings) and "
+                         f"vectors (a list of paths): {e}") from None

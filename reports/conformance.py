@@ -249,6 +249,10 @@ def main_merge(paths: list[str], html: str | None, json_out: str | None, baselin
         return 2
     meta, tests = results.merge(files, paths)
     results.vet_merged(tests)
+    drivers = list(dict.fromkeys(str(f.get("meta", {}).get("driver_spec")) for f in files))
+    if len(drivers) > 1:
+        print(f"nnts: warning: the files are results of {len(drivers)} different drivers ({', '.join(drivers)}); "
+              "their tests are counted together", file=sys.stderr)
     ids = collections.Counter(t["id"] for t in tests)
     repeated = [i for i, n in ids.items() if n > 1]
     if repeated:

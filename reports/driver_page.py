@@ -5,11 +5,11 @@ summary of each other result of the same driver given (``nnts stress --json``, `
 is this driver right, robust and fast."""
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
 
+from nnts.formats import jsonfile
 from nnts.formats.results import earlier_status, included
 from nnts.reports import bench, results
 from nnts.reports.conformance import input_folders, render
@@ -18,11 +18,9 @@ from nnts.reports.conformance import input_folders, render
 def other_result(path: str) -> dict:
     """A stress, vectors or bench JSON file as {kind, title, ok, summary, rows} for the page."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise results.ResultsError(f"{path}: cannot read: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise results.ResultsError(f"{path}: not JSON ({e})") from None
+        data = jsonfile.read(path, any)
+    except jsonfile.JsonError as e:
+        raise results.ResultsError(str(e)) from None
     name = Path(path).name
     if isinstance(data, dict) and str(data.get("schema", "")).startswith("nnts-bench/") \
             and isinstance(data.get("models"), list):
@@ -60,8 +58,8 @@ def main_page(paths: list[str], html: str, baseline: str | None = None) -> int:
     try:
         for p in paths:
             try:
-                head = json.loads(Path(p).read_text(encoding="utf-8"))
-            except (OSError, ValueError, UnicodeDecodeError):
+                head = jsonfile.loads(Path(p).read_bytes())
+            except (OSError, ValueError):
                 head = None
             if isinstance(head, dict) and head.get("schema") == results.SCHEMA:
                 conformance.append(dict(results.load(p), _path=p))

@@ -60,6 +60,7 @@ from pathlib import Path
 import numpy
 
 import nnts
+from nnts.formats import jsonfile
 from nnts.formats.files import write_atomic
 from nnts.formats.results import FAILING, PYTEST_STATUS, STATUSES, pytest_outcome
 from nnts.runners import cases
@@ -540,22 +541,37 @@ class ResultsError(ValueError):
     """A results file that cannot be read: the message names it and why."""
 
 
+_TEXT = (str, None)
+_COUNTS = {str: int}
+TEST_SCHEMA = {"id": str, "test": _TEXT, "part": str, "op": _TEXT, "dtype": _TEXT, "variant": _TEXT, "status": str,
+               "phase": _TEXT, "duration_s": (float, None), "message": _TEXT, "reproducer": _TEXT,
+               "replay": _TEXT, "graph": _TEXT}
+RESULTS_SCHEMA = {
+    "schema": str, "driver": _TEXT, "generated": _TEXT,
+    "meta": ({"nnts_version": _TEXT, "git_commit": _TEXT, "command": _TEXT, "started": _TEXT,
+              "duration_s": (float, None), "feature_level": (int, None), "driver_spec": _TEXT, "reproducers": _TEXT,
+              "machine": ({"cpu": _TEXT, "cores": (int, None), "python": _TEXT, "numpy": _TEXT, "platform": _TEXT},
+                          None),
+              "drivers": [{"name": _TEXT, "version": _TEXT, "type": (str, int, None), "feature_level": (int, None),
+                           "capabilities": _TEXT}],
+              "corpora": [{"path": _TEXT, "models": (int, None)}], "merged_from": [str]}, None),
+    "totals": _COUNTS, "pytest": _COUNTS, "tests": [TEST_SCHEMA]}
+
+
 def load(path: str | Path) -> dict:
-    """A conformance JSON file of schema 2 (meta and tests), as written by :func:`to_json`."""
+    """A conformance JSON file of schema 2 (meta and tests), as written by :func:`to_json`,
+    every field used checked for its type (:mod:`nnts.formats.jsonfile`: the file may be anyone's)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ResultsError(f"{path}: cannot read: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ResultsError(f"{path}: not JSON ({e})") from None
-    schema = data.get("schema") if isinstance(data, dict) else None
-    if schema != SCHEMA:
-        hint = " (schema 1 has no per-test results: rerun with this nnts)" if schema == "nnts-conformance/1" else ""
-        raise ResultsError(f"{path}: not a {SCHEMA} conformance results file{hint}")
+        data = jsonfile.read(path, dict)
+        schema = data.get("schema")
+        if schema != SCHEMA:
+            hint = " (schema 1 has no per-test results: rerun with this nnts)" if schema == "nnts-conformance/1" else ""
+            raise ResultsError(f"{path}: not a {SCHEMA} conformance results file{hint}")
+        jsonfile.check(data, RESULTS_SCHEMA, str(path))
+    except jsonfile.JsonError as e:
+        raise ResultsError(str(e)) from None
     tests = data.get("tests")
-    if not isinstance(tests, list) or not all(isinstance(t, dict) and isinstance(t.get("id"), str)
-                                              and isinstance(t.get("part"), str) and t.get("status") in STATUSES
-                                              for t in tests):
+    if not isinstance(tests, list) or not all(t.get("status") in STATUSES for t in tests):
         raise ResultsError(f"{path}: its 'tests' are not a list of test results (id, part, status)")
     for t in tests:
         for key in TEST_KEYS:

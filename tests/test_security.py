@@ -6,7 +6,6 @@ import base64
 import json
 import os
 import pwd
-import re
 import shutil
 import signal
 import socket
@@ -27,7 +26,7 @@ def nnts(*args, cwd, env=None, timeout=300, input=None):
     environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **(env or {}))
     environment.pop("NNTS_DRIVER", None)
     return subprocess.run([sys.executable, "-m", "nnts", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=environment, input=input)
+                          timeout=timeout, env=environment, input=input, check=False)
 
 
 def suite(*args, cwd, env=None, timeout=300):
@@ -36,7 +35,8 @@ def suite(*args, cwd, env=None, timeout=300):
     environment.pop("NNTS_DRIVER", None)
     return subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "cts" / "test_generated.py"), "--rootdir",
                            str(ROOT), "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-shared-vectors",
-                           *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment)
+                           *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment,
+                          check=False)
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +162,31 @@ def test_served_socket_is_private_whatever_the_umask(tmp_path):
         stop(server)
 
 
+def connect_as(ids, path) -> bytes:
+    """What a client of another user reads from the socket at ``path`` (a forked process: the
+    test's Python may lie in a folder only its user can reach)."""
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.close(reader)
+            as_user(ids)()
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.settimeout(10)
+            client.connect(str(path))
+            os.write(writer, b"connected:" + client.recv(1))
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as f:
+        said = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert status == 0 and said.startswith(b"connected:"), (status, said)
+    return said[len(b"connected:"):]
+
+
 @pytest.fixture
 def shared_folder():
     """A folder every user can reach (pytest's tmp_path is its user's only)."""
@@ -176,11 +201,7 @@ def test_served_socket_refuses_another_users_client(shared_folder, other_user):
     server = start_server(path)
     try:
         os.chmod(path, 0o666)  # even where the mode lets them in, their credentials do not
-        probe = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\n"
-                 "s.settimeout(10)\nsys.exit(0 if s.recv(1) == b'' else 1)\n")
-        done = subprocess.run([sys.executable, "-c", probe, str(path)], preexec_fn=as_user(other_user),
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
+        assert connect_as(other_user, path) == b""  # accepted, then closed unanswered
     finally:
         err = stop(server)
     assert f"refused a client of uid {other_user[0]}" in err
@@ -243,7 +264,7 @@ def test_anything_at_a_predictable_staging_name_does_not_stop_the_server(tmp_pat
               "    time.sleep(0.05)\n"
               "sys.exit(0 if os.path.exists(path) and not errors else f'not listening: {errors}')\n")
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "driver.sock")], capture_output=True,
-                          text=True, timeout=120, cwd=ROOT)
+                          text=True, timeout=120, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -299,15 +320,15 @@ def test_regions_of_live_processes_and_other_users_are_kept(tmp_path, other_user
     foreign.write_bytes(b"x")
     os.chown(foreign, *other_user)
     # A live process of this user, holding its regions (it may live in another PID namespace).
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom nnapi_ref.remote import shm\n"
-                               "a = shm.allocate(64, sys.argv[1])\nprint(shm.find(a)[0].path, flush=True)\n"
-                               "time.sleep(60)\n", str(folder)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    allocate = ("import os, sys, time\nfrom nnapi_ref.remote import shm\n"
+                "a = shm.allocate(64, sys.argv[1])\nprint(shm.find(a)[0].path, flush=True)\n")
+    holder = subprocess.Popen([sys.executable, "-c", allocate + "time.sleep(60)\n", str(folder)],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         live = Path(holder.stdout.readline().strip())
         # A process of this user that is gone, whose regions are left.
-        subprocess.run([sys.executable, "-c", "import os, sys\nfrom nnapi_ref.remote import shm\n"
-                        "a = shm.allocate(64, sys.argv[1])\nprint(shm.find(a)[0].path, flush=True)\n"
-                        "os._exit(0)\n", str(folder)], check=True, capture_output=True, text=True, cwd=ROOT)
+        subprocess.run([sys.executable, "-c", allocate + "os._exit(0)\n", str(folder)], check=True,
+                       capture_output=True, text=True, cwd=ROOT)
         left = [p for p in folder.iterdir() if p != foreign and p.parent == folder
                 and not p.name.startswith(live.name.rsplit("-", 1)[0])]
         assert left, list(folder.iterdir())
@@ -500,7 +521,7 @@ def terminated_after(command, seconds, cwd, env):
 
 def test_sigterm_keeps_the_results_of_nnts_vectors_run(tmp_path):
     (tmp_path / "slow.py").write_text(SLOW_DRIVER)
-    code, out, err = terminated_after(
+    code, _, err = terminated_after(
         [sys.executable, "-m", "nnts", "vectors", "run", str(ROOT / "cts" / "corpus"), "--driver", "slow:make",
          "--jobs", "1", "--json", "out.json", "--junitxml", "out.xml"], 8, tmp_path, {"PYTHONPATH": str(tmp_path)})
     assert code == 130, (code, err[-2000:])
@@ -511,7 +532,7 @@ def test_sigterm_keeps_the_results_of_nnts_vectors_run(tmp_path):
 
 def test_sigterm_keeps_the_report_of_nnts_test(tmp_path):
     (tmp_path / "slow.py").write_text(SLOW_DRIVER)
-    code, out, err = terminated_after(
+    code, _, _ = terminated_after(
         [sys.executable, "-m", "nnts", "test", "cts", "--driver", "slow:make", "-k", "test_generated", "-p",
          "no:randomly", "--no-shared-vectors", "--report", "out/r.json"], 20, tmp_path, {"PYTHONPATH": str(tmp_path)})
     assert code != 0
@@ -535,7 +556,7 @@ def test_nnts_test_refuses_bad_options_up_front(tmp_path, args, says):
 
 
 def test_control_characters_in_a_test_name_are_shown_not_obeyed(tmp_path):
-    import xml.etree.ElementTree as ElementTree
+    from xml.etree import ElementTree
     corpus = json.loads((ROOT / "cts" / "corpus" / "arithmetic.json").read_text())
     test = next(t for t in corpus["tests"] if t["name"] == "nnts_add_quant8_relu")
     corpus["tests"] = [dict(test, name="bad\x01name\x1b[31m")]
@@ -557,3 +578,51 @@ def test_a_fuzz_run_leaves_no_temporary_folder(tmp_path):
                 env={"TMPDIR": str(scratch)})
     assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
     assert list(scratch.iterdir()) == []
+
+
+# -- every JSON reader checks types and depth first: one line, never a traceback -------------------
+
+@pytest.mark.parametrize("field, value", [
+    (("tests", 0, "message"), 5), (("tests", 0, "op"), [1]), (("meta", "command"), 3),
+    (("meta", "drivers"), [{"name": [1]}]), (("meta", "corpora"), [{"path": {}, "models": "x"}]),
+    (("tests", 0, "duration_s"), "x"), (("pytest",), "x")])
+def test_report_merge_and_page_check_every_field(tmp_path, field, value):
+    run = {"schema": "nnts-conformance/2", "meta": {"command": "pytest", "drivers": [], "corpora": []},
+           "pytest": {"passed": 1}, "totals": {"passed": 1},
+           "tests": [{"id": "cts/test_api.py::t", "part": "CTS API and runtime", "status": "passed", "message": None}]}
+    node = run
+    for key in field[:-1]:
+        node = node[key]
+    node[field[-1]] = value
+    (tmp_path / "r.json").write_text(json.dumps(run))
+    for command in (["report", "merge", "r.json", "--html", "o.html"], ["report", "page", "r.json", "--html", "o.html"]):
+        done = nnts(*command, cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "should be" in done.stderr, done.stderr
+
+
+def test_deeply_nested_json_is_one_line_everywhere(tmp_path):
+    (tmp_path / "deep.json").write_text('{"schema": "nnts-conformance/2", "tests": ' + "[" * 50000 + "]" * 50000 + "}")
+    (tmp_path / "artifact").write_bytes(b"x")
+    (tmp_path / "artifact.json").write_text('{"harness": ' + "[" * 50000 + "]" * 50000 + "}")
+    for command in (["report", "merge", "deep.json", "--html", "o.html"], ["report", "page", "deep.json", "--html", "o.html"],
+                    ["fuzz", "--replay", "artifact"]):
+        done = nnts(*command, cwd=tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr and "nested deeper" in done.stderr, \
+            (command, done.stderr[-1000:])
+
+
+def test_merging_results_of_different_drivers_says_so(tmp_path):
+    for name, driver in (("a.json", "reference"), ("b.json", "acme:make")):
+        (tmp_path / name).write_text(json.dumps({"schema": "nnts-conformance/2", "meta": {"driver_spec": driver},
+                                                 "tests": []}))
+    done = nnts("report", "merge", "a.json", "b.json", "--json", "o.json", cwd=tmp_path)
+    assert done.returncode == 0 and "2 different drivers (reference, acme:make)" in done.stderr, done.stderr
+
+
+def test_trace_summary_of_a_malformed_trace_is_one_line(tmp_path):
+    (tmp_path / "deep.json").write_text('{"traceEvents": ' + "[" * 50000 + "]" * 50000 + "}")
+    (tmp_path / "wrong.json").write_text('{"traceEvents": 5}')
+    for name, says in (("deep.json", "nested deeper"), ("wrong.json", "traceEvents: should be a list")):
+        done = nnts("trace", "summary", name, cwd=tmp_path)
+        said = done.stdout + done.stderr
+        assert done.returncode == 2 and said.count("\n") == 1 and says in said, said

@@ -561,7 +561,7 @@ class Connection:
             region, offset = found
             staging.regions.append(region)
             return region.id, offset, array.nbytes
-        shared, region = borrowed = self.arena.take(array.nbytes)
+        _, region = borrowed = self.arena.take(array.nbytes)
         staging.regions.append(region)
         staging.borrowed.append(borrowed)
         if copy_in:

@@ -7,9 +7,10 @@ these words, the reports and JUnit files count by them, and a run's exit status 
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable
+
+from nnts.formats import jsonfile
 
 STATUSES = ("passed", "failed", "crashed", "hung", "error", "xfailed", "xpassed", "unsupported", "skipped")
 FAILING = ("failed", "crashed", "hung", "error", "xpassed")
@@ -67,10 +68,7 @@ def included(path: str) -> dict:
     """An --include file as {kind, title, ...} for the template: stress (a list of results with
     verdicts), conformance (reports/results.py's JSON, schema 2 or 1) or vectors (nnts vectors run --json).
     ValueError for anything else, or for one of them with fields of the wrong JSON types."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, RecursionError) as e:
-        raise ValueError(f"{path}: not a JSON file ({type(e).__name__})") from None
+    data = jsonfile.read(path, any)  # a JsonError (a ValueError) names what is wrong
     name = Path(path).name
     if isinstance(data, list) and all(isinstance(r, dict) and isinstance(r.get("verdict"), str) for r in data):
         counts = {v: sum(r["verdict"] == v for r in data) for v in dict.fromkeys(r["verdict"] for r in data)}

@@ -16,6 +16,7 @@ import os
 from html import escape
 
 from nnapi_ref import trace
+from nnts.formats import jsonfile
 
 ROWS = ("application", "runtime", "ipc", "driver", "cpu")
 ROW_TITLES = {"application": "Application", "runtime": "Runtime", "ipc": "IPC", "driver": "Driver", "cpu": "CPU"}
@@ -38,12 +39,9 @@ def load_spans(path: str) -> list[dict]:
     """The tagged spans of a trace file: dicts of name, phase, layer, start and end (µs), pid, tid.
     Complete ("X") events and begin/end ("B"/"E") pairs per thread are both read."""
     try:
-        with open(path) as f:
-            document = json.load(f)
-    except OSError as e:
-        raise TraceError(f"cannot read {path}: {e.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TraceError(f"{path} is not JSON: {e}") from None
+        document = jsonfile.read(path, ({"traceEvents": [any], "otherData": ({str: any}, None)}, [any]))
+    except jsonfile.JsonError as e:
+        raise TraceError(str(e)) from None
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         raise TraceError(f"{path} holds no trace events (a list or an object with traceEvents)")

@@ -180,7 +180,10 @@ def _svg(dot_text: str) -> str:
     program = dot_program()
     if program is None:
         raise GraphError("Graphviz's dot is not installed (apt-get install graphviz); use --dot for the text")
-    done = subprocess.run([program, "-Tsvg"], input=dot_text, capture_output=True, text=True, timeout=120)
+    try:
+        done = subprocess.run([program, "-Tsvg"], input=dot_text, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise GraphError("dot ran past 120 s (a model too large to draw; use --dot for the text)") from None
     if done.returncode != 0:
         raise GraphError(f"dot failed: {done.stderr.strip()[:300]}")
     return done.stdout
