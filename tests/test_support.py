@@ -249,3 +249,21 @@ def test_the_suite_runs_a_partial_drivers_random_cases_on_it(tmp_path):
         counts[driver] = int(done.stdout.split(" passed")[0].split()[-1])
     assert counts["nnapi_ref.drivers.partial:npu13"] >= counts["reference"] == 20
     assert len(list((tmp_path / "cache" / "support").glob("*.json"))) == 2  # one per driver, not per worker
+
+
+def test_partial_drivers_reject_invalid_models_as_the_reference_does():
+    import dataclasses
+
+    from nnapi_ref.hal import ErrorStatus, HalError
+    graph = generate(0, 1, types=[T.TENSOR_FLOAT32], operations=[Op.RELU], level=30)
+    model = graph.to_test("relu").model
+    op = model.main.operations[0]
+    broken = dataclasses.replace(model.main, operations=[dataclasses.replace(op, inputs=(len(model.main.operands),))])
+    invalid = dataclasses.replace(model, main=broken)
+    driver = partial.npu13()
+    assert driver.get_supported_operations(model) == [True]
+    for call in (lambda: driver.get_supported_operations(invalid),
+                 lambda: driver.prepare_model(invalid, 1, 100, None, [], [], None)):
+        with pytest.raises(HalError) as e:
+            call()
+        assert e.value.status == ErrorStatus.INVALID_ARGUMENT

@@ -39,10 +39,14 @@ class PartialSupport:
     feature_level: int
 
     def supports(self, sg: hal.Subgraph, operation: hal.Operation) -> bool:
+        """Whether ``operation`` is within this support (an index out of range, in a model the
+        driver validates and rejects anyway, is left to that validation: True here)."""
         if self.operations is not None and operation.type not in self.operations:
             return False
-        return all(sg.operands[k].type in self.types for k in operation.inputs + operation.outputs
-                   if sg.operands[k].type in DATA_TYPES)
+        indexes = list(operation.inputs) + list(operation.outputs)
+        if not all(isinstance(k, int) and 0 <= k < len(sg.operands) for k in indexes):
+            return True
+        return all(sg.operands[k].type in self.types for k in indexes if sg.operands[k].type in DATA_TYPES)
 
 
 NPU13 = PartialSupport(frozenset({Op.ADD, Op.MUL, Op.SUB, Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.AVERAGE_POOL_2D,
