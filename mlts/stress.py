@@ -94,7 +94,7 @@ from nnts.runners.settings import Settings, entry_point
 from nnts.runners.support import learn
 
 DEFAULT_DURATION_S = 3.0
-DEFAULT_REPRODUCERS = os.path.join(tempfile.gettempdir(), "nnts-reproducers")  # as the suite's
+DEFAULT_REPRODUCERS = os.path.join("out", "reproducers")  # in the current folder, as the suite's
 
 THREADS = (1, 2, 4, 8)
 EXECUTIONS_PER_THREAD = 12

@@ -17,7 +17,7 @@ def register(sub) -> None:
     p.add_argument("--json", help="write the results as JSON to this file")
     p.add_argument("--junitxml", dest="junit", help="write the results as JUnit XML to this file")
     p.add_argument("--reproducers", help="where a failing random graph is saved, shrunk, with its replay command "
-                                         "(default: nnts-reproducers in the temporary folder)")
+                                         "(default: out/reproducers in the current folder)")
     add_trace_option(p)
     p.set_defaults(func=run, check_args=check)
 
