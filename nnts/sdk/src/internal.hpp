@@ -96,10 +96,12 @@ class Server {
     std::unique_ptr<Connection> c_;
 };
 
-// Serves one byte stream: frames from in, replies to out, until the end of the stream.
-// Returns false when a frame broke the protocol (the connection is then closed).
+// Serves one byte stream: frames from in, replies to out, until the end of the stream; then
+// waits for the executions still running and releases everything, or with exitAtEnd ends the
+// process at once (a stdio server whose client is gone). Returns false when a frame broke the
+// protocol (the connection is then closed).
 bool serveStream(const std::shared_ptr<IDevice>& device, int in, int out, unsigned workers,
-                 const RegionOpener& opener = mapRegionFile);
+                 const RegionOpener& opener = mapRegionFile, bool exitAtEnd = false);
 
 // Fatal signals: one line naming the device and the message in hand, on stderr.
 void installDeathReport(const std::string& deviceName);
