@@ -144,8 +144,10 @@ void installDeathReport(const std::string& deviceName) {
 
 bool serveStream(const std::shared_ptr<IDevice>& device, int in, int out, unsigned workers, const RegionOpener& opener,
                  bool exitAtEnd) {
-    auto end = [exitAtEnd](bool clean) {
-        if (exitAtEnd) {  // nothing is left to answer: a hung execution must not keep the process
+    Server* served = nullptr;
+    auto end = [exitAtEnd, &served](bool clean) {
+        if (exitAtEnd) {  // a client that half-closes still gets its last replies, a hung driver no wait
+            if (served) served->waitIdleFor(2000);
             std::fflush(stderr);
             _exit(clean ? 0 : 1);
         }
@@ -154,6 +156,7 @@ bool serveStream(const std::shared_ptr<IDevice>& device, int in, int out, unsign
     FdOutput output(out);
     WorkerPool pool(workers);
     Server server(device, output, pool, opener);
+    served = &server;
     std::vector<uint8_t> body;
     for (;;) {
         uint8_t header[16];
