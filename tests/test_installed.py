@@ -215,12 +215,20 @@ def test_bench_on_a_seeded_model(installed, tmp_path):
 
 
 # A team's native driver, written from the installed SDK's header alone: ADD on TENSOR_FLOAT32 of
-# one shape, without a fused activation; everything else unsupported. PLANTED_FAULT breaks it.
+# one fixed shape, without a fused activation; everything else unsupported. PLANTED_FAULT breaks it.
 NATIVE_DRIVER = r'''
 #include <cstring>
 #include <memory>
 #include "nnts/driver.hpp"
 using namespace nnts;
+
+static bool agree(const Dimensions& a, const Dimensions& b) {
+    if (a.empty() || b.empty()) return true;
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); i++)
+        if (a[i] && b[i] && a[i] != b[i]) return false;
+    return true;
+}
 
 static bool plainAdd(const Model::Subgraph& sg, const Operation& op) {
     if (op.type != int32_t(OperationType::ADD) || op.inputs.size() != 3 || op.outputs.size() != 1) return false;
@@ -229,39 +237,54 @@ static bool plainAdd(const Model::Subgraph& sg, const Operation& op) {
     int32_t fuse = -1;
     if (f.location.pointer) std::memcpy(&fuse, f.location.pointer, 4);
     int32_t t = int32_t(OperandType::TENSOR_FLOAT32);
-    return a.type == t && b.type == t && out.type == t && fuse == 0 && !a.dimensions.empty() &&
-           a.dimensions == b.dimensions && (out.dimensions.empty() || out.dimensions == a.dimensions);
+    return a.type == t && b.type == t && out.type == t && fuse == 0 && agree(a.dimensions, b.dimensions) &&
+           agree(a.dimensions, out.dimensions);
 }
+
+struct Tensor {
+    Dimensions dims;
+    std::vector<float> data;
+};
 
 struct Prepared : IPreparedModel {
     explicit Prepared(const Model& m) : model(m) {}
     const Model& model;
     Result<ExecutionOutput> execute(const Request& request, bool, TimePoint, Duration) const override {
         const Model::Subgraph& sg = model.main;
-        std::vector<std::vector<float>> values(sg.operands.size());
+        std::vector<Tensor> values(sg.operands.size());
+        for (size_t k = 0; k < sg.operands.size(); k++)
+            if (sg.operands[k].location.pointer) {
+                const float* p = static_cast<const float*>(sg.operands[k].location.pointer);
+                values[k] = {sg.operands[k].dimensions, std::vector<float>(p, p + sg.operands[k].location.length / 4)};
+            }
         for (size_t i = 0; i < request.inputs.size(); i++) {
             const auto& a = request.inputs[i];
             const float* p = static_cast<const float*>(a.location.pointer);
-            values[sg.inputIndexes[i]].assign(p, p + a.location.length / 4);
+            values[sg.inputIndexes[i]] = {a.dimensions, std::vector<float>(p, p + a.location.length / 4)};
         }
-        Dimensions shape;
         for (const Operation& op : sg.operations) {
-            const auto &x = values[op.inputs[0]], &y = values[op.inputs[1]];
-            if (x.size() != y.size()) return error(ErrorStatus::GENERAL_FAILURE, "shapes differ");
-            auto& z = values[op.outputs[0]];
-            z.resize(x.size());
-            for (size_t i = 0; i < x.size(); i++) z[i] = x[i] + y[i];
+            const Tensor &x = values[op.inputs[0]], &y = values[op.inputs[1]];
+            if (x.dims != y.dims) return error(ErrorStatus::GENERAL_FAILURE, "ADD of two shapes: not supported");
+            Tensor z{x.dims, std::vector<float>(x.data.size())};
+            for (size_t i = 0; i < x.data.size(); i++) z.data[i] = x.data[i] + y.data[i];
 #ifdef PLANTED_FAULT
-            if (!z.empty()) z[0] += 0.5f;
+            if (!z.data.empty()) z.data[0] += 0.5f;
 #endif
-            shape = request.inputs.empty() ? sg.operands[op.inputs[0]].dimensions : request.inputs[0].dimensions;
+            values[op.outputs[0]] = z;
         }
         std::vector<OutputShape> shapes;
+        bool fits = true;
         for (size_t i = 0; i < request.outputs.size(); i++) {
-            const auto& z = values[sg.outputIndexes[i]];
-            shapes.push_back({shape, request.outputs[i].location.length >= z.size() * 4});
-            if (!shapes.back().isSufficient) return Error{ErrorStatus::OUTPUT_INSUFFICIENT_SIZE, "too small", {}};
-            std::memcpy(request.outputs[i].location.pointer, z.data(), z.size() * 4);
+            const Tensor& z = values[sg.outputIndexes[i]];
+            if (!agree(request.outputs[i].dimensions, z.dims))
+                return error(ErrorStatus::GENERAL_FAILURE, "the output's shape differs from the requested one");
+            shapes.push_back({z.dims, request.outputs[i].location.length >= z.data.size() * 4});
+            fits = fits && shapes.back().isSufficient;
+        }
+        if (!fits) return Error{ErrorStatus::OUTPUT_INSUFFICIENT_SIZE, "an output buffer is too small", shapes};
+        for (size_t i = 0; i < request.outputs.size(); i++) {
+            const Tensor& z = values[sg.outputIndexes[i]];
+            std::memcpy(request.outputs[i].location.pointer, z.data.data(), z.data.size() * 4);
         }
         return ExecutionOutput{shapes, Timing{}};
     }
@@ -312,7 +335,7 @@ def test_a_native_driver_builds_from_the_installed_sdk_and_its_planted_fault_is_
     (folder / "driver.cpp").write_text(NATIVE_DRIVER)
     status, out = _run([str(bin_ / "nnts"), "sdk", "--cflags", "--sources"], cwd=folder)
     assert status == 0, out
-    cflags, sources = (shlex.split(line) for line in out.splitlines())
+    sources, cflags = (shlex.split(line) for line in out.splitlines())  # in the order --sources, --cflags
     assert str(ROOT) not in out and all(Path(s).is_file() for s in sources), out
     verdicts = {}
     for name, defines in (("driver", []), ("faulty", ["-DPLANTED_FAULT"])):

@@ -91,15 +91,19 @@ class Server {
     ~Server();
     void handle(uint32_t type, uint64_t callId, const uint8_t* body, size_t size);
     void finish();  // the connection ended: waits for its executions, releases everything
+    bool waitIdleFor(int64_t milliseconds);  // true when no request is in flight any more
 
   private:
     std::unique_ptr<Connection> c_;
 };
 
-// Serves one byte stream: frames from in, replies to out, until the end of the stream.
-// Returns false when a frame broke the protocol (the connection is then closed).
+// Serves one byte stream: frames from in, replies to out, until the end of the stream; then
+// waits for the executions still running and releases everything, or with exitAtEnd ends the
+// process once they finish, or after two seconds (a stdio server whose client is gone: a hung
+// execution must not keep it alive). Returns false when a frame broke the
+// protocol (the connection is then closed).
 bool serveStream(const std::shared_ptr<IDevice>& device, int in, int out, unsigned workers,
-                 const RegionOpener& opener = mapRegionFile);
+                 const RegionOpener& opener = mapRegionFile, bool exitAtEnd = false);
 
 // Fatal signals: one line naming the device and the message in hand, on stderr.
 void installDeathReport(const std::string& deviceName);

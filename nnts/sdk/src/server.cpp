@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -403,6 +404,10 @@ struct Connection {
     void waitIdle() {
         std::unique_lock<std::mutex> lock(doneMutex);
         done.wait(lock, [this] { return inFlight.load() == 0; });
+    }
+    bool waitIdleFor(int64_t milliseconds) {
+        std::unique_lock<std::mutex> lock(doneMutex);
+        return done.wait_for(lock, std::chrono::milliseconds(milliseconds), [this] { return inFlight.load() == 0; });
     }
 
     // ---- regions ----
@@ -1472,6 +1477,7 @@ Server::Server(std::shared_ptr<IDevice> device, Output& out, WorkerPool& pool, R
 Server::~Server() { c_->finish(); }
 void Server::handle(uint32_t type, uint64_t callId, const uint8_t* body, size_t size) { c_->handle(type, callId, body, size); }
 void Server::finish() { c_->finish(); }
+bool Server::waitIdleFor(int64_t milliseconds) { return c_->waitIdleFor(milliseconds); }
 
 }  // namespace sdk
 }  // namespace nnts

@@ -142,10 +142,21 @@ void installDeathReport(const std::string& deviceName) {
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
 }
 
-bool serveStream(const std::shared_ptr<IDevice>& device, int in, int out, unsigned workers, const RegionOpener& opener) {
+bool serveStream(const std::shared_ptr<IDevice>& device, int in, int out, unsigned workers, const RegionOpener& opener,
+                 bool exitAtEnd) {
+    Server* served = nullptr;
+    auto end = [exitAtEnd, &served](bool clean) {
+        if (exitAtEnd) {  // a client that half-closes still gets its last replies, a hung driver no wait
+            if (served) served->waitIdleFor(2000);
+            std::fflush(stderr);
+            _exit(clean ? 0 : 1);
+        }
+        return clean;
+    };
     FdOutput output(out);
     WorkerPool pool(workers);
     Server server(device, output, pool, opener);
+    served = &server;
     std::vector<uint8_t> body;
     for (;;) {
         uint8_t header[16];
@@ -154,8 +165,8 @@ bool serveStream(const std::shared_ptr<IDevice>& device, int in, int out, unsign
         if (length < 12 || length - 12 > MAX_REQUEST_BODY) {
             std::fprintf(stderr, "nnts-driver: frame length %llu out of range; closing the connection\n",
                          (unsigned long long)length);
-            server.finish();
-            return false;
+            if (!exitAtEnd) server.finish();
+            return end(false);
         }
         // Grown as the bytes arrive, never to a size the peer only claims.
         size_t want = size_t(length - 12), have = 0;
@@ -173,8 +184,8 @@ bool serveStream(const std::shared_ptr<IDevice>& device, int in, int out, unsign
         if (!complete) break;
         server.handle(uint32_t(le(header + 4, 4)), le(header + 8, 8), body.data(), want);
     }
-    server.finish();
-    return true;
+    if (!exitAtEnd) server.finish();
+    return end(true);
 }
 
 }  // namespace sdk
@@ -243,9 +254,7 @@ int serve(std::shared_ptr<IDevice> device, int argc, char** argv) {
         // stdout carries frames only: keep it for the protocol and point fd 1 at stderr.
         int out = dup(1);
         if (out < 0 || dup2(2, 1) < 0) return 1;
-        bool clean = sdk::serveStream(device, 0, out, workers);
-        std::fflush(stderr);
-        _exit(clean ? 0 : 1);  // executions still running belong to a client that is gone
+        return sdk::serveStream(device, 0, out, workers, sdk::mapRegionFile, true) ? 0 : 1;
     }
     int listener = listenOn(program, socketPath);
     if (listener < 0) return 1;
