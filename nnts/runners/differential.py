@@ -256,6 +256,9 @@ def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], 
     elif graph is None:
         drawn = {} if support is None else support.options()
         graph = generate(seed, options.pop("num_operations", case_size(seed)), level=level, **{**drawn, **options})
+    if not graph.operations:  # every draw was one the driver's support refuses
+        return CaseResult("skip", f"unsupported: seed {seed} drew no operation the driver supports "
+                                  f"({support.summary() if support is not None else 'no support facts'})", graph)
     outcome = check(graph, devices, reference, criteria, across)
     if outcome.status != "fail":
         return CaseResult(outcome.status, outcome.message, graph)
