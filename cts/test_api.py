@@ -81,6 +81,18 @@ def run_ok(compilation: Compilation) -> None:
     np.testing.assert_array_equal(out, SUM)
 
 
+def add_with_constant_in(memory: Memory, offset: int) -> Model:
+    """out = a + b, with b (8 bytes) read from ``memory`` at ``offset``."""
+    model = Model()
+    a, b, fuse, out = model.add_operand(F2), model.add_operand(F2), model.add_operand(I32), model.add_operand(F2)
+    model.set_operand_value_from_memory(b, memory, offset, 8)
+    model.set_operand_value(fuse, np.int32(0))
+    model.add_operation(OperationCode.ADD, [a, b, fuse], [out])
+    model.identify_inputs_and_outputs([a], [out])
+    model.finish()
+    return model
+
+
 def other_device() -> Device:
     """A device not under test, only to make a device list of two (never executed)."""
     return Device(ReferenceDevice("nnts-cts-other-device"))
@@ -679,14 +691,7 @@ def test_fd_memory_as_operand_value_and_io(targets):
             memory = Memory.from_fd(16, PROT_READ | PROT_WRITE, fd, 0)
         finally:
             os.close(fd)
-        model = Model()
-        a, b, fuse, out = model.add_operand(F2), model.add_operand(F2), model.add_operand(I32), model.add_operand(F2)
-        model.set_operand_value_from_memory(b, memory, 0, 8)
-        model.set_operand_value(fuse, np.int32(0))
-        model.add_operation(OperationCode.ADD, [a, b, fuse], [out])
-        model.identify_inputs_and_outputs([a], [out])
-        model.finish()
-        execution = Execution(compiled(targets, model))
+        execution = Execution(compiled(targets, add_with_constant_in(memory, 0)))
         execution.set_input(0, A.copy())
         execution.set_output_from_memory(0, memory, 8, 8)
         execution.compute()
@@ -773,14 +778,7 @@ def test_blob_hardware_buffer_as_constant_input_and_output(targets):
     memory = Memory.from_ahardware_buffer(buffer)
     buffer.data[64:72] = B.view(np.uint8)
     buffer.data[0:8] = A.view(np.uint8)
-    model = Model()
-    a, b, fuse, out = model.add_operand(F2), model.add_operand(F2), model.add_operand(I32), model.add_operand(F2)
-    model.set_operand_value_from_memory(b, memory, 64, 8)
-    model.set_operand_value(fuse, np.int32(0))
-    model.add_operation(OperationCode.ADD, [a, b, fuse], [out])
-    model.identify_inputs_and_outputs([a], [out])
-    model.finish()
-    execution = Execution(compiled(targets, model))
+    execution = Execution(compiled(targets, add_with_constant_in(memory, 64)))
     assert code_of(execution.set_input_from_memory, 0, memory, 0, 0) == BAD_DATA  # a BLOB needs its length
     assert code_of(execution.set_output_from_memory, 0, memory, 188, 8) == BAD_DATA  # past its end
     execution.set_input_from_memory(0, memory, 0, 8)
