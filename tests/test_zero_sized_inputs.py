@@ -17,7 +17,7 @@ import pytest
 from nnapi_ref import Compilation, Execution, Model, NnapiError, OperandType, OperationCode as O, ResultCode
 from nnapi_ref.ops import load_all
 from nnapi_ref.types import OperandCode as T
-from nnts.generators.builders import NMS_BOXES, NMS_THRESHOLD, nms_scores
+from nnts.generators.builders import add_constant, add_nms, nms_scores
 
 AOSP = Path(__file__).resolve().parents[1].parent / "shared" / "aosp-native" / "neuralnetworks" / "common"
 F32, I32 = T.TENSOR_FLOAT32, T.TENSOR_INT32
@@ -28,24 +28,11 @@ def nms_then(code: O, params: list[tuple[T, object]], out_dims: list[int], out_t
     """BOX_WITH_NMS_LIMIT over four boxes (the scores an input), its kept boxes [n, 4] fed to
     ``code`` with the constant ``params`` after them; the model's output is ``code``'s."""
     model = Model()
-
-    def constant(type_, value, dims=()):
-        k = model.add_operand(OperandType(type_, dims))
-        model.set_operand_value(k, value)
-        return k
-
-    scores = model.add_operand(OperandType(F32, [4, 2]))
-    nms = [constant(F32, NMS_BOXES, [4, 8]), constant(I32, np.zeros(4, np.int32), [4]),
-           constant(T.FLOAT32, np.float32(NMS_THRESHOLD)), constant(T.INT32, np.int32(-1)),
-           constant(T.INT32, np.int32(0)), constant(T.FLOAT32, np.float32(0.5)),
-           constant(T.FLOAT32, np.float32(1.0)), constant(T.FLOAT32, np.float32(0.3))]
-    kept, boxes, classes, batches = (model.add_operand(OperandType(t, d))
-                                     for t, d in ((F32, [0]), (F32, [0, 4]), (I32, [0]), (I32, [0])))
-    model.add_operation(O.BOX_WITH_NMS_LIMIT, [scores, *nms], [kept, boxes, classes, batches])
+    scores, _, boxes, _, _ = add_nms(model)
     args = []
     for type_, value in params:
         dims = list(np.shape(value)) if type_ in (F32, I32) else []
-        args.append(constant(type_, value, dims))
+        args.append(add_constant(model, type_, value, dims))
     out = model.add_operand(OperandType(out_type, out_dims))
     model.add_operation(code, [boxes, *args], [out])
     model.identify_inputs_and_outputs([scores], [out])

@@ -177,30 +177,42 @@ NMS_STEPS = [([0.9, 0.2, 0.7, 0.1], [0, 2]),
              ([0.85, 0.4, 0.65, 0.75], [0, 3, 2])]
 
 
-def nms_model() -> Model:
-    """Outputs whose size the input data decides, zero-sized where no box is kept:
-    BOX_WITH_NMS_LIMIT (hard NMS, no detection limit) over the constant :data:`NMS_BOXES` with the
-    scores input ([4, 2] float32), its kept boxes fed to ADD(boxes, :data:`NMS_SHIFT`). Outputs:
-    kept scores [n], shifted boxes [n, 4], classes [n] and batch indexes [n] (int32), n unspecified."""
+def add_constant(model: Model, type_: OperandCode, value, dims=()) -> int:
+    """A constant operand of ``model`` holding ``value``."""
+    k = model.add_operand(OperandType(type_, dims))
+    model.set_operand_value(k, value)
+    return k
+
+
+def add_nms(model: Model) -> tuple[int, int, int, int, int]:
+    """BOX_WITH_NMS_LIMIT (hard NMS, no detection limit) over the constant :data:`NMS_BOXES` with
+    a scores input ([4, 2] float32) added to ``model``: the scores operand, then the operation's
+    outputs, kept scores [n], boxes [n, 4], classes [n] and batch indexes [n], n unspecified
+    (zero where no box is kept)."""
     f32, i32 = OperandCode.TENSOR_FLOAT32, OperandCode.TENSOR_INT32
-    model = Model()
-
-    def constant(type_, value, dims=()):
-        k = model.add_operand(OperandType(type_, dims))
-        model.set_operand_value(k, value)
-        return k
-
     scores = model.add_operand(OperandType(f32, [4, 2]))
     # boxes, batch indexes, score threshold, no detection limit, hard NMS, IoU threshold, sigma, NMS score threshold
-    params = [constant(f32, NMS_BOXES, [4, 8]), constant(i32, np.zeros(4, np.int32), [4]),
-              constant(OperandCode.FLOAT32, np.float32(NMS_THRESHOLD)), constant(OperandCode.INT32, np.int32(-1)),
-              constant(OperandCode.INT32, np.int32(0)), constant(OperandCode.FLOAT32, np.float32(0.5)),
-              constant(OperandCode.FLOAT32, np.float32(1.0)), constant(OperandCode.FLOAT32, np.float32(0.3))]
+    params = [add_constant(model, f32, NMS_BOXES, [4, 8]), add_constant(model, i32, np.zeros(4, np.int32), [4]),
+              add_constant(model, OperandCode.FLOAT32, np.float32(NMS_THRESHOLD)),
+              add_constant(model, OperandCode.INT32, np.int32(-1)), add_constant(model, OperandCode.INT32, np.int32(0)),
+              add_constant(model, OperandCode.FLOAT32, np.float32(0.5)),
+              add_constant(model, OperandCode.FLOAT32, np.float32(1.0)),
+              add_constant(model, OperandCode.FLOAT32, np.float32(0.3))]
     kept, boxes, classes, batches = (model.add_operand(OperandType(t, d))
                                      for t, d in ((f32, [0]), (f32, [0, 4]), (i32, [0]), (i32, [0])))
-    shifted = model.add_operand(OperandType(f32, [0, 4]))
     model.add_operation(OperationCode.BOX_WITH_NMS_LIMIT, [scores, *params], [kept, boxes, classes, batches])
-    shift, fuse = constant(f32, NMS_SHIFT, [4]), constant(OperandCode.INT32, np.int32(0))
+    return scores, kept, boxes, classes, batches
+
+
+def nms_model() -> Model:
+    """Outputs whose size the input data decides, zero-sized where no box is kept:
+    :func:`add_nms`, its kept boxes fed to ADD(boxes, :data:`NMS_SHIFT`). Outputs: kept scores [n],
+    shifted boxes [n, 4], classes [n] and batch indexes [n] (int32), n unspecified."""
+    model = Model()
+    scores, kept, boxes, classes, batches = add_nms(model)
+    shifted = model.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, [0, 4]))
+    shift = add_constant(model, OperandCode.TENSOR_FLOAT32, NMS_SHIFT, [4])
+    fuse = add_constant(model, OperandCode.INT32, np.int32(0))
     model.add_operation(OperationCode.ADD, [boxes, shift, fuse], [shifted])
     model.identify_inputs_and_outputs([scores], [kept, shifted, classes, batches])
     model.finish()
