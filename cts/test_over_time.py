@@ -34,10 +34,10 @@ import time
 import numpy as np
 import pytest
 
-from nnapi_ref import (UINT64_MAX, Burst, Compilation, DurationCode, Execution, Memory, MemoryDesc, Model, NnapiError,
+from nnapi_ref import (UINT64_MAX, Compilation, DurationCode, Execution, Memory, MemoryDesc, Model, NnapiError,
                        OperandCode as T, OperandType, OperationCode, tolerance)
-from nnts.generators.builders import (add_model, assert_step, build_operation_model, chain, chain_inputs, chain_model,
-                                      counting_loop_model, output, scalar, tensor)
+from nnts.generators.builders import (ExecutionSequence, add_model, assert_step, build_operation_model, chain,
+                                      chain_inputs, chain_model, counting_loop_model, output, scalar, tensor)
 from nnts.runners import resources
 
 MODES = ("sync", "async", "burst", "fenced")
@@ -105,29 +105,6 @@ def binary_for(devices):
     return OperationCode.ADD, np.add
 
 
-class Runner:
-    """Executions of one compilation in one mode: a reusable Execution (and a Burst for ``burst``)."""
-
-    def __init__(self, compilation: Compilation, mode: str):
-        self.mode = mode
-        self.execution = Execution(compilation)
-        self.execution.set_reusable(True)
-        self.burst = Burst(compilation) if mode == "burst" else None
-
-    def run(self, step: str) -> None:
-        try:
-            if self.burst is not None:
-                self.execution.burst_compute(self.burst)
-            elif self.mode == "sync":
-                self.execution.compute()
-            elif self.mode == "async":
-                self.execution.start_compute().wait()
-            else:
-                self.execution.start_compute_with_dependencies([]).wait()
-        except NnapiError as e:
-            raise AssertionError(f"{step}: execution failed: {e}") from None
-
-
 # ---------------------------------------------------------------------------------------------
 # Memory: guard bytes, constant memory, memory across compilations
 # ---------------------------------------------------------------------------------------------
@@ -180,7 +157,7 @@ def test_output_regions_guarded(mode, devices):
     changing from one execution to the next (sizes that are not multiples of 16 bytes among
     them): after every execution the guards and the input regions are as they were."""
     make, compute = chain_for(devices)
-    runner = Runner(compiled(make(output_dims=(0, 0), input_dims=(0, 0)), devices), mode)
+    runner = ExecutionSequence(compiled(make(output_dims=(0, 0), input_dims=(0, 0)), devices), mode)
     for n, shape in enumerate(OUTPUT_SHAPES, 1):
         pool = GuardedPool([4 * int(np.prod(shape))] * 3)
         a, b = chain_inputs(n, shape)
@@ -247,7 +224,7 @@ def test_constant_memory_never_written(mode, devices):
         assert not moved.size, f"constant operand v (the caller's buffer) written by the driver {when}: " \
                                f"{moved.size} values changed, first at element {moved[0]}"
 
-    runner = Runner(compiled(model, devices), mode)
+    runner = ExecutionSequence(compiled(model, devices), mode)
     check("while compiling")
     result = np.zeros(CONSTANT_SIZE, np.float32)
     runner.execution.set_output(0, result)
@@ -289,7 +266,7 @@ def test_memory_across_compilations(mode, kind, devices):
     else:
         pool = GuardedPool([16])
         memory, offset, length = pool.memory, pool.offsets[0], 16
-    writer, reader = Runner(writer_compilation, mode), Runner(reader_compilation, mode)
+    writer, reader = ExecutionSequence(writer_compilation, mode), ExecutionSequence(reader_compilation, mode)
     writer.execution.set_output_from_memory(0, memory, offset, length)
     reader.execution.set_input_from_memory(0, memory, offset, length)
     out = np.zeros((2, 2), np.float32)
@@ -364,7 +341,7 @@ def test_control_flow_changes_between_executions(mode, flow, devices):
     """One compilation of a WHILE loop whose trip count, or of an IF whose branch, comes from the
     input and changes from one execution to the next."""
     model = counting_loop_model(1.0) if flow == "WHILE" else _if_model()
-    runner = Runner(compiled(model, devices), mode)
+    runner = ExecutionSequence(compiled(model, devices), mode)
     out = np.zeros(1 if flow == "WHILE" else 2, np.float32)
     runner.execution.set_output(0, out)
     for n in range(1, len(WHILE_STARTS) + 1):
@@ -389,7 +366,7 @@ def test_input_buffers_rewritten_in_place(mode, devices):
     """One reusable execution, its input and output buffers bound once; new contents written
     into the same input buffers before every execution."""
     make, compute = chain_for(devices)
-    runner = Runner(compiled(make(), devices), mode)
+    runner = ExecutionSequence(compiled(make(), devices), mode)
     a, b, out = np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float32)
     runner.execution.set_input(0, a)
     runner.execution.set_input(1, b)
@@ -477,7 +454,7 @@ def test_timing_against_the_clock(mode, devices):
     make, largest = (_dense_model, MAX_TIMED_SIZE) if dense else (_accumulating_model, MAX_ADDING_SIZE)
     n = MIN_TIMED_SIZE
     while True:
-        runner = Runner(compiled(make(n), devices[:1]), mode)
+        runner = ExecutionSequence(compiled(make(n), devices[:1]), mode)
         x = np.linspace(-1, 1, n * n, dtype=np.float32).reshape(n, n)
         out = np.zeros((n, n), np.float32)
         runner.execution.set_input(0, x)
@@ -548,7 +525,7 @@ def test_compilations_of_different_models_at_once(mode, devices):
         try:
             model, inputs, compute, name = cases[k]
             barrier.wait()
-            runner = Runner(compiled(model, devices), mode)
+            runner = ExecutionSequence(compiled(model, devices), mode)
             for n in range(1, THREAD_EXECUTIONS + 1):
                 x, y = inputs(100 * k + n)
                 out = np.zeros(x.shape, np.float32)
@@ -711,7 +688,7 @@ def test_float16_near_its_range(operation, devices, request):
     request.node.nnts_op, request.node.nnts_dtype = operation, "TENSOR_FLOAT16"
     code, inputs, outputs, expected, what = _float16_case(operation)
     model, fed = build_operation_model(code, inputs, outputs)
-    runner = Runner(compiled(model, devices), "sync")
+    runner = ExecutionSequence(compiled(model, devices), "sync")
     for n, i in enumerate(fed):
         runner.execution.set_input(n, inputs[i].value)
     out = np.zeros(expected.shape, np.float16)
@@ -738,7 +715,7 @@ def test_resources_per_execution_path(path, devices):
     if not resources.available():
         pytest.skip("no /proc: resources are read from Linux's /proc")
     compilation = compiled(add_model(), devices[:1])
-    runner = Runner(compilation, "sync" if path == "device_memory" else path)
+    runner = ExecutionSequence(compilation, "sync" if path == "device_memory" else path)
     x, y = np.array([1.5, -2.0], np.float32), np.array([0.25, 4.0], np.float32)
     out = np.zeros(2, np.float32)
     runner.execution.set_input(1, y)

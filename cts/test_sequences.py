@@ -21,10 +21,10 @@ import threading
 import numpy as np
 import pytest
 
-from nnapi_ref import (Burst, Compilation, Execution, Memory, MemoryDesc, Model, NnapiError, OperandCode as T,
-                       OperandType, OperationCode, ResultCode)
-from nnts.generators.builders import (NMS_STEPS, add_model, assert_step, chain, chain_inputs, chain_model,
-                                      compute_in_mode, nms_expected, nms_model, nms_scores)
+from nnapi_ref import (Compilation, Execution, Memory, MemoryDesc, Model, NnapiError, OperandCode as T, OperandType,
+                       OperationCode, ResultCode)
+from nnts.generators.builders import (NMS_STEPS, ExecutionSequence, add_model, assert_step, chain, chain_inputs,
+                                      chain_model, nms_expected, nms_model, nms_scores)
 
 MODES = ("sync", "async", "burst", "fenced")
 MISSED = (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.MISSED_DEADLINE_PERSISTENT)
@@ -55,30 +55,6 @@ def chain_compilation(devices) -> Compilation:
     return compiled(chain_model(), devices)
 
 
-class Sequence:
-    """Executions of one compilation in one mode: one reusable Execution, and for ``burst`` one
-    Burst, for the whole sequence."""
-
-    def __init__(self, compilation: Compilation, mode: str):
-        self.mode = mode
-        self.execution = Execution(compilation)
-        self.execution.set_reusable(True)
-        self.burst = Burst(compilation) if mode == "burst" else None
-
-    def run(self, step: str) -> None:
-        """Compute; an error fails the test naming ``step``."""
-        try:
-            self.compute()
-        except NnapiError as e:
-            raise AssertionError(f"{step}: execution failed: {e}") from None
-
-    def compute(self) -> None:
-        if self.burst is not None:
-            self.execution.burst_compute(self.burst)
-        else:
-            compute_in_mode(self.execution, self.mode)
-
-
 def check_dimensions(step: str, execution: Execution, shape) -> None:
     dims = execution.get_output_operand_dimensions(0)
     assert dims == tuple(shape), f"{step}: output dimensions {list(dims)} reported, expected {list(shape)}"
@@ -88,7 +64,7 @@ def check_dimensions(step: str, execution: Execution, shape) -> None:
 def test_memory_rewritten_between_executions(mode, chain_compilation):
     """One Memory holding a, b and the output, new inputs written into it at every step; then
     another Memory bound to the same execution."""
-    sequence = Sequence(chain_compilation, mode)
+    sequence = ExecutionSequence(chain_compilation, mode)
     for n in range(1, 5):
         if n in (1, 4):
             data = np.zeros(3 * N, np.float32)
@@ -108,7 +84,7 @@ def test_memories_swapped(mode, chain_compilation):
     """Inputs in one Memory and the output in the other, then the other way round."""
     data = [np.zeros(3 * N, np.float32), np.zeros(3 * N, np.float32)]
     memories = [Memory.from_buffer(d) for d in data]
-    sequence = Sequence(chain_compilation, mode)
+    sequence = ExecutionSequence(chain_compilation, mode)
     for n, (source, target) in enumerate([(0, 1), (1, 0), (0, 1)], 1):
         a, b = chain_inputs(n)
         data[source][:N], data[source][N:2 * N] = a.reshape(-1), b.reshape(-1)
@@ -127,7 +103,7 @@ def test_output_read_as_next_input(mode, chain_compilation):
     memory = Memory.from_buffer(data)
     x, b = chain_inputs(0)
     data[:N], data[N:2 * N] = b.reshape(-1), x.reshape(-1)
-    sequence = Sequence(chain_compilation, mode)
+    sequence = ExecutionSequence(chain_compilation, mode)
     sequence.execution.set_input_from_memory(1, memory, 0, 16)
     for n in range(1, 4):
         sequence.execution.set_input_from_memory(0, memory, 16 * n, 16)
@@ -145,7 +121,7 @@ SHAPES = [(2, 2), (3, 4), (1, 3), (3, 4)]  # larger, then smaller, then larger a
 def test_input_shapes_change(mode, devices):
     """Inputs, intermediates and output of unspecified dimensions, given other dimensions at every
     step of one reusable execution (fenced executions are given the output's too)."""
-    sequence = Sequence(compiled(chain_model(output_dims=(0, 0), input_dims=(0, 0)), devices), mode)
+    sequence = ExecutionSequence(compiled(chain_model(output_dims=(0, 0), input_dims=(0, 0)), devices), mode)
     out = np.zeros(12, np.float32)
     for n, shape in enumerate(SHAPES, 1):
         a, b = chain_inputs(n, shape)
@@ -166,7 +142,7 @@ def test_input_shapes_change(mode, devices):
 def test_output_shapes_change_with_data(mode, devices):
     """BOX_WITH_NMS_LIMIT feeding ADD: scores that keep 2 boxes, then 4, 1, none (zero-sized
     outputs, ADD given a zero-sized input) and 3, into the same output buffers, room for 4 boxes."""
-    sequence = Sequence(compiled(nms_model(), devices), mode)
+    sequence = ExecutionSequence(compiled(nms_model(), devices), mode)
     outputs = [np.zeros(4, np.float32), np.zeros(16, np.float32), np.zeros(4, np.int32), np.zeros(4, np.int32)]
     for i, out in enumerate(outputs):
         sequence.execution.set_output(i, out)
@@ -185,7 +161,7 @@ def test_output_shapes_change_with_data(mode, devices):
 def test_insufficient_output_then_retry(mode, devices):
     """OUTPUT_INSUFFICIENT_SIZE for an output 4 bytes short, then the same execution (and burst)
     with room for it succeeds, twice over."""
-    sequence = Sequence(compiled(chain_model(output_dims=(0, 0)), devices), mode)
+    sequence = ExecutionSequence(compiled(chain_model(output_dims=(0, 0)), devices), mode)
     for n in range(1, 5):
         a, b = chain_inputs(n)
         sequence.execution.set_input(0, a)
@@ -208,7 +184,7 @@ def test_insufficient_output_then_retry(mode, devices):
             f"{step}: the real dimensions [2, 2] must be reported: {e.value}"
 
 
-def _run_add(sequence: Sequence, seed: int, step: str) -> None:
+def _run_add(sequence: ExecutionSequence, seed: int, step: str) -> None:
     """out = x + y on [2] (nnts.generators.builders.add_model) with new inputs."""
     x, y = (v.reshape(-1)[:2] for v in chain_inputs(seed))
     out = np.zeros(2, np.float32)
@@ -232,7 +208,7 @@ def _bind_chain(execution: Execution, seed: int) -> tuple[np.ndarray, np.ndarray
 @pytest.mark.parametrize("mode", MODES)
 def test_two_compilations_alternately(mode, devices, chain_compilation):
     """Two compilations on the same devices, each with its own execution and burst, in turn."""
-    first, second = Sequence(chain_compilation, mode), Sequence(compiled(add_model(), devices), mode)
+    first, second = ExecutionSequence(chain_compilation, mode), ExecutionSequence(compiled(add_model(), devices), mode)
     for n in range(1, 5):
         expected, out = _bind_chain(first.execution, n)
         first.run(f"step {n}a: the chain model")
@@ -267,7 +243,7 @@ def test_concurrent_executions(mode, chain_compilation):
 
     def worker(k: int) -> None:
         try:
-            sequence = Sequence(chain_compilation, mode)
+            sequence = ExecutionSequence(chain_compilation, mode)
             barrier.wait()
             for n in range(1, EXECUTIONS + 1):
                 expected, out = _bind_chain(sequence.execution, 100 * k + n)
@@ -291,7 +267,7 @@ def test_compilation_released_while_another_executes(mode, devices):
     """Two compilations of one model; the first released (and collected) while the second has an
     execution in flight, and the second executing on after that."""
     model = chain_model()
-    first, second = Sequence(compiled(model, devices), mode), Sequence(compiled(model, devices), mode)
+    first, second = ExecutionSequence(compiled(model, devices), mode), ExecutionSequence(compiled(model, devices), mode)
     expected, out = _bind_chain(first.execution, 1)
     first.run("step 1: the first compilation")
     assert_step("step 1: the first compilation", [expected], [out])
@@ -332,7 +308,7 @@ def test_device_memory_sequence(mode, devices):
         Memory.copy(memory, Memory.from_buffer(out))
         return out
 
-    writer, reader = Sequence(compilation, mode), Sequence(compilation, mode)
+    writer, reader = ExecutionSequence(compilation, mode), ExecutionSequence(compilation, mode)
     writer.execution.set_input(0, a)
     writer.execution.set_input(1, b)
     writer.execution.set_output_from_memory(0, memory, 0, 0)
@@ -365,7 +341,7 @@ def test_executions_after_failed_ones(mode, devices):
     """Executions whose deadline has passed, each followed by a valid execution of the same
     reusable execution (and burst) that must compute its own inputs' results. One device:
     deadlines need a single-device compilation."""
-    sequence = Sequence(compiled(chain_model(), devices[:1]), mode)
+    sequence = ExecutionSequence(compiled(chain_model(), devices[:1]), mode)
     for n in range(1, 6):
         expected, out = _bind_chain(sequence.execution, n)
         failing = n % 2 == 0

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime import Burst, Compilation, Execution, Model, OperandType
 from nnapi_ref.tolerance import compare
 from nnapi_ref.types import DTYPES, SCALAR_TYPES, OperandCode, OperationCode
@@ -141,6 +142,30 @@ def compute_in_mode(execution: Execution, mode: str, compilation: Compilation | 
         execution.start_compute_with_dependencies([]).wait()
     else:
         raise ValueError(f"unknown execution mode {mode!r}")
+
+
+class ExecutionSequence:
+    """Executions of one compilation in one mode: one reusable Execution, and for ``burst`` one
+    Burst, for the whole sequence."""
+
+    def __init__(self, compilation: Compilation, mode: str):
+        self.mode = mode
+        self.execution = Execution(compilation)
+        self.execution.set_reusable(True)
+        self.burst = Burst(compilation) if mode == "burst" else None
+
+    def run(self, step: str) -> None:
+        """Compute; an error fails the test naming ``step``."""
+        try:
+            self.compute()
+        except NnapiError as e:
+            raise AssertionError(f"{step}: execution failed: {e}") from None
+
+    def compute(self) -> None:
+        if self.burst is not None:
+            self.execution.burst_compute(self.burst)
+        else:
+            compute_in_mode(self.execution, self.mode)
 
 
 def execute_chain(compilation: Compilation, a: np.ndarray, b: np.ndarray, mode: str = "sync") -> np.ndarray:
