@@ -37,7 +37,8 @@ import pytest
 from nnapi_ref import (UINT64_MAX, Compilation, DurationCode, Execution, Memory, MemoryDesc, Model, NnapiError,
                        OperandCode as T, OperandType, OperationCode, tolerance)
 from nnts.generators.builders import (ExecutionSequence, add_model, assert_step, build_operation_model, chain,
-                                      chain_inputs, chain_model, counting_loop_model, output, scalar, tensor)
+                                      chain_inputs, chain_model, counting_loop_model, output, repeated_add_model,
+                                      scalar, tensor)
 from nnts.runners import resources
 
 MODES = ("sync", "async", "burst", "fenced")
@@ -393,18 +394,7 @@ MIN_TIMED_SIZE, MAX_TIMED_SIZE = 128, 2048
 def _accumulating_model(size: int) -> Model:
     """For a driver without FULLY_CONNECTED: h = x, then h = h + x ADDING_LAYERS times, on float32
     [size, size] (out = (ADDING_LAYERS + 1) * x)."""
-    model = Model()
-    t = f32(size, size)
-    x, fuse = model.add_operand(t), model.add_operand(OperandType(T.INT32))
-    model.set_operand_value(fuse, FUSE_NONE)
-    h = x
-    for _ in range(ADDING_LAYERS):
-        nxt = model.add_operand(t)
-        model.add_operation(OperationCode.ADD, [h, x, fuse], [nxt])
-        h = nxt
-    model.identify_inputs_and_outputs([x], [h])
-    model.finish()
-    return model
+    return repeated_add_model(f32(size, size), ADDING_LAYERS)
 
 
 def _dense_model(size: int) -> Model:

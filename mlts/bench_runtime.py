@@ -15,23 +15,8 @@ import time
 
 import numpy as np
 
-from nnapi_ref import Compilation, Execution, Model, OperandCode as T, OperandType, OperationCode
-
-
-def build(operations: int) -> Model:
-    model = Model()
-    t = OperandType(T.TENSOR_FLOAT32, [4])
-    x = model.add_operand(t)
-    fuse = model.add_operand(OperandType(T.INT32))
-    model.set_operand_value(fuse, np.int32(0))
-    current = x
-    for _ in range(operations):
-        out = model.add_operand(t)
-        model.add_operation(OperationCode.ADD, [current, x, fuse], [out])
-        current = out
-    model.identify_inputs_and_outputs([x], [current])
-    model.finish()
-    return model
+from nnapi_ref import Compilation, Execution, OperandCode as T, OperandType
+from nnts.generators.builders import repeated_add_model
 
 
 def measure(operations: int, repeat: int) -> dict[str, float]:
@@ -40,7 +25,7 @@ def measure(operations: int, repeat: int) -> dict[str, float]:
     phases: dict[str, list[float]] = {"build": [], "compile": [], "execute": [], "total": []}
     for _ in range(repeat):
         t0 = time.process_time()
-        model = build(operations)
+        model = repeated_add_model(OperandType(T.TENSOR_FLOAT32, [4]), operations)
         t1 = time.process_time()
         compilation = Compilation(model)
         compilation.finish()

@@ -121,6 +121,22 @@ def chain_model(output_dims: Sequence[int] = (2, 2), input_dims: Sequence[int] =
     return model
 
 
+def repeated_add_model(type_: OperandType, times: int) -> Model:
+    """h = x, then h = h + x ``times`` times, on one input ``x`` of ``type_``: out = (times + 1) * x,
+    ``times`` ADD operations in a chain (a model whose cost grows with its length)."""
+    model = Model()
+    x, fuse = model.add_operand(type_), model.add_operand(OperandType(OperandCode.INT32))
+    model.set_operand_value(fuse, np.int32(0))
+    h = x
+    for _ in range(times):
+        nxt = model.add_operand(type_)
+        model.add_operation(OperationCode.ADD, [h, x, fuse], [nxt])
+        h = nxt
+    model.identify_inputs_and_outputs([x], [h])
+    model.finish()
+    return model
+
+
 def chain_inputs(seed: int, shape: Sequence[int] = (2, 2)) -> tuple[np.ndarray, np.ndarray]:
     """Inputs a, b of :func:`chain_model` for one step of a sequence, different for every seed
     (b in [0.5, 1.5) keeps chains small)."""
