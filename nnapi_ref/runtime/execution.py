@@ -182,7 +182,7 @@ class Execution:
             raise NnapiError(ResultCode.UNEXPECTED_NULL, f"Execution.{call}: memory is None")
         operand = self._operand(index, is_input, call)
         dims = self._dims(operand, type_, call)
-        if memory.whole_only and memory.desc is None:  # a hardware buffer of an image format
+        if memory.is_image_buffer:
             check(offset == 0 and length == 0,
                   f"Execution.{call}: a hardware buffer of a format other than BLOB needs offset 0 and length 0")
             length = memory.size

@@ -96,10 +96,9 @@ class Memory:
         return cls(hal.SharedMemory(buffer.data, kind, desc))
 
     @property
-    def whole_only(self) -> bool:
-        """Bound to an input or output only whole (offset and length 0): memory from a descriptor
-        or over a hardware buffer of an image format."""
-        return self.desc is not None or (self.shared is not None and self.shared.kind == hal.HARDWARE_BUFFER)
+    def is_image_buffer(self) -> bool:
+        """Over a hardware buffer of an image format: bound only whole, as an input or output."""
+        return self.shared is not None and self.shared.kind == hal.HARDWARE_BUFFER
 
     @classmethod
     def from_desc(cls, desc: "MemoryDesc") -> "Memory":
@@ -140,7 +139,7 @@ class Memory:
         """The shared memory behind this Memory; BAD_DATA for device memory and for a hardware
         buffer of an image format."""
         check(self.desc is None, f"{call}: memory created from a descriptor cannot be used here")
-        check(self.shared.kind != hal.HARDWARE_BUFFER,
+        check(not self.is_image_buffer,
               f"{call}: memory over a hardware buffer of a format other than BLOB cannot be used here")
         return self.shared
 

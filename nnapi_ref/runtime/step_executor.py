@@ -245,8 +245,7 @@ class StepExecutor:
         main = self._main
         for role, bindings in (("input", self._inputs), ("output", self._outputs)):
             for i, binding in enumerate(bindings):
-                check(binding.kind != "memory" or binding.memory.shared is None
-                      or binding.memory.shared.kind != hal.HARDWARE_BUFFER,
+                check(binding.kind != "memory" or not binding.memory.is_image_buffer,
                       f"{role} {i}: a hardware buffer of a format other than BLOB cannot cross the steps of a "
                       f"partitioned plan (the runtime would read it on the CPU)", ResultCode.OP_FAILED)
         values: dict[int, np.ndarray | None] = {}
