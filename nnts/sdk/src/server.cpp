@@ -912,12 +912,18 @@ struct Connection {
     }
 
     // ---- handlers ----
-    std::shared_ptr<PreparedEntry> findPrepared(uint64_t handle) {
+    // The entry a handle from the wire names in one of the tables; a handle the server never gave
+    // out is a malformed message.
+    template <typename Entry>
+    std::shared_ptr<Entry> find(const std::unordered_map<uint64_t, std::shared_ptr<Entry>>& table, uint64_t handle,
+                                const char* what) {
         std::lock_guard<std::mutex> lock(mutex);
-        auto it = prepared.find(handle);
-        if (it == prepared.end()) throw Malformed{"unknown prepared model handle"};
+        auto it = table.find(handle);
+        if (it == table.end()) throw Malformed{std::string("unknown ") + what + " handle"};
         return it->second;
     }
+
+    std::shared_ptr<PreparedEntry> findPrepared(uint64_t handle) { return find(prepared, handle, "prepared model"); }
 
     void onHello(uint64_t callId, Reader& r) {
         const uint8_t* magic = r.raw(4);
@@ -1242,12 +1248,7 @@ struct Connection {
         reply(REPLY_BURST, callId, w);
     }
 
-    std::shared_ptr<BurstEntry> findBurst(uint64_t handle) {
-        std::lock_guard<std::mutex> lock(mutex);
-        auto it = bursts.find(handle);
-        if (it == bursts.end()) throw Malformed{"unknown burst handle"};
-        return it->second;
-    }
+    std::shared_ptr<BurstEntry> findBurst(uint64_t handle) { return find(bursts, handle, "burst"); }
 
     void onBurstExecute(uint64_t callId, Reader& r, TimePoint received) {
         auto burst = findBurst(r.u64());
@@ -1327,12 +1328,7 @@ struct Connection {
         reply(REPLY_BUFFER, callId, w);
     }
 
-    std::shared_ptr<BufferEntry> findBuffer(uint64_t handle) {
-        std::lock_guard<std::mutex> lock(mutex);
-        auto it = buffers.find(handle);
-        if (it == buffers.end()) throw Malformed{"unknown buffer handle"};
-        return it->second;
-    }
+    std::shared_ptr<BufferEntry> findBuffer(uint64_t handle) { return find(buffers, handle, "buffer"); }
 
     void onBufferCopy(uint32_t type, uint64_t callId, Reader& r) {
         auto b = findBuffer(r.u64());
