@@ -15,8 +15,6 @@ import re
 import sys
 import tempfile
 
-from nnapi_ref.vectors import write_text_atomic
-
 STDOUT = "-"  # an output path that means the standard output
 
 
@@ -129,12 +127,31 @@ def regex(option: str, pattern: str | None) -> None:
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a private file beside it renamed into place, at the
-    umask's mode (:func:`nnapi_ref.vectors.write_text_atomic`); ``-`` is the standard output,
-    as the shell's tools have it."""
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename; ``-``
+    is the standard output, as the shell's tools have it. (The twin of
+    ``nnapi_ref.vectors.write_text_atomic``: this module must not import nnapi_ref, which the
+    fuzz engine loads only under atheris' instrumentation, after this module.)"""
     path = os.fspath(path)
     if path == STDOUT:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    write_text_atomic(path, text)
+    folder_ = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder_)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
