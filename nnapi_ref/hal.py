@@ -170,6 +170,19 @@ HARDWARE_BUFFER_BLOB = "hardware_buffer_blob"
 HARDWARE_BUFFER = "hardware_buffer"
 
 
+@dataclass(frozen=True)
+class HardwareBufferDescription:
+    """An AHardwareBuffer_Desc as a driver receives it (the runtime's own is
+    ``nnapi_ref.runtime.HardwareBufferDesc``, with the same fields): ``format`` 0x21 is BLOB."""
+
+    width: int
+    height: int
+    layers: int
+    format: int
+    usage: int
+    stride: int
+
+
 class SharedMemory:
     """A memory pool both the runtime and a driver can read and write.
 

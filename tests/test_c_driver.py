@@ -179,7 +179,7 @@ def test_malformed_messages_get_invalid_argument_and_the_server_survives(example
     try:
         msg, body = server.call(Msg.HELLO, b"NNTX" + (1).to_bytes(4, "little"))
         assert msg == Msg.ERROR and _error_status(body) == hal.ErrorStatus.INVALID_ARGUMENT
-        for other in (wire.VERSION - 1, wire.VERSION + 1):  # older clients too: version 2 added extensions
+        for other in (wire.OLDEST_VERSION - 1, wire.VERSION + 1):  # version 1 came before extensions
             msg, body = server.call(Msg.HELLO, b"NNTS" + other.to_bytes(4, "little"))
             assert msg == Msg.ERROR and _error_status(body) == hal.ErrorStatus.DEVICE_UNAVAILABLE, other
         msg, body = server.call(Msg.HELLO, b"NNTS" + wire.VERSION.to_bytes(4, "little"))
@@ -377,3 +377,44 @@ target_link_libraries(example_driver PRIVATE nnts::driver)
     done = subprocess.run([sys.executable, "-m", "nnts", "devices", "--driver", f"remote:{build / 'example_driver'}"],
                           capture_output=True, text=True, timeout=60, env=_env())
     assert done.returncode == 0 and "nnts-example-cpp" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("version", [wire.VERSION, wire.OLDEST_VERSION])
+def test_hardware_buffers_reach_the_driver_with_their_description(example, version, monkeypatch):
+    """BLOB buffers are shared memory to both examples; an image format reaches the driver's
+    acceptsHardwareBuffer: the C++ example takes packed images, the C example keeps the SDK's
+    default and refuses them. A client of the older protocol is served too (the client then
+    refuses image formats itself)."""
+    from nnapi_ref import (AHardwareBuffer, Compilation, Execution, HardwareBufferDesc, HardwareBufferFormat,
+                           Memory, NnapiError, ResultCode)
+    from nnapi_ref.runtime.devices import Device
+    from nnts.generators.builders import add_model
+    from nnts.runners.drivers import load_driver
+
+    monkeypatch.setattr(wire, "VERSION", version)
+    language, binary = example
+    device = load_driver(f"remote:{shlex.quote(str(binary))}")
+    try:
+        assert device.connection.version == version
+        compilation = Compilation(add_model(), [Device(device)])
+        compilation.finish()
+        a, b = np.array([1.5, -2.0], np.float32), np.array([0.25, 4.0], np.float32)
+        for desc, offset in ((HardwareBufferDesc(64), 32), (HardwareBufferDesc(2, 1, 1, HardwareBufferFormat.R8G8B8A8_UNORM), 0)):
+            buffer = AHardwareBuffer.allocate(desc)
+            buffer.data[offset:offset + 8] = a.view(np.uint8)
+            execution = Execution(compilation)
+            execution.set_input_from_memory(0, Memory.from_ahardware_buffer(buffer), offset, 8 if desc.is_blob else 0)
+            execution.set_input(1, b.copy())
+            out = np.zeros(2, np.float32)
+            execution.set_output(0, out)
+            if desc.is_blob or (language == "cpp" and version >= wire.HARDWARE_BUFFER_POOL_VERSION):
+                execution.compute()
+                np.testing.assert_array_equal(out, a + b)
+                continue
+            with pytest.raises(NnapiError) as e:
+                execution.compute()
+            assert e.value.code == ResultCode.OP_FAILED
+            expected = "hardware buffer of format 1" if version >= wire.HARDWARE_BUFFER_POOL_VERSION else "protocol version"
+            assert expected in e.value.message, e.value.message
+    finally:
+        device.close()

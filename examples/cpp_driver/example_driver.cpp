@@ -252,6 +252,9 @@ class Device : public IDevice {
     DeviceType getType() const override { return DeviceType::CPU; }
     const std::vector<Extension>& getSupportedExtensions() const override { return extensions_; }
     const Capabilities& getCapabilities() const override { return capabilities_; }
+    // The kernels read a pool's bytes in place, so a hardware buffer of an image format is taken
+    // too when its rows are packed (a device that cannot consume a format returns false).
+    bool acceptsHardwareBuffer(const HardwareBufferDesc& desc) const override { return desc.stride == desc.width; }
 
     Result<std::vector<bool>> getSupportedOperations(const Model& model) const override {
         auto valid = checkSignatures(model);

@@ -302,21 +302,35 @@ class Connection:
         self._completions: queue.SimpleQueue = queue.SimpleQueue()
         self._trace_offset_ns: int | None = None  # server clock + this = ours, once tracing is started
         self._trace_state = "hello"  # then "off", "starting", "on" or "unsupported"
+        self.version = wire.OLDEST_VERSION  # settled at HELLO
         self._trace_generation = -1  # the trace.generation it was started for
         self._reader = threading.Thread(target=self._read_replies, daemon=True, name="nnts-remote-reader")
         self._reader.start()
         threading.Thread(target=self._complete, daemon=True, name="nnts-remote-callbacks").start()
-        w = Writer()
-        w.parts.append(wire.MAGIC)
-        w.u32(wire.VERSION)
-        r = self.call(Msg.HELLO, w, "start")
-        version = r.u32()
-        if version != wire.VERSION:
-            self.fail("crash", f"the server speaks protocol version {version}, the client {wire.VERSION}")
-            raise HalError(ErrorStatus.DEAD_OBJECT, self.dead)
+        r = self._hello()
         self.info = self.decode(wire.read_device_info, r)
         self.decode(Reader.end, r)
         self._trace_state = "off"
+
+    def _hello(self) -> Reader:
+        """HELLO with the newest version; a server that refuses it (DEVICE_UNAVAILABLE: an older
+        server) is asked again with each older version. ``self.version`` is the one settled on."""
+        for version in range(wire.VERSION, wire.OLDEST_VERSION - 1, -1):
+            w = Writer()
+            w.parts.append(wire.MAGIC)
+            w.u32(version)
+            try:
+                r = self.call(Msg.HELLO, w, "start")
+            except HalError as e:
+                if e.status != ErrorStatus.DEVICE_UNAVAILABLE or version == wire.OLDEST_VERSION:
+                    raise
+                continue
+            replied = r.u32()
+            if replied != version:
+                self.fail("crash", f"the server answered protocol version {version} with {replied}")
+                raise HalError(ErrorStatus.DEAD_OBJECT, self.dead)
+            self.version = version
+            return r
 
     # -- sending -------------------------------------------------------------------------------
     def _region_frames(self, regions) -> list[bytes]:
@@ -855,11 +869,17 @@ class RemotePreparedModel(hal.PreparedModel):
                     wire.write_argument(w, arg, ref)
             w.u32(len(request.pools))
             for pool in request.pools:
-                if isinstance(pool, hal.SharedMemory) and pool.kind == hal.HARDWARE_BUFFER:
+                hardware_buffer = isinstance(pool, hal.SharedMemory) and pool.kind in (hal.HARDWARE_BUFFER,
+                                                                                      hal.HARDWARE_BUFFER_BLOB)
+                if hardware_buffer and c.version >= wire.HARDWARE_BUFFER_POOL_VERSION:
+                    w.u8(wire.POOL_HARDWARE_BUFFER)
+                    wire.write_region_ref(w, c.region_ref(staging, pool.buffer, True, True))
+                    wire.write_hardware_buffer_description(w, pool.description)
+                elif hardware_buffer and pool.kind == hal.HARDWARE_BUFFER:
                     c.unstage(staging)
-                    raise HalError(ErrorStatus.GENERAL_FAILURE, "the remote protocol carries no hardware buffer of "
-                                                                "an image format")
-                if isinstance(pool, hal.SharedMemory):
+                    raise HalError(ErrorStatus.GENERAL_FAILURE, f"protocol version {c.version} carries no hardware "
+                                                                "buffer of an image format (the server is older)")
+                elif isinstance(pool, hal.SharedMemory):
                     w.u8(wire.POOL_REGION)
                     wire.write_region_ref(w, c.region_ref(staging, pool.buffer, True, True))
                 elif isinstance(pool, (int, np.integer)) and not isinstance(pool, bool) and pool >= 0:

@@ -65,6 +65,7 @@ class Session:
         self._trace_lock = threading.Lock()
         self._unsent_spans: list[tuple] = []  # taken from the trace, not yet sent (a reply holds a bounded batch)
         self._threads: dict[int, str] = {}
+        self.version = wire.VERSION  # the protocol version settled at HELLO: the client's
 
     # -- transport ---------------------------------------------------------------------------
     def _send(self, w: Writer, msg: Msg, call_id: int) -> None:
@@ -221,14 +222,16 @@ class Session:
         magic, version = bytes(r.raw(4)), r.u32()
         if magic != wire.MAGIC:
             raise ProtocolError(f"HELLO with magic {magic!r}")
+        if wire.OLDEST_VERSION <= version <= wire.VERSION:
+            self.version = version
 
         def work(_):
-            if version != wire.VERSION:
+            if not wire.OLDEST_VERSION <= version <= wire.VERSION:
                 raise HalError(ErrorStatus.DEVICE_UNAVAILABLE,
-                               f"protocol version {version} not supported (this server speaks {wire.VERSION}; "
-                               "version 2 added vendor extensions)")
+                               f"protocol version {version} not supported (this server speaks {wire.OLDEST_VERSION} "
+                               f"to {wire.VERSION}; version 2 added vendor extensions)")
             w = Writer()
-            w.u32(wire.VERSION)
+            w.u32(version)
             wire.write_device_info(w, self.device)
             return Msg.DEVICE_INFO, w
         return work
@@ -300,7 +303,7 @@ class Session:
         return work
 
     def _execution_args(self, r: Reader):
-        request = wire.read_request(r, self.region_bytes)
+        request = wire.read_request(r, self.region_bytes, self.version)
         return request, r.bool(), r.optional_i64(), r.u64()
 
     @staticmethod

@@ -15,7 +15,9 @@ import numpy as np
 from nnapi_ref import hal
 from nnapi_ref.types import DTYPES, DeviceTypeCode, Lifetime, OperandCode, OperationCode
 
-VERSION = 2  # 2: vendor extensions (declarations, extension data, the prefix mapping)
+VERSION = 3  # the newest version this side speaks; HELLO settles on the client's if the server has it
+OLDEST_VERSION = 2  # 2: vendor extensions (declarations, extension data, the prefix mapping)
+HARDWARE_BUFFER_POOL_VERSION = 3  # request pools that are hardware buffers, with their description
 MAGIC = b"NNTS"
 HEADER = struct.Struct("<IIQ")  # length of what follows the length field, message type, call id
 MAX_FRAME = 1 << 28             # what a server accepts from a client (models with inline constants)
@@ -500,7 +502,8 @@ def _typed(raw: np.ndarray, code) -> np.ndarray:
 # Requests
 # ---------------------------------------------------------------------------------------------
 
-POOL_REGION, POOL_DEVICE_BUFFER = 0, 1
+POOL_REGION, POOL_DEVICE_BUFFER, POOL_HARDWARE_BUFFER = 0, 1, 2
+HARDWARE_BUFFER_BLOB_FORMAT = 0x21  # AHARDWAREBUFFER_FORMAT_BLOB: plain bytes; any other format is an image
 
 
 def write_argument(w: Writer, arg: hal.RequestArgument, pointer_ref) -> None:
@@ -525,7 +528,19 @@ def read_argument(r: Reader, region_bytes) -> hal.RequestArgument:
     return arg
 
 
-def read_request(r: Reader, region_bytes) -> hal.Request:
+def write_hardware_buffer_description(w: Writer, desc) -> None:
+    """An AHardwareBuffer_Desc: width, height, layers, format, usage, stride."""
+    for v in (desc.width, desc.height, desc.layers, desc.format):
+        w.u32(v)
+    w.u64(int(desc.usage))
+    w.u32(desc.stride)
+
+
+def read_hardware_buffer_description(r: Reader) -> hal.HardwareBufferDescription:
+    return hal.HardwareBufferDescription(r.u32(), r.u32(), r.u32(), r.u32(), r.u64(), r.u32())
+
+
+def read_request(r: Reader, region_bytes, version: int = VERSION) -> hal.Request:
     inputs = [read_argument(r, region_bytes) for _ in range(r.count(18))]
     outputs = [read_argument(r, region_bytes) for _ in range(r.count(18))]
     pools = []
@@ -535,6 +550,11 @@ def read_request(r: Reader, region_bytes) -> hal.Request:
             pools.append(hal.SharedMemory(region_bytes(read_region_ref(r))))
         elif kind == POOL_DEVICE_BUFFER:
             pools.append(r.u64())
+        elif kind == POOL_HARDWARE_BUFFER and version >= HARDWARE_BUFFER_POOL_VERSION:
+            buffer = region_bytes(read_region_ref(r))
+            desc = read_hardware_buffer_description(r)
+            memory_kind = hal.HARDWARE_BUFFER_BLOB if desc.format == HARDWARE_BUFFER_BLOB_FORMAT else hal.HARDWARE_BUFFER
+            pools.append(hal.SharedMemory(buffer, memory_kind, desc))
         else:
             raise ProtocolError(f"unknown pool kind {kind}")
     return hal.Request(inputs, outputs, pools)

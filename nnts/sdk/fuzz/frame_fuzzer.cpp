@@ -82,6 +82,7 @@ class Device : public IDevice {
     const std::vector<Extension>& getSupportedExtensions() const override { return extensions_; }
     const Capabilities& getCapabilities() const override { return capabilities_; }
     std::pair<uint32_t, uint32_t> getNumberOfCacheFilesNeeded() const override { return {1, 1}; }
+    bool acceptsHardwareBuffer(const HardwareBufferDesc& desc) const override { return desc.width % 2 == 0; }
     Result<std::vector<bool>> getSupportedOperations(const Model& model) const override {
         touch(model);
         return std::vector<bool>(model.main.operations.size(), true);
@@ -211,15 +212,16 @@ std::vector<uint8_t> request(uint8_t poolKind) {
     w.u32(1).u32(0).u32(0).u32(0).u32(16).dims({}).u8(0);               // input: pool 0 [0, 16)
     w.u32(1).u32(0).u32(0).u32(64).u32(16).dims({2, 2}).u8(0);          // output: pool 0 [64, 80)
     w.u32(2).u8(0).u64(1).u64(0).u64(512);                              // pool 0: region 1
-    if (poolKind) w.u8(1).u64(3);                                       // pool 1: device memory
-    else w.u8(0).u64(2).u64(0).u64(128);
+    if (poolKind == 1) w.u8(1).u64(3);                                  // pool 1: device memory
+    else if (poolKind == 2) w.u8(2).u64(2).u64(0).u64(128).u32(2).u32(4).u32(1).u32(1).u64(0x33).u32(4);
+    else w.u8(0).u64(2).u64(0).u64(128);                                // (2: an R8G8B8A8 hardware buffer)
     return w.b;
 }
 
 std::vector<Frame> session() {
     std::vector<Frame> s;
     s.push_back({sdk::HELLO, W().str("").b});
-    s.back().body = {'N', 'N', 'T', 'S', 2, 0, 0, 0};
+    s.back().body = {'N', 'N', 'T', 'S', uint8_t(sdk::PROTOCOL_VERSION), 0, 0, 0};
     s.push_back({sdk::REGION_ADD, W().u64(1).u64(4096).str("r0").b});
     s.push_back({sdk::REGION_ADD, W().u64(2).u64(1024).str("r1").b});
     s.push_back({sdk::TRACE_START, {}});
@@ -235,6 +237,12 @@ std::vector<Frame> session() {
     exec.u8(1).u8(1).u64(1000000000).u64(1000);
     s.push_back({sdk::EXECUTE_SYNC, exec.b});
     s.push_back({sdk::EXECUTE_ASYNC, exec.b});
+    W image;
+    image.u64(1);
+    req = request(2);
+    image.b.insert(image.b.end(), req.begin(), req.end());
+    image.u8(0).u8(0).u64(0);
+    s.push_back({sdk::EXECUTE_SYNC, image.b});
     W fenced = exec;
     fenced.u32(2).u32(0).u32(0).u8(1).u64(5000);
     s.push_back({sdk::EXECUTE_FENCED, fenced.b});

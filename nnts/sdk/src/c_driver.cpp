@@ -61,6 +61,10 @@ struct CModel {
     }
 };
 
+nnts_hardware_buffer_desc cDesc(const HardwareBufferDesc& d) {
+    return nnts_hardware_buffer_desc{d.width, d.height, d.layers, d.format, d.usage, d.stride};
+}
+
 Error cError(int32_t status, const nnts_error& e, const char* call) {
     std::string message = e.message[0] ? std::string(e.message, strnlen(e.message, sizeof e.message))
                                        : std::string(call) + " failed";
@@ -106,6 +110,9 @@ class CPreparedModel : public IPreparedModel {
 
     Result<ExecutionOutput> execute(const Request& request, bool measure, TimePoint deadline,
                                     Duration loopTimeout) const override {
+        std::vector<nnts_hardware_buffer_desc> descs;
+        for (const auto& p : request.pools)
+            descs.push_back(cDesc(p.hardwareBuffer));
         std::vector<nnts_argument> args[2];
         for (int side = 0; side < 2; side++)
             for (const auto& a : side == 0 ? request.inputs : request.outputs) {
@@ -115,6 +122,9 @@ class CPreparedModel : public IPreparedModel {
                 c.length = a.location.length;
                 if (c.has_value && a.lifetime == Request::Argument::LifeTime::POOL && request.pools[a.location.poolIndex].buffer)
                     c.buffer = static_cast<const CBuffer&>(*request.pools[a.location.poolIndex].buffer).handle();
+                if (c.has_value && a.lifetime == Request::Argument::LifeTime::POOL &&
+                    request.pools[a.location.poolIndex].isHardwareBuffer)
+                    c.hardware_buffer = &descs[a.location.poolIndex];
                 c.rank = uint32_t(a.dimensions.size());
                 c.dimensions = a.dimensions.data();
                 args[side].push_back(c);
@@ -213,6 +223,12 @@ class CDevice : public IDevice {
         int32_t s = d_->prepare_model_from_cache(d_->context, &o, &prepared, &e);
         if (s != NNTS_NONE) return cError(s, e, "prepare_model_from_cache");
         return std::shared_ptr<IPreparedModel>(std::make_shared<CPreparedModel>(d_, prepared, nullptr));
+    }
+
+    bool acceptsHardwareBuffer(const HardwareBufferDesc& desc) const override {
+        if (!d_->accepts_hardware_buffer) return IDevice::acceptsHardwareBuffer(desc);
+        nnts_hardware_buffer_desc c = cDesc(desc);
+        return d_->accepts_hardware_buffer(d_->context, &c);
     }
 
     Result<std::shared_ptr<IBuffer>> allocate(const BufferDesc& desc,

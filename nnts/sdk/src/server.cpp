@@ -356,6 +356,7 @@ struct Connection {
     std::unordered_map<uint64_t, std::shared_ptr<BufferEntry>> bufferTokens;
     uint64_t nextHandle = 1;
     uint32_t currentType = 0;  // the message in hand (the reading thread's)
+    uint32_t version = PROTOCOL_VERSION;  // settled at HELLO: the client's
     std::atomic<int> inFlight{0};
     std::mutex doneMutex;
     std::condition_variable done;
@@ -783,6 +784,7 @@ struct Connection {
             uint8_t kind;
             RegionRef region;
             uint64_t token = 0;
+            HardwareBufferDesc hardwareBuffer;  // kind 2
         };
         std::vector<Pool> pools;
     };
@@ -805,8 +807,20 @@ struct Connection {
             p.kind = r.u8();
             if (p.kind == 0) p.region = regionRef(r);
             else if (p.kind == 1) p.token = r.u64();
+            else if (p.kind == 2 && version >= HARDWARE_BUFFER_POOL_VERSION) readHardwareBuffer(r, p);
             else throw Malformed{"unknown pool kind"};
         }
+    }
+
+    void readHardwareBuffer(Reader& r, DecodedRequest::Pool& p) {
+        p.region = regionRef(r);
+        HardwareBufferDesc& d = p.hardwareBuffer;
+        d.width = r.u32();
+        d.height = r.u32();
+        d.layers = r.u32();
+        d.format = r.u32();
+        d.usage = r.u64();
+        d.stride = r.u32();
     }
 
     // Merges two partially known shapes (dimension 0 unknown; no dimensions: unknown rank).
@@ -840,9 +854,11 @@ struct Connection {
         Request req;
         for (const auto& p : q.pools) {
             Request::MemoryPool pool;
-            if (p.kind == 0) {
+            if (p.kind == 0 || p.kind == 2) {
                 pool.data = p.region.data;
                 pool.size = p.region.length;
+                pool.isHardwareBuffer = p.kind == 2;
+                pool.hardwareBuffer = p.hardwareBuffer;
             } else {
                 std::lock_guard<std::mutex> lock(mutex);
                 auto it = bufferTokens.find(p.token);
@@ -908,6 +924,11 @@ struct Connection {
                 resolved.push_back(arg);
             }
         }
+        for (const auto& pool : req.pools)
+            if (pool.isHardwareBuffer && !device->acceptsHardwareBuffer(pool.hardwareBuffer))
+                return Error{ErrorStatus::GENERAL_FAILURE,
+                             format("the driver cannot use a hardware buffer of format %u", pool.hardwareBuffer.format),
+                             {}};
         return req;
     }
 
@@ -930,14 +951,15 @@ struct Connection {
         uint32_t version = r.u32();
         r.end();
         if (std::memcmp(magic, "NNTS", 4) != 0) throw Malformed{"HELLO without the magic NNTS"};
-        if (version != PROTOCOL_VERSION)
+        if (version < OLDEST_PROTOCOL_VERSION || version > PROTOCOL_VERSION)
             return replyError(callId, error(ErrorStatus::DEVICE_UNAVAILABLE,
-                                            format("this server speaks protocol version %u only, the client %u",
-                                                   PROTOCOL_VERSION, version)));
+                                            format("this server speaks protocol versions %u to %u, the client %u",
+                                                   OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, version)));
+        this->version = version;
         const IDevice& d = *device;
         const Capabilities& caps = d.getCapabilities();
         Writer w;
-        w.u32(PROTOCOL_VERSION);
+        w.u32(version);
         w.str(d.getName());
         w.str(d.getVersionString());
         w.i32(int32_t(d.getType()));

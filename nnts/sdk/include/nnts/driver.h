@@ -84,6 +84,14 @@ typedef struct {
     const nnts_extension_prefix *extensions; /* the model's extension_name_to_prefix */
 } nnts_model;
 
+/* An AHardwareBuffer's description (AHardwareBuffer_Desc, android/hardware_buffer.h). */
+#define NNTS_HARDWARE_BUFFER_FORMAT_BLOB 0x21 /* plain bytes (width of them); any other format is an image */
+typedef struct {
+    uint32_t width, height, layers, format;
+    uint64_t usage;
+    uint32_t stride; /* pixels from one row to the next */
+} nnts_hardware_buffer_desc;
+
 typedef struct {
     bool has_value;   /* false: NO_VALUE (an omitted optional input) */
     void *data;       /* the argument's bytes in shared memory: length of them */
@@ -91,6 +99,7 @@ typedef struct {
     void *buffer;     /* device memory: the driver's buffer (data is NULL) */
     uint32_t rank;    /* the model's dimensions merged with the request's; inputs fully specified */
     const uint32_t *dimensions;
+    const nnts_hardware_buffer_desc *hardware_buffer; /* data is in a hardware buffer: its description */
 } nnts_argument;
 
 typedef struct {
@@ -185,6 +194,8 @@ typedef struct nnts_driver {
     int32_t (*buffer_copy_from)(void *context, void *buffer, const void *source, uint64_t length, uint32_t rank,
                                 const uint32_t *dimensions, nnts_error *err);
     void (*release_buffer)(void *context, void *buffer);
+    /* Whether executions may use a hardware buffer of this description; NULL: BLOB buffers only. */
+    bool (*accepts_hardware_buffer)(void *context, const nnts_hardware_buffer_desc *desc);
 } nnts_driver;
 
 /* Serves driver over stdin/stdout (or a Unix socket: --socket PATH; --workers N). Returns the

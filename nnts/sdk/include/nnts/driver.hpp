@@ -116,6 +116,18 @@ struct Model {
 
 class IBuffer;
 
+// An AHardwareBuffer's description (AHardwareBuffer_Desc, android/hardware_buffer.h), as a
+// request pool that is a hardware buffer carries it (the AIDL HAL's Memory::hardwareBuffer).
+struct HardwareBufferDesc {
+    static constexpr uint32_t BLOB = 0x21;  // AHARDWAREBUFFER_FORMAT_BLOB: width bytes, used as shared memory
+    uint32_t width = 0;
+    uint32_t height = 0;
+    uint32_t layers = 0;
+    uint32_t format = 0;  // AHARDWAREBUFFER_FORMAT_*: anything but BLOB is an image format
+    uint64_t usage = 0;   // AHARDWAREBUFFER_USAGE_* flags
+    uint32_t stride = 0;  // pixels from one row to the next
+};
+
 struct Request {
     struct Argument {
         enum class LifeTime : int32_t { POOL = 0, NO_VALUE = 1, POINTER = 2 };
@@ -129,6 +141,8 @@ struct Request {
         uint8_t* data = nullptr;           // shared memory, size bytes
         uint64_t size = 0;
         std::shared_ptr<IBuffer> buffer;   // device memory (a buffer this driver allocated)
+        bool isHardwareBuffer = false;     // data/size are a hardware buffer's bytes, described by:
+        HardwareBufferDesc hardwareBuffer;
     };
     std::vector<Argument> inputs;
     std::vector<Argument> outputs;
@@ -288,6 +302,13 @@ class IDevice {
     virtual Result<std::shared_ptr<IPreparedModel>> prepareModelFromCache(
         TimePoint deadline, const std::vector<int>& modelCache, const std::vector<int>& dataCache,
         const std::vector<uint8_t>& token) const;
+    // Whether executions may use a hardware buffer of this description as a pool; a request with
+    // one refused fails with GENERAL_FAILURE before execute runs (AOSP's drivers fail to map it).
+    // Default: BLOB buffers only (plain shared memory); an image format only where the device
+    // consumes it.
+    virtual bool acceptsHardwareBuffer(const HardwareBufferDesc& desc) const {
+        return desc.format == HardwareBufferDesc::BLOB;
+    }
     // preparedModels are this driver's own; roles index into them. Default: no device memory.
     virtual Result<std::shared_ptr<IBuffer>> allocate(const BufferDesc& desc,
                                                       const std::vector<std::shared_ptr<IPreparedModel>>& preparedModels,
