@@ -112,6 +112,28 @@ class ExtensionNameAndPrefix:
     prefix: int
 
 
+@dataclass(frozen=True)
+class TokenValuePair:
+    """A compilation or execution hint (the AIDL HAL's TokenValuePair, from the NDK's
+    addExtensionAttribute): ``token`` is an extension's prefix in the high 16 bits and the
+    attribute's code within the extension in the low 16; ``value`` is opaque bytes. A driver may
+    ignore hints; it must not fail on one it does not understand."""
+
+    token: int
+    value: bytes
+
+
+@dataclass(frozen=True)
+class Hints:
+    """The hints of one compilation or execution, with the prefixes their tokens use."""
+
+    hints: tuple[TokenValuePair, ...] = ()
+    extension_name_to_prefix: tuple[ExtensionNameAndPrefix, ...] = ()
+
+
+NO_HINTS = Hints()
+
+
 @dataclass
 class Model:
     """A model as a driver receives it: the main subgraph and those IF/WHILE refer to.
@@ -414,6 +436,12 @@ class IBurst:
                 deadline_ns: int | None, loop_timeout_ns: int) -> ExecutionResult:
         raise NotImplementedError
 
+    def execute_with_config(self, request: Request, memory_identifier_tokens: Sequence[int], measure: bool,
+                            deadline_ns: int | None, loop_timeout_ns: int, hints: Hints) -> ExecutionResult:
+        """IBurst::executeSynchronouslyWithConfig: ``execute`` with the execution's hints, which
+        this default ignores (as a driver may)."""
+        return self.execute(request, memory_identifier_tokens, measure, deadline_ns, loop_timeout_ns)
+
     def release_memory_resource(self, memory_identifier_token: int) -> None:
         pass
 
@@ -441,6 +469,21 @@ class PreparedModel:
 
     def configure_execution_burst(self) -> IBurst:
         raise NotImplementedError
+
+    # With the execution's hints (ANeuralNetworksExecution_addExtensionAttribute; the AIDL HAL's
+    # executeSynchronouslyWithConfig / executeFencedWithConfig): the defaults ignore them.
+    def execute_synchronously_with_config(self, request: Request, measure: bool, deadline_ns: int | None,
+                                          loop_timeout_ns: int, hints: Hints) -> ExecutionResult:
+        return self.execute_synchronously(request, measure, deadline_ns, loop_timeout_ns)
+
+    def execute_with_config(self, request: Request, measure: bool, deadline_ns: int | None, loop_timeout_ns: int,
+                            callback: ExecutionCallback, hints: Hints) -> None:
+        self.execute(request, measure, deadline_ns, loop_timeout_ns, callback)
+
+    def execute_fenced_with_config(self, request: Request, wait_for: Sequence[SyncFence], measure: bool,
+                                   deadline_ns: int | None, loop_timeout_ns: int, timeout_after_fence_ns: int | None,
+                                   hints: Hints) -> tuple[SyncFence, FencedExecutionCallback]:
+        return self.execute_fenced(request, wait_for, measure, deadline_ns, loop_timeout_ns, timeout_after_fence_ns)
 
 
 class Device:
@@ -480,6 +523,13 @@ class Device:
         """Compile ``model``. ``model_cache``/``data_cache`` are writable binary files (as many
         as get_number_of_cache_files_needed says) to save the compilation to under ``token``."""
         raise NotImplementedError
+
+    def prepare_model_with_config(self, model: Model, preference: PreferenceCode, priority: PriorityCode,
+                                  deadline_ns: int | None, model_cache: Sequence[Any], data_cache: Sequence[Any],
+                                  token: bytes | None, hints: Hints) -> PreparedModel:
+        """IDevice::prepareModelWithConfig: ``prepare_model`` with the compilation's hints
+        (ANeuralNetworksCompilation_addExtensionAttribute), which this default ignores."""
+        return self.prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
 
     def prepare_model_from_cache(self, deadline_ns: int | None, model_cache: Sequence[Any],
                                  data_cache: Sequence[Any], token: bytes) -> PreparedModel:

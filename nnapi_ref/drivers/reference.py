@@ -114,6 +114,21 @@ def check_prepare_arguments(preference, priority, deadline_ns: int | None) -> No
     check_deadline(deadline_ns, "compilation")
 
 
+def check_hints(hints: hal.Hints) -> None:
+    """What the HAL asks of a driver's hints before it may ignore them (the reference uses none):
+    no token twice, and every token's prefix named by the mapping that comes with them."""
+    prefixes = {p.prefix for p in hints.extension_name_to_prefix}
+    if len(prefixes) != len(hints.extension_name_to_prefix) or \
+            len({p.name for p in hints.extension_name_to_prefix}) != len(prefixes):
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, "hints: the extension name to prefix mapping is not one to one")
+    tokens = [h.token for h in hints.hints]
+    if len(set(tokens)) != len(tokens):
+        raise HalError(ErrorStatus.INVALID_ARGUMENT, "hints: a token is repeated")
+    for token in tokens:
+        if (token >> 16) & 0xFFFF not in prefixes:
+            raise HalError(ErrorStatus.INVALID_ARGUMENT, f"hints: token {token:#x} has a prefix the mapping lacks")
+
+
 class ReferenceDevice(hal.Device):
     """The CPU reference driver. ``name`` and ``feature_level`` may be set to impersonate older
     drivers (the runtime's tests partition across several instances). ``convention`` is the
@@ -237,6 +252,11 @@ class ReferenceDevice(hal.Device):
             except HalError:
                 pass  # caching is best effort: wrong cache files leave nothing saved, the compilation stands
         return prepared
+
+    def prepare_model_with_config(self, model, preference, priority, deadline_ns, model_cache, data_cache, token,
+                                  hints):
+        check_hints(hints)
+        return self.prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token)
 
     def prepare_model_from_cache(self, deadline_ns, model_cache, data_cache, token):
         check_deadline(deadline_ns, "compilation")
@@ -548,6 +568,19 @@ class ReferencePreparedModel(hal.PreparedModel):
     def configure_execution_burst(self):
         return ReferenceBurst(self)
 
+    def execute_synchronously_with_config(self, request, measure, deadline_ns, loop_timeout_ns, hints):
+        check_hints(hints)
+        return self.execute_synchronously(request, measure, deadline_ns, loop_timeout_ns)
+
+    def execute_with_config(self, request, measure, deadline_ns, loop_timeout_ns, callback, hints):
+        check_hints(hints)
+        self.execute(request, measure, deadline_ns, loop_timeout_ns, callback)
+
+    def execute_fenced_with_config(self, request, wait_for, measure, deadline_ns, loop_timeout_ns,
+                                   timeout_after_fence_ns, hints):
+        check_hints(hints)
+        return self.execute_fenced(request, wait_for, measure, deadline_ns, loop_timeout_ns, timeout_after_fence_ns)
+
     def _check_outputs_specified(self, request) -> None:
         """A fenced execution reports no output shapes: every output must be fully specified
         (by the model or the request) and not zero-sized."""
@@ -575,3 +608,7 @@ class ReferenceBurst(hal.IBurst):
         if len(memory_identifier_tokens) != len(request.pools):
             raise HalError(ErrorStatus.INVALID_ARGUMENT, "burst: one memory identifier token per pool needed")
         return self.prepared._run(request, measure, deadline_ns, loop_timeout_ns)
+
+    def execute_with_config(self, request, memory_identifier_tokens, measure, deadline_ns, loop_timeout_ns, hints):
+        check_hints(hints)
+        return self.execute(request, memory_identifier_tokens, measure, deadline_ns, loop_timeout_ns)

@@ -738,7 +738,12 @@ class RemoteDevice(hal.Device):
             return [bool(b) for b in flags]
         return connection.decode(read, r)
 
-    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token):
+    def prepare_model_with_config(self, model, preference, priority, deadline_ns, model_cache, data_cache, token,
+                                  hints):
+        return self.prepare_model(model, preference, priority, deadline_ns, model_cache, data_cache, token, hints)
+
+    def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token,
+                      hints=hal.NO_HINTS):
         connection = self.live()
         staging = connection.stage()
         w = Writer()
@@ -750,6 +755,8 @@ class RemoteDevice(hal.Device):
             with _CacheFiles(model_cache, data_cache, connection.settings.shm_dir) as files:
                 files.write(w)
                 w.optional_bytes(token)
+                if connection.version >= wire.HINTS_VERSION:  # older servers: hints dropped, as a driver may
+                    wire.write_hints(w, hints)
                 r = connection.call(Msg.PREPARE_MODEL, w, "prepare_model", staging.regions)
         except EncodeError as e:
             raise _invalid(e) from None
@@ -891,12 +898,15 @@ class RemotePreparedModel(hal.PreparedModel):
             c.unstage(staging)
             raise _invalid(e) from None
 
-    def _execution(self, w: Writer, request, measure, deadline_ns, loop_timeout_ns, staging) -> None:
+    def _execution(self, w: Writer, request, measure, deadline_ns, loop_timeout_ns, staging,
+                   hints=hal.NO_HINTS) -> None:
         w.u64(self.handle)
         self._request(w, request, staging)
         w.u8(bool(measure))
         w.optional_i64(_relative(deadline_ns))
         w.u64(max(int(loop_timeout_ns), 0))
+        if self.connection.version >= wire.HINTS_VERSION:
+            wire.write_hints(w, hints)
 
     def _call(self, msg: Msg, w: Writer, what: str, staging: _Staging, read):
         c = self.connection
@@ -908,20 +918,31 @@ class RemotePreparedModel(hal.PreparedModel):
             if t0:
                 trace.end(t0, "results", "ipc", "copy outputs back")
 
-    def execute_synchronously(self, request, measure, deadline_ns, loop_timeout_ns):
+    def execute_synchronously_with_config(self, request, measure, deadline_ns, loop_timeout_ns, hints):
+        return self.execute_synchronously(request, measure, deadline_ns, loop_timeout_ns, hints)
+
+    def execute_with_config(self, request, measure, deadline_ns, loop_timeout_ns, callback, hints):
+        self.execute(request, measure, deadline_ns, loop_timeout_ns, callback, hints)
+
+    def execute_fenced_with_config(self, request, wait_for, measure, deadline_ns, loop_timeout_ns,
+                                   timeout_after_fence_ns, hints):
+        return self.execute_fenced(request, wait_for, measure, deadline_ns, loop_timeout_ns, timeout_after_fence_ns,
+                                   hints)
+
+    def execute_synchronously(self, request, measure, deadline_ns, loop_timeout_ns, hints=hal.NO_HINTS):
         t0 = trace.now() if trace.on else 0
         staging = self.connection.stage()
         w = Writer()
-        self._execution(w, request, measure, deadline_ns, loop_timeout_ns, staging)
+        self._execution(w, request, measure, deadline_ns, loop_timeout_ns, staging, hints)
         if t0:
             trace.end(t0, "io", "ipc", "stage request")
         return self._call(Msg.EXECUTE_SYNC, w, "execute_synchronously", staging, _read_executed)
 
-    def execute(self, request, measure, deadline_ns, loop_timeout_ns, callback):
+    def execute(self, request, measure, deadline_ns, loop_timeout_ns, callback, hints=hal.NO_HINTS):
         c = self.connection
         staging = c.stage()
         w = Writer()
-        self._execution(w, request, measure, deadline_ns, loop_timeout_ns, staging)
+        self._execution(w, request, measure, deadline_ns, loop_timeout_ns, staging, hints)
         execution = _AsyncExecution(callback, staging, self)
         # The budget runs from the launch: the execution may finish before the launch call returns.
         execution.timer = threading.Timer(c.call_timeout_s, c.fail, (
@@ -937,10 +958,11 @@ class RemotePreparedModel(hal.PreparedModel):
             c.unstage(staging)
             raise
 
-    def execute_fenced(self, request, wait_for, measure, deadline_ns, loop_timeout_ns, timeout_after_fence_ns):
+    def execute_fenced(self, request, wait_for, measure, deadline_ns, loop_timeout_ns, timeout_after_fence_ns,
+                       hints=hal.NO_HINTS):
         staging = self.connection.stage()
         w = Writer()
-        self._execution(w, request, measure, deadline_ns, loop_timeout_ns, staging)
+        self._execution(w, request, measure, deadline_ns, loop_timeout_ns, staging, hints)
         w.u32(len(wait_for))
         for fence in wait_for:
             if fence is None:
@@ -980,7 +1002,10 @@ class RemoteBurst(hal.IBurst):
         self.handle = handle
         weakref.finalize(self, prepared.connection.release, handle)
 
-    def execute(self, request, memory_identifier_tokens, measure, deadline_ns, loop_timeout_ns):
+    def execute_with_config(self, request, memory_identifier_tokens, measure, deadline_ns, loop_timeout_ns, hints):
+        return self.execute(request, memory_identifier_tokens, measure, deadline_ns, loop_timeout_ns, hints)
+
+    def execute(self, request, memory_identifier_tokens, measure, deadline_ns, loop_timeout_ns, hints=hal.NO_HINTS):
         prepared = self.prepared
         staging = prepared.connection.stage()
         w = Writer()
@@ -989,6 +1014,8 @@ class RemoteBurst(hal.IBurst):
         w.u8(bool(measure))
         w.optional_i64(_relative(deadline_ns))
         w.u64(max(int(loop_timeout_ns), 0))
+        if prepared.connection.version >= wire.HINTS_VERSION:
+            wire.write_hints(w, hints)
         w.u32(len(memory_identifier_tokens))
         for token in memory_identifier_tokens:
             w.i64(int(token))

@@ -274,12 +274,15 @@ class Session:
         preference, priority, deadline = r.i32(), r.i32(), r.optional_i64()
         model_files, data_files = self._cache_files(r), self._cache_files(r)
         token = r.optional_bytes()
+        hints = wire.read_hints(r) if self.version >= wire.HINTS_VERSION else hal.NO_HINTS
 
         def work(_):
             files = self._open_all(model_files + data_files)
             try:
-                prepared = self.device.prepare_model(model, preference, priority, _deadline(deadline),
-                                                     files[:len(model_files)], files[len(model_files):], token)
+                args = (model, preference, priority, _deadline(deadline), files[:len(model_files)],
+                        files[len(model_files):], token)
+                prepared = (self.device.prepare_model_with_config(*args, hints) if hints.hints else
+                            self.device.prepare_model(*args))
             finally:
                 for f in files:
                     f.close()
@@ -306,6 +309,10 @@ class Session:
         request = wire.read_request(r, self.region_bytes, self.version)
         return request, r.bool(), r.optional_i64(), r.u64()
 
+    def _hints(self, r: Reader) -> hal.Hints:
+        """An execution's hints (after its loop timeout), from the version that carries them."""
+        return wire.read_hints(r) if self.version >= wire.HINTS_VERSION else hal.NO_HINTS
+
     @staticmethod
     def _executed(result: hal.ExecutionResult):
         w = Writer()
@@ -316,12 +323,17 @@ class Session:
     def _execute_sync(self, r: Reader):
         prepared = self._object(r.u64(), hal.PreparedModel, "prepared model")
         request, measure, deadline, loop_timeout = self._execution_args(r)
+        hints = self._hints(r)
+        if hints.hints:
+            return lambda _: self._executed(prepared.execute_synchronously_with_config(
+                request, measure, _deadline(deadline), loop_timeout, hints))
         return lambda _: self._executed(prepared.execute_synchronously(request, measure, _deadline(deadline),
                                                                         loop_timeout))
 
     def _execute_async(self, r: Reader):
         prepared = self._object(r.u64(), hal.PreparedModel, "prepared model")
         request, measure, deadline, loop_timeout = self._execution_args(r)
+        hints = self._hints(r)
 
         def work(call_id):
             launched = threading.Event()
@@ -338,8 +350,11 @@ class Session:
                 wire.write_timing(w, cb.timing)
                 self._send(w, Msg.EXECUTION_DONE, call_id)
             try:
-                prepared.execute(request, measure, _deadline(deadline), loop_timeout,
-                                 hal.ExecutionCallback(on_finish))
+                args = (request, measure, _deadline(deadline), loop_timeout, hal.ExecutionCallback(on_finish))
+                if hints.hints:
+                    prepared.execute_with_config(*args, hints)
+                else:
+                    prepared.execute(*args)
             except BaseException:
                 launch_failed.append(True)
                 raise
@@ -353,12 +368,14 @@ class Session:
     def _execute_fenced(self, r: Reader):
         prepared = self._object(r.u64(), hal.PreparedModel, "prepared model")
         request, measure, deadline, loop_timeout = self._execution_args(r)
+        hints = self._hints(r)
         fences = [_fence(r.i32()) for _ in range(r.count(4))]
         after_fence = r.optional_i64()
 
         def work(_):
-            fence, callback = prepared.execute_fenced(request, fences, measure, _deadline(deadline), loop_timeout,
-                                                      after_fence)
+            args = (request, fences, measure, _deadline(deadline), loop_timeout, after_fence)
+            fence, callback = (prepared.execute_fenced_with_config(*args, hints) if hints.hints else
+                               prepared.execute_fenced(*args))
             fence.wait()
             launched, fenced, status = callback.get_execution_info()
             w = Writer()
@@ -380,7 +397,11 @@ class Session:
     def _burst_execute(self, r: Reader):
         burst = self._object(r.u64(), hal.IBurst, "burst")
         request, measure, deadline, loop_timeout = self._execution_args(r)
+        hints = self._hints(r)
         tokens = [r.i64() for _ in range(r.count(8))]
+        if hints.hints:
+            return lambda _: self._executed(burst.execute_with_config(request, tokens, measure, _deadline(deadline),
+                                                                      loop_timeout, hints))
         return lambda _: self._executed(burst.execute(request, tokens, measure, _deadline(deadline), loop_timeout))
 
     def _burst_release(self, r: Reader):

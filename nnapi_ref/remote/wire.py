@@ -18,6 +18,7 @@ from nnapi_ref.types import DTYPES, DeviceTypeCode, Lifetime, OperandCode, Opera
 VERSION = 3  # the newest version this side speaks; HELLO settles on the client's if the server has it
 OLDEST_VERSION = 2  # 2: vendor extensions (declarations, extension data, the prefix mapping)
 HARDWARE_BUFFER_POOL_VERSION = 3  # request pools that are hardware buffers, with their description
+HINTS_VERSION = 3  # compilation and execution hints (addExtensionAttribute) in PREPARE_MODEL and executions
 MAGIC = b"NNTS"
 HEADER = struct.Struct("<IIQ")  # length of what follows the length field, message type, call id
 MAX_FRAME = 1 << 28             # what a server accepts from a client (models with inline constants)
@@ -496,6 +497,24 @@ def _typed(raw: np.ndarray, code) -> np.ndarray:
     if dtype is None or raw.nbytes % dtype.itemsize:
         return raw
     return raw.view(dtype) if raw.ctypes.data % dtype.itemsize == 0 else raw.copy().view(dtype)
+
+
+def write_hints(w: Writer, hints: hal.Hints) -> None:
+    """A compilation's or execution's hints (TokenValuePair) and the prefixes their tokens use."""
+    w.u32(len(hints.hints))
+    for hint in hints.hints:
+        w.type_code(hint.token)
+        w.bytes(hint.value)
+    w.u32(len(hints.extension_name_to_prefix))
+    for entry in hints.extension_name_to_prefix:
+        w.str(entry.name)
+        w.u32(entry.prefix)
+
+
+def read_hints(r: Reader) -> hal.Hints:
+    hints = tuple(hal.TokenValuePair(r.type_code(), bytes(r.bytes())) for _ in range(r.count(8)))
+    prefixes = tuple(hal.ExtensionNameAndPrefix(r.str(), r.u32()) for _ in range(r.count(8)))
+    return hal.Hints(hints, prefixes)
 
 
 # ---------------------------------------------------------------------------------------------

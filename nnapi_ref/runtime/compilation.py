@@ -13,11 +13,13 @@ import os
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from nnapi_ref import extensions as ext, hal, trace, vlog
 from nnapi_ref.errors import HostResourceError, NnapiError, check
 from nnapi_ref.hal import Model as HalModel, Operation
 from nnapi_ref.runtime.devices import MANAGER, MIN_MEMORY_ALIGNMENT, MIN_MEMORY_PADDING, Device, Partitioning
-from nnapi_ref.runtime.model import Model
+from nnapi_ref.runtime.model import Model, extension_prefix
 from nnapi_ref.types import (BYTE_SIZE_OF_CACHE_TOKEN, OperandCode, OperationCode, PreferenceCode, PriorityCode,
                              ResultCode)
 from nnapi_ref.validation import topological_order
@@ -199,6 +201,26 @@ def _log_decision(j: int, operation: Operation, devices, supported, candidates, 
               name, j, best.name, why)
 
 
+def with_attribute(hints: hal.Hints, extension_name: str, attribute_code: int, data, call: str) -> hal.Hints:
+    """``hints`` and one more extension attribute, by AOSP's runtime rules: the token is the
+    extension's prefix (numbered as for operand types) and the code; a token only once."""
+    check(isinstance(extension_name, str) and extension_name, f"{call}: the extension name must be a non-empty string")
+    check(isinstance(attribute_code, (int, np.integer)) and 0 <= attribute_code <= 0xFFFF,
+          f"{call}: attribute code {attribute_code!r} is not a uint16")
+    try:
+        value = b"" if data is None else bytes(memoryview(data).cast("B"))
+    except TypeError:
+        raise NnapiError(ResultCode.BAD_DATA, f"{call}: data of type {type(data).__name__} is not bytes-like") from None
+    prefix = extension_prefix(extension_name, call)
+    token = prefix << 16 | int(attribute_code)
+    check(all(h.token != token for h in hints.hints),
+          f"{call}: attribute {attribute_code} of {extension_name} is already added")
+    prefixes = hints.extension_name_to_prefix
+    if all(p.prefix != prefix for p in prefixes):
+        prefixes += (hal.ExtensionNameAndPrefix(extension_name, prefix),)
+    return hal.Hints(hints.hints + (hal.TokenValuePair(token, value),), prefixes)
+
+
 class Compilation:
     """ANeuralNetworksCompilation (AOSP's CompilationBuilder), which partitions the model into an
     :class:`ExecutionPlan`: ``Compilation(model)`` for all devices (with CPU fallback), or
@@ -221,6 +243,7 @@ class Compilation:
         self.cache_dir: str | None = None
         self.token: bytes | None = None
         self.finished = False
+        self.hints = hal.NO_HINTS  # from add_extension_attribute, for the one device
         self.plan = ExecutionPlan()
         self.fallback = devices is None and MANAGER.partitioning == Partitioning.WITH_FALLBACK
 
@@ -261,6 +284,17 @@ class Compilation:
         check(len(token) == BYTE_SIZE_OF_CACHE_TOKEN,
               f"Compilation.set_caching: token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes, got {len(token)}")
         self.cache_dir, self.token = str(cache_dir), bytes(token)
+
+    def add_extension_attribute(self, extension_name: str, attribute_code: int, data: bytes | None) -> None:
+        """ANeuralNetworksCompilation_addExtensionAttribute: a vendor hint for the driver,
+        passed to it with the model (prepare_model_with_config)."""
+        if extension_name is None:
+            raise NnapiError(ResultCode.UNEXPECTED_NULL, "Compilation.add_extension_attribute: extension_name is None")
+        self._check_building("add_extension_attribute")
+        check(self.for_single_device, "Compilation.add_extension_attribute: only for a compilation created for "
+                                      "exactly one device")
+        self.hints = with_attribute(self.hints, extension_name, attribute_code, data,
+                                    "Compilation.add_extension_attribute")
 
     # -- finish ----------------------------------------------------------------------------------
 
@@ -334,8 +368,15 @@ class Compilation:
             counts = call_driver(device, "get_number_of_cache_files_needed", driver.get_number_of_cache_files_needed)
             if counts[0] or counts[1]:
                 return self._prepare_with_cache(device, model, deadline, counts)
+        return self._call_prepare(device, model, deadline, (), (), None)
+
+    def _call_prepare(self, device: Device, model: HalModel, deadline, model_cache, data_cache, token):
+        driver = device.driver
+        if self.hints.hints:
+            return call_driver(device, "prepare_model", driver.prepare_model_with_config, model, self.preference,
+                               self.priority, deadline, model_cache, data_cache, token, self.hints)
         return call_driver(device, "prepare_model", driver.prepare_model, model, self.preference, self.priority,
-                           deadline, (), (), None)
+                           deadline, model_cache, data_cache, token)
 
     def _prepare_with_cache(self, device: Device, model: HalModel, deadline, counts) -> hal.PreparedModel:
         """Reload a compilation saved under this token if the driver accepts it, else prepare and save."""
@@ -363,11 +404,9 @@ class Compilation:
         except OSError:
             files = None  # caching is best effort, as in the NDK
         if files is None:
-            return call_driver(device, "prepare_model", driver.prepare_model, model, self.preference, self.priority,
-                               deadline, (), (), None)
+            return self._call_prepare(device, model, deadline, (), (), None)
         try:
-            return call_driver(device, "prepare_model", driver.prepare_model, model, self.preference, self.priority,
-                               deadline, files[:counts[0]], files[counts[0]:], self.token)
+            return self._call_prepare(device, model, deadline, files[:counts[0]], files[counts[0]:], self.token)
         finally:
             for f in files:
                 f.close()

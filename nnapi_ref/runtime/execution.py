@@ -16,7 +16,7 @@ import numpy as np
 
 from nnapi_ref import hal, trace
 from nnapi_ref.errors import NnapiError, check
-from nnapi_ref.runtime.compilation import RESULT_OF_STATUS, Burst, Compilation, call_driver
+from nnapi_ref.runtime.compilation import RESULT_OF_STATUS, Burst, Compilation, call_driver, with_attribute
 from nnapi_ref.runtime.memory import Memory
 from nnapi_ref.runtime.model import OperandType
 from nnapi_ref.runtime.step_executor import Binding, StepExecutor, operand_size
@@ -115,6 +115,7 @@ class Execution:
         self._timing = hal.NO_TIMING
         self._fenced_timing: tuple[hal.Timing, hal.Timing] | None = None
         self._last_error: NnapiError | None = None
+        self._hints = hal.NO_HINTS  # from add_extension_attribute
 
     # -- binding -------------------------------------------------------------------------------
 
@@ -248,6 +249,18 @@ class Execution:
               "Execution.enable_input_and_output_padding: an input or output is already set", BAD_STATE)
         self._padding_enabled = bool(enable)
 
+    def add_extension_attribute(self, extension_name: str, attribute_code: int, data: bytes | None) -> None:
+        """ANeuralNetworksExecution_addExtensionAttribute: a vendor hint passed to the driver
+        with each computation (execute_*_with_config)."""
+        call = "Execution.add_extension_attribute"
+        if extension_name is None:
+            raise NnapiError(ResultCode.UNEXPECTED_NULL, f"{call}: extension_name is None")
+        check(self.compilation.for_single_device, f"{call}: only for an execution of a compilation created for "
+                                                  "exactly one device")
+        with self._lock:
+            self._check_preparation("add_extension_attribute")
+            self._hints = with_attribute(self._hints, extension_name, attribute_code, data, call)
+
     def set_reusable(self, reusable: bool) -> None:
         check(self._state == "preparation", "Execution.set_reusable: the execution has been computed", BAD_STATE)
         self._reusable = bool(reusable)
@@ -317,8 +330,12 @@ class Execution:
 
             try:
                 with trace.span("execution", "runtime", "ExecutionBuilder::startCompute"):
-                    step.prepared.execute(request, self._measure, deadline, self._loop_timeout_ns,
-                                          hal.ExecutionCallback(on_finish))
+                    if self._hints.hints:
+                        step.prepared.execute_with_config(request, self._measure, deadline, self._loop_timeout_ns,
+                                                          hal.ExecutionCallback(on_finish), self._hints)
+                    else:
+                        step.prepared.execute(request, self._measure, deadline, self._loop_timeout_ns,
+                                              hal.ExecutionCallback(on_finish))
             except Exception as e:
                 error = executor.recover(e, step, deadline)
                 self._take_results(executor)
@@ -364,9 +381,12 @@ class Execution:
             executor = self._step_executor()
             try:
                 request, finalize = executor.single_request(step)
-                fence, callback = call_driver(step.device, "execute_fenced", step.prepared.execute_fenced, request,
-                                              fences, self._measure, deadline, self._loop_timeout_ns,
-                                              duration_ns or None)
+                args = (request, fences, self._measure, deadline, self._loop_timeout_ns, duration_ns or None)
+                if self._hints.hints:
+                    fence, callback = call_driver(step.device, "execute_fenced",
+                                                  step.prepared.execute_fenced_with_config, *args, self._hints)
+                else:
+                    fence, callback = call_driver(step.device, "execute_fenced", step.prepared.execute_fenced, *args)
             except NnapiError as e:
                 error = executor.recover_error(e, step, deadline)
                 self._take_results(executor)
@@ -442,7 +462,7 @@ class Execution:
 
     def _step_executor(self) -> StepExecutor:
         return StepExecutor(self.compilation, self._types, self._inputs, self._outputs, self._measure,
-                            self._loop_timeout_ns)
+                            self._loop_timeout_ns, self._hints)
 
     def _take_results(self, executor: StepExecutor) -> None:
         self._output_shapes, self._timing = executor.output_shapes, executor.timing

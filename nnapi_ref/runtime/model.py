@@ -97,7 +97,7 @@ _PREFIXES: dict[str, int] = {}
 _PREFIXES_LOCK = threading.Lock()
 
 
-def _prefix_for(name: str, call: str) -> int:
+def extension_prefix(name: str, call: str) -> int:
     with _PREFIXES_LOCK:
         prefix = _PREFIXES.get(name)
         if prefix is None:
@@ -190,7 +190,7 @@ class Model:
         check(problem is None, f"{call}: {problem}")
         check(isinstance(type_within, (int, np.integer)) and 0 <= type_within <= ext.EXTENSION_TYPE_MASK,
               f"{call}: type {type_within} within the extension is outside 0-{ext.EXTENSION_TYPE_MASK}")
-        prefix = self._extension_prefixes[name] = _prefix_for(name, call)
+        prefix = self._extension_prefixes[name] = extension_prefix(name, call)
         return ext.encode(prefix, int(type_within))
 
     def get_extension_operand_type(self, extension_name: str, operand_code_within_extension: int) -> int:

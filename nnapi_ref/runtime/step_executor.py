@@ -51,8 +51,9 @@ class StepExecutor:
     """
 
     def __init__(self, compilation: Compilation, types: Model, inputs: list[Binding], outputs: list[Binding],
-                 measure: bool, loop_timeout_ns: int):
+                 measure: bool, loop_timeout_ns: int, hints: hal.Hints = hal.NO_HINTS):
         self.compilation = compilation
+        self._hints = hints  # the execution's, for a single step on its one device
         self._types = types
         self._main = compilation.model.hal_model.main
         self._inputs, self._outputs = inputs, outputs
@@ -91,8 +92,14 @@ class StepExecutor:
             for binding in self._inputs + self._outputs:
                 if binding.kind == "memory":
                     binding.memory.seen_by(burst)
-            result = call_driver(step.device, "burst execute", hal_burst.execute, request,
-                                 burst.tokens(request.pools), self._measure, deadline, self._loop_timeout_ns)
+            args = (request, burst.tokens(request.pools), self._measure, deadline, self._loop_timeout_ns)
+            if self._hints.hints:
+                result = call_driver(step.device, "burst execute", hal_burst.execute_with_config, *args, self._hints)
+            else:
+                result = call_driver(step.device, "burst execute", hal_burst.execute, *args)
+        elif self._hints.hints:
+            result = call_driver(step.device, "execute", step.prepared.execute_synchronously_with_config, request,
+                                 self._measure, deadline, self._loop_timeout_ns, self._hints)
         else:
             result = call_driver(step.device, "execute", step.prepared.execute_synchronously, request,
                                  self._measure, deadline, self._loop_timeout_ns)

@@ -229,19 +229,21 @@ std::vector<Frame> session() {
     W prepare;
     prepare.b = model();
     prepare.u32(1).u32(100).u8(1).u64(1000000000).u32(0).u32(0).u8(1).str("token");
+    prepare.u32(1).u32(0x70001).str("hint").u32(1).str("org.nnts.example").u32(7);  // hints
     s.push_back({sdk::PREPARE_MODEL, prepare.b});
     W exec;
     exec.u64(1);
     auto req = request(0);
     exec.b.insert(exec.b.end(), req.begin(), req.end());
     exec.u8(1).u8(1).u64(1000000000).u64(1000);
+    exec.u32(1).u32(0x70002).str("").u32(1).str("org.nnts.example").u32(7);  // hints
     s.push_back({sdk::EXECUTE_SYNC, exec.b});
     s.push_back({sdk::EXECUTE_ASYNC, exec.b});
     W image;
     image.u64(1);
     req = request(2);
     image.b.insert(image.b.end(), req.begin(), req.end());
-    image.u8(0).u8(0).u64(0);
+    image.u8(0).u8(0).u64(0).u32(0).u32(0);
     s.push_back({sdk::EXECUTE_SYNC, image.b});
     W fenced = exec;
     fenced.u32(2).u32(0).u32(0).u8(1).u64(5000);
@@ -256,7 +258,7 @@ std::vector<Frame> session() {
     burst.u64(2);
     req = request(1);
     burst.b.insert(burst.b.end(), req.begin(), req.end());
-    burst.u8(0).u8(0).u64(0).u32(2).u64(11).u64(12);
+    burst.u8(0).u8(0).u64(0).u32(0).u32(0).u32(2).u64(11).u64(12);
     s.push_back({sdk::BURST_EXECUTE, burst.b});
     s.push_back({sdk::BURST_RELEASE_MEMORY, W().u64(2).u64(11).b});
     s.push_back({sdk::PREPARE_MODEL_FROM_CACHE, W().u8(0).u32(0).u32(0).u8(0).b});

@@ -61,6 +61,23 @@ struct CModel {
     }
 };
 
+// Hints as the C ABI passes them: views into the SDK's vectors, valid for the call.
+struct CHints {
+    std::vector<nnts_hint> hints;
+    std::vector<nnts_extension_prefix> extensions;
+    CHints(const std::vector<TokenValuePair>& h, const ExtensionNameToPrefix& prefixes) {
+        for (const auto& t : h) hints.push_back({t.token, t.value.data(), uint32_t(t.value.size())});
+        for (const auto& p : prefixes) extensions.push_back({p.name.c_str(), p.prefix});
+    }
+    template <typename Options>
+    void into(Options& o) const {
+        o.hint_count = uint32_t(hints.size());
+        o.hints = hints.data();
+        o.hint_extension_count = uint32_t(extensions.size());
+        o.hint_extensions = extensions.data();
+    }
+};
+
 nnts_hardware_buffer_desc cDesc(const HardwareBufferDesc& d) {
     return nnts_hardware_buffer_desc{d.width, d.height, d.layers, d.format, d.usage, d.stride};
 }
@@ -110,6 +127,26 @@ class CPreparedModel : public IPreparedModel {
 
     Result<ExecutionOutput> execute(const Request& request, bool measure, TimePoint deadline,
                                     Duration loopTimeout) const override {
+        return run(request, measure, deadline, loopTimeout, CHints({}, {}));
+    }
+
+    Result<ExecutionOutput> executeWithConfig(const Request& request, bool measure, TimePoint deadline,
+                                              Duration loopTimeout, const std::vector<TokenValuePair>& hints,
+                                              const ExtensionNameToPrefix& extensionNameToPrefix) const override {
+        return run(request, measure, deadline, loopTimeout, CHints(hints, extensionNameToPrefix));
+    }
+
+    Result<std::pair<Timing, Timing>> executeFencedWithConfig(
+        const Request& request, bool measure, TimePoint deadline, Duration loopTimeout,
+        const std::vector<TokenValuePair>& hints, const ExtensionNameToPrefix& extensionNameToPrefix) const override {
+        auto done = run(request, measure, deadline, loopTimeout, CHints(hints, extensionNameToPrefix));
+        if (!done) return done.error();
+        return std::make_pair(done.value().second, done.value().second);
+    }
+
+  private:
+    Result<ExecutionOutput> run(const Request& request, bool measure, TimePoint deadline, Duration loopTimeout,
+                                const CHints& hints) const {
         std::vector<nnts_hardware_buffer_desc> descs;
         for (const auto& p : request.pools)
             descs.push_back(cDesc(p.hardwareBuffer));
@@ -130,7 +167,11 @@ class CPreparedModel : public IPreparedModel {
                 args[side].push_back(c);
             }
         nnts_request req{uint32_t(args[0].size()), uint32_t(args[1].size()), args[0].data(), args[1].data()};
-        nnts_execution_options options{measure, deadline, uint64_t(loopTimeout)};
+        nnts_execution_options options{};
+        options.measure = measure;
+        options.deadline = deadline;
+        options.loop_timeout = uint64_t(loopTimeout);
+        hints.into(options);
         std::vector<nnts_output_shape> shapes(args[1].size());
         for (auto& s : shapes) s.is_sufficient = true;
         nnts_timing timing{-1, -1};
@@ -149,7 +190,6 @@ class CPreparedModel : public IPreparedModel {
         return ExecutionOutput{out, Timing{timing.time_on_device, timing.time_in_driver}};
     }
 
-  private:
     const nnts_driver* d_;
     void* prepared_;
     std::shared_ptr<CModel> view_;  // the driver may keep pointers into the model it prepared
@@ -202,8 +242,17 @@ class CDevice : public IDevice {
                                                          const std::vector<int>& modelCache,
                                                          const std::vector<int>& dataCache,
                                                          const std::vector<uint8_t>& token) const override {
+        return prepareModelWithConfig(model, preference, priority, deadline, modelCache, dataCache, token, {}, {});
+    }
+
+    Result<std::shared_ptr<IPreparedModel>> prepareModelWithConfig(
+        const Model& model, ExecutionPreference preference, Priority priority, TimePoint deadline,
+        const std::vector<int>& modelCache, const std::vector<int>& dataCache, const std::vector<uint8_t>& token,
+        const std::vector<TokenValuePair>& hints, const ExtensionNameToPrefix& extensionNameToPrefix) const override {
         auto view = std::make_shared<CModel>(model);
         nnts_prepare_options o = options(deadline, modelCache, dataCache, token);
+        CHints c(hints, extensionNameToPrefix);
+        c.into(o);
         o.preference = int32_t(preference);
         o.priority = int32_t(priority);
         void* prepared = nullptr;

@@ -22,6 +22,7 @@ namespace sdk {
 constexpr uint32_t PROTOCOL_VERSION = 3;  // the newest; HELLO settles on the client's version
 constexpr uint32_t OLDEST_PROTOCOL_VERSION = 2;
 constexpr uint32_t HARDWARE_BUFFER_POOL_VERSION = 3;  // request pools that are hardware buffers
+constexpr uint32_t HINTS_VERSION = 3;  // compilation and execution hints in PREPARE_MODEL and executions
 constexpr uint64_t MAX_REQUEST_BODY = uint64_t(1) << 28;
 constexpr uint32_t MAX_RANK_ACCEPTED = 64;
 

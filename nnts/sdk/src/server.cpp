@@ -61,6 +61,12 @@ class DefaultBurst : public IBurst {
                                     const std::vector<int64_t>&) const override {
         return prepared_->execute(request, measure, deadline, loopTimeout);
     }
+    Result<ExecutionOutput> executeWithConfig(const Request& request, bool measure, TimePoint deadline,
+                                              Duration loopTimeout, const std::vector<int64_t>&,
+                                              const std::vector<TokenValuePair>& hints,
+                                              const ExtensionNameToPrefix& extensionNameToPrefix) const override {
+        return prepared_->executeWithConfig(request, measure, deadline, loopTimeout, hints, extensionNameToPrefix);
+    }
 
   private:
     const IPreparedModel* prepared_;  // the SDK keeps the prepared model alive as long as its bursts
@@ -1048,6 +1054,38 @@ struct Connection {
         if (c.hasToken) c.token = r.bytes();
     }
 
+    // Hints (version 3 on): tokens with their bytes, then the prefixes the tokens use.
+    struct Hints {
+        std::vector<TokenValuePair> hints;
+        ExtensionNameToPrefix prefixes;
+    };
+    void readHints(Reader& r, Hints& h) {
+        if (version < HINTS_VERSION) return;
+        h.hints.resize(r.count(8));
+        for (auto& t : h.hints) {
+            t.token = r.i32();
+            t.value = r.bytes();
+        }
+        h.prefixes.resize(r.count(8));
+        for (auto& p : h.prefixes) {
+            p.name = r.str();
+            uint32_t prefix = r.u32();
+            if (prefix > MAX_EXTENSION_PREFIX) throw Refused{invalid(format("hint prefix %u over 65535", prefix))};
+            p.prefix = uint16_t(prefix);
+        }
+        std::set<int32_t> tokens;
+        std::set<uint16_t> prefixes;
+        std::set<std::string> names;
+        for (const auto& p : h.prefixes)
+            if (!prefixes.insert(p.prefix).second || !names.insert(p.name).second)
+                throw Refused{invalid("hints: the extension name to prefix mapping is not one to one")};
+        for (const auto& t : h.hints) {
+            if (!tokens.insert(t.token).second) throw Refused{invalid("hints: a token is repeated")};
+            if (!prefixes.count(uint16_t(uint32_t(t.token) >> 16)))
+                throw Refused{invalid(format("hints: token %#x has a prefix the mapping lacks", unsigned(t.token)))};
+        }
+    }
+
     uint64_t addPrepared(std::shared_ptr<IPreparedModel> p, std::shared_ptr<const Model> model) {
         std::lock_guard<std::mutex> lock(mutex);
         uint64_t h = newHandle();
@@ -1062,6 +1100,8 @@ struct Connection {
         bool hasDeadline = r.optionalI64(relative);
         auto cache = std::make_shared<CacheFiles>();
         readCache(r, *cache);
+        auto hints = std::make_shared<Hints>();
+        readHints(r, *hints);
         r.end();
         TimePoint deadline = hasDeadline ? absolute(received, relative) : NO_DEADLINE;
         later(callId, [=] {
@@ -1078,6 +1118,10 @@ struct Connection {
             placeConstants(*d);
             std::shared_ptr<const Model> model(d, &d->model);
             auto p = guard<std::shared_ptr<IPreparedModel>>([&] {
+                if (!hints->hints.empty())
+                    return device->prepareModelWithConfig(*model, ExecutionPreference(preference), Priority(priority),
+                                                          deadline, cache->model, cache->data, cache->token,
+                                                          hints->hints, hints->prefixes);
                 return device->prepareModel(*model, ExecutionPreference(preference), Priority(priority), deadline,
                                             cache->model, cache->data, cache->token);
             });
@@ -1129,6 +1173,7 @@ struct Connection {
         bool measure = false;
         TimePoint deadline = NO_DEADLINE;
         uint64_t loopTimeout = 0;
+        Hints hints;
     };
 
     void readExecutionTail(Reader& r, Exec& x, TimePoint received) {
@@ -1137,6 +1182,7 @@ struct Connection {
         int64_t relative;
         if (r.optionalI64(relative)) x.deadline = absolute(received, relative);
         x.loopTimeout = r.u64();
+        readHints(r, x.hints);
     }
 
     template <typename T, typename F>
@@ -1165,7 +1211,13 @@ struct Connection {
                                 const std::vector<int64_t>& tokens) {
         if (x.deadline != NO_DEADLINE && now() > x.deadline)
             return error(ErrorStatus::MISSED_DEADLINE_PERSISTENT, "the execution deadline passed");
+        const auto& hints = x.hints.hints;
         auto done = guard<ExecutionOutput>([&] {
+            if (!hints.empty())
+                return burst ? burst->burst->executeWithConfig(req, x.measure, x.deadline, Duration(x.loopTimeout),
+                                                               tokens, hints, x.hints.prefixes)
+                             : x.prepared->prepared->executeWithConfig(req, x.measure, x.deadline,
+                                                                       Duration(x.loopTimeout), hints, x.hints.prefixes);
             return burst ? burst->burst->execute(req, x.measure, x.deadline, Duration(x.loopTimeout), tokens)
                          : x.prepared->prepared->execute(req, x.measure, x.deadline, Duration(x.loopTimeout));
         });
@@ -1239,6 +1291,10 @@ struct Connection {
                 if (e.deadline != NO_DEADLINE && now() > e.deadline)
                     return replyError(callId, error(ErrorStatus::MISSED_DEADLINE_PERSISTENT, "the execution deadline passed"));
                 auto done = guard<std::pair<Timing, Timing>>([&] {
+                    if (!e.hints.hints.empty())
+                        return e.prepared->prepared->executeFencedWithConfig(*request, e.measure, e.deadline,
+                                                                             Duration(e.loopTimeout), e.hints.hints,
+                                                                             e.hints.prefixes);
                     return e.prepared->prepared->executeFenced(*request, e.measure, e.deadline, Duration(e.loopTimeout));
                 });
                 if (!done) {

@@ -117,10 +117,22 @@ typedef struct {
     int64_t time_on_device, time_in_driver; /* nanoseconds; -1: not measured */
 } nnts_timing;
 
+/* A compilation or execution hint (from the NDK's addExtensionAttribute): token is an
+ * extension's prefix (named in the options' hint_extensions) << 16 | the attribute's code within
+ * it; value is opaque. No token repeats and every prefix is named; a driver may ignore hints. */
+typedef struct {
+    int32_t token;
+    const uint8_t *value;
+    uint32_t length;
+} nnts_hint;
+
 typedef struct {
     bool measure;
     int64_t deadline;      /* nnts_now_ns() clock; INT64_MAX: none */
     uint64_t loop_timeout; /* nanoseconds a WHILE loop may run */
+    uint32_t hint_count, hint_extension_count;
+    const nnts_hint *hints;
+    const nnts_extension_prefix *hint_extensions;
 } nnts_execution_options;
 
 typedef struct {
@@ -131,6 +143,9 @@ typedef struct {
     const int *model_cache, *data_cache; /* open file descriptors, closed by the SDK */
     const uint8_t *token;                /* NULL: no caching token */
     uint32_t token_length;
+    uint32_t hint_count, hint_extension_count; /* the compilation's hints, as an execution's */
+    const nnts_hint *hints;
+    const nnts_extension_prefix *hint_extensions;
 } nnts_prepare_options;
 
 typedef struct {

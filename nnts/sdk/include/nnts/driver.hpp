@@ -239,6 +239,16 @@ struct BufferDesc {
 
 using ExecutionOutput = std::pair<std::vector<OutputShape>, Timing>;
 
+// A compilation or execution hint (nn::TokenValuePair, from the NDK's addExtensionAttribute):
+// token is an extension's prefix (named by the extensionNameToPrefix passed with it) in the high
+// 16 bits and the attribute's code within the extension in the low 16; value is opaque. The SDK
+// has checked that no token repeats and every prefix is named; a driver may ignore any hint.
+struct TokenValuePair {
+    int32_t token = 0;
+    std::vector<uint8_t> value;
+};
+using ExtensionNameToPrefix = std::vector<Model::ExtensionNameAndPrefix>;
+
 // ---- IBurst.h --------------------------------------------------------------------------------
 
 class IBurst {
@@ -248,6 +258,14 @@ class IBurst {
     virtual Result<ExecutionOutput> execute(const Request& request, bool measure, TimePoint deadline,
                                             Duration loopTimeout,
                                             const std::vector<int64_t>& memoryIdentifierTokens) const = 0;
+    // With the execution's hints (canonical IBurst::execute's hints); the default ignores them.
+    virtual Result<ExecutionOutput> executeWithConfig(const Request& request, bool measure, TimePoint deadline,
+                                                      Duration loopTimeout,
+                                                      const std::vector<int64_t>& memoryIdentifierTokens,
+                                                      const std::vector<TokenValuePair>& /*hints*/,
+                                                      const ExtensionNameToPrefix& /*extensionNameToPrefix*/) const {
+        return execute(request, measure, deadline, loopTimeout, memoryIdentifierTokens);
+    }
     // The client no longer uses the pool of this token: drop anything cached for it.
     virtual void releaseMemoryResource(int64_t /*memoryIdentifierToken*/) const {}
 };
@@ -263,8 +281,21 @@ class IPreparedModel {
     // The default runs execute(). Returns (timing launched, timing fenced).
     virtual Result<std::pair<Timing, Timing>> executeFenced(const Request& request, bool measure,
                                                             TimePoint deadline, Duration loopTimeout) const;
-    // The default burst runs execute() on this prepared model.
+    // The default burst runs execute() (executeWithConfig() with hints) on this prepared model.
     virtual Result<std::shared_ptr<IBurst>> configureExecutionBurst() const;
+    // With the execution's hints (canonical IPreparedModel::execute / executeFenced's hints, the
+    // AIDL HAL's executeSynchronouslyWithConfig); the defaults ignore them.
+    virtual Result<ExecutionOutput> executeWithConfig(const Request& request, bool measure, TimePoint deadline,
+                                                      Duration loopTimeout,
+                                                      const std::vector<TokenValuePair>& /*hints*/,
+                                                      const ExtensionNameToPrefix& /*extensionNameToPrefix*/) const {
+        return execute(request, measure, deadline, loopTimeout);
+    }
+    virtual Result<std::pair<Timing, Timing>> executeFencedWithConfig(
+        const Request& request, bool measure, TimePoint deadline, Duration loopTimeout,
+        const std::vector<TokenValuePair>& /*hints*/, const ExtensionNameToPrefix& /*extensionNameToPrefix*/) const {
+        return executeFenced(request, measure, deadline, loopTimeout);
+    }
 };
 
 // ---- IBuffer.h -------------------------------------------------------------------------------
@@ -299,6 +330,14 @@ class IDevice {
         const Model& model, ExecutionPreference preference, Priority priority, TimePoint deadline,
         const std::vector<int>& modelCache, const std::vector<int>& dataCache,
         const std::vector<uint8_t>& token) const = 0;
+    // With the compilation's hints (canonical IDevice::prepareModel's hints, the AIDL HAL's
+    // prepareModelWithConfig); the default ignores them.
+    virtual Result<std::shared_ptr<IPreparedModel>> prepareModelWithConfig(
+        const Model& model, ExecutionPreference preference, Priority priority, TimePoint deadline,
+        const std::vector<int>& modelCache, const std::vector<int>& dataCache, const std::vector<uint8_t>& token,
+        const std::vector<TokenValuePair>& /*hints*/, const ExtensionNameToPrefix& /*extensionNameToPrefix*/) const {
+        return prepareModel(model, preference, priority, deadline, modelCache, dataCache, token);
+    }
     virtual Result<std::shared_ptr<IPreparedModel>> prepareModelFromCache(
         TimePoint deadline, const std::vector<int>& modelCache, const std::vector<int>& dataCache,
         const std::vector<uint8_t>& token) const;
