@@ -810,3 +810,25 @@ def test_image_hardware_buffer_only_whole_and_only_for_inputs_and_outputs(target
         assert e.code == ResultCode.OP_FAILED, f"an unconsumable hardware buffer fails with OP_FAILED, got {e}"
         return
     np.testing.assert_array_equal(out, SUM)
+
+
+def test_extension_attributes_a_driver_does_not_know_are_ignored(targets):
+    """ANeuralNetworksCompilation/Execution_addExtensionAttribute: the driver must validate the
+    data and ignore what it does not understand, so hints of an unknown extension change nothing.
+    The calls' own rules: one device only, each attribute once, not once finished or computing."""
+    for device in targets:
+        compilation = Compilation(add_model(), [device])
+        compilation.add_extension_attribute("com.example.nnts.unknown_hints", 1, b"\xff" * 5)
+        assert code_of(compilation.add_extension_attribute, "com.example.nnts.unknown_hints", 1, b"") == BAD_DATA
+        compilation.finish()
+        assert code_of(compilation.add_extension_attribute, "com.example.nnts.unknown_hints", 2, b"") == BAD_STATE
+        execution = bound(compilation)
+        execution.add_extension_attribute("com.example.nnts.unknown_hints", 2, b"")
+        execution.add_extension_attribute("com.example.nnts.unknown_hints", 3, b"\x00")
+        out = np.zeros(2, np.float32)
+        execution.set_output(0, out)
+        execution.compute()
+        np.testing.assert_array_equal(out, SUM)
+    if len(targets) > 1:
+        assert code_of(Compilation(add_model(), targets).add_extension_attribute, "com.example.nnts.unknown_hints",
+                       1, b"") == BAD_DATA
