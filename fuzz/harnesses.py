@@ -20,8 +20,9 @@ fault): supported operations, prepare and execute of the built model, valid or n
 ``request``: requests (arguments, lifetimes, pools, offsets, dimensions) against prepared
 models, through the HAL and through the runtime's Execution.
 ``vectors``: ``nnapi_ref.vectors.load_file`` on mutated documents, then model validation.
-``remote``: the remote-driver server (``Session``) fed frames, and ``wire.read_model`` /
-``read_request`` on mutated encodings.
+``remote``: the remote-driver server fed frames: ``nnts serve``'s ``Session`` in process, or, for
+a ``remote:``/``socket:`` driver (a native SDK driver), the driver's own server over a connection
+of its own per input; and ``wire.read_model`` / ``read_request`` on mutated encodings.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import math
 import os
 import struct
 import tempfile
+import threading
 
 import numpy as np
 
@@ -40,6 +42,7 @@ from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import ArgumentLifetime, HalError
 from nnapi_ref.remote import wire
+from nnapi_ref.remote.client import RemoteDevice
 from nnapi_ref.remote.server import Session
 from nnapi_ref.runtime import Compilation, Device, Execution, Memory, Model, OperandType
 from nnapi_ref.types import (DTYPES, SCALAR_TYPES, ZERO_POINT_RANGE, Lifetime, OperandCode as T, PreferenceCode,
@@ -722,10 +725,13 @@ class VectorsHarness(Harness):
 
 
 class RemoteHarness(Harness):
-    """The remote-driver server's decoding: a Session fed frames (structured ones from a seed model
+    """The remote-driver server's decoding: a server fed frames (structured ones from a seed model
     with some bytes changed, or raw ones), every reply checked; or ``wire.read_model`` /
     ``read_request`` on a mutated encoding. Every malformed message must end in an ERROR reply or
-    a ProtocolError, and no reply may report an exception the driver raised."""
+    a ProtocolError, and no reply may report an exception the driver raised. The server is a
+    Session in process, or the driver's own for a driver in its own process (``remote:`` or
+    ``socket:``, such as a native SDK driver): its replies must also be well-formed frames, and it
+    must neither die nor hang."""
 
     name = "remote"
     max_elements = 1024
@@ -809,7 +815,22 @@ class RemoteHarness(Harness):
                 w.str(self.cache_path)
                 w.u8(fdp.ConsumeIntInRange(0, 2))
         w.optional_bytes(fdp.PickValueInList([None, b"", bytes(32)]))
+        self.hints(w, fdp)
         return b"".join(w.parts)
+
+    @staticmethod
+    def hints(w: wire.Writer, fdp) -> None:
+        """Hints (none, one, or a token twice), the prefixes named or not."""
+        tokens = [fdp.PickValueInList([0x10001, 0x10002, 0x20001, -1]) for _ in range(fdp.ConsumeIntInRange(0, 2))]
+        w.u32(len(tokens))
+        for token in tokens:
+            w.i32(token)
+            w.bytes(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 8)))
+        names = fdp.ConsumeIntInRange(0, 2)
+        w.u32(names)
+        for i in range(names):
+            w.str(fdp.PickValueInList(["com.example.a", "com.example.b", ""]))
+            w.u32(fdp.PickValueInList([1, 2, i + 1, 0x10000]))
 
     def request(self, fdp) -> bytes:
         """An EXECUTE request body (after the handle) with fuzzed arguments and pools."""
@@ -826,13 +847,18 @@ class RemoteHarness(Harness):
         pools = fdp.ConsumeIntInRange(0, 2)
         w.u32(pools)
         for _ in range(pools):
-            w.u8(fdp.ConsumeIntInRange(0, 2))
+            kind = fdp.ConsumeIntInRange(0, 3)
+            w.u8(kind)
             w.u64(fdp.ConsumeIntInRange(0, 2))
             w.u64(fdp.PickValueInList([0, 8, 4096]))
             w.u64(fdp.PickValueInList([0, 8, 4096, 2**64 - 1]))
+            if kind == wire.POOL_HARDWARE_BUFFER:  # width, height, layers, format, usage, stride
+                w.parts.append(struct.pack("<IIIIQI", fdp.PickValueInList([8, 2, 0]), 1, 1,
+                                           fdp.PickValueInList([0x21, 1, 0x33]), 3, fdp.PickValueInList([0, 2, 8])))
         w.u8(fdp.ConsumeIntInRange(0, 1))
         w.optional_i64(fdp.PickValueInList([None, 10**9]))
         w.u64(LOOP_TIMEOUT_NS)
+        self.hints(w, fdp)
         return b"".join(w.parts)
 
     def message(self, model: bytes, call_id: int, fdp) -> bytes:
@@ -863,6 +889,9 @@ class RemoteHarness(Harness):
 
     def serve(self, stream: bytes) -> None:
         """Serve the frames on one session (one thread) and check every reply."""
+        if isinstance(self.driver, RemoteDevice):
+            self.serve_remote(stream)
+            return
         replies: list[bytes] = []
         pos = 0
 
@@ -880,6 +909,65 @@ class RemoteHarness(Harness):
                 error = wire.read_error(r)
                 if error.message.startswith("driver raised"):
                     raise Finding(f"the server replied: {error.message}")
+
+
+    HANG_S = 20  # a server that has not ended its replies this long after its input ended hangs
+
+    def serve_remote(self, stream: bytes) -> None:
+        """The frames to the driver's own server, on a transport of its own (a new process or
+        connection per input), the input then ended: every reply a well-formed frame, no ERROR
+        reporting an exception of the driver, and the server ends its replies and exits."""
+        transport = self.driver.new_transport()
+        hung = []
+        timer = threading.Timer(self.HANG_S, lambda: (hung.append(True), transport.kill()))
+        timer.daemon = True
+
+        def send():
+            try:
+                transport.send(stream)
+            except OSError:  # the server closed its input: the replies say why
+                pass
+            transport.end_input()
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        timer.start()
+        try:
+            problem = self.read_replies(transport)
+        finally:
+            timer.cancel()
+            sender.join(self.HANG_S)
+        if hung:
+            raise Finding(f"the server hung: no end of its replies {self.HANG_S} s after its input ended")
+        code = transport.proc.wait(self.HANG_S) if hasattr(transport, "proc") else 0
+        transport.kill()
+        transport.close_reader()
+        if code < 0 or problem:
+            raise Finding(problem or transport.death())
+
+    @staticmethod
+    def read_replies(transport) -> str | None:
+        """Reads replies to the end of the stream; what is wrong with the first bad one."""
+        while True:
+            header = transport.read(wire.HEADER.size)
+            if not header:
+                return None
+            if len(header) < wire.HEADER.size:
+                return "the stream ends inside a frame header"
+            length, msg, _ = wire.HEADER.unpack(header)
+            if not 12 <= length <= 12 + wire.MAX_REPLY:
+                return f"a reply frame of length {length}"
+            body = transport.read(length - 12)
+            if len(body) < length - 12:
+                return "the stream ends inside a reply"
+            if msg not in wire.Msg._value2member_map_ or msg < wire.Msg.ERROR:
+                return f"a reply of unknown type {msg}"
+            if msg == wire.Msg.ERROR:
+                try:
+                    error = wire.read_error(wire.Reader(body))
+                except wire.ProtocolError as e:
+                    return f"a malformed ERROR reply: {e}"
+                if error.message.startswith(("driver raised", "the driver threw")):
+                    return f"the server replied: {error.message}"
 
 
 NNAPI_HARNESSES = {h.name: h for h in (ModelHarness, ExecuteHarness, RequestHarness, VectorsHarness, RemoteHarness)}

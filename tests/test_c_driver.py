@@ -418,3 +418,31 @@ def test_hardware_buffers_reach_the_driver_with_their_description(example, versi
             assert expected in e.value.message, e.value.message
     finally:
         device.close()
+
+
+def test_the_remote_fuzz_harness_runs_against_an_sdk_driver_process(c_driver, sdk_build, tmp_path):
+    """`nnts fuzz --harness remote --driver remote:SDK_DRIVER` feeds its frames to the driver's own
+    server (a process per input): the example survives them, and a driver that dies is a finding."""
+    from nnts.fuzz import harnesses, targets
+    from nnts.runners.drivers import load_driver
+
+    rng = random.Random(1)
+    corpus = [str(ROOT / "cts" / "corpus")]
+    device = load_driver(f"remote:{shlex.quote(str(c_driver))}")
+    try:
+        harness = targets.make("remote", device, corpus)
+        seeds = harness.seed_inputs()
+        for _ in range(60):
+            harness(rng.choice(seeds) + rng.randbytes(rng.randrange(0, 48)))  # raises on a finding
+    finally:
+        device.close()
+    source = tmp_path / "crashy_prepare.c"  # the crashing driver, crashing in prepare too
+    source.write_text(CRASHING_DRIVER.replace('return nnts_fail(e, NNTS_GENERAL_FAILURE, "no"); }', "(void)e; abort(); }", 1))
+    crashy = load_driver(f"remote:{shlex.quote(str(native.build(source, sdk_build, 'crashy_prepare')))}")
+    try:
+        harness = targets.make("remote", crashy, corpus)
+        with pytest.raises(harnesses.Finding, match="SIGABRT"):
+            for data in harness.seed_inputs()[:40]:
+                harness.checked(data)
+    finally:
+        crashy.close()

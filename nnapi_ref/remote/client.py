@@ -163,6 +163,10 @@ class ProcessTransport:
     def read(self, n: int) -> bytes:
         return self._out.read(n)
 
+    def end_input(self) -> None:
+        """No more requests: the driver sees the end of its input."""
+        close_between_writes(self._stdin_lock, self.proc.stdin.close)
+
     def kill(self) -> None:
         """Kill the driver's process group and close the request pipe (once no write is in it).
         The reply pipe is left to the reader thread, which closes it when it stops (close_reader):
@@ -223,6 +227,12 @@ class SocketTransport:
 
     def read(self, n: int) -> bytes:
         return self._in.read(n)
+
+    def end_input(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
 
     def kill(self) -> None:
         """Shut the connection down: the reader sees its end, a write fails. The socket is closed
@@ -640,6 +650,11 @@ class RemoteDevice(hal.Device):
         self.connection: Connection | None = None
         self.restarts = -1
         self.info = self.live().info
+
+    def new_transport(self):
+        """A transport of its own to the driver (a new process for ``remote:``, a new connection
+        for ``socket:``), beside the device's connection: to speak raw frames on it."""
+        return self._connect()
 
     def live(self) -> Connection:
         """The connection to the driver, started anew if the last one died."""
