@@ -385,8 +385,8 @@ def test_hardware_buffers_reach_the_driver_with_their_description(example, versi
     acceptsHardwareBuffer: the C++ example takes packed images, the C example keeps the SDK's
     default and refuses them. A client of the older protocol is served too (the client then
     refuses image formats itself)."""
-    from nnapi_ref import (AHardwareBuffer, Compilation, Execution, HardwareBufferDesc, HardwareBufferFormat,
-                           Memory, NnapiError, ResultCode)
+    from nnapi_ref import (AHardwareBuffer, Compilation, Execution, HardwareBufferDesc, HardwareBufferFormat, Memory,
+                           NnapiError, ResultCode)
     from nnapi_ref.runtime.devices import Device
     from nnts.generators.builders import add_model
     from nnts.runners.drivers import load_driver

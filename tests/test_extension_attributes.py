@@ -83,32 +83,33 @@ def test_the_execution_call_follows_the_ndk_rules():
         assert code_of(Execution(everywhere).add_extension_attribute, EXTENSION, 1, b"") == ResultCode.BAD_DATA
 
 
-class Recording(ReferenceDevice):
-    """The reference, noting the hints it is handed."""
+SEEN: list = []
 
-    seen: list = []
+
+class Recording(ReferenceDevice):
+    """The reference, noting the hints it is handed (in SEEN)."""
 
     def prepare_model_with_config(self, *args):
-        Recording.seen.append(("prepare", args[-1]))
+        SEEN.append(("prepare", args[-1]))
         prepared = super().prepare_model_with_config(*args)
         return _RecordingModel(prepared.device, prepared.model, prepared.plans)
 
 
 class _RecordingModel(ReferencePreparedModel):
     def execute_synchronously_with_config(self, *args):
-        Recording.seen.append(("execute", args[-1]))
+        SEEN.append(("execute", args[-1]))
         return super().execute_synchronously_with_config(*args)
 
 
 def test_hints_reach_the_driver_in_process_with_the_models_prefix_numbering():
-    Recording.seen = []
+    SEEN.clear()
     compilation = single(Recording("recording"))
     compilation.add_extension_attribute(EXTENSION, 3, b"fast")
     compilation.finish()
     np.testing.assert_array_equal(run(compilation, [(9, b"\x00\x01")]), A + A)
     prefix = extension_prefix(EXTENSION, "test")
     mapping = (hal.ExtensionNameAndPrefix(EXTENSION, prefix),)
-    assert Recording.seen == [("prepare", hal.Hints((hal.TokenValuePair(prefix << 16 | 3, b"fast"),), mapping)),
+    assert SEEN == [("prepare", hal.Hints((hal.TokenValuePair(prefix << 16 | 3, b"fast"),), mapping)),
                               ("execute", hal.Hints((hal.TokenValuePair(prefix << 16 | 9, b"\x00\x01"),), mapping))]
 
 
