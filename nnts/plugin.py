@@ -44,6 +44,7 @@ import pytest
 
 from nnapi_ref.types import OperandCode, OperationCode
 from nnts.runners import ordering, variants
+from nnts.runners.crash_notes import BEFORE_THE_DRIVER, last_lines, replay_lines
 
 
 def pytest_addoption(parser):
@@ -454,7 +455,7 @@ def _replay(item) -> str:
     driver = shlex.quote(item.config.getoption("driver"))
     crash_file = _crash_reproducer(item)
     if crash_file is not None:  # (the crash handler drops these lines when the driver did not get the model)
-        return (f"reproducer: {crash_file}{_BEFORE_THE_DRIVER}\nreplay: nnts vectors run "
+        return (f"reproducer: {crash_file}{BEFORE_THE_DRIVER}\nreplay: nnts vectors run "
                 f"{shlex.quote(str(crash_file))} --driver {driver} --inline\n" + _replay_by_id(item, driver))
     case = item.callspec.params.get("case") if hasattr(item, "callspec") else None
     path = getattr(case, "path", None) or getattr(getattr(case, "base", None), "path", None)
@@ -462,19 +463,6 @@ def _replay(item) -> str:
         return (f"reproducer: {path} (test model {case.test.name})\nreplay: nnts vectors run {shlex.quote(str(path))} "
                 f"--filter {shlex.quote('^' + re.escape(case.test.name) + '$')} --driver {driver} --inline")
     return _replay_by_id(item, driver)
-
-
-_BEFORE_THE_DRIVER = " (the model as it reached the driver)"
-
-
-def replay_lines(replay: str) -> str:
-    """``replay`` without the lines of a random test's reproducer that was not written (the test
-    ended before the driver ran the model)."""
-    lines = replay.splitlines()
-    if lines and lines[0].startswith("reproducer: ") and lines[0].endswith(_BEFORE_THE_DRIVER) and \
-            not os.path.isfile(lines[0][len("reproducer: "):-len(_BEFORE_THE_DRIVER)]):
-        lines = lines[2:]
-    return "\n".join(lines)
 
 
 def _replay_by_id(item, driver: str) -> str:
@@ -603,17 +591,6 @@ def pytest_handlecrashitem(crashitem, report, sched):
     dsession = config.pluginmanager.get_plugin("dsession") if config is not None else None
     if hasattr(dsession, "_handlefailures"):  # as a failure a worker reports: -x stops here
         dsession._handlefailures(report)
-
-
-def last_lines(path: str, lines: int = 40) -> str:
-    """The last ``lines`` lines of the file at ``path``, indented (none when it cannot be read)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 64 * 1024))
-            text = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(f"    {line.rstrip()}" for line in text[-lines:] if line.strip())
 
 
 def _crash_log(path: str, lines: int = 40) -> str:

@@ -82,7 +82,7 @@ def _tell_crash(folder: str, signum: int) -> None:
     """pytest died of a signal in one process: an in-process driver crashed it. The test it died
     in, the driver's last stderr lines in that test and how to replay it (faulthandler's stack is
     on the console already)."""
-    from nnts.plugin import last_lines, replay_lines
+    from nnts.runners.crash_notes import last_lines, replay_lines
     try:
         with open(os.path.join(folder, "running.txt"), encoding="utf-8", errors="replace") as f:
             test, _, replay = f.read().partition("\n")
