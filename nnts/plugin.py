@@ -167,7 +167,7 @@ def _checked_drivers(config):
     with one line (not a traceback in every test after minutes of collection). A driver process
     is stopped again at once (xdist workers start their own; a later call restarts it)."""
     spec = config.getoption("driver")
-    if spec.strip() == "reference":
+    if spec.strip() == "reference" and not config.getoption("isolate"):
         return None  # always loads; loaded when a test first asks for it
     from nnapi_ref.errors import NnapiError
     from nnts.runners.drivers import FORMS, load_drivers
@@ -175,7 +175,7 @@ def _checked_drivers(config):
         drivers = load_drivers(spec, isolate=config.getoption("isolate"), settings=config.nnts_settings,
                                incidents=_incident_log(config))
     except NnapiError as e:
-        hint = "" if FORMS in e.message else f" (--driver takes {FORMS})"
+        hint = "" if FORMS in e.message or "NNTS_SHM_DIR" in e.message else f" (--driver takes {FORMS})"
         raise pytest.UsageError(f"nnts: {e.message}{hint}") from None
     for d in drivers:
         if hasattr(d, "close"):
