@@ -149,6 +149,7 @@ def runtime_devices(spec: str, isolate: bool = False, settings: Settings = Setti
 def _check_shared_memory(spec: str, folder: str) -> None:
     """The shared memory a remote driver's data travels in, tried before any test: a full or
     missing folder is one line here, not an error in every test."""
+    shm.remove_stale_files(folder)  # (what processes gone left there is no one's room)
     try:
         shm.allocate(1 << 16, folder)  # a staging region's size; released at once
     except (HostResourceError, OSError) as e:
