@@ -25,7 +25,9 @@ or an output removed, then a dimension of the model inputs cut) and saved under 
 as a test-vector file with the reference's outputs as expected values and the driver's beside
 them; the message names the remaining operations and their input shapes, and gives the replay
 command. Shrinking keeps the failure: a step counts only if the smaller model fails the same way
-(:func:`nnts.runners.differential.same_failure`).
+(:func:`nnts.runners.differential.same_failure`). With an in-process driver the model is saved
+before the driver runs it (``crashed_random_graph_seed<S>.json``, removed once it returns): a driver
+that ends the process leaves its reproducer.
 
 On ``onnxruntime``, ``tflite`` and ``tflite-ref`` a failure that a documented class of
 ``docs/conformance/`` explains (:mod:`nnts.runners.known_classes`, decided from the failing model and its
@@ -45,10 +47,10 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("seed", range(base, base + n), ids=[f"seed{s}" for s in range(base, base + n)])
 
 
-def test_random_graph(seed, devices, reference_devices, request, driver_spec):
+def test_random_graph(seed, devices, reference_devices, request, driver_spec, crash_reproducer):
     support = request.config.nnts_support()
     result = run_case(seed, devices, reference_devices, support.level, request.config.getoption("reproducers"),
-                      driver_spec, support=support)
+                      driver_spec, support=support, crash_file=crash_reproducer)
     if result.status == "skip":
         pytest.skip(result.message)
     if result.status != "pass" and result.explained:

@@ -70,12 +70,12 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("operation_seed", seeds, ids=[f"{s.operation}-seed{s}" for s in seeds])
 
 
-def test_random_operation(operation_seed, devices, reference_devices, request, driver_spec):
+def test_random_operation(operation_seed, devices, reference_devices, request, driver_spec, crash_reproducer):
     support = operation_seed.support
     level = support.level if support is not None else min(d.feature_level for d in devices)
     request.node.nnts_op = case_operation(operation_seed, support).name  # the report's support matrix
     result = run_single(operation_seed, devices, reference_devices, level, request.config.getoption("reproducers"),
-                        driver_spec, support)
+                        driver_spec, support, crash_file=crash_reproducer)
     if result.graph is not None and result.graph.operations:
         graph = result.graph
         request.node.nnts_dtype = type_name(graph.operands[graph.operations[0].inputs[0]].type)

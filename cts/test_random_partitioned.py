@@ -24,12 +24,13 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("across_seed", range(base, base + n), ids=[f"seed{s}" for s in range(base, base + n)])
 
 
-def test_random_graph_across_devices(across_seed, devices, reference_devices, request, driver_spec):
+def test_random_graph_across_devices(across_seed, devices, reference_devices, request, driver_spec,
+                                     crash_reproducer):
     support = request.config.nnts_support()
     if support.complete:
         pytest.skip("the driver supports every operation: nothing to partition across devices")
     result = run_case(across_seed, devices, reference_devices, support.level, request.config.getoption("reproducers"),
-                      driver_spec, support=support, across=True)
+                      driver_spec, support=support, across=True, crash_file=crash_reproducer)
     if result.status == "skip":
         pytest.skip(result.message)
     if result.status != "pass":

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from nnts.formats.tflite.importer import MAX_IO_ELEMENTS
+from nnapi_ref import budget
 from nnts.mlts.tflite_baseline import tflite_interpreter_class
 
 PROBE_TIMEOUT_S = 120
@@ -23,7 +23,8 @@ def crash_reason(path) -> str | None:
     """Why TFLite's interpreter cannot be run on ``path`` in process (it crashed or hung loading,
     allocating or invoking it once on zeros, with its default or its reference kernels), or None."""
     try:
-        done = subprocess.run([sys.executable, "-m", "nnts.mlts.tflite_probe", str(path)], capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "nnts.mlts.tflite_probe", str(path), str(budget.limit())],
+                              capture_output=True,
                               text=True, errors="replace", timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return f"TFLite's interpreter did not finish loading and running it in {PROBE_TIMEOUT_S} s"
@@ -51,7 +52,8 @@ def _probe(path: str) -> None:
             it = interpreter_cls(model_path=path, num_threads=1, **kwargs)
             it.allocate_tensors()
             details = it.get_input_details()
-            if any(np.prod(d["shape"], dtype=np.float64) > MAX_IO_ELEMENTS for d in details):
+            if any(np.prod(d["shape"], dtype=np.float64) * np.dtype(d["dtype"]).itemsize > budget.limit()
+                   for d in details):
                 return  # the importer refuses it; zeros of that size would only exhaust memory
             for d in details:
                 it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
@@ -61,4 +63,5 @@ def _probe(path: str) -> None:
 
 
 if __name__ == "__main__":
+    budget.set_limit(int(sys.argv[2]))  # its caller's
     _probe(sys.argv[1])

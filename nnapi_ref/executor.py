@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import platform
 import time
 
 import numpy as np
 
-from nnapi_ref import ops, trace, vlog
+from nnapi_ref import budget, ops, trace, vlog
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import Model, Subgraph
 from nnapi_ref.ops.base import Arg, Call, ValueUnknown
@@ -166,6 +167,7 @@ class Plan:
                 continue
             except NnapiError as e:
                 raise NnapiError(ResultCode.BAD_DATA, f"{step.label}: {e.message}") from None
+            _check_budget(step, inferred)
             for k, m, shape in zip(step.outputs, step.out_meta, inferred):
                 if shape is not None:
                     shape = tuple(shape)
@@ -173,6 +175,17 @@ class Plan:
                         merge_shapes(m[5], shape, f"{step.label} output operand {k}")
                     shapes[k] = shape
         return shapes
+
+
+def _check_budget(step: _Step, shapes) -> None:
+    """OUT_OF_MEMORY before ``step`` allocates outputs of ``shapes`` beyond the memory budget."""
+    total = 0
+    for shape, m in zip(shapes, step.out_meta):
+        if shape is not None:
+            dtype = DTYPES.get(m[0])
+            total += math.prod(map(int, shape)) * (dtype.itemsize if dtype is not None else 1)
+    if total > budget.limit():
+        budget.check(total, f"the outputs of {step.label}")
 
 
 class Executor:
@@ -229,6 +242,7 @@ class Executor:
                                               f"{step.code.name} does not take zero-sized tensors")
         try:
             shapes = step.impl.infer(call)
+            _check_budget(step, shapes)
             for k, m, shape in zip(step.outputs, step.out_meta, shapes):
                 if shape is not None and m[5] is not None and m[5] != tuple(shape):
                     merge_shapes(m[5], tuple(shape), f"output operand {k}")

@@ -69,6 +69,9 @@ def operand_type_problem(code, dimensions, scale: float, zero_point: int, channe
                 return f"dimensions {list(dimensions)} must be non-negative integers"
             if d > 0xFFFFFFFF:
                 return f"dimension {d} does not fit NNAPI's uint32_t dimensions"
+    if dimensions and math.prod(map(int, dimensions)) * DTYPES[code].itemsize > 0xFFFFFFFF:  # the NDK's limit
+        return (f"dimensions {list(dimensions)} of {type_name(code)} take "
+                f"{math.prod(map(int, dimensions)) * DTYPES[code].itemsize} bytes, beyond NNAPI's uint32_t sizes")
     if not -_FLT_MAX <= scale <= _FLT_MAX:
         return f"scale {scale} is not a finite float32 (the NDK's scale is a C float)"
     if code in _UNQUANTIZED:

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from nnapi_ref import extensions as ext, ops
+from nnapi_ref import budget, extensions as ext, ops
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.hal import ChannelQuant, ExtensionNameAndPrefix, Model, Operand, Operation, Subgraph
 from nnapi_ref.types import DTYPES, FLOAT_TYPES, Lifetime, OperandCode, OperationCode, ResultCode, type_name
@@ -300,6 +300,8 @@ def read_document(path: Path):
     """A test-vector file's JSON document."""
     try:
         with open(path, encoding="utf-8") as f:
+            # read whole and parsed into objects of about 8 times its size
+            budget.check(os.fstat(f.fileno()).st_size * 8, f"{path}: reading this test-vector file")
             return json.load(f)
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise FormatError(f"{path}: cannot read test vectors: {e}") from None

@@ -44,6 +44,7 @@ import pytest
 
 from nnapi_ref.types import OperandCode, OperationCode
 from nnts.runners import ordering, variants
+from nnts.runners.crash_notes import BEFORE_THE_DRIVER, last_lines, replay_lines
 
 
 def pytest_addoption(parser):
@@ -64,6 +65,9 @@ def pytest_addoption(parser):
     group.addoption("--report", action="append", default=[],
                     help="write the conformance report to this path: HTML, or JSON for a .json path (repeatable)")
     group.addoption("--nnts-command", default=None, help=argparse.SUPPRESS)  # the command the user typed (nnts test)
+    # nnts test: a private folder where a run in one process leaves what a crash of an in-process
+    # driver should tell (the test, its replay, the driver's stderr), read when pytest dies
+    group.addoption("--nnts-crash-folder", default=None, help=argparse.SUPPRESS)
     group.addoption("--baseline", default=None,
                     help="an earlier --report JSON: the report names newly failing, passing and unsupported tests")
     group.addoption("--reproducers", default=None,
@@ -163,7 +167,7 @@ def _checked_drivers(config):
     with one line (not a traceback in every test after minutes of collection). A driver process
     is stopped again at once (xdist workers start their own; a later call restarts it)."""
     spec = config.getoption("driver")
-    if spec.strip() == "reference":
+    if spec.strip() == "reference" and not config.getoption("isolate"):
         return None  # always loads; loaded when a test first asks for it
     from nnapi_ref.errors import NnapiError
     from nnts.runners.drivers import FORMS, load_drivers
@@ -171,7 +175,7 @@ def _checked_drivers(config):
         drivers = load_drivers(spec, isolate=config.getoption("isolate"), settings=config.nnts_settings,
                                incidents=_incident_log(config))
     except NnapiError as e:
-        hint = "" if FORMS in e.message else f" (--driver takes {FORMS})"
+        hint = "" if FORMS in e.message or "NNTS_SHM_DIR" in e.message else f" (--driver takes {FORMS})"
         raise pytest.UsageError(f"nnts: {e.message}{hint}") from None
     for d in drivers:
         if hasattr(d, "close"):
@@ -304,6 +308,31 @@ def driver_spec(pytestconfig) -> str:
     return pytestconfig.getoption("driver")
 
 
+@pytest.fixture
+def crash_reproducer(request) -> Path | None:
+    """Where a random test saves its model before an in-process driver runs it, the reproducer of
+    a crash that ends the process (None for a driver in a process of its own: the test reports
+    its crash and saves the reproducer itself)."""
+    return _crash_reproducer(request.node)
+
+
+def _crash_reproducer(item) -> Path | None:
+    params = item.callspec.params if hasattr(item, "callspec") else {}
+    seed = next((params[k] for k in ("seed", "operation_seed", "across_seed") if k in params), None)
+    if seed is None or not _in_process(item.config):
+        return None
+    kind = getattr(item, "originalname", item.name).removeprefix("test_")
+    return Path(item.config.getoption("reproducers")) / f"crashed_{kind}_seed{int(seed)}.json"
+
+
+def _in_process(config) -> bool:
+    """Whether a driver under test runs in this process (where its crash ends the process); the
+    reference is taken not to crash."""
+    specs = [s.strip() for s in config.getoption("driver").split(",") if s.strip()]
+    return not config.getoption("isolate") and any(
+        s != "reference" and not s.startswith(("remote:", "socket:")) for s in specs)
+
+
 @pytest.fixture(scope="session")
 def drivers(pytestconfig):
     """The HAL drivers under test, loaded once per (worker) process."""
@@ -392,6 +421,12 @@ def pytest_runtest_makereport(item, call):
         report.user_properties = [*report.user_properties, *_test_properties(item), ("nnts_replay", _replay(item))]
     if report.when == "setup":  # before the test drives the driver: a driver it crashes is not asked
         _describe_run_once(item, report)
+    running = getattr(item.config, "nnts_running", None)
+    if running is not None:  # one process: the test a crash would end the run in (nnts test tells it)
+        from nnts.formats.expected_failures import suite_id
+        text = f"{suite_id(str(item.path), item.nodeid)}\n{_replay(item)}".encode() if report.when == "setup" else b""
+        os.pwrite(running, text, 0)
+        os.ftruncate(running, len(text))
 
 
 def _test_properties(item) -> list[tuple]:
@@ -412,18 +447,29 @@ def _test_properties(item) -> list[tuple]:
 
 def _replay(item) -> str:
     """How to run ``item`` again by itself, in one process (where a debugger stops in the driver):
-    a generated test's model from its file, any other test by its id."""
+    a generated test's model from its file, a random test's from the file it saves before an
+    in-process driver runs it, any other test by its id."""
     import re
     import shlex
 
-    from nnts.formats.expected_failures import suite_id
-    config = item.config
-    driver = shlex.quote(config.getoption("driver"))
+    driver = shlex.quote(item.config.getoption("driver"))
+    crash_file = _crash_reproducer(item)
+    if crash_file is not None:  # (the crash handler drops these lines when the driver did not get the model)
+        return (f"reproducer: {crash_file}{BEFORE_THE_DRIVER}\nreplay: nnts vectors run "
+                f"{shlex.quote(str(crash_file))} --driver {driver} --inline\n" + _replay_by_id(item, driver))
     case = item.callspec.params.get("case") if hasattr(item, "callspec") else None
     path = getattr(case, "path", None) or getattr(getattr(case, "base", None), "path", None)
     if path is not None and hasattr(case, "test"):
         return (f"reproducer: {path} (test model {case.test.name})\nreplay: nnts vectors run {shlex.quote(str(path))} "
                 f"--filter {shlex.quote('^' + re.escape(case.test.name) + '$')} --driver {driver} --inline")
+    return _replay_by_id(item, driver)
+
+
+def _replay_by_id(item, driver: str) -> str:
+    import shlex
+
+    from nnts.formats.expected_failures import suite_id
+    config = item.config
     options = "".join(f" --{name.replace('_', '-')} {config.getoption(name)}" for name, default in _CASE_OPTIONS
                       if config.getoption(name) != default)
     return f"replay: nnts test {shlex.quote(suite_id(str(item.path), item.nodeid))} --driver {driver}{options}"
@@ -482,12 +528,44 @@ def _remove_crash_logs(folder: str) -> None:
 
 def pytest_sessionstart(session):
     """An xdist worker: faulthandler's dump of a crash to the file the controller reads (after pytest's
-    own faulthandler set-up, which sends it to the console, where no report has it)."""
-    path = getattr(session.config, "workerinput", {}).get("nnts_crash_log")
+    own faulthandler set-up, which sends it to the console, where no report has it), and the tests'
+    standard error (an in-process driver's own lines) captured into a file the controller reads
+    too. One process (``nnts test``, an in-process driver): the standard error and the running
+    test in the folder ``nnts test`` reads should pytest die."""
+    config = session.config
+    path = getattr(config, "workerinput", {}).get("nnts_crash_log")
     if path:
         import faulthandler
-        session.config.nnts_crash_log = open(path, "w", encoding="utf-8")  # noqa: SIM115 (open until the worker ends)
-        faulthandler.enable(file=session.config.nnts_crash_log, all_threads=False)
+        config.nnts_crash_log = open(path, "w", encoding="utf-8")  # noqa: SIM115 (open until the worker ends)
+        faulthandler.enable(file=config.nnts_crash_log, all_threads=False)
+        _capture_stderr_in(config, _stderr_log(path))
+        return
+    folder = config.getoption("nnts_crash_folder")
+    if folder and getattr(config.option, "dist", "no") == "no" and _in_process(config):
+        _capture_stderr_in(config, os.path.join(folder, "stderr.txt"))
+        config.nnts_running = os.open(os.path.join(folder, "running.txt"),
+                                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+
+
+def _stderr_log(crash_log: str) -> str:
+    return crash_log.removesuffix(".txt") + "-stderr.txt"
+
+
+def _capture_stderr_in(config, path: str) -> None:
+    """pytest's capture of file descriptor 2 into the file at ``path`` instead of an anonymous
+    temporary file: what a test wrote to the standard error outlives the process (pytest reads and
+    empties it after each phase of a test, as before). Nothing with another capture method (``-s``:
+    the lines go to the console)."""
+    capture = getattr(config.pluginmanager.getplugin("capturemanager"), "_global_capturing", None)
+    err = getattr(capture, "err", None)
+    tmpfile = getattr(err, "tmpfile", None)
+    if getattr(err, "targetfd", None) != 2 or not hasattr(tmpfile, "fileno"):
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.dup2(fd, tmpfile.fileno())
+    os.close(fd)
+    if getattr(err, "_state", None) == "started":  # fd 2 is the old file's: point it at the new one
+        os.dup2(tmpfile.fileno(), 2)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -500,10 +578,12 @@ def pytest_handlecrashitem(crashitem, report, sched):
     config = getattr(report.node, "config", None)
     folder = getattr(config, "nnts_crash_logs", None)
     last = _crash_log(os.path.join(folder, f"{name}.txt")) if folder else ""
-    replay = _replays.pop(crashitem, "")
+    stderr = last_lines(_stderr_log(os.path.join(folder, f"{name}.txt"))) if folder else ""
+    replay = replay_lines(_replays.pop(crashitem, ""))
     report.longrepr = (f"CRASH: the pytest-xdist worker {name} died while running this test (an in-process "
                        "driver that crashes takes its worker with it; --isolate runs the driver in a process "
                        "of its own and reports its exit status)"
+                       + (f"\nthe driver's last stderr lines (in this test):\n{stderr}" if stderr else "")
                        + (f"\nthe worker's last words (faulthandler):\n{last}" if last else "")
                        + (f"\n{replay}" if replay else ""))
     report.user_properties.append(("nnts_verdict", "crashed"))

@@ -288,7 +288,10 @@ def test_operand_dimensions_past_uint32_and_a_string_scale_are_bad_data():
     with pytest.raises(NnapiError) as e:
         Model().add_operand(OperandType(T.TENSOR_FLOAT32, [2 ** 32]))
     assert e.value.code == ResultCode.BAD_DATA
-    assert Model().add_operand(OperandType(T.TENSOR_FLOAT32, [2 ** 32 - 1])) == 0
+    assert Model().add_operand(OperandType(T.TENSOR_BOOL8, [2 ** 32 - 1])) == 0  # 4 GiB less one byte: the most
+    with pytest.raises(NnapiError) as e:  # the NDK's addOperand: a size past uint32_t (here 16 GiB) is BAD_DATA
+        Model().add_operand(OperandType(T.TENSOR_FLOAT32, [2 ** 32 - 1]))
+    assert e.value.code == ResultCode.BAD_DATA and "beyond NNAPI's uint32_t sizes" in e.value.message
     with pytest.raises(NnapiError) as e:
         OperandType(T.TENSOR_QUANT8_ASYMM, [1], "abc")
     assert e.value.code == ResultCode.BAD_DATA

@@ -40,13 +40,13 @@ def models(tmp_path):
 
 
 def test_the_importer_refuses_huge_inputs_and_no_inputs_before_allocating(models):
-    with pytest.raises(TFLiteImportError, match="more than"):
+    with pytest.raises(TFLiteImportError, match="over nnts.s memory budget"):
         load_tflite(models / "huge.tflite")
     with pytest.raises(TFLiteImportError, match="no inputs"):
         load_tflite(models / "noinputs.tflite")
     big = models.parent / "big.tflite"
     big.write_bytes(add_model([2 ** 31 - 1]))
-    with pytest.raises(TFLiteImportError, match="more than"):
+    with pytest.raises(TFLiteImportError, match="over nnts.s memory budget"):
         load_tflite(big)
 
 
@@ -67,7 +67,7 @@ def test_bench_keeps_the_good_row_when_tflite_crashes_on_another(models, tmp_pat
     assert "crashed" in rows["nan_scales_int16.tflite"]["baseline_error"]
     assert "SIGABRT" in rows["nan_scales_int16.tflite"]["baseline_error"]
     assert "nan" in rows["nan_scales.tflite"]["baseline_error"]  # refused, or crashed on another setup
-    assert rows["huge.tflite"]["status"] == "skipped" and "more than" in rows["huge.tflite"]["reason"]
+    assert rows["huge.tflite"]["status"] == "skipped" and "memory budget" in rows["huge.tflite"]["reason"]
     assert rows["noinputs.tflite"]["status"] == "skipped"
 
 

@@ -5,6 +5,7 @@ name where the driver died (faulthandler's dump, the driver's own last stderr li
 replay it; ``-x`` stops at the first crash."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -69,6 +70,31 @@ def test_an_in_process_crash_under_xdist_stops_x_and_says_where_and_how_to_repla
     assert replay and "reproducer: " in out, out[-3000:]
     code, again = nnts(team, *shlex.split(replay.group(1).replace("--inline", "")))  # the replay line crashes again
     assert code == 1 and "1 crashed" in again and WHERE_IT_DIED in again, again[-3000:]
+
+
+RANDOM_MUL = ("-p", "no:randomly", "--random-seed", "17", "--random-ops", "1", "-k", "test_random_operation",
+              "--driver", "acme_crash:make", "cts")
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "2")], ids=["one process", "xdist"])
+def test_a_random_test_crashing_an_in_process_driver_leaves_its_model_and_the_drivers_stderr(team, workers):
+    """The model a random test drew is saved before the driver runs it: a crash that ends the
+    process (pytest, or an xdist worker) leaves a reproducer that replays it, and the driver's own
+    stderr lines in the test are in the console (and, under xdist, in the report)."""
+    report = team / "out" / "r.json"
+    code, out = nnts(team, "nnts", "test", *workers, *RANDOM_MUL, *(("--report", str(report)) if workers else ()))
+    assert code != 0 and re.search(r"^CRASH cts/test_random_operation.py::test_random_operation\[MUL-seed17\]",
+                                   out, re.MULTILINE), out[-3000:]
+    stderr = "the driver's last stderr lines (in this test):\n    acme: MUL kernel: null tensor pointer"
+    assert stderr in out, out[-3000:]
+    if workers:
+        messages = [t["message"] or "" for t in json.loads(report.read_text())["tests"]]
+        assert any(stderr in m for m in messages), messages
+    replay = re.search(r"^replay: (nnts vectors run \S+crashed_random_operation_seed17.json .*) --inline$", out,
+                       re.MULTILINE)
+    assert replay, out[-3000:]
+    code, again = nnts(team, *shlex.split(replay.group(1)))
+    assert code == 1 and "1 crashed" in again and "acme: MUL kernel: null tensor pointer" in again, again[-3000:]
 
 
 def test_an_isolated_crash_reports_the_drivers_last_stderr_lines(team):

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from nnapi_ref import hal, trace, vlog
+from nnapi_ref import budget, hal, trace, vlog
 from nnapi_ref.errors import HostResourceError, NnapiError, check
 from nnapi_ref.extensions import uses_extensions
 from nnapi_ref.runtime.compilation import Burst, Compilation, ExecutionStep, call_driver, nnapi_error
@@ -159,6 +159,7 @@ class StepExecutor:
                 operand = self._main.operands[self._main.output_indexes[i]]
                 size = operand_size(self._types, operand, binding.dims)
                 check(size is not None, f"output {i} is omitted but its dimensions are not specified")
+                budget.check(size, f"omitted output {i}")
                 scratch = np.zeros(size, np.uint8)
                 return hal.RequestArgument(hal.ArgumentLifetime.POINTER, pointer=scratch, length=size,
                                            dimensions=binding.dims)
@@ -319,6 +320,7 @@ class StepExecutor:
             operand = sg.operands[sg.output_indexes[n]]
             sizes.append(operand_size(self._types, operand, operand.dimensions) or 0)
         for _ in range(4):
+            budget.check(sum(sizes), f"the outputs of a step on {step.device.name}")  # (sizes a driver reported too)
             buffers = [np.zeros(max(size, 1), np.uint8) for size in sizes]
             outputs = [hal.RequestArgument(hal.ArgumentLifetime.POINTER, pointer=b[:size], length=size)
                        for b, size in zip(buffers, sizes)]

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from importlib import resources
 
 import pytest
@@ -55,17 +57,46 @@ def main(argv: list[str]) -> int:
         args += ["-o", f"cache_dir={os.path.abspath('.pytest_cache')}"]
     if not any(a == "--timeout" or a.startswith("--timeout=") for a in argv):
         args += ["-o", "timeout=300"]  # a test stuck in a hung in-process driver fails, the run goes on
-    # pytest in a process of its own: it rewrites the asserts of nnts's modules, which this one
-    # has imported already.
-    child = subprocess.Popen(args + argv)
-    # SIGTERM (a CI timeout, docker stop) reaches this process only: pytest is told as Ctrl-C
-    # tells it, and writes the reports of what ran.
-    signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGINT))
-    while True:
-        try:
-            return child.wait()
-        except KeyboardInterrupt:  # pytest, in the same process group, got it too: let it report
-            continue
+    crash_folder = tempfile.mkdtemp(prefix="nnts-test-")  # private: what a crash of pytest leaves
+    try:
+        # pytest in a process of its own: it rewrites the asserts of nnts's modules, which this one
+        # has imported already.
+        child = subprocess.Popen([*args, "--nnts-crash-folder", crash_folder, *argv])
+        # SIGTERM (a CI timeout, docker stop) reaches this process only: pytest is told as Ctrl-C
+        # tells it, and writes the reports of what ran.
+        signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGINT))
+        while True:
+            try:
+                code = child.wait()
+                break
+            except KeyboardInterrupt:  # pytest, in the same process group, got it too: let it report
+                continue
+        if code < 0:
+            _tell_crash(crash_folder, -code)
+        return code
+    finally:
+        shutil.rmtree(crash_folder, ignore_errors=True)
+
+
+def _tell_crash(folder: str, signum: int) -> None:
+    """pytest died of a signal in one process: an in-process driver crashed it. The test it died
+    in, the driver's last stderr lines in that test and how to replay it (faulthandler's stack is
+    on the console already)."""
+    from nnts.runners.crash_notes import last_lines, replay_lines
+    try:
+        with open(os.path.join(folder, "running.txt"), encoding="utf-8", errors="replace") as f:
+            test, _, replay = f.read().partition("\n")
+    except OSError:
+        return
+    if not test:
+        return
+    name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
+    stderr = last_lines(os.path.join(folder, "stderr.txt"))
+    replay = replay_lines(replay)
+    print(f"CRASH {test}: pytest was killed by {name} in this test, no report written (an in-process driver "
+          "that crashes takes the run with it: -n N goes on with a new worker, --isolate runs the driver in a "
+          "process of its own)" + (f"\nthe driver's last stderr lines (in this test):\n{stderr}" if stderr else "")
+          + (f"\n{replay}" if replay else ""), file=sys.stderr, flush=True)
 
 
 def suites_folder() -> str:

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnapi_ref import hal
+from nnapi_ref import budget, hal
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.runtime import Device
-from nnapi_ref.types import DTYPES, SCALAR_TYPES, ResultCode
+from nnapi_ref.types import DTYPES, SCALAR_TYPES, ResultCode, byte_size
 from nnapi_ref.vectors import TestModel
 from nnts.generators.graphs import Graph
 from nnts.runners import differential, model_runner
@@ -101,5 +101,6 @@ def _as_test(model, inputs) -> TestModel:
     if any(not o.dimensions or 0 in o.dimensions for o in outputs if o.type not in SCALAR_TYPES):
         raise NnapiError(ResultCode.BAD_DATA, "nnts.compare: a model output of unknown dimensions: give a test "
                                               "model (nnapi_ref.vectors.TestModel) with its expected shapes")
+    budget.check(sum(byte_size(o.type, o.dimensions) for o in outputs), "nnts.compare: the model's outputs")
     room = [np.zeros(o.dimensions, DTYPES[o.type]) for o in outputs]  # output buffers of the outputs' sizes
     return TestModel("model", hal_model, [np.asarray(x) for x in inputs], room, [False] * len(room))

@@ -116,11 +116,13 @@ def run_across(devices: Sequence[Device], test: vectors.TestModel) -> tuple[list
 
 
 def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device],
-          criteria: dict | None = None, across: bool = False) -> Outcome:
+          criteria: dict | None = None, across: bool = False,
+          before_driver: Callable[[list[np.ndarray]], None] | None = None) -> Outcome:
     """Run ``graph`` on ``devices`` and on ``reference``; compare the outputs (by output type,
     with ``criteria``, the graph criteria by default). ``across``: the graph mixes operations
     the driver supports and operations it does not, and runs partitioned (the driver's part on
-    it, the rest on the CPU: :func:`run_across`); a graph that does not mix is a skip."""
+    it, the rest on the CPU: :func:`run_across`); a graph that does not mix is a skip.
+    ``before_driver`` is given the reference's outputs before the driver under test runs."""
     test = graph.to_test(f"random_graph_{graph.seed}")
     level = graph.min_level()
     if all(d.feature_level < level for d in devices):
@@ -132,6 +134,8 @@ def check(graph: Graph, devices: Sequence[Device], reference: Sequence[Device],
         return Outcome("fail", f"reference bug (not a finding against the driver under test): the reference "
                                f"failed on a generated model: {what}: {e}", reference_failed=True,
                        failure=error_failure(f"{what}: {e}", reference=True))
+    if before_driver is not None:
+        before_driver(expected)
     try:
         supported = build_model(test.model).get_supported_operations_for_devices(list(devices))
         if across:
@@ -193,22 +197,24 @@ def shrink(graph: Graph, fails: Callable[[Graph], bool]) -> Graph:
 
 
 def save_reproducer(graph: Graph, outcome: Outcome, folder: str | Path, driver: str,
-                    failures: dict | None = None, support=None, criteria: dict | None = None) -> tuple[Path, str]:
-    """The failing graph as a one-test vector file: the reference's outputs as the expected
-    values, the driver's beside them (``driver_outputs``, which the loader ignores), the
-    ``failures`` record (the original failure and the shrunk one, and the class explaining
-    them; also ignored by the loader) and the command that replays it. Returns the path and
-    the command."""
+                    failures: dict | None = None, support=None, criteria: dict | None = None,
+                    path: Path | None = None) -> tuple[Path, str]:
+    """The failing graph as a one-test vector file (at ``path``, else named after the graph in
+    ``folder``): the reference's outputs as the expected values, the driver's beside them
+    (``driver_outputs``, which the loader ignores), the ``failures`` record (the original failure
+    and the shrunk one, and the class explaining them; also ignored by the loader) and the
+    command that replays it. Returns the path and the command."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     kind = "reference_bug" if outcome.reference_failed else "random_graph"
     name = f"{kind}_{graph.seed}_" + "_".join(n.lower() for n in graph.operation_names)
-    path = folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:150] + ".json")
+    path = path or folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:150] + ".json")
     replay = f"nnts vectors run {shlex.quote(str(path))} --driver {shlex.quote(driver)}" + (" --dynamic" if graph.has_unknown_outputs() else "")
     model = graph.to_test(name, outcome.expected or None, known_outputs=True)
     model.criteria = criteria_json(criteria or criteria_for(graph))  # the replay judges as the random test did
     test = vectors.test_to_json(model)
-    test["driver_outputs"] = {"driver": driver, "outputs": [vectors.encode_data(a) for a in outcome.actual]}
+    if outcome.actual:
+        test["driver_outputs"] = {"driver": driver, "outputs": [vectors.encode_data(a) for a in outcome.actual]}
     test["replay"] = replay
     if failures is not None:
         test["failure"] = failures
@@ -241,7 +247,7 @@ class CaseResult:
 
 def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], level: int,
              folder: str | Path, driver: str, graph: Graph | None = None, criteria: dict | None = None,
-             support=None, across: bool = False, **options) -> CaseResult:
+             support=None, across: bool = False, crash_file: Path | None = None, **options) -> CaseResult:
     """Random-graph case ``seed``: generate (unless given ``graph``), compare (with ``criteria``,
     the graph criteria by default); on a failure, the documented class of the driver explaining
     it (:func:`nnts.runners.known_classes.explain`), then shrink, keeping only steps that fail the same way
@@ -250,6 +256,8 @@ def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], 
     such. ``support`` (:class:`nnts.runners.support.Support`): the driver's, what a partial
     driver's case is drawn from; ``across``: a graph across devices (:func:`check`), drawn from
     the support and as many operations it does not support (:meth:`Support.across_graph`).
+    ``crash_file``: where the case's model is saved as it reaches the driver (and removed once the
+    driver has run it), the reproducer of an in-process driver that takes this process with it.
     ``options`` go to :func:`nnts.generators.random_graphs.generate`."""
     if graph is None and across:
         graph = support.across_graph(seed, case_size(seed))
@@ -259,7 +267,14 @@ def run_case(seed: int, devices: Sequence[Device], reference: Sequence[Device], 
     if not graph.operations:  # every draw was one the driver's support refuses
         return CaseResult("skip", f"unsupported: seed {seed} drew no operation the driver supports "
                                   f"({support.summary() if support is not None else 'no support facts'})", graph)
-    outcome = check(graph, devices, reference, criteria, across)
+    def keep_for_a_crash(expected: list[np.ndarray]) -> None:
+        save_reproducer(graph, Outcome("crash", expected=expected), crash_file.parent, driver,
+                        {"original": "crash: the driver ended the process running it", "class": "none"},
+                        support, criteria, path=crash_file)
+
+    outcome = check(graph, devices, reference, criteria, across, keep_for_a_crash if crash_file else None)
+    if crash_file is not None:  # the driver returned: no crash to reproduce
+        crash_file.unlink(missing_ok=True)
     if outcome.status != "fail":
         return CaseResult(outcome.status, outcome.message, graph)
     explained = None if outcome.reference_failed else explain(graph, outcome, driver)
@@ -298,17 +313,18 @@ def same_failure(original: Failure | None, smaller: Failure | None) -> bool:
 
 
 def run_single(seed: int, devices: Sequence[Device], reference: Sequence[Device], level: int,
-               folder: str | Path, driver: str, support=None) -> CaseResult:
+               folder: str | Path, driver: str, support=None, crash_file: Path | None = None) -> CaseResult:
     """Single-operation case ``seed`` (of the operations ``support`` allows): generate, compare
     with the operation's tier; on a failure shrink (dimension cuts) and save the smallest failing
-    model."""
+    model (``crash_file``: as :func:`run_case`)."""
     code = single.case_operation(seed, support)
     graph = single.generate_case(seed, level, support)
     if not graph.operations:
         return CaseResult("skip", f"{code.name}: no valid operation drawn at feature level {int(level)} in "
                                   f"{single.ATTEMPTS} attempts", graph)
     table = single.criteria_for(code, graph)
-    result = run_case(seed, devices, reference, level, folder, driver, graph=graph, criteria=table, support=support)
+    result = run_case(seed, devices, reference, level, folder, driver, graph=graph, criteria=table, support=support,
+                      crash_file=crash_file)
     if result.status == "fail":
         size = math.prod(graph.values[graph.inputs[0]].shape) if graph.inputs else 0
         result.message = (f"{code.name} ({ops.get(code).accuracy_at(graph.min_level())} criteria"

@@ -30,8 +30,9 @@ import sys
 
 from nnapi_ref import trace, vlog
 from nnapi_ref.drivers.reference import ReferenceDevice
-from nnapi_ref.errors import NnapiError
+from nnapi_ref.errors import HostResourceError, NnapiError
 from nnapi_ref.hal import Device, HalError
+from nnapi_ref.remote import shm
 from nnapi_ref.remote.client import IncidentLog, attach_socket, start_process
 from nnapi_ref.runtime import get_devices, set_drivers
 from nnapi_ref.types import ResultCode
@@ -99,6 +100,7 @@ def _load_remote(spec: str, settings: Settings, incidents: IncidentLog | None) -
             shlex.split(target)
         except ValueError as e:  # remote:"unbalanced
             raise NnapiError(ResultCode.BAD_DATA, f"driver {spec!r}: the command does not parse: {e}") from None
+    _check_shared_memory(spec, settings.shm_dir)
     try:
         return (start_process if kind == "remote" else attach_socket)(target, settings.remote, incidents)
     except HalError as e:
@@ -142,3 +144,16 @@ def runtime_devices(spec: str, isolate: bool = False, settings: Settings = Setti
     drivers = loaded.get(spec, isolate, settings) if loaded is not None else load_drivers(spec, isolate, settings)
     set_drivers(drivers, settings.partitioning, settings.shm_dir)
     return get_devices()
+
+
+def _check_shared_memory(spec: str, folder: str) -> None:
+    """The shared memory a remote driver's data travels in, tried before any test: a full or
+    missing folder is one line here, not an error in every test."""
+    shm.remove_stale_files(folder)  # (what processes gone left there is no one's room)
+    try:
+        shm.allocate(1 << 16, folder)  # a staging region's size; released at once
+    except (HostResourceError, OSError) as e:
+        reason = e if isinstance(e, HostResourceError) else f"{folder}: {e.strerror}"
+        raise NnapiError(ResultCode.OUT_OF_MEMORY if isinstance(e, HostResourceError) else ResultCode.BAD_DATA,
+                         f"driver {spec!r}: no shared memory for its data: {reason} (NNTS_SHM_DIR names "
+                         f"another folder)") from None

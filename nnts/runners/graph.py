@@ -12,6 +12,7 @@ by the device the runtime's partitioner assigns it to (the same decision a compi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,7 +56,26 @@ def load_model(path: str) -> tuple[Model, str]:
         raise GraphError(e.message) from None
     if not tests:
         raise GraphError(f"{path}: the file holds no test")
+    problem = _index_problem(tests[0].model)
+    if problem:
+        raise GraphError(f"{path}: test {tests[0].name}: {problem}")
     return tests[0].model, tests[0].name
+
+
+def _index_problem(model: Model) -> str | None:
+    """What operand index of ``model`` names no operand (a file's model is drawn unvalidated, so
+    that a model NNAPI refuses can be looked at, but every index it draws must exist)."""
+    for n, sg in enumerate((model.main, *model.referenced)):
+        where = "main" if n == 0 else f"subgraph {n - 1}"
+        count = len(sg.operands)
+        for j, operation in enumerate(sg.operations):
+            bad = [k for k in (*operation.inputs, *operation.outputs) if not 0 <= k < count]
+            if bad:
+                return f"{where} operation {j} names operand {bad[0]} of {count}"
+        bad = [k for k in (*sg.input_indexes, *sg.output_indexes) if not 0 <= k < count]
+        if bad:
+            return f"{where}: input or output index {bad[0]} of {count} operands"
+    return None
 
 
 def _type(code) -> str:
@@ -83,7 +103,11 @@ def _constant_text(operand) -> str:
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"' + _CONTROL.sub(lambda m: f"\\\\x{ord(m.group()):02x}", text) + '"'  # shown, not obeyed by a terminal
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def assign_devices(model: Model, driver: str, settings: Settings = Settings()) -> dict[int, str]:
@@ -181,7 +205,8 @@ def _svg(dot_text: str) -> str:
     if program is None:
         raise GraphError("Graphviz's dot is not installed (apt-get install graphviz); use --dot for the text")
     try:
-        done = subprocess.run([program, "-Tsvg"], input=dot_text, capture_output=True, text=True, timeout=120)
+        done = subprocess.run([program, "-Tsvg"], input=dot_text, capture_output=True, text=True, errors="replace",
+                              timeout=120)
     except subprocess.TimeoutExpired:
         raise GraphError("dot ran past 120 s (a model too large to draw; use --dot for the text)") from None
     if done.returncode != 0:
@@ -190,7 +215,10 @@ def _svg(dot_text: str) -> str:
 
 
 def _write(path: str, text: str) -> None:
-    files.write_atomic(path, text)
+    try:
+        files.write_atomic(path, text)
+    except OSError as e:
+        raise GraphError(f"{path}: cannot write: {e.strerror or e}") from None
 
 
 def picture_beside(model_path: str | os.PathLike) -> Path | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, MutableMapping
 
-from nnapi_ref import trace, vlog
+from nnapi_ref import budget, trace, vlog
 from nnapi_ref.remote import shm
 from nnapi_ref.remote.client import DEFAULT_CALL_TIMEOUT_S, DEFAULT_PREPARE_TIMEOUT_S, RemoteSettings
 from nnapi_ref.runtime.devices import Partitioning
@@ -37,6 +37,7 @@ class Settings:
     cache_dir: Path | None = field(default_factory=_default_cache_dir)  # NNTS_CACHE_DIR (None: no cache)
     trace: str | None = None                                     # NNTS_TRACE, this process's file
     vlog: str = ""                                               # NNTS_VLOG
+    memory_budget: int = budget.DEFAULT_BYTES                    # NNTS_MEMORY_BUDGET (2G, 512M, bytes)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> Settings:
@@ -56,7 +57,8 @@ class Settings:
                    ort_threads=_number(environ, "NNTS_ORT_THREADS", int, cls.ort_threads),
                    cache_dir=cache_dir,
                    trace=_trace_path(environ),
-                   vlog=environ.get("NNTS_VLOG", ""))
+                   vlog=environ.get("NNTS_VLOG", ""),
+                   memory_budget=_memory_budget(environ))
 
     @property
     def remote(self) -> RemoteSettings:
@@ -66,7 +68,9 @@ class Settings:
     def start(self, environ: MutableMapping[str, str]) -> None:
         """Switch on this process's verbose logs and trace (both process-wide, as NNAPI's
         properties are). The trace's owner is written to ``environ`` (``os.environ``), so that
-        the processes this one starts write their own file beside it rather than over it."""
+        the processes this one starts write their own file beside it rather than over it. The
+        memory budget is the process's too (:mod:`nnapi_ref.budget`)."""
+        budget.set_limit(self.memory_budget)
         if self.vlog:
             try:
                 vlog.configure(self.vlog)
@@ -96,6 +100,16 @@ def _number(environ: Mapping[str, str], name: str, kind, default):
         return kind(value)
     except ValueError:
         raise ValueError(f"{name}={value!r}: expected {'a number' if kind is float else 'an integer'}") from None
+
+
+def _memory_budget(environ: Mapping[str, str]) -> int:
+    value = environ.get("NNTS_MEMORY_BUDGET")
+    if not value:
+        return budget.DEFAULT_BYTES
+    try:
+        return budget.parse(value)
+    except ValueError as e:
+        raise ValueError(f"NNTS_MEMORY_BUDGET: {e}") from None
 
 
 def _trace_path(environ: Mapping[str, str]) -> str | None:

@@ -3,11 +3,14 @@ its subgraphs, tensors (sparse constants densified) and operators, and the TFLit
 converter maps (padding, output sizes). The conversion to NNAPI is :mod:`.tflite`."""
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from nnapi_ref import budget
+from nnapi_ref.errors import NnapiError
 from nnapi_ref.types import OperandCode as T
 
 
@@ -233,9 +236,12 @@ def densify(values: np.ndarray, shape, sparsity, what: str) -> np.ndarray:
     block_map = ints_of(sparsity.blockMap)
     levels = sparsity.dimMetadata or []
     n, k = len(shape), len(block_map)
-    if int(np.prod(shape, dtype=np.float64)) > 2 ** 31:
-        raise TFLiteImportError(f"unsupported .tflite: {what}: sparse tensor of shape {list(shape)} is too large "
-                                "to densify")
+    dense_positions = math.prod(int(level.denseSize) for level in levels if level.format == schema.DimensionType.DENSE)
+    try:  # the dense tensor, and the 8-byte index arrays of the dense levels' positions
+        budget.check(max(math.prod(shape) * values.itemsize, dense_positions * 8 * (len(levels) + 1)),
+                     f"{what}: the sparse tensor of shape {list(shape)} densified")
+    except NnapiError as e:
+        raise TFLiteImportError(f"unsupported .tflite: {e.message}") from None
     if sorted(order) != list(range(n + k)) or len(levels) != n + k or sorted(order[:n]) != list(range(n)) \
             or any(not 0 <= d < n for d in block_map):
         raise TFLiteImportError(f"malformed .tflite: {what}: sparsity with traversal order {order}, block map "

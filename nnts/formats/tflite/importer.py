@@ -83,18 +83,18 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from nnapi_ref import Compilation, Execution, Model, OperandType
+from nnapi_ref import Compilation, Execution, Model, OperandType, budget
 from nnapi_ref.errors import NnapiError
 from nnapi_ref.types import DTYPES, OperandCode as T, OperationCode as Op
 from nnts.formats.tflite.elementwise import ElementwiseOperators
 # NEEDS_SCHEMA, parse_tflite and schema: this module's API (the importer's one entry point).
-from nnts.formats.tflite.flatbuffer import (NEEDS_SCHEMA, TfGraph, TFLiteImportError, TfOperator,  # noqa: F401
-                                            TfTensor, parse_tflite, schema)
+from nnts.formats.tflite.flatbuffer import (NEEDS_SCHEMA, NUMPY_TYPES, TfGraph, TFLiteImportError,  # noqa: F401
+                                            TfOperator, TfTensor, parse_tflite, schema)
 from nnts.formats.tflite.layers import LayerOperators
 from nnts.formats.tflite.recurrent import RecurrentOperators
 from nnts.formats.tflite.shapes import ShapeOperators
@@ -424,7 +424,12 @@ def load_tflite(path, extra_outputs=(), convention: str = "nnapi") -> tuple[Mode
     ``convention``: "nnapi" (valid NNAPI, the default) or "tflite", for the reference driver's
     TFLite convention only (a quantized MEAN keeps TFLite's output quantization: see op_MEAN).
     Raises TFLiteImportError (a ValueError) for a malformed file or anything it cannot map."""
-    buf = Path(path).read_bytes()
+    with open(path, "rb") as f:
+        try:
+            budget.check(os.fstat(f.fileno()).st_size, f"{path}: reading this model")
+        except NnapiError as e:
+            raise TFLiteImportError(e.message) from None
+        buf = f.read()
     return convert(parse_tflite(buf), extra_outputs, convention)
 
 
@@ -434,21 +439,21 @@ def unmapped_operators(g: TfGraph) -> list[str]:
     return sorted({op.name for op in g.operators if converter.handler(op.name) is None})
 
 
-MAX_IO_ELEMENTS = 1 << 28  # 1 GiB of float32: an input or output past it is refused, not allocated
-
-
 def check_io(g: TfGraph) -> None:
-    """A model whose inputs and outputs callers can allocate: at least one input, none past
-    MAX_IO_ELEMENTS elements (a file can declare 1x100000x100000x3, and every caller would
-    allocate it before anything else could refuse it)."""
+    """A model whose inputs and outputs callers can allocate: at least one input, none past the
+    memory budget (:mod:`nnapi_ref.budget`; a file can declare 1x100000x100000x3, and every caller
+    would allocate it before anything else could refuse it)."""
     if not g.inputs:
         raise TFLiteImportError("unsupported .tflite: the model has no inputs")
     for role, indexes in (("input", g.inputs), ("output", g.outputs)):
         for k in indexes:
-            shape = g.tensors[k].shape
-            if math.prod(max(d, 1) for d in shape) > MAX_IO_ELEMENTS:
-                raise TFLiteImportError(f"unsupported .tflite: {role} tensor {k} ({g.tensors[k].name!r}) of shape "
-                                        f"{list(shape)} has more than {MAX_IO_ELEMENTS} elements")
+            tensor = g.tensors[k]
+            itemsize = np.dtype(NUMPY_TYPES.get(tensor.type_name, np.uint8)).itemsize
+            size = math.prod(max(d, 1) for d in tensor.shape) * itemsize
+            try:
+                budget.check(size, f"{role} tensor {k} ({tensor.name!r}) of shape {list(tensor.shape)}")
+            except NnapiError as e:
+                raise TFLiteImportError(f"unsupported .tflite: {e.message}") from None
 
 
 def convert(g: TfGraph, extra_outputs=(), convention: str = "nnapi") -> tuple[Model, TFLiteInfo]:
