@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -41,7 +42,7 @@ import numpy as np
 from nnapi_ref import hal
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnapi_ref.remote import client, server, wire
-from nnapi_ref.remote.wire import Msg, Reader, Writer
+from nnapi_ref.remote.wire import Msg, Writer
 from nnts.generators.builders import add_model
 
 PHASES = ("encode", "write", "server wake-up", "dispatch", "driver", "reply", "client wake-up", "hand-over",
@@ -91,7 +92,7 @@ def timed_server(path: str) -> None:
 
     def write(frame: bytes) -> None:
         write_fd(frame)
-        _, msg, call_id = wire.HEADER.unpack_from(frame)
+        call_id = wire.HEADER.unpack_from(frame)[2]
         if call_id in stamps:
             stamps[call_id].append(time.monotonic_ns())
 
@@ -200,7 +201,7 @@ def breakdown(rows, server_rows, traced: bool) -> dict[str, float]:
     for (t0, t1, t2, t7, t8, t9), s in zip(rows, server_rows):
         if traced:  # (serve start, serve end, driver start, driver end): no read time, reply write in wake-up
             woken, replied, driver0, driver1 = s
-            values = (t1 - t0, t2 - t1, float("nan"), woken - t2, driver1 - driver0, replied - driver1, t7 - replied,
+            values = (t1 - t0, t2 - t1, math.nan, woken - t2, driver1 - driver0, replied - driver1, t7 - replied,
                       t8 - t7, t9 - t8)
         else:
             woken, driver0, driver1, replied = s
@@ -209,7 +210,7 @@ def breakdown(rows, server_rows, traced: bool) -> dict[str, float]:
         for name, value in zip(PHASES, values):
             phases[name].append(value / 1e3)
         phases["total"].append((t9 - t0) / 1e3)
-    return {name: statistics.median(v) if v and v[0] == v[0] else float("nan") for name, v in phases.items()}
+    return {name: statistics.median(v) if v and not math.isnan(v[0]) else math.nan for name, v in phases.items()}
 
 
 def python_server(repeat: int) -> dict[str, float]:
@@ -257,7 +258,7 @@ def main(argv=None) -> None:
     width = max(len(c) for c in columns) + 2
     print(f"{'microseconds (median)':22s}" + "".join(f"{c:>{width}s}" for c in columns))
     for name in PHASES + ("total",):
-        print(f"{name:22s}" + "".join(f"{'-' if v != v else f'{v:.1f}':>{width}s}"
+        print(f"{name:22s}" + "".join(f"{'-' if math.isnan(v) else f'{v:.1f}':>{width}s}"
                                       for v in (col[name] for col in columns.values())))
     for name, value in floors.items():
         print(f"pipe round trip, {name:12s} {value:.1f}")
