@@ -23,7 +23,9 @@ from the SDK's trace spans (``serve EXECUTE_SYNC`` and the driver's own ``execut
 there ends where the worker starts the call, and the reply's write is in client wake-up. The
 floors are a 16-byte round trip between this process and a child echoing it (``cat``, and a
 Python loop of ``os.read``/``os.write``). Figures are medians in microseconds; "total" is the
-median of whole calls (not the sum of the medians).
+median of whole calls (not the sum of the medians); "client CPU" and "server CPU" are the CPU
+microseconds per call of each process (all threads, the native server's tracing included): on a
+busy machine the phases wait for a core, the CPU time does not.
 """
 from __future__ import annotations
 
@@ -48,6 +50,18 @@ from nnts.generators.builders import add_model
 PHASES = ("encode", "write", "server wake-up", "dispatch", "driver", "reply", "client wake-up", "hand-over",
           "decode")
 ECHO = "import os\nwhile True:\n    d = os.read(0, 65536)\n    if not d: break\n    os.write(1, d)\n"
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU nanoseconds the process ``pid`` has run, all its threads together (schedstat)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass  # a thread that ended
+    return total
 
 
 def pipe_round_trip(argv: list[str], repeat: int) -> float:
@@ -140,10 +154,10 @@ class TimedClient:
                 self.calls.setdefault(call_id, {}).update(start=start, end=end)
 
         def timed_read(n: int) -> bytes:
-            data = read(n)
-            if n == wire.HEADER.size and len(data) == n:
+            data = read(n)  # the replies, as they come: a reply frame starts the chunk
+            if len(data) >= wire.HEADER.size:
                 now = time.monotonic_ns()
-                _, msg, call_id = wire.HEADER.unpack(data)
+                _, msg, call_id = wire.HEADER.unpack_from(data)
                 if msg == Msg.EXECUTED:
                     self.calls.setdefault(call_id, {})["read"] = now
             return data
@@ -168,11 +182,14 @@ class TimedClient:
         request = hal.Request([hal.RequestArgument(pointer, 0, 0, 16, a), hal.RequestArgument(pointer, 0, 0, 16, a)],
                               [hal.RequestArgument(pointer, 0, 0, 16, out)], [])
         rows = []
+        pid = self.connection.transport.proc.pid
+        server0, client0 = cpu_ns(pid), time.process_time_ns()
         for _ in range(repeat):
             start = time.monotonic_ns()
             self.prepared.execute_synchronously(request, False, None, 2_000_000_000)
             end = time.monotonic_ns()
             rows.append((start, *(self.current[k] for k in ("start", "end", "read", "hand")), end))
+        self.cpu = ((time.process_time_ns() - client0) / repeat / 1e3, (cpu_ns(pid) - server0) / repeat / 1e3)
         assert np.array_equal(out, a + a), "wrong result"
         return rows
 
@@ -213,6 +230,10 @@ def breakdown(rows, server_rows, traced: bool) -> dict[str, float]:
     return {name: statistics.median(v) if v and not math.isnan(v[0]) else math.nan for name, v in phases.items()}
 
 
+def with_cpu(times: dict[str, float], timed: TimedClient) -> dict[str, float]:
+    return {**times, "client CPU": timed.cpu[0], "server CPU": timed.cpu[1]}
+
+
 def python_server(repeat: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="nnts-bench-") as folder:
         path = os.path.join(folder, "stamps.json")
@@ -226,7 +247,7 @@ def python_server(repeat: int) -> dict[str, float]:
         with open(path) as f:
             stamps = {int(k): v for k, v in json.load(f).items()}
     server_rows = [stamps[k] for k in sorted(stamps)][-repeat:]
-    return breakdown(rows, server_rows, traced=False)
+    return with_cpu(breakdown(rows, server_rows, traced=False), timed)
 
 
 def native_server(command: str, repeat: int) -> dict[str, float]:
@@ -238,7 +259,7 @@ def native_server(command: str, repeat: int) -> dict[str, float]:
     timed.close()
     if len(server_rows) != repeat:
         raise SystemExit(f"{command}: {len(server_rows)} traced executions for {repeat} calls (no SDK trace spans?)")
-    return breakdown(rows, server_rows, traced=True)
+    return with_cpu(breakdown(rows, server_rows, traced=True), timed)
 
 
 def main(argv=None) -> None:
@@ -257,7 +278,7 @@ def main(argv=None) -> None:
               "python echo": pipe_round_trip([sys.executable, "-c", ECHO], args.repeat)}
     width = max(len(c) for c in columns) + 2
     print(f"{'microseconds (median)':22s}" + "".join(f"{c:>{width}s}" for c in columns))
-    for name in PHASES + ("total",):
+    for name in PHASES + ("total", "client CPU", "server CPU"):
         print(f"{name:22s}" + "".join(f"{'-' if math.isnan(v) else f'{v:.1f}':>{width}s}"
                                       for v in (col[name] for col in columns.values())))
     for name, value in floors.items():
