@@ -24,8 +24,9 @@ there ends where the worker starts the call, and the reply's write is in client 
 floors are a 16-byte round trip between this process and a child echoing it (``cat``, and a
 Python loop of ``os.read``/``os.write``). Figures are medians in microseconds; "total" is the
 median of whole calls (not the sum of the medians); "client CPU" and "server CPU" are the CPU
-microseconds per call of each process (all threads, the native server's tracing included): on a
-busy machine the phases wait for a core, the CPU time does not.
+microseconds per call of each process (all threads, the native server's tracing included), and
+"waits" the times per call its threads blocked (voluntary context switches): on a busy machine
+the phases wait for a core, and a thread that waits costs a switch, whatever the load.
 """
 from __future__ import annotations
 
@@ -49,19 +50,23 @@ from nnts.generators.builders import add_model
 
 PHASES = ("encode", "write", "server wake-up", "dispatch", "driver", "reply", "client wake-up", "hand-over",
           "decode")
+COUNTS = ("client CPU", "client waits", "server CPU", "server waits")
 ECHO = "import os\nwhile True:\n    d = os.read(0, 65536)\n    if not d: break\n    os.write(1, d)\n"
 
 
-def cpu_ns(pid: int) -> int:
-    """CPU nanoseconds the process ``pid`` has run, all its threads together (schedstat)."""
-    total = 0
+def cpu_ns(pid: int) -> tuple[int, int]:
+    """CPU nanoseconds the process ``pid`` has run and the times its threads waited (voluntary
+    context switches), all its threads together."""
+    total = switches = 0
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{task}/schedstat") as f:
                 total += int(f.read().split()[0])
-        except OSError:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                switches += next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+        except (OSError, StopIteration):
             pass  # a thread that ended
-    return total
+    return total, switches
 
 
 def pipe_round_trip(argv: list[str], repeat: int) -> float:
@@ -183,13 +188,14 @@ class TimedClient:
                               [hal.RequestArgument(pointer, 0, 0, 16, out)], [])
         rows = []
         pid = self.connection.transport.proc.pid
-        server0, client0 = cpu_ns(pid), time.process_time_ns()
+        server0, client0 = cpu_ns(pid), cpu_ns(os.getpid())
         for _ in range(repeat):
             start = time.monotonic_ns()
             self.prepared.execute_synchronously(request, False, None, 2_000_000_000)
             end = time.monotonic_ns()
             rows.append((start, *(self.current[k] for k in ("start", "end", "read", "hand")), end))
-        self.cpu = ((time.process_time_ns() - client0) / repeat / 1e3, (cpu_ns(pid) - server0) / repeat / 1e3)
+        client1, server1 = cpu_ns(os.getpid()), cpu_ns(pid)
+        self.cpu = [(b - a) / repeat / d for a, b, d in zip(client0 + server0, client1 + server1, (1e3, 1, 1e3, 1))]
         assert np.array_equal(out, a + a), "wrong result"
         return rows
 
@@ -231,7 +237,7 @@ def breakdown(rows, server_rows, traced: bool) -> dict[str, float]:
 
 
 def with_cpu(times: dict[str, float], timed: TimedClient) -> dict[str, float]:
-    return {**times, "client CPU": timed.cpu[0], "server CPU": timed.cpu[1]}
+    return {**times, **dict(zip(COUNTS, timed.cpu))}
 
 
 def python_server(repeat: int) -> dict[str, float]:
@@ -278,7 +284,7 @@ def main(argv=None) -> None:
               "python echo": pipe_round_trip([sys.executable, "-c", ECHO], args.repeat)}
     width = max(len(c) for c in columns) + 2
     print(f"{'microseconds (median)':22s}" + "".join(f"{c:>{width}s}" for c in columns))
-    for name in PHASES + ("total", "client CPU", "server CPU"):
+    for name in PHASES + ("total", *COUNTS):
         print(f"{name:22s}" + "".join(f"{'-' if math.isnan(v) else f'{v:.1f}':>{width}s}"
                                       for v in (col[name] for col in columns.values())))
     for name, value in floors.items():

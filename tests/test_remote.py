@@ -479,3 +479,55 @@ def test_a_driver_process_stderr_reader_never_reads_a_descriptor_number_reused_a
         transport.kill()
         for fd in (number, read_end, write_end):
             os.close(fd)
+
+
+def test_concurrent_calls_on_one_connection_reach_the_driver_together(tmp_path):
+    """The server's reading thread runs each call itself; a call still running passes the reading
+    on, so that two executions from two client threads are in the driver at once (each waits for
+    the other here: served one after the other, both would fail)."""
+    import socket
+    import threading
+
+    from nnapi_ref.remote import client, server
+    both_inside = threading.Barrier(2, timeout=20)
+
+    class Meeting(ReferenceDevice):
+        def prepare_model(self, *args):
+            prepared = super().prepare_model(*args)
+            execute = prepared.execute_synchronously
+
+            def meet(*a):
+                both_inside.wait()
+                return execute(*a)
+            prepared.execute_synchronously = meet
+            return prepared
+
+    path = str(tmp_path / "s.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def serve_one():
+        conn, _ = listener.accept()
+        server._serve_connection(Meeting(), conn)
+    serving = threading.Thread(target=serve_one, daemon=True)
+    serving.start()
+    device = client.attach_socket(path)
+    try:
+        compilation = Compilation(chain_model(), [Device(device)])
+        compilation.finish()
+        results = [None, None]
+
+        def run(i):
+            results[i] = execute_chain(compilation, A + i, B, "sync")
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for i in range(2):
+            np.testing.assert_array_equal(results[i], chain(A + i, B))
+    finally:
+        device.close()
+        listener.close()
+        serving.join(10)
