@@ -531,3 +531,44 @@ def test_concurrent_calls_on_one_connection_reach_the_driver_together(tmp_path):
         device.close()
         listener.close()
         serving.join(10)
+
+
+def test_request_encodings_are_the_protocols_fields_byte_for_byte():
+    """Arguments, region references, execution options and timings are packed by precompiled
+    structs, a message at a time: the bytes are still the fields of docs/remote-protocol.md one
+    after the other (what any version 2 peer writes and reads), and malformed ones still fail
+    as such."""
+    import struct
+
+    from nnapi_ref.remote import wire
+    from nnapi_ref.remote.wire import EncodeError, ProtocolError, Reader
+
+    def encoded(write, *args) -> bytes:
+        w = Writer()
+        write(w, *args)
+        return b"".join(w.parts)
+
+    pointer = hal.RequestArgument(hal.ArgumentLifetime.POINTER, 0, 0, 16, dimensions=(2, 2))
+    field_by_field = (struct.pack("<i", 2) + struct.pack("<I", 0) + struct.pack("<I", 0) + struct.pack("<I", 16)
+                      + struct.pack("<I", 2) + struct.pack("<II", 2, 2) + b"\x01" + struct.pack("<QQQ", 7, 64, 16))
+    assert encoded(wire.write_argument, pointer, (7, 64, 16)) == field_by_field
+    pool = hal.RequestArgument(hal.ArgumentLifetime.POOL, 1, 32, 8)
+    assert encoded(wire.write_argument, pool, None) == struct.pack("<iIIII", 0, 1, 32, 8, 0) + b"\x00"
+    assert encoded(wire.write_region_ref, (1, 2, 3)) == struct.pack("<QQQ", 1, 2, 3)
+    assert encoded(wire.write_execution_options, True, None, 5) == b"\x01" + b"\x00" + struct.pack("<Q", 5)
+    assert encoded(wire.write_execution_options, False, -4, 5) == b"\x00\x01" + struct.pack("<qQ", -4, 5)
+    assert encoded(wire.write_timing, hal.Timing(3, -1)) == struct.pack("<qq", 3, -1)
+
+    read = wire.read_argument(Reader(field_by_field), lambda ref: ref)
+    assert (read.lifetime, read.pool_index, read.offset, read.length, read.dimensions, read.pointer) == \
+        (hal.ArgumentLifetime.POINTER, 0, 0, 16, (2, 2), (7, 64, 16))
+    assert wire.read_timing(Reader(struct.pack("<qq", 3, -1))) == hal.Timing(3, -1)
+    for cut in (3, 19, 27, len(field_by_field) - 1):
+        with pytest.raises(ProtocolError):
+            wire.read_argument(Reader(field_by_field[:cut]), lambda ref: ref)
+    with pytest.raises(ProtocolError):  # a dimension count beyond the message
+        wire.read_argument(Reader(struct.pack("<iIIII", 0, 0, 0, 0, 1 << 30) + b"\x00"), lambda ref: ref)
+    for bad in (hal.RequestArgument(hal.ArgumentLifetime.POOL, -1, 0, 4),
+                hal.RequestArgument(hal.ArgumentLifetime.POOL, 0, 0, 4, dimensions=(-2,))):
+        with pytest.raises(EncodeError):
+            encoded(wire.write_argument, bad, None)
