@@ -224,11 +224,13 @@ def breakdown(rows, server_rows, traced: bool) -> dict[str, float]:
     for (t0, t1, t2, t7, t8, t9), s in zip(rows, server_rows):
         if traced:  # (serve start, serve end, driver start, driver end): no read time, reply write in wake-up
             woken, replied, driver0, driver1 = s
-            values = (t1 - t0, t2 - t1, math.nan, woken - t2, driver1 - driver0, replied - driver1, t7 - replied,
+            sent = min(t2, woken)
+            values = (t1 - t0, sent - t1, math.nan, woken - sent, driver1 - driver0, replied - driver1, t7 - replied,
                       t8 - t7, t9 - t8)
         else:
             woken, driver0, driver1, replied = s
-            values = (t1 - t0, t2 - t1, woken - t2, driver0 - woken, driver1 - driver0, replied - driver1,
+            sent = min(t2, woken)  # a server woken on the client's core may run before the write returns
+            values = (t1 - t0, sent - t1, woken - sent, driver0 - woken, driver1 - driver0, replied - driver1,
                       t7 - replied, t8 - t7, t9 - t8)
         for name, value in zip(PHASES, values):
             phases[name].append(value / 1e3)
