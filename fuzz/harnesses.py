@@ -945,10 +945,21 @@ class RemoteHarness(Harness):
             raise Finding(problem or transport.death())
 
     @staticmethod
-    def read_replies(transport) -> str | None:
+    def read_exactly(transport, n: int) -> bytes:
+        """``n`` bytes, or fewer where the stream ends (a transport's read returns what has come)."""
+        data = b""
+        while len(data) < n:
+            chunk = transport.read(n - len(data))
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+    @classmethod
+    def read_replies(cls, transport) -> str | None:
         """Reads replies to the end of the stream; what is wrong with the first bad one."""
         while True:
-            header = transport.read(wire.HEADER.size)
+            header = cls.read_exactly(transport, wire.HEADER.size)
             if not header:
                 return None
             if len(header) < wire.HEADER.size:
@@ -956,7 +967,7 @@ class RemoteHarness(Harness):
             length, msg, _ = wire.HEADER.unpack(header)
             if not 12 <= length <= 12 + wire.MAX_REPLY:
                 return f"a reply frame of length {length}"
-            body = transport.read(length - 12)
+            body = cls.read_exactly(transport, length - 12)
             if len(body) < length - 12:
                 return "the stream ends inside a reply"
             if msg not in wire.Msg._value2member_map_ or msg < wire.Msg.ERROR:

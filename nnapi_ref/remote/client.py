@@ -16,10 +16,10 @@ records its incidents in (a runner gives every device it loads one log, and read
 from __future__ import annotations
 
 import collections
-import io
 import itertools
 import os
 import queue
+import select
 import shlex
 import signal
 import socket
@@ -126,7 +126,6 @@ class ProcessTransport:
                                          stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
         except OSError as e:
             raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"cannot start {command!r}: {e}") from None
-        self._out = io.BufferedReader(self.proc.stdout, 1 << 16)
         self._stdin_lock = threading.Lock()
         # The drain thread reads a descriptor of its own: reading the Popen's by number, it could
         # outlive that descriptor (closed when the transport is collected) and read whatever pipe
@@ -160,8 +159,12 @@ class ProcessTransport:
         with self._stdin_lock:
             self.proc.stdin.write(data)
 
+    def fileno(self) -> int:
+        return self.proc.stdout.fileno()
+
     def read(self, n: int) -> bytes:
-        return self._out.read(n)
+        """Up to ``n`` bytes of replies, as they come; b"" at the end of the stream."""
+        return self.proc.stdout.read(n)
 
     def end_input(self) -> None:
         """No more requests: the driver sees the end of its input."""
@@ -182,7 +185,7 @@ class ProcessTransport:
     def close_reader(self) -> None:
         """The reply pipe's read end, closed by the reader thread as it stops."""
         try:
-            self._out.close()
+            self.proc.stdout.close()
         except OSError:
             pass
 
@@ -218,15 +221,18 @@ class SocketTransport:
         except OSError as e:
             self.sock.close()
             raise HalError(ErrorStatus.DEVICE_UNAVAILABLE, f"cannot connect to {path}: {e}") from None
-        self._in = self.sock.makefile("rb", buffering=1 << 16)
         self._send_lock = threading.Lock()
 
     def send(self, data: bytes) -> None:
         with self._send_lock:
             self.sock.sendall(data)
 
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
     def read(self, n: int) -> bytes:
-        return self._in.read(n)
+        """Up to ``n`` bytes of replies, as they come; b"" at the end of the stream."""
+        return self.sock.recv(n)
 
     def end_input(self) -> None:
         try:
@@ -243,10 +249,7 @@ class SocketTransport:
             pass
 
     def close_reader(self) -> None:
-        def close():
-            self._in.close()
-            self.sock.close()
-        close_between_writes(self._send_lock, close)
+        close_between_writes(self._send_lock, self.sock.close)
 
     def death(self) -> str:
         return f"the connection to {self.command} was closed"
@@ -287,7 +290,14 @@ class _AsyncExecution:
 
 
 class Connection:
-    """One driver process (or server connection) and the calls in flight to it."""
+    """One driver process (or server connection) and the calls in flight to it.
+
+    Replies are read by the calling thread itself while no other thread reads (a call costs no
+    hand-over between threads); a call that finds another thread reading waits for that thread
+    to deliver its reply. A thread done reading while calls or asynchronous executions are still
+    in flight passes the reading to the connection's reader thread, which reads until nothing is
+    in flight. While nothing is in flight, nothing reads: a device-level call first checks that
+    the driver has not gone away meanwhile (:meth:`check_idle`)."""
 
     def __init__(self, transport, driver: str, settings: RemoteSettings, incidents: IncidentLog):
         self.transport = transport
@@ -304,6 +314,13 @@ class Connection:
         self._send_lock = threading.Lock()
         self._pending: dict[int, _Waiter] = {}
         self._async: dict[int, _AsyncExecution] = {}
+        self._reading = False  # a thread holds the reading of replies (under _lock)
+        self._reader_closed = False
+        self._reader_turn = False  # the reading was passed to the reader thread (under _lock)
+        self._read_wanted = threading.Semaphore(0)  # the reader thread's turn to read
+        self._received = bytearray()  # read, not yet taken as frames (by the reading thread only)
+        self._poll = select.poll()
+        self._poll.register(transport.fileno(), select.POLLIN)
         self._sent_regions: set[int] = set()
         self._removed_regions: list[int] = []
         self._released: list[int] = []
@@ -412,9 +429,18 @@ class Connection:
             raise self.dead_error()
         self._send(w.finish(msg, call_id), regions)
         timeout_s = self.prepare_timeout_s if msg in _SLOW else self.call_timeout_s
-        if not waiter.done.acquire(timeout=timeout_s):
-            self.fail("hang", f"HANG: {self.driver} did not return from {what} within {timeout_s:g} s; "
-                              f"its process was killed")
+        if self._take_reading():
+            try:
+                answered = self._read_until(waiter, time.monotonic() + timeout_s)
+            except BaseException:
+                answered = True  # (a KeyboardInterrupt, say): the reading passes on all the same
+                raise
+            finally:
+                if not answered:
+                    self._hung(what, timeout_s)
+                self._leave_reading()
+        elif not waiter.done.acquire(timeout=timeout_s):
+            self._hung(what, timeout_s)
         if waiter.error is not None:
             raise waiter.error
         reply, body = waiter.reply
@@ -422,6 +448,10 @@ class Connection:
         if reply == Msg.ERROR:
             raise self.decode(wire.read_error, r)
         return r
+
+    def _hung(self, what: str, timeout_s: float) -> None:
+        self.fail("hang", f"HANG: {self.driver} did not return from {what} within {timeout_s:g} s; "
+                          f"its process was killed")
 
     # -- the server's trace spans ----------------------------------------------------------------
     def _start_trace(self) -> None:
@@ -475,27 +505,117 @@ class Connection:
             raise self.dead_error() from None
 
     # -- receiving -----------------------------------------------------------------------------
-    def _read_replies(self) -> None:
+    def _take_reading(self) -> bool:
+        """Become the thread that reads replies, if none is (and the connection lives)."""
+        with self._lock:
+            if self._reading or self.dead:
+                return False
+            self._reading = True
+            return True
+
+    def _leave_reading(self) -> None:
+        """Stop reading: the reader thread carries on while anything is in flight; the reply
+        stream of a dead connection is closed now, by the one thread that could be reading it
+        (see ProcessTransport.kill)."""
+        with self._lock:
+            if not self.dead and (self._pending or self._async):
+                self._reader_turn = True
+                self._read_wanted.release()
+                return
+            self._reading = False
+            close = self.dead is not None and not self._reader_closed
+            self._reader_closed |= close
+        if close:
+            self.transport.close_reader()
+
+    def _read_until(self, waiter: _Waiter | None, deadline: float | None) -> bool:
+        """Read and deliver replies until ``waiter`` has its answer (None: until nothing is in
+        flight) or the connection dies; False if ``deadline`` (time.monotonic) passed first."""
         try:
             while True:
-                header = self.transport.read(wire.HEADER.size)
-                if len(header) < wire.HEADER.size:
+                if waiter is None:
+                    with self._lock:
+                        if not (self._pending or self._async) or self.dead:
+                            return True
+                elif waiter.reply is not None or waiter.error is not None:
+                    return True
+                frame = self._read_frame(deadline)
+                if frame is False:
+                    return False
+                if frame is None:
                     self.fail("crash", None)
-                    return
-                length, msg, call_id = wire.HEADER.unpack(header)
-                if not 12 <= length <= 12 + wire.MAX_REPLY:
-                    raise ProtocolError(f"reply length {length} out of range")
-                body = self.transport.read(length - 12)
-                if len(body) < length - 12:
-                    self.fail("crash", None)
-                    return
-                self._deliver(msg, call_id, body)
+                else:
+                    self._deliver(*frame)
         except ProtocolError as e:
             self.fail("crash", f"CRASH: {self.driver} broke the protocol ({e}); its process was killed")
         except (OSError, ValueError):
             self.fail("crash", None)
+        return True
+
+    def _read_frame(self, deadline: float | None):
+        """(type, call id, body) of the next reply; None at the end of the stream, False when
+        ``deadline`` passed first."""
+        buffer = self._received
+        need = wire.HEADER.size
+        while True:
+            if len(buffer) >= need:
+                length, msg, call_id = wire.HEADER.unpack_from(buffer)
+                if not 12 <= length <= 12 + wire.MAX_REPLY:
+                    raise ProtocolError(f"reply length {length} out of range")
+                need = length + 4
+                if len(buffer) >= need:
+                    body = bytes(buffer[wire.HEADER.size:need])
+                    del buffer[:need]
+                    return msg, call_id, body
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._poll.poll(max(remaining * 1000, 1)):
+                    return False
+            chunk = self.transport.read(max(need - len(buffer), 1 << 16))
+            if not chunk:
+                return None
+            buffer += chunk
+
+    def _read_replies(self) -> None:
+        """The reader thread: reads whenever a caller passes the reading on, until the end."""
+        while True:
+            self._read_wanted.acquire()
+            with self._lock:
+                turn, self._reader_turn = self._reader_turn, False
+            if turn:
+                try:
+                    self._read_until(None, None)
+                finally:
+                    self._leave_reading()
+            if self.dead:
+                return
+
+    def _stop_reading(self) -> None:
+        """The connection is dead: close the reply stream unless a thread reads it (that thread
+        closes it as it stops), and end the reader thread."""
+        with self._lock:
+            close = not self._reading and not self._reader_closed
+            self._reader_closed |= close
+        if close:
+            self.transport.close_reader()
+        self._read_wanted.release()
+
+    def check_idle(self) -> None:
+        """Between calls nothing reads the replies: a driver that exited (or wrote something
+        nobody asked for) is found here, before the next call is sent to it."""
+        if not self._take_reading():
+            return
+        try:
+            if self._pending or self._async or self._received or not self._poll.poll(0):
+                return
+            if self.transport.read(1 << 16):
+                self.fail("crash", f"CRASH: {self.driver} sent a reply to no call; its process was killed")
+            else:
+                self.fail("crash", None)
+        except (OSError, ValueError):
+            self.fail("crash", None)
         finally:
-            self.transport.close_reader()  # only now: see ProcessTransport.kill
+            self._leave_reading()
 
     def _deliver(self, msg: int, call_id: int, body: bytes) -> None:
         if msg == Msg.EXECUTION_DONE:
@@ -534,6 +654,7 @@ class Connection:
             pending, self._pending = self._pending, {}
             executions, self._async = self._async, {}
         self.transport.kill()
+        self._stop_reading()
         death = self.transport.death()
         if message is None:
             message = f"CRASH: {self.driver}: the driver {death}"
@@ -571,6 +692,7 @@ class Connection:
             self.dead = "closed by the client"
         self._stopped.set()
         self.transport.kill()
+        self._stop_reading()
         self._completions.put(None)
 
     # -- shared memory for one call ------------------------------------------------------------
@@ -659,6 +781,8 @@ class RemoteDevice(hal.Device):
     def live(self) -> Connection:
         """The connection to the driver, started anew if the last one died."""
         with self._lock:
+            if self.connection is not None and not self.connection.dead:
+                self.connection.check_idle()
             if self.connection is None or self.connection.dead:
                 self._encoded = []  # a dead driver may have cut or written the regions of its models
                 self.connection = Connection(self._connect(), self.driver, self.settings, self.incidents)
@@ -917,9 +1041,7 @@ class RemotePreparedModel(hal.PreparedModel):
                    hints=hal.NO_HINTS) -> None:
         w.u64(self.handle)
         self._request(w, request, staging)
-        w.u8(bool(measure))
-        w.optional_i64(_relative(deadline_ns))
-        w.u64(max(int(loop_timeout_ns), 0))
+        wire.write_execution_options(w, measure, _relative(deadline_ns), max(int(loop_timeout_ns), 0))
         if self.connection.version >= wire.HINTS_VERSION:
             wire.write_hints(w, hints)
 
@@ -1026,9 +1148,7 @@ class RemoteBurst(hal.IBurst):
         w = Writer()
         w.u64(self.handle)
         prepared._request(w, request, staging)
-        w.u8(bool(measure))
-        w.optional_i64(_relative(deadline_ns))
-        w.u64(max(int(loop_timeout_ns), 0))
+        wire.write_execution_options(w, measure, _relative(deadline_ns), max(int(loop_timeout_ns), 0))
         if prepared.connection.version >= wire.HINTS_VERSION:
             wire.write_hints(w, hints)
         w.u32(len(memory_identifier_tokens))

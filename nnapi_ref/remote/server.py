@@ -2,9 +2,11 @@
 ``docs/remote-protocol.md`` (``nnts serve DRIVER``, on stdin/stdout or a Unix socket).
 
 Messages are read and decoded in order, by one thread at a time: the thread that reads a request
-hands the reading on to another and then runs the driver call itself (leader/follower), so a
-call costs no hand-over to a worker, and concurrent executions from several client threads reach
-the driver concurrently, as they would through a HAL service. A malformed message gets an ERROR
+runs the driver call itself and then reads on, so a call costs no hand-over between threads. A
+call still running after ``Session.PASS_READING_AFTER_S`` passes the reading on to another thread
+(leader/follower, the hand-over made by a watchdog thread, off the path of short calls), so that
+concurrent executions from several client threads reach the driver concurrently, as they would
+through a HAL service. A malformed message gets an ERROR
 reply (INVALID_ARGUMENT) naming what is wrong; a frame longer than the protocol allows ends the
 connection.
 """
@@ -48,6 +50,8 @@ class Session:
     """One client's state: its regions and the objects the driver returned to it."""
 
     MODELS_KEPT = 8
+    PASS_READING_AFTER_S = 0.005  # a call running this long lets another thread read the next request
+    WATCH_IDLE_TICKS = 20         # the watchdog sleeps once this many of its ticks saw no call
 
     def __init__(self, device: hal.Device, read, write, workers: int = 16):
         self.device = device
@@ -60,8 +64,11 @@ class Session:
         self._models: dict[bytes, hal.Model] = {}  # the last models received, oldest first
         self._models_lock = threading.Lock()
         self._workers = workers
-        self._reading = threading.Lock()  # held by the one thread reading the stream
+        self._reading = threading.Lock()  # held by the one thread reading the stream, through its call
         self._closed = False
+        self._watch = threading.Condition()  # guards _running and _watch_asleep
+        self._running: list | None = None    # [start, passed on] of the call of the reading thread
+        self._watch_asleep = False
         self._trace_lock = threading.Lock()
         self._unsent_spans: list[tuple] = []  # taken from the trace, not yet sent (a reply holds a bounded batch)
         self._threads: dict[int, str] = {}
@@ -90,15 +97,20 @@ class Session:
         """Serve until the client goes away (threads still inside the driver are left to it)."""
         for _ in range(self._workers - 1):
             threading.Thread(target=self._serve_requests, daemon=True, name="nnts-serve").start()
+        if self._workers > 1:
+            threading.Thread(target=self._watch_calls, daemon=True, name="nnts-serve-watch").start()
         self._serve_requests()
         self._objects.clear()
         self._regions.clear()
 
     def _serve_requests(self) -> None:
-        """Take turns reading: read and decode one request, pass the reading on, run the call."""
+        """Take turns reading: read and decode a request, run the call, read on, until the
+        watchdog passed the reading to another thread during a call (then queue for it again)."""
         while True:
-            with self._reading:
+            self._reading.acquire()
+            while True:
                 if self._closed:
+                    self._reading.release()
                     return
                 try:
                     request = self._next_request()
@@ -106,9 +118,47 @@ class Session:
                     request = None
                 if request is None:
                     self._closed = True
+                    self._reading.release()
+                    with self._watch:
+                        self._watch.notify()
                     return
-            if request[0] is not None:
-                self._run(*request)
+                if request[0] is None:
+                    continue
+                running = [time.monotonic(), False]
+                with self._watch:
+                    self._running = running
+                    if self._watch_asleep:
+                        self._watch.notify()
+                try:
+                    self._run(*request)
+                finally:
+                    with self._watch:
+                        if self._running is running:
+                            self._running = None
+                if running[1]:
+                    break
+
+    def _watch_calls(self) -> None:
+        """Every PASS_READING_AFTER_S, pass the reading on from a call running that long (by
+        releasing the reading lock for it); asleep while no calls come."""
+        idle = 0
+        with self._watch:
+            while not self._closed:
+                running = self._running
+                if running is None:
+                    idle += 1
+                    if idle > self.WATCH_IDLE_TICKS:
+                        self._watch_asleep = True
+                        self._watch.wait()
+                        self._watch_asleep = False
+                        idle = 0
+                        continue
+                elif time.monotonic() - running[0] >= self.PASS_READING_AFTER_S:
+                    idle = 0
+                    running[1] = True
+                    self._running = None
+                    self._reading.release()
+                self._watch.wait(self.PASS_READING_AFTER_S)
 
     def _next_request(self):
         """(work, call id) for the next request (work None when nothing is to be run), or None at

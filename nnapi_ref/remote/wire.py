@@ -175,11 +175,15 @@ class Reader:
         return view
 
     def _unpack(self, s: struct.Struct):
+        return self.unpack(s)[0]
+
+    def unpack(self, s: struct.Struct) -> tuple:
+        """The fields of a precompiled struct, read at once."""
         if self.pos + s.size > len(self.body):
             raise ProtocolError(f"message truncated at offset {self.pos} of {len(self.body)}")
-        value = s.unpack_from(self.body, self.pos)[0]
+        values = s.unpack_from(self.body, self.pos)
         self.pos += s.size
-        return value
+        return values
 
     def u8(self) -> int:
         return self._unpack(_U8)
@@ -245,28 +249,30 @@ class Reader:
 # Regions: shared memory by id, the way the HAL passes hidl_memory / ashmem handles
 # ---------------------------------------------------------------------------------------------
 
+_REGION_REF = struct.Struct("<QQQ")
+
+
 def write_region_ref(w: Writer, ref: tuple[int, int, int]) -> None:
-    region_id, offset, length = ref
-    w.u64(region_id)
-    w.u64(offset)
-    w.u64(length)
+    w.parts.append(_REGION_REF.pack(*ref))
 
 
 def read_region_ref(r: Reader) -> tuple[int, int, int]:
-    return r.u64(), r.u64(), r.u64()
+    return r.unpack(_REGION_REF)
 
 
 # ---------------------------------------------------------------------------------------------
 # Small HAL types
 # ---------------------------------------------------------------------------------------------
 
+_TIMING = struct.Struct("<qq")
+
+
 def write_timing(w: Writer, t: hal.Timing) -> None:
-    w.i64(t.time_on_device_ns)
-    w.i64(t.time_in_driver_ns)
+    w.parts.append(_TIMING.pack(t.time_on_device_ns, t.time_in_driver_ns))
 
 
 def read_timing(r: Reader) -> hal.Timing:
-    return hal.Timing(r.i64(), r.i64())
+    return hal.Timing(*r.unpack(_TIMING))
 
 
 def write_output_shapes(w: Writer, shapes) -> None:
@@ -525,23 +531,29 @@ POOL_REGION, POOL_DEVICE_BUFFER, POOL_HARDWARE_BUFFER = 0, 1, 2
 HARDWARE_BUFFER_BLOB_FORMAT = 0x21  # AHARDWAREBUFFER_FORMAT_BLOB: plain bytes; any other format is an image
 
 
+_ARGUMENT = struct.Struct("<iIIII")  # lifetime, pool index, offset, length, number of dimensions
+_POINTER = struct.Struct("<BQQQ")    # present, then the region reference
+_LIFETIMES = hal.ArgumentLifetime._value2member_map_
+
+
 def write_argument(w: Writer, arg: hal.RequestArgument, pointer_ref) -> None:
     """``pointer_ref``: the region reference holding a POINTER argument's bytes, or None."""
-    w.i32(int(arg.lifetime))
-    w.u32(arg.pool_index)
-    w.u32(arg.offset)
-    w.u32(arg.length)
-    w.u32_list(arg.dimensions)
-    if pointer_ref is None:
-        w.u8(0)
-    else:
-        w.u8(1)
-        write_region_ref(w, pointer_ref)
+    dims = arg.dimensions
+    try:
+        w.parts.append(_ARGUMENT.pack(arg.lifetime, arg.pool_index, arg.offset, arg.length, len(dims)))
+        if dims:
+            w.parts.append(struct.pack(f"<{len(dims)}I", *dims))
+        w.parts.append(b"\0" if pointer_ref is None else _POINTER.pack(1, *pointer_ref))
+    except struct.error as e:
+        raise EncodeError(f"a request argument that does not fit its fields ({e})") from None
 
 
 def read_argument(r: Reader, region_bytes) -> hal.RequestArgument:
-    lifetime = _enum_or_int(hal.ArgumentLifetime, r.i32())
-    arg = hal.RequestArgument(lifetime, r.u32(), r.u32(), r.u32(), dimensions=r.u32_list())
+    lifetime, pool_index, offset, length, n = r.unpack(_ARGUMENT)
+    if 4 * n > len(r.body) - r.pos:
+        raise ProtocolError(f"list of {n} items longer than the rest of the message")
+    dims = struct.unpack_from(f"<{n}I", r.raw(4 * n)) if n else ()
+    arg = hal.RequestArgument(_LIFETIMES.get(lifetime, lifetime), pool_index, offset, length, dimensions=dims)
     if r.bool():
         arg.pointer = region_bytes(read_region_ref(r))
     return arg
@@ -557,6 +569,18 @@ def write_hardware_buffer_description(w: Writer, desc) -> None:
 
 def read_hardware_buffer_description(r: Reader) -> hal.HardwareBufferDescription:
     return hal.HardwareBufferDescription(r.u32(), r.u32(), r.u32(), r.u32(), r.u64(), r.u32())
+
+
+_OPTIONS = struct.Struct("<BBqQ")             # measure, deadline present, deadline, loop timeout
+_OPTIONS_NO_DEADLINE = struct.Struct("<BBQ")  # measure, no deadline, loop timeout
+
+
+def write_execution_options(w: Writer, measure: bool, deadline: int | None, loop_timeout: int) -> None:
+    """An execution's ``measure: bool``, ``deadline: optional<i64>``, ``loop_timeout: u64``."""
+    if deadline is None:
+        w.parts.append(_OPTIONS_NO_DEADLINE.pack(bool(measure), 0, loop_timeout))
+    else:
+        w.parts.append(_OPTIONS.pack(bool(measure), 1, deadline, loop_timeout))
 
 
 def read_request(r: Reader, region_bytes, version: int = VERSION) -> hal.Request:
