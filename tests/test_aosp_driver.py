@@ -1,0 +1,77 @@
+"""AOSP's own CPU executor as a driver (``nnts aosp-driver build``, ``nnts/sdk/aosp/``).
+
+The build's errors are checked everywhere (one line naming what is missing). The driver itself is
+built from ``../shared/aosp-native`` only where that checkout and the Debian packages are present,
+and only from object files already compiled into the shared build folder (``NNTS_AOSP_BUILD``,
+default ``~/.cache/nnts/aosp-driver``; CI's AOSP step fills it): every object is named by a hash of
+what made it, so reusing one is safe, and the test then costs a link (seconds) instead of the
+twenty minutes a first build takes on two cores."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nnts.cli import aosp_driver
+
+from . import support
+
+ROOT = Path(__file__).resolve().parents[1]
+AOSP = ROOT.parent / "shared" / "aosp-native"
+
+
+def nnts(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nnts", *args], check=False, capture_output=True, text=True, timeout=120)
+
+
+def test_build_names_a_missing_checkout_in_one_line(tmp_path):
+    done = nnts("aosp-driver", "build", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out"))
+    assert done.returncode == 1
+    assert done.stderr.strip().count("\n") == 0
+    assert "nowhere: no such folder" in done.stderr
+
+
+def test_build_names_the_first_missing_part_of_the_layout(tmp_path):
+    (tmp_path / "neuralnetworks" / "common").mkdir(parents=True)
+    (tmp_path / "neuralnetworks" / "common" / "CpuExecutor.cpp").write_text("")
+    done = nnts("aosp-driver", "build", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert done.returncode == 1
+    assert "lacks litert/tflite/kernels/internal/types.h" in done.stderr
+    assert "TFLite" in done.stderr and done.stderr.strip().count("\n") == 0
+
+
+def test_unbuilt_operations_become_registrations_of_nothing():
+    assert aosp_driver.unregistered_cpp(["REVERSE"]).count("register_REVERSE() { return nullptr; }") == 1
+
+
+@pytest.fixture(scope="module")
+def driver() -> Path:
+    if not AOSP.is_dir():
+        pytest.skip("needs ../shared/aosp-native (AOSP's NNAPI sources and what they build against)")
+    try:
+        aosp_driver.check(AOSP, "g++")
+    except aosp_driver.BuildError as e:
+        pytest.skip(str(e))
+    try:
+        result = aosp_driver.build(AOSP, aosp_driver.default_out(), jobs=2, compile_limit=4)
+    except aosp_driver.NotCompiledYet as e:
+        pytest.skip(f"{e}: run `nnts aosp-driver build ../shared/aosp-native --out {aosp_driver.default_out()}` "
+                    "first (CI's AOSP step does)")
+    return result.binary
+
+
+def test_aosp_driver_passes_the_corpus_on_a_sample_of_operations(driver):
+    code, output, failed = support.run_suite(
+        f"remote:{driver}", ["cts/test_generated.py", "vts/test_validate_model.py", "vts/test_validate_request.py"],
+        "op_ADD or op_REDUCE_MAX or op_ARGMAX or op_REVERSE or op_LSH_PROJECTION")
+    assert code == 0 and not failed, output[-3000:]
+    assert " passed" in output
+
+
+def test_the_manifest_names_each_operation_not_built_with_its_reason(driver):
+    manifest = json.loads(driver.with_suffix(".json").read_text())
+    assert set(manifest["unsupported_operations"]) >= {"LSH_PROJECTION", "REVERSE"}
+    assert all("does not compile" in reason for reason in manifest["unsupported_operations"].values())
