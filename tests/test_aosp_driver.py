@@ -2,13 +2,14 @@
 
 The build's errors are checked everywhere (one line naming what is missing). The driver itself is
 built from ``../shared/aosp-native`` only where that checkout and the Debian packages are present,
-and only from object files already compiled into the shared build folder (``NNTS_AOSP_BUILD``,
-default ``~/.cache/nnts/aosp-driver``; CI's AOSP step fills it): every object is named by a hash of
-what made it, so reusing one is safe, and the test then costs a link (seconds) instead of the
-twenty minutes a first build takes on two cores."""
+and only from object files already compiled into the shared build folder (``aosp-driver`` in
+nnts's cache folder, ``~/.cache/nnts`` by default; CI's AOSP step fills it): every object is named
+by a hash of what made it, so reusing one is safe, and the test then costs a link (seconds)
+instead of the twenty minutes a first build takes on two cores."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from nnts.cli import aosp_driver
+from nnts.runners.settings import Settings
 
 from . import support
 
@@ -55,11 +57,13 @@ def driver() -> Path:
         aosp_driver.check(AOSP, "g++")
     except aosp_driver.BuildError as e:
         pytest.skip(str(e))
+    out = aosp_driver.default_out(Settings.from_environment(os.environ))
+    if out is None:
+        pytest.skip("NNTS_CACHE_DIR is empty (no cache): no shared AOSP driver build to link from")
     try:
-        result = aosp_driver.build(AOSP, aosp_driver.default_out(), jobs=2, compile_limit=4)
+        result = aosp_driver.build(AOSP, out, jobs=2, compile_limit=4)
     except aosp_driver.NotCompiledYet as e:
-        pytest.skip(f"{e}: run `nnts aosp-driver build ../shared/aosp-native --out {aosp_driver.default_out()}` "
-                    "first (CI's AOSP step does)")
+        pytest.skip(f"{e}: run `nnts aosp-driver build ../shared/aosp-native --out {out}` first (CI's AOSP step does)")
     return result.binary
 
 

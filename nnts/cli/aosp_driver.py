@@ -32,6 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nnts.runners.settings import Settings
+
 GLUE = Path(__file__).resolve().parents[1] / "sdk" / "aosp"
 SDK = Path(__file__).resolve().parents[1] / "sdk"
 SDK_SOURCES = ("server.cpp", "transport.cpp", "c_driver.cpp")
@@ -70,8 +72,11 @@ COMPANIONS = {"Multinomial.cpp": ("random/guarded_philox_random.cc", "random/ran
 # strings and mapped files (libbase's logging.cpp needs a newer liblog than Debian's: the glue's
 # host_logging.cpp stands in for it).
 SUPPORT = ("litert/tflite/kernels/internal/runtime_shape.cc", "litert/tflite/kernels/internal/common.cc",
+           "litert/tflite/kernels/internal/quantization_util.cc", "litert/tflite/kernels/internal/portable_tensor_utils.cc",
+           "litert/tflite/kernels/internal/reference/portable_tensor_utils.cc",
+           "litert/tflite/util.cc", "litert/tflite/array.cc", "litert/tflite/core/c/common.cc",
            "libbase/chrono_utils.cpp", "libbase/properties.cpp", "libbase/strings.cpp", "libbase/mapped_file.cpp",
-           "libbase/stringprintf.cpp", "libbase/threads.cpp")
+           "libbase/stringprintf.cpp", "libbase/threads.cpp", "libbase/parsebool.cpp")
 # nnts's own sources (nnts/sdk/aosp/) linked into every build.
 GLUE_SOURCES = ("aosp_cpu_driver.cpp", "host_logging.cpp")
 LIBS = ("-lpthread",)
@@ -85,9 +90,10 @@ class NotCompiledYet(BuildError):
     """More object files to compile than the caller allows (a test that only reuses a build)."""
 
 
-def default_out() -> Path:
-    """The shared build folder: $NNTS_AOSP_BUILD, else ~/.cache/nnts/aosp-driver (CI and the tests)."""
-    return Path(os.environ.get("NNTS_AOSP_BUILD") or Path.home() / ".cache" / "nnts" / "aosp-driver")
+def default_out(settings: Settings) -> Path | None:
+    """The shared build folder of CI and the tests: aosp-driver in nnts's cache folder
+    (~/.cache/nnts/aosp-driver by default); None when caching is off."""
+    return settings.cache_dir / "aosp-driver" if settings.cache_dir is not None else None
 
 
 @dataclass
@@ -108,7 +114,7 @@ def register(sub) -> None:
                                     "libbase/, flatbuffers/)")
     b.add_argument("--out", required=True, help="the build folder: DIR/aosp-cpu-driver, DIR/obj (reused objects)")
     b.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="compilers at once (default: CPUs)")
-    b.add_argument("--cxx", default=os.environ.get("CXX", "g++"), help="the C++ compiler (default: $CXX or g++)")
+    b.add_argument("--cxx", default="g++", help="the C++ compiler (default: g++)")
     b.add_argument("--check", action="store_true",
                    help="only check that CHECKOUT, the packages and the compiler are there (exit 1 naming the "
                         "first missing)")
@@ -318,7 +324,7 @@ def build(checkout: Path, out: Path, *, jobs: int = 1, cxx: str = "g++", progres
     if done.returncode != 0:
         tmp.unlink(missing_ok=True)
         undefined = re.findall(r"undefined reference to `([^']+)'", done.stderr)
-        detail = f"undefined {undefined[0]}" if undefined else first_error(done.stderr)
+        detail = f"undefined {', '.join(sorted(set(undefined))[:5])}" if undefined else first_error(done.stderr)
         raise BuildError(f"the link failed: {detail}")
     tmp.replace(result.binary)
     result.seconds = time.monotonic() - start

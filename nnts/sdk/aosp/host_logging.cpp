@@ -16,6 +16,13 @@ namespace nnts_aosp {
 thread_local std::string lastError;  // read and cleared by aosp_cpu_driver.cpp
 }
 
+// libbase's posix_strerror_r.cpp undefines _GNU_SOURCE to reach the POSIX strerror_r, which the
+// forced `-include cstring` of the build defeats; glibc exports the POSIX one as __xpg_strerror_r.
+extern "C" int __xpg_strerror_r(int errnum, char* buf, size_t buflen);
+extern "C" int posix_strerror_r(int errnum, char* buf, size_t buflen) {
+    return __xpg_strerror_r(errnum, buf, buflen);
+}
+
 namespace android {
 namespace base {
 
