@@ -14,8 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from nnapi_ref import (Compilation, Execution, Memory, MemoryDesc, Model, OperandCode as T, OperandType, OperationCode,
+                       hal, using_drivers)
+from nnapi_ref.drivers.reference import ReferenceDevice
 from nnts.cli import aosp_driver
 from nnts.runners.settings import Settings
 
@@ -79,3 +83,32 @@ def test_the_manifest_names_each_operation_not_built_with_its_reason(driver):
     manifest = json.loads(driver.with_suffix(".json").read_text())
     assert set(manifest["unsupported_operations"]) >= {"LSH_PROJECTION", "REVERSE"}
     assert all("does not compile" in reason for reason in manifest["unsupported_operations"].values())
+
+
+def test_memory_for_a_scalar_role_when_the_driver_allocates_none():
+    """RANK's output is a scalar: memory from a descriptor of that role has no dimensions and the
+    scalar's size, as AOSP's runtime sizes it (TypeManager::getSizeOfData of a scalar type is its
+    element size). The runtime refused it as "not fully specified" whenever the driver allocates no
+    device memory (found by the AOSP driver, which allocates none: RANK's device-memory variant)."""
+    class NoDeviceMemory(ReferenceDevice):
+        def allocate(self, desc, prepared_models, input_roles, output_roles):
+            raise hal.HalError(hal.ErrorStatus.GENERAL_FAILURE, "no device memory here")
+
+    model = Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 3, 1]))
+    rank = model.add_operand(OperandType(T.INT32))
+    model.add_operation(OperationCode.RANK, [x], [rank])
+    model.identify_inputs_and_outputs([x], [rank])
+    model.finish()
+    with using_drivers([NoDeviceMemory()]) as devices:
+        compilation = Compilation(model, devices)
+        compilation.finish()
+        desc = MemoryDesc()
+        desc.add_output_role(compilation, 0)
+        desc.finish()
+        memory = Memory.from_desc(desc)
+        execution = Execution(compilation)
+        execution.set_input(0, np.zeros((2, 3, 1), np.float32))
+        execution.set_output_from_memory(0, memory, 0, 0)
+        execution.compute()
+    assert memory.buffer is None and memory.shared.buffer.view(np.int32).tolist() == [3]
