@@ -112,3 +112,20 @@ def test_memory_for_a_scalar_role_when_the_driver_allocates_none():
         execution.set_output_from_memory(0, memory, 0, 0)
         execution.compute()
     assert memory.buffer is None and memory.shared.buffer.view(np.int32).tolist() == [3]
+
+
+REPRODUCERS = sorted((ROOT / "docs" / "conformance" / "aosp-cpu").glob("*.json"))
+
+
+def test_every_class_reproducer_passes_on_the_reference():
+    """docs/conformance/aosp-cpu.md's classes: each reproducer is a model nnapi_ref runs correctly."""
+    assert REPRODUCERS
+    for path in REPRODUCERS:
+        assert nnts("vectors", "run", str(path), "--driver", "reference", "-q").returncode == 0, path.name
+
+
+def test_every_class_reproducer_still_fails_on_the_aosp_driver(driver):
+    """... and AOSP's executor does not (it fails, crashes or differs): the page goes stale loudly
+    when a checkout fixes one."""
+    for path in REPRODUCERS:
+        assert nnts("vectors", "run", str(path), "--driver", f"remote:{driver}", "-q").returncode != 0, path.name

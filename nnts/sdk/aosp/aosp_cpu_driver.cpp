@@ -128,6 +128,11 @@ nn::Model convertModel(const nnts::Model& from) {
     return to;
 }
 
+// AOSP's POINTER lifetime requires a non-null pointer and a non-zero length; an argument of no
+// bytes (a zero-sized tensor, or an output buffer left empty) points here with one byte instead,
+// and the execution checks afterwards that no output of no bytes needed any (see execute).
+thread_local uint8_t noBytes[1];
+
 nn::Request::Argument convertArgument(const nnts::Request::Argument& from) {
     nn::Request::Argument to;
     to.dimensions = from.dimensions;
@@ -138,6 +143,10 @@ nn::Request::Argument convertArgument(const nnts::Request::Argument& from) {
     to.lifetime = nn::Request::Argument::LifeTime::POINTER;
     to.location.pointer = from.location.pointer;
     to.location.length = from.location.length;
+    if (from.location.length == 0) {
+        to.location.pointer = static_cast<void*>(noBytes);
+        to.location.length = sizeof(noBytes);
+    }
     return to;
 }
 
@@ -191,6 +200,20 @@ class PreparedModel : public nnts::IPreparedModel {
         const nnts::TimePoint deviceEnd = nnts::now();
         const nn::ErrorStatus status = nn::convertResultCodeToErrorStatus(n);
         std::vector<nnts::OutputShape> shapes = convertShapes(executor.getOutputShapes());
+        bool insufficient = false;
+        for (size_t i = 0; status == nn::ErrorStatus::NONE && i < request.outputs.size() && i < shapes.size(); ++i) {
+            const auto& output = request.outputs[i];
+            if (output.lifetime == nnts::Request::Argument::LifeTime::NO_VALUE || output.location.length != 0) continue;
+            const nn::Operand& operand = model_.main.operands[model_.main.outputIndexes[i]];
+            if (nn::nonExtensionOperandSizeOfData(operand.type, shapes[i].dimensions) != 0) {
+                shapes[i].isSufficient = false;  // it needed bytes and was given none: not the byte lent it
+                insufficient = true;
+            }
+        }
+        if (insufficient) {
+            return nnts::Error{nnts::ErrorStatus::OUTPUT_INSUFFICIENT_SIZE, "an output of no bytes needs some",
+                               std::move(shapes)};
+        }
         if (status != nn::ErrorStatus::NONE) {
             std::string message = "CpuExecutor::run returned " + std::to_string(n);
             if (!nnts_aosp::lastError.empty()) message += ": " + nnts_aosp::lastError;
