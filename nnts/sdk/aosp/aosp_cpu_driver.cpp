@@ -232,6 +232,24 @@ class PreparedModel : public nnts::IPreparedModel {
     const nn::IOperationResolver* resolver_;
 };
 
+// Why operation, or an operation of a subgraph it runs (IF's branches, WHILE's condition and
+// body, at any depth), cannot run here; nullptr when all of them are built.
+const char* firstUnbuilt(const nn::Model& model, const nn::Model::Subgraph& subgraph, const nn::Operation& operation,
+                         std::vector<bool>* visited) {
+    if (const char* reason = unbuiltReason(static_cast<int32_t>(operation.type))) return reason;
+    for (uint32_t input : operation.inputs) {
+        const nn::Operand& operand = subgraph.operands[input];
+        if (operand.lifetime != nn::Operand::LifeTime::SUBGRAPH) continue;
+        const uint32_t index = operand.location.offset;
+        if (index >= model.referenced.size() || (*visited)[index]) continue;
+        (*visited)[index] = true;
+        for (const nn::Operation& inner : model.referenced[index].operations) {
+            if (const char* reason = firstUnbuilt(model, model.referenced[index], inner, visited)) return reason;
+        }
+    }
+    return nullptr;
+}
+
 class Device : public nnts::IDevice {
   public:
     Device() {
@@ -255,9 +273,10 @@ class Device : public nnts::IDevice {
         }
         std::vector<bool> supported;
         for (const nn::Operation& operation : canonical.main.operations) {
+            std::vector<bool> visited(canonical.referenced.size(), false);
             supported.push_back(!nn::isExtensionOperationType(operation.type) &&
                                 operation.type != nn::OperationType::OEM_OPERATION &&
-                                unbuiltReason(static_cast<int32_t>(operation.type)) == nullptr);
+                                firstUnbuilt(canonical, canonical.main, operation, &visited) == nullptr);
         }
         return supported;
     }
@@ -270,17 +289,9 @@ class Device : public nnts::IDevice {
             return nnts::error(nnts::ErrorStatus::INVALID_ARGUMENT, "Invalid Model: " + result.error());
         }
         for (const nn::Operation& operation : canonical.main.operations) {
-            if (const char* reason = unbuiltReason(static_cast<int32_t>(operation.type))) {
-                return nnts::error(nnts::ErrorStatus::GENERAL_FAILURE,
-                                   text(operation.type) + " is not built: " + reason);
-            }
-        }
-        for (const nn::Model::Subgraph& subgraph : canonical.referenced) {
-            for (const nn::Operation& operation : subgraph.operations) {
-                if (const char* reason = unbuiltReason(static_cast<int32_t>(operation.type))) {
-                    return nnts::error(nnts::ErrorStatus::GENERAL_FAILURE,
-                                       text(operation.type) + " is not built: " + reason);
-                }
+            std::vector<bool> visited(canonical.referenced.size(), false);
+            if (const char* reason = firstUnbuilt(canonical, canonical.main, operation, &visited)) {
+                return nnts::error(nnts::ErrorStatus::GENERAL_FAILURE, std::string("not built: ") + reason);
             }
         }
         return std::shared_ptr<nnts::IPreparedModel>(
