@@ -115,6 +115,8 @@ def register(sub) -> None:
     b.add_argument("--out", required=True, help="the build folder: DIR/aosp-cpu-driver, DIR/obj (reused objects)")
     b.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="compilers at once (default: CPUs)")
     b.add_argument("--cxx", default="g++", help="the C++ compiler (default: g++)")
+    b.add_argument("--sanitize", choices=("address", "undefined"), action="append", default=[],
+                   help="build with this sanitizer (-fsanitize=..., -g; objects kept apart by their flags' hash)")
     b.add_argument("--check", action="store_true",
                    help="only check that CHECKOUT, the packages and the compiler are there (exit 1 naming the "
                         "first missing)")
@@ -128,7 +130,7 @@ def run(args) -> int:
             print(f"{args.checkout}: ready to build")
             return 0
         result = build(Path(args.checkout), Path(args.out), jobs=args.jobs, cxx=args.cxx,
-                       progress=lambda line: print(line, file=sys.stderr))
+                       progress=lambda line: print(line, file=sys.stderr), sanitize=args.sanitize)
     except BuildError as e:
         print(f"nnts aosp-driver: {e}", file=sys.stderr)
         return 1
@@ -214,7 +216,7 @@ def first_error(stderr: str) -> str:
 
 
 def build(checkout: Path, out: Path, *, jobs: int = 1, cxx: str = "g++", progress=lambda line: None,
-          compile_limit: int | None = None) -> Result:
+          compile_limit: int | None = None, sanitize: list[str] | tuple[str, ...] = ()) -> Result:
     """Compile and link the driver into out; compile_limit: raise NotCompiledYet, compiling nothing,
     when more object files than that are missing from out/obj."""
     start = time.monotonic()
@@ -231,7 +233,8 @@ def build(checkout: Path, out: Path, *, jobs: int = 1, cxx: str = "g++", progres
         link.unlink()
     if not link.exists():
         link.symlink_to(checkout / "litert" / "tflite")
-    cflags = flags(checkout, include_link) + [OPTIMIZATION]
+    sanitizers = [f"-fsanitize={name}" for name in sanitize] + (["-g", "-fno-omit-frame-pointer"] if sanitize else [])
+    cflags = flags(checkout, include_link) + [OPTIMIZATION] + sanitizers
     salt = object_salt(cxx_path, cflags, checkout, out)
     needed, operations = sources(checkout)
     result = Result(binary=out / BINARY)
@@ -319,7 +322,8 @@ def build(checkout: Path, out: Path, *, jobs: int = 1, cxx: str = "g++", progres
             raise BuildError(f"{source.name} does not compile: {error}")
         objects.append(obj)
     tmp = out / f"{BINARY}.{os.getpid()}.tmp"
-    done = subprocess.run([cxx_path, *(str(o) for o in objects), "-o", str(tmp), *absl_libs(), *log_libs(), *LIBS],
+    done = subprocess.run([cxx_path, *sanitizers, *(str(o) for o in objects), "-o", str(tmp), *absl_libs(), *log_libs(),
+                           *LIBS],
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tmp.unlink(missing_ok=True)
