@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnapi_ref import (Compilation, Execution, Memory, MemoryDesc, Model, OperandCode as T, OperandType, OperationCode,
-                       hal, using_drivers)
+from nnapi_ref import (Compilation, Execution, Memory, MemoryDesc, Model, NnapiError, OperandCode as T, OperandType,
+                       OperationCode, ResultCode, hal, using_drivers)
 from nnapi_ref.drivers.reference import ReferenceDevice
 from nnts.cli import aosp_driver
 from nnts.runners.settings import Settings
@@ -129,3 +129,33 @@ def test_every_class_reproducer_still_fails_on_the_aosp_driver(driver):
     when a checkout fixes one."""
     for path in REPRODUCERS:
         assert nnts("vectors", "run", str(path), "--driver", f"remote:{driver}", "-q").returncode != 0, path.name
+
+
+@pytest.mark.parametrize("in_dims, out_dims, valid", [
+    ([1, 0, 0], [1, 1, 1], False),   # an unknown input dimension before a known output: refused
+    ([1, 0, 0], [1, 0, 0], True),
+    ([1, 0, 0], [], True),           # output of unknown rank
+    ([1, 1, 1], [0, 0, 0], True),    # output of no known elements
+    ([2, 3, 1], [2, 3, 1], True),
+])
+def test_cast_declared_dimensions_as_aosps_validation(in_dims, out_dims, valid):
+    """AOSP's CAST validation (common/types/operations/src/Cast.cpp, read by hand):
+    ``inputShape.dimensions.empty() || outputShape.dimensions.empty() ||
+    getNumberOfElements(outputShape.dimensions) == 0 || inputShape.dimensions ==
+    outputShape.dimensions`` — the dimensions compared literally, so ANeuralNetworksModel_finish
+    refuses (BAD_DATA) a CAST whose input has an unknown dimension where its output has a known
+    one. nnapi_ref accepted it, and its random-graph generator made such models (found by the AOSP
+    driver: most of its random-graph failures)."""
+    model = Model()
+    x = model.add_operand(OperandType(T.TENSOR_FLOAT32, [2, 3, 1] if 0 not in in_dims else [1, 1, 1]))
+    t = model.add_operand(OperandType(T.TENSOR_FLOAT32, in_dims))
+    out = model.add_operand(OperandType(T.TENSOR_INT32, out_dims))
+    model.add_operation(OperationCode.RELU, [x], [t])
+    model.add_operation(OperationCode.CAST, [t], [out])
+    model.identify_inputs_and_outputs([x], [out])
+    if valid:
+        model.finish()
+    else:
+        with pytest.raises(NnapiError) as e:
+            model.finish()
+        assert e.value.code == ResultCode.BAD_DATA and "CAST" in e.value.message
