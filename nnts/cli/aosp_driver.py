@@ -179,12 +179,19 @@ def sources(checkout: Path) -> tuple[list[Path], list[Path]]:
 
 
 def headers_digest(checkout: Path) -> str:
-    """A hash of every header of the checkout (the objects depend on them)."""
+    """A hash of every header of the checkout (every object depends on them)."""
     h = hashlib.sha256()
     for path in sorted(checkout.rglob("*")):
         if path.suffix in (".h", ".hpp", ".inc", ".hh") and path.is_file():
             h.update(str(path.relative_to(checkout)).encode() + b"\0" + path.read_bytes())
-    for path in sorted((SDK / "include").rglob("*")) + sorted(GLUE.glob("*.hpp")):
+    return h.hexdigest()
+
+
+def sdk_digest() -> str:
+    """A hash of the SDK's headers and the glue's own: only the glue's and the SDK's objects depend
+    on them, so a change of the SDK recompiles those few files, not AOSP's."""
+    h = hashlib.sha256()
+    for path in sorted((SDK / "include").rglob("*")) + sorted((SDK / "src").glob("*.hpp")) + sorted(GLUE.glob("*.hpp")):
         if path.is_file():
             h.update(path.name.encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
@@ -316,7 +323,7 @@ def build(checkout: Path, out: Path, *, jobs: int = 1, cxx: str = "g++", progres
     glue = [*(GLUE / name for name in GLUE_SOURCES), generated / "aosp_unregistered.cpp", *stand_ins,
             *(SDK / "src" / name for name in SDK_SOURCES)]
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        glue_objects = list(pool.map(lambda s: compile_one(s, (f"-I{generated}",), inc), glue))
+        glue_objects = list(pool.map(lambda s: compile_one(s, (f"-I{generated}",), inc + sdk_digest()), glue))
     for source, (obj, error) in zip(glue, glue_objects):
         if error is not None:
             raise BuildError(f"{source.name} does not compile: {error}")
