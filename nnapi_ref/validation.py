@@ -237,6 +237,10 @@ def validate_subgraph(model: Model, sg: Subgraph, name: str, types: ext.Extensio
             for position, k in enumerate(inputs):
                 if lifetimes[k] == _NO_VALUE and position not in sig.omittable:
                     raise bad_data(omitted_input_message(f"{name} operation {j}", code, position, k))
+        problem = impl.check_declared([operands[k].dimensions for k in inputs],
+                                      [operands[k].dimensions for k in outputs])
+        if problem is not None:
+            raise bad_data(f"{name} operation {j} ({code.name}): {problem}")
         if sig.level > level:
             level = sig.level
         if code in _CONTROL_FLOW:

@@ -271,6 +271,12 @@ class OperationRegistration:
         """The accuracy tier at feature ``level``."""
         return self.accuracy
 
+    def check_declared(self, in_dims: list, out_dims: list) -> str | None:
+        """What is wrong with the operands' declared dimensions (0: unknown), checked when a
+        model is validated, before any shape is known; None when nothing is. Most operations
+        leave this to ``infer``."""
+        return None
+
     def infer(self, call: Call) -> list[tuple[int, ...] | None]:
         raise NotImplementedError(self.name)
 

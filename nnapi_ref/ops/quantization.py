@@ -116,6 +116,16 @@ class Cast(OperationRegistration):
     signatures = ([Signature(29, [a], [b]) for a in _CAST_BASIC for b in _CAST_BASIC]
                   + [Signature(30, [a], [a]) for a in _CAST_IDENTITY_ONLY])
 
+    def check_declared(self, in_dims: list, out_dims: list) -> str | None:
+        """AOSP's CAST validation (types/operations/src/Cast.cpp) compares the declared
+        dimensions literally: when both are given and the output has elements, they must be
+        equal, an unknown dimension (0) in the input included ([1, 0, 0] before [1, 1, 1] is an
+        invalid model; ANeuralNetworksModel_finish returns BAD_DATA)."""
+        x, out = tuple(in_dims[0] or ()), tuple(out_dims[0] or ())
+        if x and out and 0 not in out and x != out:
+            return f"output dimensions {list(out)} differ from the input's {list(x)}"
+        return None
+
     def infer(self, call: Call):
         check_rank_at_least_1(self.name, call.ins[0])
         return [call.ins[0].shape]

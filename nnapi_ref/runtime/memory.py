@@ -18,7 +18,7 @@ from nnapi_ref.errors import HostResourceError, NnapiError, check
 from nnapi_ref.remote import shm
 from nnapi_ref.runtime.devices import MANAGER
 from nnapi_ref.runtime.hardware_buffer import AHardwareBuffer
-from nnapi_ref.types import ResultCode, combine_dimensions
+from nnapi_ref.types import SCALAR_TYPES, ResultCode, combine_dimensions
 
 PROT_READ, PROT_WRITE = mmap.PROT_READ, mmap.PROT_WRITE
 BAD_STATE = ResultCode.BAD_STATE
@@ -123,8 +123,11 @@ class Memory:
             except hal.HalError:
                 pass  # fall back to runtime-allocated memory
         dims = desc.dimensions
-        check(dims and 0 not in dims, "Memory.from_desc: the dimensions are not fully specified and no "
-                                      "driver could allocate the memory", ResultCode.OP_FAILED)
+        # A scalar role (RANK's output) has no dimensions and its type's size, as AOSP's runtime
+        # sizes it (TypeManager::getSizeOfData of a scalar type).
+        scalar = desc.operand is not None and desc.operand.type in SCALAR_TYPES
+        check(scalar or (dims and 0 not in dims), "Memory.from_desc: the dimensions are not fully specified "
+              "and no driver could allocate the memory", ResultCode.OP_FAILED)
         size = math.prod(dims) * desc.dtype.itemsize
         memory.shared = hal.SharedMemory(np.zeros(size, np.uint8))
         return memory

@@ -25,8 +25,8 @@ from nnts.formats.files import UsageError
 from nnts.runners.settings import Settings
 
 COMMANDS = ("test", "devices", "serve", "stress", "bench", "gate", "report", "fuzz", "ops", "vectors", "trace",
-            "graph", "sdk", "cache", "support", "init", "docs")
-MODULES = {"test": "suite"}
+            "graph", "sdk", "aosp-driver", "cache", "support", "init", "docs")
+MODULES = {"test": "suite", "aosp-driver": "aosp_driver"}
 
 
 def parser_for(argv: list[str]) -> argparse.ArgumentParser:

@@ -454,6 +454,16 @@ def _finish(b: Builder, seed: int, relaxed: bool) -> Graph:
             dims = operand.dimensions
             operand.dimensions = () if b.chance(0.2) and k in outputs else tuple(
                 0 if b.chance(0.5) else d for d in dims)
+    # What a model's validation accepts of declared dimensions (AOSP's CAST compares them
+    # literally): an operation that refuses them declares its input's on its output, in order, so
+    # a chain follows. No draw: the graph stream is unchanged.
+    registry = ops.load_all()
+    for op in b.operations:
+        impl = registry.get(op.type)
+        ins = [b.operands[k] for k in op.inputs]
+        outs = [b.operands[k] for k in op.outputs]
+        if impl is not None and impl.check_declared([o.dimensions for o in ins], [o.dimensions for o in outs]):
+            outs[0].dimensions = ins[0].dimensions
     return Graph(b.operands, b.operations, list(b.inputs), outputs, b.values, relaxed, seed, b.level,
                  frozenset(b.ignored), tuple(b.referenced))
 
