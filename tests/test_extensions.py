@@ -165,7 +165,8 @@ def test_a_version_1_server_is_refused(tmp_path):
     script.write_text(OLD_SERVER)
     with pytest.raises(Exception) as e:
         load_driver(f"remote:{sys.executable} {script}")
-    assert "protocol version 1" in str(e.value) and "client 2" in str(e.value), str(e.value)
+    from nnapi_ref.remote import wire
+    assert "protocol version 1" in str(e.value) and f"client {wire.OLDEST_VERSION} to" in str(e.value), str(e.value)
 
 
 def test_a_version_1_client_is_refused():

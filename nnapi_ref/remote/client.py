@@ -354,7 +354,8 @@ class Connection:
                 continue
             replied = r.u32()
             if replied != version:
-                self.fail("crash", f"the server answered protocol version {version} with {replied}")
+                self.fail("crash", f"the server speaks protocol version {replied}, the client "
+                                   f"{wire.OLDEST_VERSION} to {wire.VERSION} (asked for {version})")
                 raise HalError(ErrorStatus.DEAD_OBJECT, self.dead)
             self.version = version
             return r
