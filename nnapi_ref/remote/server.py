@@ -531,16 +531,33 @@ class Session:
     }
 
 
+READ_AHEAD = 1 << 16  # bytes asked of the stream at once
+
+
 def _fd_reader(fd: int):
+    """read(n) over ``fd``, reading ahead: a frame's header and body, and the frames a client
+    sent in one write (a call after its releases), cost one system call, not one each. Only the
+    thread holding the session's reading calls it."""
+    ahead = bytearray()
+
     def read(n: int) -> bytes:
-        parts, got = [], 0
-        while got < n:
-            chunk = os.read(fd, n - got)
+        if not ahead and n >= READ_AHEAD:  # a large body: read as it is, without copying it again
+            parts, got = [], 0
+            while got < n:
+                chunk = os.read(fd, n - got)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk)
+            return b"".join(parts)
+        while len(ahead) < n:
+            chunk = os.read(fd, max(n - len(ahead), READ_AHEAD))
             if not chunk:
                 break
-            parts.append(chunk)
-            got += len(chunk)
-        return b"".join(parts)
+            ahead.extend(chunk)
+        data = bytes(ahead[:n])
+        del ahead[:n]
+        return data
     return read
 
 

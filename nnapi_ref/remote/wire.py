@@ -7,6 +7,7 @@ length is checked against what is left of the frame, and every failure is a
 """
 from __future__ import annotations
 
+import functools
 import struct
 from enum import IntEnum
 
@@ -393,6 +394,19 @@ def constant_bytes(operand: hal.Operand) -> np.ndarray:
     return np.ascontiguousarray(value).reshape(-1).view(np.uint8)
 
 
+@functools.lru_cache(maxsize=64)
+def _operand_head(n: int) -> struct.Struct:
+    """An operand's fixed fields with ``n`` dimensions: type code, dimensions, scale, zero point,
+    lifetime (as Writer.type_code, u32_list, f32, i32, i32 write them one by one)."""
+    return struct.Struct(f"<iI{n}Ifii")
+
+
+@functools.lru_cache(maxsize=256)
+def _operation_layout(n_in: int, n_out: int) -> struct.Struct:
+    """An operation: type code, inputs, outputs (as Writer.type_code and u32_list write them)."""
+    return struct.Struct(f"<iI{n_in}II{n_out}I")
+
+
 def write_model(w: Writer, model: hal.Model, place_constant) -> None:
     """``place_constant(raw uint8 array)`` returns a region reference for a large constant."""
     blob: list[bytes] = []
@@ -402,11 +416,16 @@ def write_model(w: Writer, model: hal.Model, place_constant) -> None:
         nonlocal blob_size
         w.u32(len(sg.operands))
         for o in sg.operands:
-            w.type_code(o.type)
-            w.u32_list(o.dimensions)
-            w.f32(o.scale)
-            w.i32(o.zero_point)
-            w.i32(int(o.lifetime))
+            try:  # the fixed fields in one pack; anything it refuses goes through the checked fields
+                dims = o.dimensions
+                w.parts.append(_operand_head(len(dims)).pack(o.type, len(dims), *dims, o.scale, o.zero_point,
+                                                             o.lifetime))
+            except (struct.error, TypeError):
+                w.type_code(o.type)
+                w.u32_list(o.dimensions)
+                w.f32(o.scale)
+                w.i32(o.zero_point)
+                w.i32(int(o.lifetime))
             if o.value is None:
                 w.u8(VALUE_NONE)
             elif o.type == OperandCode.SUBGRAPH or o.lifetime == 6:  # a subgraph index
@@ -436,9 +455,13 @@ def write_model(w: Writer, model: hal.Model, place_constant) -> None:
             w.optional_bytes(o.extension_data)
         w.u32(len(sg.operations))
         for op in sg.operations:
-            w.type_code(op.type)
-            w.u32_list(op.inputs)
-            w.u32_list(op.outputs)
+            try:
+                ins, outs = op.inputs, op.outputs
+                w.parts.append(_operation_layout(len(ins), len(outs)).pack(op.type, len(ins), *ins, len(outs), *outs))
+            except (struct.error, TypeError):
+                w.type_code(op.type)
+                w.u32_list(op.inputs)
+                w.u32_list(op.outputs)
         w.u32_list(sg.input_indexes)
         w.u32_list(sg.output_indexes)
 
@@ -458,6 +481,12 @@ def _enum_or_int(enum, value: int):
     return enum(value) if value in enum._value2member_map_ else value
 
 
+_CODE_AND_COUNT = struct.Struct("<II")   # an operand's type code and number of dimensions
+_OPERAND_TAIL = struct.Struct("<fiiB")   # scale, zero point, lifetime, value kind
+_operand_codes = OperandCode._value2member_map_
+_lifetimes = Lifetime._value2member_map_
+
+
 def read_model(r: Reader, region_bytes) -> hal.Model:
     """``region_bytes(region ref)`` returns the uint8 array a VALUE_REGION constant lives in."""
     pending: list[tuple[hal.Operand, int, int]] = []  # inline values, resolved once the blob is read
@@ -465,9 +494,12 @@ def read_model(r: Reader, region_bytes) -> hal.Model:
     def read_subgraph() -> hal.Subgraph:
         operands = []
         for _ in range(r.count(23)):  # the smallest operand: no dimensions, value, quantization or data
-            code = _enum_or_int(OperandCode, r.type_code())
-            o = hal.Operand(code, r.u32_list(), r.f32(), r.i32(), _enum_or_int(Lifetime, r.i32()))
-            kind = r.u8()
+            code, n = r.unpack(_CODE_AND_COUNT)
+            if 4 * n > len(r.body) - r.pos:
+                raise ProtocolError(f"list of {n} items longer than the rest of the message")
+            dims = struct.unpack_from(f"<{n}I", r.raw(4 * n)) if n else ()
+            scale, zero_point, lifetime, kind = r.unpack(_OPERAND_TAIL)
+            o = hal.Operand(_operand_codes.get(code, code), dims, scale, zero_point, _lifetimes.get(lifetime, lifetime))
             if kind == VALUE_INLINE:
                 pending.append((o, r.u32(), r.u32()))
             elif kind == VALUE_REGION:
