@@ -20,7 +20,8 @@ and their signatures, at the same sizes, so they run on it; seed and support nam
 reproducer records the support.
 
 ``--random-graphs N`` cases from seed ``--random-seed S`` (ids ``seed<S>``; rerun one with
-``-k seed<S>``). A failing case is shrunk one step at a time while it still fails (an operation
+``-k seed<S>``); the breadth-first order groups them by graph size (one case of each size, then a
+second of each). A failing case is shrunk one step at a time while it still fails (an operation
 or an output removed, then a dimension of the model inputs cut) and saved under ``--reproducers``
 as a test-vector file with the reference's outputs as expected values and the driver's beside
 them; the message names the remaining operations and their input shapes, and gives the replay
@@ -36,13 +37,28 @@ from __future__ import annotations
 
 import pytest
 
+from nnts.generators.random_graphs import case_size
 from nnts.runners.differential import run_case
+
+
+class GraphSeed(int):
+    """A case's seed that names the size of its graph, so that the breadth-first order
+    (:mod:`nnts.runners.ordering`, which groups tests by their parameter's ``operation`` and ``dtype``)
+    runs one graph of every size before a second of any: the 200 cases are 40 groups, and a graph
+    that finds a fault runs within the first few passes, not in the 200th."""
+
+    dtype = "-"  # drawn with the case, not known at collection
+
+    @property
+    def operation(self) -> str:
+        return f"graph of {case_size(self)}"
 
 
 def pytest_generate_tests(metafunc):
     if "seed" in metafunc.fixturenames:
         base, n = metafunc.config.getoption("random_seed"), metafunc.config.getoption("random_graphs")
-        metafunc.parametrize("seed", range(base, base + n), ids=[f"seed{s}" for s in range(base, base + n)])
+        metafunc.parametrize("seed", [GraphSeed(s) for s in range(base, base + n)],
+                             ids=[f"seed{s}" for s in range(base, base + n)])
 
 
 def test_random_graph(seed, devices, reference_devices, request, driver_spec):
