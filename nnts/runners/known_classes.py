@@ -191,6 +191,23 @@ def _xnnpack_mean(g: Graph, op: hal.Operation, values: dict):
     return [result.astype(DTYPES[out.type]).reshape(nnapi(g, op, values)[0].shape)]
 
 
+def _mean_halves_up(g: Graph, op: hal.Operation, values: dict):
+    """ONNX Runtime's quantized MEAN where the real mean is an exact half of a step: its float32
+    sum is Eigen's vectorized one, whose order of additions depends on where the data lies in
+    memory, so such a mean comes out a hair either side of the half and rounds either way (NNAPI
+    truncates: it goes down). The exact mean, halves up: the way that differs from NNAPI's."""
+    x, out = g.operands[op.inputs[0]], g.operands[op.outputs[0]]
+    if x.type not in QUANT8:
+        return None
+    value = np.asarray(operand_value(g, values, op.inputs[0]), np.float64)
+    listed = np.asarray(operand_value(g, values, op.inputs[1])).reshape(-1)
+    axes = tuple(sorted({int(a) % value.ndim for a in listed})) if value.ndim else ()
+    steps = np.mean(value - x.zero_point, axis=axes) * (np.float64(x.scale) / np.float64(out.scale))
+    low, high = QUANT_RANGE[out.type]
+    result = np.clip(np.floor(steps + 0.5) + out.zero_point, low, high)
+    return [result.astype(DTYPES[out.type]).reshape(nnapi(g, op, values)[0].shape)]
+
+
 def _elementwise(fn):
     """Semantics computing a float output from the inputs' values with ``fn`` where a NaN
     reaches them (MAXIMUM and MINIMUM: both inputs; RELU*: the one)."""
@@ -312,6 +329,7 @@ CLASSES: list[KnownClass] = [
                _elementwise(_nan_relu)),
     KnownClass(ORT, 3, "requantization rounds once, half to even", ORT_REQUANTIZED, _half_to_even),
     KnownClass(ORT, 4, "quantized MEAN truncates in NNAPI", frozenset({Op.MEAN}), _half_to_even),
+    KnownClass(ORT, 4, "quantized MEAN truncates in NNAPI", frozenset({Op.MEAN}), _mean_halves_up),
     KnownClass(ORT, 5, "quantized RESIZE_BILINEAR truncates in NNAPI", frozenset({Op.RESIZE_BILINEAR}),
                _ort_resize_bilinear),
     KnownClass(ORT, 7, "QUANTIZE of NaN gives the type's minimum", frozenset({Op.QUANTIZE}), _with_nan_as(_type_min)),
