@@ -90,6 +90,20 @@ def _real_operand(o: hal.Operand, value) -> tuple[hal.Operand, np.ndarray]:
     return hal.Operand(F32, o.dimensions, 0.0, 0, o.lifetime, real if o.lifetime == Lifetime.CONSTANT_COPY else None), real
 
 
+def _bias_with_scales(g: Graph, op: hal.Operation, position: int) -> hal.Operand:
+    """Operand ``position`` of ``op``; a convolution's bias beside a per-channel filter (scale 0
+    in NNAPI: its scale is the input's times each channel's) with those scales, as its real values
+    need."""
+    o = g.operands[op.inputs[position]]
+    if position != 2 or o.type != I32 or o.scale or len(op.inputs) < 3:
+        return o
+    x, flt = g.operands[op.inputs[0]], g.operands[op.inputs[1]]
+    if flt.channel_quant is None or x.type not in QUANT8:
+        return o
+    scales = np.asarray(flt.channel_quant.scales, np.float64) * np.float64(x.scale)
+    return hal.Operand(o.type, o.dimensions, 0.0, 0, o.lifetime, o.value, hal.ChannelQuant(scales, 0))
+
+
 def real_results(g: Graph, op: hal.Operation, values: dict) -> list[np.ndarray] | None:
     """The operation computed in float32 on the real values of its quantized operands (what a
     runtime dequantizing, computing in float and quantizing computes before it rounds), or None
@@ -98,8 +112,8 @@ def real_results(g: Graph, op: hal.Operation, values: dict) -> list[np.ndarray] 
         return [np.asarray(operand_value(g, values, op.inputs[0]), np.float32)]
     operands = list(g.operands)
     local = dict(values)
-    for k in op.inputs:
-        operands[k], real = _real_operand(g.operands[k], operand_value(g, values, k))
+    for position, k in enumerate(op.inputs):
+        operands[k], real = _real_operand(_bias_with_scales(g, op, position), operand_value(g, values, k))
         if operands[k].lifetime != Lifetime.CONSTANT_COPY:
             local[k] = real
     outs = [Out(F32) if g.operands[k].type in QUANT8 else Out(g.operands[k].type) for k in op.outputs]
@@ -355,6 +369,8 @@ CLASSES: list[KnownClass] = [
                _tflite_convention),
     KnownClass(("tflite-ref",), 13, "QUANTIZE of NaN gives the type's minimum", frozenset({Op.QUANTIZE}),
                _with_nan_as(_type_min)),
+    KnownClass(("tflite",), 14, "XNNPACK's quantized convolutions requantize once",
+               frozenset({Op.CONV_2D, Op.DEPTHWISE_CONV_2D}), _half_to_even),
 ]
 
 
