@@ -37,7 +37,7 @@ SCOPE = {
     "float16_arithmetic": (None, [{F32}], 27),
     "wrong_output_shape": ({Op.CONV_2D}, None, 27),
     "dilated_depthwise_multiplier": ({Op.DEPTHWISE_CONV_2D}, None, 29),
-    "relaxed_bfloat16": (None, [{F32}], 28),
+    "relaxed_bfloat16": (None, [{F32}], 27),  # random cases draw relaxed models at every level
     "nms_limit_per_class": ({Op.BOX_WITH_NMS_LIMIT}, [{F32}, {F16}, {Q8, Q16A}, {Q8S, Q16A}], 29),
     "proposals_clip_last_pixel": ({Op.GENERATE_PROPOSALS}, [{F32}, {F16}, {Q8, Q16A, Q16S}, {Q8S, Q16A, Q16S}], 29),
     "flushes_constant_memory": (None, [{F32}], 27),

@@ -190,6 +190,22 @@ def _ort_resize_bilinear(g: Graph, op: hal.Operation, values: dict):
     return [result.astype(DTYPES[out.type])]
 
 
+def _xnnpack_resize_bilinear(g: Graph, op: hal.Operation, values: dict):
+    """XNNPACK's quantized RESIZE_BILINEAR, bit-exact (Q11 weights, rounded half up:
+    :func:`nnts.runners.runtime_arithmetic.xnnpack_quantized_resize_bilinear`)."""
+    x, out = g.operands[op.inputs[0]], g.operands[op.outputs[0]]
+    if x.type not in QUANT8:
+        return None
+    flags = [bool(operand_value(g, values, op.inputs[i])) if i < len(op.inputs) else False for i in (3, 4, 5)]
+    nchw, align, half = flags
+    shape = nnapi(g, op, values)[0].shape
+    out_h, out_w = (shape[2], shape[3]) if nchw else (shape[1], shape[2])
+    mode = "align_corners" if align else "half_pixel" if half else "asymmetric"
+    result = runtime_arithmetic.xnnpack_quantized_resize_bilinear(operand_value(g, values, op.inputs[0]), out_h, out_w,
+                                                                  mode, nchw)
+    return [result.astype(DTYPES[out.type])]
+
+
 def _xnnpack_mean(g: Graph, op: hal.Operation, values: dict):
     """XNNPACK's quantized MEAN, bit-exact (:func:`nnts.runners.runtime_arithmetic.xnnpack_quantized_mean`:
     float32 scaling, the output zero point added before rounding halves to even)."""
@@ -362,6 +378,8 @@ CLASSES: list[KnownClass] = [
     KnownClass(("tflite",), 8, "quantized MEAN rounds in TFLite", frozenset({Op.MEAN}), _xnnpack_mean),
     KnownClass(TFLITE, 9, "quantized RESIZE_BILINEAR rounds in TFLite", frozenset({Op.RESIZE_BILINEAR}),
                _tflite_convention),
+    KnownClass(("tflite",), 9, "quantized RESIZE_BILINEAR rounds in TFLite", frozenset({Op.RESIZE_BILINEAR}),
+               _xnnpack_resize_bilinear),
     KnownClass(("tflite",), 10, "XNNPACK's RSQRT of 0 and -0 is NaN", frozenset({Op.RSQRT}), _rsqrt_zero_nan),
     KnownClass(("tflite-ref",), 11, "TFLite's reference LRN window ends one channel early",
                frozenset({Op.LOCAL_RESPONSE_NORMALIZATION}), _lrn_one_sided),
