@@ -68,10 +68,7 @@ class ChainSeed(int):
     order's groups: one chain of each before a second of any)."""
 
     support = None  # the driver's (nnts.runners.support): the chains are of what it supports
-
-    @property
-    def pair(self):
-        return chains.case_pair(self, self.support)
+    pair = None  # (operation, quantized type): chains.case_pair of the seed and support
 
     @property
     def operation(self) -> str:
@@ -90,10 +87,11 @@ def pytest_generate_tests(metafunc):
                              ids=[f"seed{s}" for s in range(base, base + n)])
     if "chain_seed" in metafunc.fixturenames:
         support = metafunc.config.nnts_support()
+        pairs = chains.case_pairs(support)
         seeds = []
         for s in range(base, base + metafunc.config.getoption("random_chains")):
             seeds.append(ChainSeed(s))
-            seeds[-1].support = support
+            seeds[-1].support, seeds[-1].pair = support, pairs[s % len(pairs)] if pairs else None
         metafunc.parametrize("chain_seed", seeds, ids=[f"{s.operation}-{s.dtype}-seed{s}" for s in seeds])
 
 
@@ -114,7 +112,7 @@ def test_random_chain(chain_seed, devices, reference_devices, request, driver_sp
     copy of its result, which magnifies a one-step rounding difference about six times, judged
     by the random-graph criteria."""
     support = chain_seed.support
-    graph, code = chains.generate_case(chain_seed, support.level, support)
+    graph, code = chains.generate_case(chain_seed, support.level, support, chain_seed.pair)
     if code is not None:
         request.node.nnts_op, request.node.nnts_dtype = code.name, chain_seed.dtype
     if len(graph.operations) < 2:

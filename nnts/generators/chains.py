@@ -84,10 +84,11 @@ def amplifier(seed: int):
     return amplify
 
 
-def generate_case(seed: int, level: int, support=None) -> tuple[Graph, Op | None]:
-    """Chain ``seed`` and the operation it tests: two operations, or fewer where no form of the
-    operation on the type, or no amplifier, fits (``single.ATTEMPTS`` draws)."""
-    pair = case_pair(seed, support)
+def generate_case(seed: int, level: int, support=None, pair: tuple[Op, T] | None = None) -> tuple[Graph, Op | None]:
+    """Chain ``seed`` and the operation it tests (``pair``: its :func:`case_pair`, where known):
+    two operations, or fewer where no form of the operation on the type, or no amplifier, fits
+    in ``single.ATTEMPTS`` draws of at least ``MIN_ELEMENTS`` elements."""
+    pair = pair or case_pair(seed, support)
     if pair is None:
         return Graph([], [], [], [], {}), None
     code, type_ = pair
