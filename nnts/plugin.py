@@ -388,6 +388,14 @@ def devices(drivers, pytestconfig):
 
 
 @pytest.fixture(scope="session")
+def chain_type(devices):
+    """The data type the execution-sequence and over-time tests build their models in, chosen once
+    per run from what the devices support: float32, else quant8 (nnts.generators.builders.chain_type)."""
+    from nnts.generators.builders import chain_type as choose
+    return choose(devices)
+
+
+@pytest.fixture(scope="session")
 def reference_devices():
     """The reference driver as a runtime device, for the random tests' expected values."""
     from nnapi_ref.drivers.reference import ReferenceDevice
