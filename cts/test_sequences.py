@@ -21,8 +21,7 @@ import threading
 import numpy as np
 import pytest
 
-from nnapi_ref import (Compilation, Execution, Memory, MemoryDesc, Model, NnapiError, OperandCode as T, OperandType,
-                       OperationCode, ResultCode)
+from nnapi_ref import Compilation, Execution, Memory, MemoryDesc, Model, NnapiError, OperationCode, ResultCode
 from nnts.generators.builders import (NMS_STEPS, ExecutionSequence, add_model, assert_step, chain, chain_inputs,
                                       chain_model, nms_expected, nms_model, nms_scores)
 
