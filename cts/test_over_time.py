@@ -25,6 +25,7 @@ devices under test (no CPU fallback); expected values come from numpy.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import subprocess
 import sys
@@ -36,9 +37,9 @@ import pytest
 
 from nnapi_ref import (UINT64_MAX, Compilation, DurationCode, Execution, Memory, MemoryDesc, Model, NnapiError,
                        OperandCode as T, OperandType, OperationCode, tolerance)
-from nnts.generators.builders import (ExecutionSequence, add_model, assert_step, build_operation_model, chain,
-                                      chain_inputs, chain_model, counting_loop_model, output, repeated_add_model,
-                                      scalar, tensor)
+from nnts.generators.builders import (FLOAT32, ChainType, ExecutionSequence, add_model, assert_step,
+                                      build_operation_model, chain, chain_inputs, chain_model, counting_loop_model,
+                                      output, repeated_add_model, scalar, tensor)
 from nnts.runners import resources
 
 MODES = ("sync", "async", "burst", "fenced")
@@ -52,6 +53,13 @@ F32 = T.TENSOR_FLOAT32
 def _mark(request):
     request.node.nnts_op = "over time"
     request.node.nnts_dtype = "TENSOR_FLOAT32"
+
+
+@pytest.fixture
+def ctype(chain_type, request):
+    """The data type of the models below on the devices under test (float32 unless unsupported)."""
+    request.node.nnts_dtype = chain_type.code.name
+    return chain_type
 
 
 def f32(*dims) -> OperandType:
@@ -71,14 +79,14 @@ def compiled(model: Model, devices, cache: tuple | None = None) -> Compilation:
     return compilation
 
 
-def _add_chain_model(output_dims=(2, 2), input_dims=(2, 2)) -> Model:
+def _add_chain_model(output_dims=(2, 2), input_dims=(2, 2), type_: ChainType = FLOAT32) -> Model:
     """out = (a + b) + a: the chain model's form (an intermediate between two operations) for a
     driver that runs ADD alone."""
     model = Model()
-    t = f32(*input_dims)
+    t = type_.operand(input_dims)
     a, b, fuse, s_ = model.add_operand(t), model.add_operand(t), model.add_operand(OperandType(T.INT32)), \
         model.add_operand(t)
-    out = model.add_operand(f32(*output_dims))
+    out = model.add_operand(type_.operand(output_dims))
     model.set_operand_value(fuse, FUSE_NONE)
     model.add_operation(OperationCode.ADD, [a, b, fuse], [s_])
     model.add_operation(OperationCode.ADD, [s_, a, fuse], [out])
@@ -87,23 +95,23 @@ def _add_chain_model(output_dims=(2, 2), input_dims=(2, 2)) -> Model:
     return model
 
 
-def _add_chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a + b) + a
+def _add_chain(a: np.ndarray, b: np.ndarray, type_: ChainType = FLOAT32) -> np.ndarray:
+    return type_.combine(np.add, type_.combine(np.add, a, b), a)
 
 
-def chain_for(devices):
+def chain_for(devices, type_: ChainType = FLOAT32):
     """(model maker, its numpy function): the chain model, ((a + b) * b) + a, where the devices run
-    MUL, else (a + b) + a, so that a driver with ADD alone is tested too."""
-    if all(chain_model().get_supported_operations_for_devices(devices)):
-        return chain_model, chain
-    return _add_chain_model, _add_chain
+    MUL, else (a + b) + a, so that a driver with ADD alone is tested too; in ``type_``."""
+    if all(chain_model(type_=type_).get_supported_operations_for_devices(devices)):
+        return functools.partial(chain_model, type_=type_), functools.partial(chain, type_=type_)
+    return functools.partial(_add_chain_model, type_=type_), functools.partial(_add_chain, type_=type_)
 
 
-def binary_for(devices):
-    """(operation, its numpy function): MUL where the devices run it, else ADD."""
-    if all(_binary_model(OperationCode.MUL).get_supported_operations_for_devices(devices)):
-        return OperationCode.MUL, np.multiply
-    return OperationCode.ADD, np.add
+def binary_for(devices, type_: ChainType = FLOAT32):
+    """(operation, its numpy function): MUL where the devices run it, else ADD; in ``type_``."""
+    if all(_binary_model(OperationCode.MUL, type_).get_supported_operations_for_devices(devices)):
+        return OperationCode.MUL, functools.partial(type_.combine, np.multiply)
+    return OperationCode.ADD, functools.partial(type_.combine, np.add)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,19 +161,19 @@ OUTPUT_SHAPES = [(2, 2), (3, 4), (1, 3), (3, 3), (1, 1)]  # 16, 48, 12, 36 and 4
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_output_regions_guarded(mode, devices):
+def test_output_regions_guarded(mode, devices, ctype):
     """The chain model's inputs and output in one pool, each region between guard bytes, shapes
     changing from one execution to the next (sizes that are not multiples of 16 bytes among
     them): after every execution the guards and the input regions are as they were."""
-    make, compute = chain_for(devices)
+    make, compute = chain_for(devices, ctype)
     runner = ExecutionSequence(compiled(make(output_dims=(0, 0), input_dims=(0, 0)), devices), mode)
     for n, shape in enumerate(OUTPUT_SHAPES, 1):
-        pool = GuardedPool([4 * int(np.prod(shape))] * 3)
-        a, b = chain_inputs(n, shape)
+        pool = GuardedPool([ctype.nbytes(int(np.prod(shape)))] * 3)
+        a, b = chain_inputs(n, shape, ctype)
         pool.put(0, a)
         pool.put(1, b)
         inputs = pool.data.copy()
-        size, dims = 4 * a.size, f32(*shape)
+        size, dims = ctype.nbytes(a.size), ctype.operand(shape)
         runner.execution.set_input_from_memory(0, pool.memory, pool.offsets[0], size, dims)
         runner.execution.set_input_from_memory(1, pool.memory, pool.offsets[1], size, dims)
         runner.execution.set_output_from_memory(0, pool.memory, pool.offsets[2], size, dims)
@@ -175,7 +183,7 @@ def test_output_regions_guarded(mode, devices):
         for k in (0, 1):
             changed = np.count_nonzero(pool.region(k) != inputs[pool.offsets[k]:pool.offsets[k] + size])
             assert not changed, f"input {k} of {execution} was written: {changed} bytes of its region changed"
-        assert_step(f"{execution} (shape {list(shape)})", [compute(a, b)], [pool.floats(2)])
+        assert_step(f"{execution} (shape {list(shape)})", [compute(a, b)], [pool.region(2).view(ctype.dtype)], ctype)
 
 
 CONSTANT_SIZE = 64  # floats: 256 bytes, above the 128 the runtime copies, so set_operand_value references it too
@@ -237,11 +245,13 @@ def test_constant_memory_never_written(mode, devices):
         assert_step(f"execution {n}", [combine(x, w) + v], [result])
 
 
-def _binary_model(code: OperationCode) -> Model:
-    """out = x (ADD or MUL) y on float32 [2, 2]: a second model for memory shared between compilations."""
+def _binary_model(code: OperationCode, type_: ChainType = FLOAT32) -> Model:
+    """out = x (ADD or MUL) y on float32 [2, 2] (or ``type_``): a second model for memory shared
+    between compilations."""
     model = Model()
-    x, y, fuse, out = model.add_operand(f32(2, 2)), model.add_operand(f32(2, 2)), model.add_operand(
-        OperandType(T.INT32)), model.add_operand(f32(2, 2))
+    t = type_.operand((2, 2))
+    x, y, fuse, out = model.add_operand(t), model.add_operand(t), model.add_operand(
+        OperandType(T.INT32)), model.add_operand(t)
     model.set_operand_value(fuse, FUSE_NONE)
     model.add_operation(code, [x, y, fuse], [out])
     model.identify_inputs_and_outputs([x, y], [out])

@@ -121,6 +121,13 @@ class ChainType:
         steps = np.floor(values.astype(np.float64) / self.scale + 0.5) + self.zero_point
         return np.clip(steps, info.min, info.max).astype(self.dtype)
 
+    def combine(self, function, x, y) -> np.ndarray:
+        """``function`` (np.add, np.multiply) of stored ``x`` and ``y`` as one operation of this type
+        computes it: for a quantized type on the real values, requantized."""
+        if not self.quantized:
+            return function(np.asarray(x, self.dtype), np.asarray(y, self.dtype))
+        return self.stored(function(self.real(x), self.real(y)))
+
     def real(self, stored) -> np.ndarray:
         """The real values of stored ones."""
         stored = np.asarray(stored)
@@ -146,15 +153,17 @@ def chain_type(devices) -> ChainType:
     return FLOAT32
 
 
-def add_model(output_dims: Sequence[int] = (2,), finish: bool = True, input_dims: Sequence[int] = (2,)) -> Model:
-    """out = a + b on float32 tensors, [2] unless ``input_dims`` says otherwise (inputs a, b; fused
-    activation NONE), for API tests; ``output_dims`` may leave the output's shape unknown,
-    ``finish=False`` leaves it editable."""
+def add_model(output_dims: Sequence[int] = (2,), finish: bool = True, input_dims: Sequence[int] = (2,),
+              type_: ChainType | None = None) -> Model:
+    """out = a + b on float32 tensors (or ``type_``'s), [2] unless ``input_dims`` says otherwise
+    (inputs a, b; fused activation NONE), for API tests; ``output_dims`` may leave the output's
+    shape unknown, ``finish=False`` leaves it editable."""
+    type_ = type_ or FLOAT32
     model = Model()
-    inputs = OperandType(OperandCode.TENSOR_FLOAT32, input_dims)
+    inputs = type_.operand(input_dims)
     a, b = model.add_operand(inputs), model.add_operand(inputs)
     fuse = model.add_operand(OperandType(OperandCode.INT32))
-    out = model.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, output_dims))
+    out = model.add_operand(type_.operand(output_dims))
     model.set_operand_value(fuse, np.int32(0))
     model.add_operation(OperationCode.ADD, [a, b, fuse], [out])
     model.identify_inputs_and_outputs([a, b], [out])
