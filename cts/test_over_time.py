@@ -136,9 +136,6 @@ class GuardedPool:
     def put(self, k: int, array: np.ndarray) -> None:
         self.region(k)[:] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
-    def floats(self, k: int) -> np.ndarray:
-        return self.region(k).view(np.float32)
-
     def check_guards(self, names: list[str], execution: str) -> None:
         """Every guard byte still PATTERN; the AssertionError says how far past (or before) which
         region the driver wrote."""
@@ -261,12 +258,13 @@ def _binary_model(code: OperationCode, type_: ChainType = FLOAT32) -> Model:
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind", ["device_memory", "pool"])
-def test_memory_across_compilations(mode, kind, devices):
+def test_memory_across_compilations(mode, kind, devices, ctype):
     """One memory, the output of the chain model's compilation and the input of a MUL (or ADD) model's:
     written by one, read by the other, written again, read again, overwritten by a copy, read
     again. One device: a memory from a descriptor belongs to one."""
-    (make, compute), (code, combine) = chain_for(devices[:1]), binary_for(devices[:1])
-    writer_compilation, reader_compilation = compiled(make(), devices[:1]), compiled(_binary_model(code), devices[:1])
+    (make, compute), (code, combine) = chain_for(devices[:1], ctype), binary_for(devices[:1], ctype)
+    writer_compilation = compiled(make(), devices[:1])
+    reader_compilation = compiled(_binary_model(code, ctype), devices[:1])
     memory_kind = kind.replace("_", " ")
     if memory_kind == "device memory":
         desc = MemoryDesc()
@@ -275,18 +273,19 @@ def test_memory_across_compilations(mode, kind, devices):
         desc.finish()
         memory, offset, length = Memory.from_desc(desc), 0, 0
     else:
-        pool = GuardedPool([16])
-        memory, offset, length = pool.memory, pool.offsets[0], 16
+        length = ctype.nbytes(4)
+        pool = GuardedPool([length])
+        memory, offset = pool.memory, pool.offsets[0]
     writer, reader = ExecutionSequence(writer_compilation, mode), ExecutionSequence(reader_compilation, mode)
     writer.execution.set_output_from_memory(0, memory, offset, length)
     reader.execution.set_input_from_memory(0, memory, offset, length)
-    out = np.zeros((2, 2), np.float32)
+    out = ctype.zeros((2, 2))
     reader.execution.set_output(0, out)
-    y = np.array([[1.5, -0.5], [2.0, 0.25]], np.float32)
+    y = ctype.stored(np.array([[1.5, -0.5], [2.0, 0.25]], np.float32))
     reader.execution.set_input(1, y)
     n = 0
     for round_ in range(1, 4):
-        a, b = chain_inputs(round_)
+        a, b = chain_inputs(round_, type_=ctype)
         if round_ < 3:
             writer.execution.set_input(0, a)
             writer.execution.set_input(1, b)
@@ -306,7 +305,7 @@ def test_memory_across_compilations(mode, kind, devices):
             n += 1
             step = f"execution {n} (the {code.name} model reading {source})"
             reader.run(step)
-            assert_step(step, [combine(held, y)], [out])
+            assert_step(step, [combine(held, y)], [out], ctype)
     if memory_kind == "pool":
         pool.check_guards(["output 0 of the chain model"], "its executions")
 
