@@ -493,26 +493,29 @@ THREAD_MODELS = 4
 THREAD_EXECUTIONS = 6
 
 
-def _thread_case(k: int, devices):
+def _thread_case(k: int, devices, type_: ChainType = FLOAT32):
     """(model, its inputs for execution n, its expected output, a name) for thread ``k``: the
-    chain model, ADD on [2], MUL (or ADD) on [2, 2] and the chain model on [3, 4], each of its own."""
-    make, compute = chain_for(devices)
+    chain model, ADD on [2], MUL (or ADD) on [2, 2] and the chain model on [3, 4], each of its own,
+    in ``type_``."""
+    make, compute = chain_for(devices, type_)
     if k == 0:
-        return make(), lambda n: chain_inputs(n), compute, "chain [2, 2]"
+        return make(), lambda n: chain_inputs(n, type_=type_), compute, "chain [2, 2]"
     if k == 1:
-        return add_model(), lambda n: tuple(v.reshape(-1)[:2] for v in chain_inputs(n)), np.add, "ADD [2]"
+        return (add_model(type_=type_), lambda n: tuple(v.reshape(-1)[:2] for v in chain_inputs(n, type_=type_)),
+                functools.partial(type_.combine, np.add), "ADD [2]")
     if k == 2:
-        code, combine = binary_for(devices)
-        return _binary_model(code), lambda n: chain_inputs(n), combine, f"{code.name} [2, 2]"
+        code, combine = binary_for(devices, type_)
+        return _binary_model(code, type_), lambda n: chain_inputs(n, type_=type_), combine, f"{code.name} [2, 2]"
     shape = (3, 4)
-    return make(output_dims=shape, input_dims=shape), lambda n: chain_inputs(n, shape), compute, "chain [3, 4]"
+    return (make(output_dims=shape, input_dims=shape), lambda n: chain_inputs(n, shape, type_), compute,
+            "chain [3, 4]")
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_compilations_of_different_models_at_once(mode, devices):
+def test_compilations_of_different_models_at_once(mode, devices, ctype):
     """Four threads, each preparing a model of its own and executing it six times with new inputs,
     and a fifth preparing compilations all the while: every result is its own model's."""
-    cases = [_thread_case(k, devices) for k in range(THREAD_MODELS)]
+    cases = [_thread_case(k, devices, ctype) for k in range(THREAD_MODELS)]
     for model, _, _, name in cases:
         if not all(model.get_supported_operations_for_devices(devices)):
             pytest.skip(f"unsupported: {name}")
@@ -527,13 +530,13 @@ def test_compilations_of_different_models_at_once(mode, devices):
             runner = ExecutionSequence(compiled(model, devices), mode)
             for n in range(1, THREAD_EXECUTIONS + 1):
                 x, y = inputs(100 * k + n)
-                out = np.zeros(x.shape, np.float32)
+                out = ctype.zeros(x.shape)
                 runner.execution.set_input(0, x)
                 runner.execution.set_input(1, y)
                 runner.execution.set_output(0, out)
                 step = f"thread {k} ({name}), execution {n}, other compilations executing and being prepared"
                 runner.run(step)
-                assert_step(step, [compute(x, y)], [out])
+                assert_step(step, [compute(x, y)], [out], ctype)
         except BaseException as e:  # collected, raised in the main thread
             failures.append(e)
 
@@ -541,7 +544,7 @@ def test_compilations_of_different_models_at_once(mode, devices):
         try:
             barrier.wait()
             while not done.is_set():
-                compiled(_binary_model(binary_for(devices)[0]), devices)
+                compiled(_binary_model(binary_for(devices, ctype)[0], ctype), devices)
         except BaseException as e:
             failures.append(AssertionError(f"preparing while other compilations execute: {e}"))
 
@@ -707,16 +710,16 @@ SOAK_PATHS = ("sync", "async", "fenced", "burst", "device_memory")
 
 
 @pytest.mark.parametrize("path", SOAK_PATHS)
-def test_resources_per_execution_path(path, devices):
+def test_resources_per_execution_path(path, devices, ctype):
     """2,000 executions of ADD on one path (device_memory: input and output in device memories,
     synchronously) after 100 to warm up: this process's fds, threads, mapped regions and resident
     memory may not grow with them (the driver under test runs in this process, unless isolated)."""
     if not resources.available():
         pytest.skip("no /proc: resources are read from Linux's /proc")
-    compilation = compiled(add_model(), devices[:1])
+    compilation = compiled(add_model(type_=ctype), devices[:1])
     runner = ExecutionSequence(compilation, "sync" if path == "device_memory" else path)
-    x, y = np.array([1.5, -2.0], np.float32), np.array([0.25, 4.0], np.float32)
-    out = np.zeros(2, np.float32)
+    x, y = ctype.stored(np.array([1.5, -2.0], np.float32)), ctype.stored(np.array([0.25, 4.0], np.float32))
+    out = ctype.zeros(2)
     runner.execution.set_input(1, y)
     if path == "device_memory":
         memories = []
@@ -741,7 +744,7 @@ def test_resources_per_execution_path(path, devices):
     after = resources.sample()
     if path == "device_memory":
         Memory.copy(memories[1], Memory.from_buffer(out))
-    assert_step(f"{what} {n}", [x + y], [out])
+    assert_step(f"{what} {n}", [ctype.combine(np.add, x, y)], [out], ctype)
     leaks = resources.leaks(before, after, SOAK_EXECUTIONS, what)
     assert not leaks, "; ".join(leaks)
 
