@@ -400,22 +400,39 @@ TIMED_RUNS = 3
 MIN_TIMED_SIZE, MAX_TIMED_SIZE = 128, 2048
 
 
-def _accumulating_model(size: int) -> Model:
+def _accumulating_model(size: int, type_: ChainType = FLOAT32) -> Model:
     """For a driver without FULLY_CONNECTED: h = x, then h = h + x ADDING_LAYERS times, on float32
-    [size, size] (out = (ADDING_LAYERS + 1) * x)."""
-    return repeated_add_model(f32(size, size), ADDING_LAYERS)
+    (or ``type_``) [size, size] (out = (ADDING_LAYERS + 1) * x)."""
+    return repeated_add_model(type_.operand((size, size)), ADDING_LAYERS)
 
 
-def _dense_model(size: int) -> Model:
-    """LAYERS FULLY_CONNECTED layers on a float32 [size, size] input, each with the same constant
-    weights (a permutation reversing the columns) and zero bias: out = x with its columns
-    reversed, exactly, after LAYERS * size**3 multiply-adds."""
+def _accumulated(x: np.ndarray, type_: ChainType) -> np.ndarray:
+    """What :func:`_accumulating_model` computes (quantized: every ADD requantized)."""
+    if not type_.quantized:
+        return x * (ADDING_LAYERS + 1)
+    h = x
+    for _ in range(ADDING_LAYERS):
+        h = type_.combine(np.add, h, x)
+    return h
+
+
+def _dense_model(size: int, type_: ChainType = FLOAT32) -> Model:
+    """LAYERS FULLY_CONNECTED layers on a float32 (or ``type_``) [size, size] input, each with the
+    same constant weights (a permutation reversing the columns) and zero bias: out = x with its
+    columns reversed, exactly, after LAYERS * size**3 multiply-adds (quantized: weights of scale 1,
+    so the output's scale is the input's)."""
     model = Model()
-    t = f32(size, size)
-    x, weights, bias, fuse = model.add_operand(t), model.add_operand(t), model.add_operand(f32(size)), \
+    t = type_.operand((size, size))
+    if type_.quantized:
+        w_type, b_type = OperandType(type_.code, (size, size), 1.0, 0), OperandType(T.TENSOR_INT32, (size,),
+                                                                                     type_.scale, 0)
+        w_dtype, b_dtype = type_.dtype, np.int32
+    else:
+        w_type, b_type, w_dtype, b_dtype = t, f32(size), np.float32, np.float32
+    x, weights, bias, fuse = model.add_operand(t), model.add_operand(w_type), model.add_operand(b_type), \
         model.add_operand(OperandType(T.INT32))
-    model.set_operand_value(weights, np.eye(size, dtype=np.float32)[::-1].copy())
-    model.set_operand_value(bias, np.zeros(size, np.float32))
+    model.set_operand_value(weights, np.eye(size, dtype=w_dtype)[::-1].copy())
+    model.set_operand_value(bias, np.zeros(size, b_dtype))
     model.set_operand_value(fuse, FUSE_NONE)
     h = x
     for _ in range(LAYERS):
@@ -440,7 +457,7 @@ TIMING_NAMES = {DurationCode.ON_HARDWARE: "timeOnDevice", DurationCode.IN_DRIVER
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_timing_against_the_clock(mode, devices):
+def test_timing_against_the_clock(mode, devices, ctype):
     """Three FULLY_CONNECTED layers (or 15 ADDs) on tensors made larger until three executions each
     take at least 10 ms of the
     client's clock: every duration the driver reports (NNAPI's measureTiming: nanoseconds) is
@@ -449,13 +466,13 @@ def test_timing_against_the_clock(mode, devices):
     shortest of the three walls is compared with the longest time reported, so that a machine
     stalling one execution (wall time without work) cannot make a correct driver look wrong."""
     codes = list(TIMING_NAMES) if mode == "fenced" else [DurationCode.ON_HARDWARE, DurationCode.IN_DRIVER]
-    dense = all(_dense_model(MIN_TIMED_SIZE).get_supported_operations_for_devices(devices[:1]))
+    dense = all(_dense_model(MIN_TIMED_SIZE, ctype).get_supported_operations_for_devices(devices[:1]))
     make, largest = (_dense_model, MAX_TIMED_SIZE) if dense else (_accumulating_model, MAX_ADDING_SIZE)
     n = MIN_TIMED_SIZE
     while True:
-        runner = ExecutionSequence(compiled(make(n), devices[:1]), mode)
-        x = np.linspace(-1, 1, n * n, dtype=np.float32).reshape(n, n)
-        out = np.zeros((n, n), np.float32)
+        runner = ExecutionSequence(compiled(make(n, ctype), devices[:1]), mode)
+        x = ctype.stored(np.linspace(-1, 1, n * n, dtype=np.float32).reshape(n, n))
+        out = ctype.zeros((n, n))
         runner.execution.set_input(0, x)
         runner.execution.set_output(0, out)
         runner.execution.set_measure_timing(True)
@@ -465,7 +482,7 @@ def test_timing_against_the_clock(mode, devices):
             start = time.monotonic_ns()
             runner.run(f"an execution on [{n}, {n}]")
             walls.append(time.monotonic_ns() - start)
-            assert_step(f"an execution on [{n}, {n}]", [x[:, ::-1] if dense else x * (ADDING_LAYERS + 1)], [out])
+            assert_step(f"an execution on [{n}, {n}]", [x[:, ::-1] if dense else _accumulated(x, ctype)], [out], ctype)
             for code in codes:
                 value = runner.execution.get_duration(code)
                 assert value == UINT64_MAX or value <= walls[-1], \
