@@ -280,3 +280,21 @@ def test_the_time_to_first_failure_table_names_what_a_support_excludes():
     assert "feature level 29" in not_applicable("float32_level27", "dilated_depthwise_multiplier")
     assert not_applicable("quant8_only", "ignores_extension_prefix") is None
     assert "extension" in not_applicable("npu13", "ignores_extension_prefix")
+
+
+def test_a_quant8_only_driver_runs_the_execution_sequences_in_quant8_and_they_catch_a_fault():
+    """The sequence tests' chain model is built in a type the driver supports: float32 on a
+    complete driver, quant8 on a quant8-only one, where the concurrent executions then run (not
+    skip), pass on the fault-free driver and catch a scratch buffer shared between executions."""
+    from cts.test_sequences import compiled, test_concurrent_executions
+    from nnts.generators.builders import FLOAT32, QUANT8, chain_model, chain_type
+    assert chain_type([Device(ReferenceDevice())]) == FLOAT32
+    for driver, fails in ((partial.quant8_only(), False), (partial.make("quant8_only", "shared_scratch"), True)):
+        devices = [Device(driver)]
+        assert chain_type(devices) == QUANT8
+        compilation = compiled(chain_model(type_=QUANT8), devices)
+        if fails:
+            with pytest.raises(AssertionError, match="thread"):
+                test_concurrent_executions("sync", compilation, QUANT8)
+        else:
+            test_concurrent_executions("sync", compilation, QUANT8)
