@@ -21,7 +21,10 @@
 
 Every failure names the execution and the kind of fault ("output 0 of execution 3 wrote 4 bytes
 past its region", "timeInDriver 40 µs for an execution of 41 ms wall"). Compilations name the
-devices under test (no CPU fallback); expected values come from numpy.
+devices under test (no CPU fallback); expected values come from numpy. The guarded regions,
+memory across compilations, timing, concurrency and resource tests build their models in float32,
+or where the driver does not support it in quant8 (the ``chain_type`` fixture), so that a
+quant8-only driver's faults over time are caught too.
 """
 from __future__ import annotations
 
