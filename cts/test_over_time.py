@@ -21,10 +21,14 @@
 
 Every failure names the execution and the kind of fault ("output 0 of execution 3 wrote 4 bytes
 past its region", "timeInDriver 40 µs for an execution of 41 ms wall"). Compilations name the
-devices under test (no CPU fallback); expected values come from numpy.
+devices under test (no CPU fallback); expected values come from numpy. The guarded regions,
+memory across compilations, timing, concurrency and resource tests build their models in float32,
+or where the driver does not support it in quant8 (the ``chain_type`` fixture), so that a
+quant8-only driver's faults over time are caught too.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import subprocess
 import sys
@@ -36,9 +40,9 @@ import pytest
 
 from nnapi_ref import (UINT64_MAX, Compilation, DurationCode, Execution, Memory, MemoryDesc, Model, NnapiError,
                        OperandCode as T, OperandType, OperationCode, tolerance)
-from nnts.generators.builders import (ExecutionSequence, add_model, assert_step, build_operation_model, chain,
-                                      chain_inputs, chain_model, counting_loop_model, output, repeated_add_model,
-                                      scalar, tensor)
+from nnts.generators.builders import (FLOAT32, ChainType, ExecutionSequence, add_model, assert_step,
+                                      build_operation_model, chain, chain_inputs, chain_model, counting_loop_model,
+                                      output, repeated_add_model, scalar, tensor)
 from nnts.runners import resources
 
 MODES = ("sync", "async", "burst", "fenced")
@@ -52,6 +56,13 @@ F32 = T.TENSOR_FLOAT32
 def _mark(request):
     request.node.nnts_op = "over time"
     request.node.nnts_dtype = "TENSOR_FLOAT32"
+
+
+@pytest.fixture
+def ctype(chain_type, request):
+    """The data type of the models below on the devices under test (float32 unless unsupported)."""
+    request.node.nnts_dtype = chain_type.code.name
+    return chain_type
 
 
 def f32(*dims) -> OperandType:
@@ -71,14 +82,14 @@ def compiled(model: Model, devices, cache: tuple | None = None) -> Compilation:
     return compilation
 
 
-def _add_chain_model(output_dims=(2, 2), input_dims=(2, 2)) -> Model:
+def _add_chain_model(output_dims=(2, 2), input_dims=(2, 2), type_: ChainType = FLOAT32) -> Model:
     """out = (a + b) + a: the chain model's form (an intermediate between two operations) for a
     driver that runs ADD alone."""
     model = Model()
-    t = f32(*input_dims)
+    t = type_.operand(input_dims)
     a, b, fuse, s_ = model.add_operand(t), model.add_operand(t), model.add_operand(OperandType(T.INT32)), \
         model.add_operand(t)
-    out = model.add_operand(f32(*output_dims))
+    out = model.add_operand(type_.operand(output_dims))
     model.set_operand_value(fuse, FUSE_NONE)
     model.add_operation(OperationCode.ADD, [a, b, fuse], [s_])
     model.add_operation(OperationCode.ADD, [s_, a, fuse], [out])
@@ -87,23 +98,23 @@ def _add_chain_model(output_dims=(2, 2), input_dims=(2, 2)) -> Model:
     return model
 
 
-def _add_chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a + b) + a
+def _add_chain(a: np.ndarray, b: np.ndarray, type_: ChainType = FLOAT32) -> np.ndarray:
+    return type_.combine(np.add, type_.combine(np.add, a, b), a)
 
 
-def chain_for(devices):
+def chain_for(devices, type_: ChainType = FLOAT32):
     """(model maker, its numpy function): the chain model, ((a + b) * b) + a, where the devices run
-    MUL, else (a + b) + a, so that a driver with ADD alone is tested too."""
-    if all(chain_model().get_supported_operations_for_devices(devices)):
-        return chain_model, chain
-    return _add_chain_model, _add_chain
+    MUL, else (a + b) + a, so that a driver with ADD alone is tested too; in ``type_``."""
+    if all(chain_model(type_=type_).get_supported_operations_for_devices(devices)):
+        return functools.partial(chain_model, type_=type_), functools.partial(chain, type_=type_)
+    return functools.partial(_add_chain_model, type_=type_), functools.partial(_add_chain, type_=type_)
 
 
-def binary_for(devices):
-    """(operation, its numpy function): MUL where the devices run it, else ADD."""
-    if all(_binary_model(OperationCode.MUL).get_supported_operations_for_devices(devices)):
-        return OperationCode.MUL, np.multiply
-    return OperationCode.ADD, np.add
+def binary_for(devices, type_: ChainType = FLOAT32):
+    """(operation, its numpy function): MUL where the devices run it, else ADD; in ``type_``."""
+    if all(_binary_model(OperationCode.MUL, type_).get_supported_operations_for_devices(devices)):
+        return OperationCode.MUL, functools.partial(type_.combine, np.multiply)
+    return OperationCode.ADD, functools.partial(type_.combine, np.add)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,9 +139,6 @@ class GuardedPool:
     def put(self, k: int, array: np.ndarray) -> None:
         self.region(k)[:] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
-    def floats(self, k: int) -> np.ndarray:
-        return self.region(k).view(np.float32)
-
     def check_guards(self, names: list[str], execution: str) -> None:
         """Every guard byte still PATTERN; the AssertionError says how far past (or before) which
         region the driver wrote."""
@@ -153,19 +161,19 @@ OUTPUT_SHAPES = [(2, 2), (3, 4), (1, 3), (3, 3), (1, 1)]  # 16, 48, 12, 36 and 4
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_output_regions_guarded(mode, devices):
+def test_output_regions_guarded(mode, devices, ctype):
     """The chain model's inputs and output in one pool, each region between guard bytes, shapes
     changing from one execution to the next (sizes that are not multiples of 16 bytes among
     them): after every execution the guards and the input regions are as they were."""
-    make, compute = chain_for(devices)
+    make, compute = chain_for(devices, ctype)
     runner = ExecutionSequence(compiled(make(output_dims=(0, 0), input_dims=(0, 0)), devices), mode)
     for n, shape in enumerate(OUTPUT_SHAPES, 1):
-        pool = GuardedPool([4 * int(np.prod(shape))] * 3)
-        a, b = chain_inputs(n, shape)
+        pool = GuardedPool([ctype.nbytes(int(np.prod(shape)))] * 3)
+        a, b = chain_inputs(n, shape, ctype)
         pool.put(0, a)
         pool.put(1, b)
         inputs = pool.data.copy()
-        size, dims = 4 * a.size, f32(*shape)
+        size, dims = ctype.nbytes(a.size), ctype.operand(shape)
         runner.execution.set_input_from_memory(0, pool.memory, pool.offsets[0], size, dims)
         runner.execution.set_input_from_memory(1, pool.memory, pool.offsets[1], size, dims)
         runner.execution.set_output_from_memory(0, pool.memory, pool.offsets[2], size, dims)
@@ -175,7 +183,7 @@ def test_output_regions_guarded(mode, devices):
         for k in (0, 1):
             changed = np.count_nonzero(pool.region(k) != inputs[pool.offsets[k]:pool.offsets[k] + size])
             assert not changed, f"input {k} of {execution} was written: {changed} bytes of its region changed"
-        assert_step(f"{execution} (shape {list(shape)})", [compute(a, b)], [pool.floats(2)])
+        assert_step(f"{execution} (shape {list(shape)})", [compute(a, b)], [pool.region(2).view(ctype.dtype)], ctype)
 
 
 CONSTANT_SIZE = 64  # floats: 256 bytes, above the 128 the runtime copies, so set_operand_value references it too
@@ -237,11 +245,13 @@ def test_constant_memory_never_written(mode, devices):
         assert_step(f"execution {n}", [combine(x, w) + v], [result])
 
 
-def _binary_model(code: OperationCode) -> Model:
-    """out = x (ADD or MUL) y on float32 [2, 2]: a second model for memory shared between compilations."""
+def _binary_model(code: OperationCode, type_: ChainType = FLOAT32) -> Model:
+    """out = x (ADD or MUL) y on float32 [2, 2] (or ``type_``): a second model for memory shared
+    between compilations."""
     model = Model()
-    x, y, fuse, out = model.add_operand(f32(2, 2)), model.add_operand(f32(2, 2)), model.add_operand(
-        OperandType(T.INT32)), model.add_operand(f32(2, 2))
+    t = type_.operand((2, 2))
+    x, y, fuse, out = model.add_operand(t), model.add_operand(t), model.add_operand(
+        OperandType(T.INT32)), model.add_operand(t)
     model.set_operand_value(fuse, FUSE_NONE)
     model.add_operation(code, [x, y, fuse], [out])
     model.identify_inputs_and_outputs([x, y], [out])
@@ -251,12 +261,13 @@ def _binary_model(code: OperationCode) -> Model:
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind", ["device_memory", "pool"])
-def test_memory_across_compilations(mode, kind, devices):
+def test_memory_across_compilations(mode, kind, devices, ctype):
     """One memory, the output of the chain model's compilation and the input of a MUL (or ADD) model's:
     written by one, read by the other, written again, read again, overwritten by a copy, read
     again. One device: a memory from a descriptor belongs to one."""
-    (make, compute), (code, combine) = chain_for(devices[:1]), binary_for(devices[:1])
-    writer_compilation, reader_compilation = compiled(make(), devices[:1]), compiled(_binary_model(code), devices[:1])
+    (make, compute), (code, combine) = chain_for(devices[:1], ctype), binary_for(devices[:1], ctype)
+    writer_compilation = compiled(make(), devices[:1])
+    reader_compilation = compiled(_binary_model(code, ctype), devices[:1])
     memory_kind = kind.replace("_", " ")
     if memory_kind == "device memory":
         desc = MemoryDesc()
@@ -265,18 +276,19 @@ def test_memory_across_compilations(mode, kind, devices):
         desc.finish()
         memory, offset, length = Memory.from_desc(desc), 0, 0
     else:
-        pool = GuardedPool([16])
-        memory, offset, length = pool.memory, pool.offsets[0], 16
+        length = ctype.nbytes(4)
+        pool = GuardedPool([length])
+        memory, offset = pool.memory, pool.offsets[0]
     writer, reader = ExecutionSequence(writer_compilation, mode), ExecutionSequence(reader_compilation, mode)
     writer.execution.set_output_from_memory(0, memory, offset, length)
     reader.execution.set_input_from_memory(0, memory, offset, length)
-    out = np.zeros((2, 2), np.float32)
+    out = ctype.zeros((2, 2))
     reader.execution.set_output(0, out)
-    y = np.array([[1.5, -0.5], [2.0, 0.25]], np.float32)
+    y = ctype.stored(np.array([[1.5, -0.5], [2.0, 0.25]], np.float32))
     reader.execution.set_input(1, y)
     n = 0
     for round_ in range(1, 4):
-        a, b = chain_inputs(round_)
+        a, b = chain_inputs(round_, type_=ctype)
         if round_ < 3:
             writer.execution.set_input(0, a)
             writer.execution.set_input(1, b)
@@ -296,7 +308,7 @@ def test_memory_across_compilations(mode, kind, devices):
             n += 1
             step = f"execution {n} (the {code.name} model reading {source})"
             reader.run(step)
-            assert_step(step, [combine(held, y)], [out])
+            assert_step(step, [combine(held, y)], [out], ctype)
     if memory_kind == "pool":
         pool.check_guards(["output 0 of the chain model"], "its executions")
 
@@ -391,22 +403,39 @@ TIMED_RUNS = 3
 MIN_TIMED_SIZE, MAX_TIMED_SIZE = 128, 2048
 
 
-def _accumulating_model(size: int) -> Model:
+def _accumulating_model(size: int, type_: ChainType = FLOAT32) -> Model:
     """For a driver without FULLY_CONNECTED: h = x, then h = h + x ADDING_LAYERS times, on float32
-    [size, size] (out = (ADDING_LAYERS + 1) * x)."""
-    return repeated_add_model(f32(size, size), ADDING_LAYERS)
+    (or ``type_``) [size, size] (out = (ADDING_LAYERS + 1) * x)."""
+    return repeated_add_model(type_.operand((size, size)), ADDING_LAYERS)
 
 
-def _dense_model(size: int) -> Model:
-    """LAYERS FULLY_CONNECTED layers on a float32 [size, size] input, each with the same constant
-    weights (a permutation reversing the columns) and zero bias: out = x with its columns
-    reversed, exactly, after LAYERS * size**3 multiply-adds."""
+def _accumulated(x: np.ndarray, type_: ChainType) -> np.ndarray:
+    """What :func:`_accumulating_model` computes (quantized: every ADD requantized)."""
+    if not type_.quantized:
+        return x * (ADDING_LAYERS + 1)
+    h = x
+    for _ in range(ADDING_LAYERS):
+        h = type_.combine(np.add, h, x)
+    return h
+
+
+def _dense_model(size: int, type_: ChainType = FLOAT32) -> Model:
+    """LAYERS FULLY_CONNECTED layers on a float32 (or ``type_``) [size, size] input, each with the
+    same constant weights (a permutation reversing the columns) and zero bias: out = x with its
+    columns reversed, exactly, after LAYERS * size**3 multiply-adds (quantized: weights of scale 1,
+    so the output's scale is the input's)."""
     model = Model()
-    t = f32(size, size)
-    x, weights, bias, fuse = model.add_operand(t), model.add_operand(t), model.add_operand(f32(size)), \
+    t = type_.operand((size, size))
+    if type_.quantized:
+        w_type, b_type = OperandType(type_.code, (size, size), 1.0, 0), OperandType(T.TENSOR_INT32, (size,),
+                                                                                     type_.scale, 0)
+        w_dtype, b_dtype = type_.dtype, np.int32
+    else:
+        w_type, b_type, w_dtype, b_dtype = t, f32(size), np.float32, np.float32
+    x, weights, bias, fuse = model.add_operand(t), model.add_operand(w_type), model.add_operand(b_type), \
         model.add_operand(OperandType(T.INT32))
-    model.set_operand_value(weights, np.eye(size, dtype=np.float32)[::-1].copy())
-    model.set_operand_value(bias, np.zeros(size, np.float32))
+    model.set_operand_value(weights, np.eye(size, dtype=w_dtype)[::-1].copy())
+    model.set_operand_value(bias, np.zeros(size, b_dtype))
     model.set_operand_value(fuse, FUSE_NONE)
     h = x
     for _ in range(LAYERS):
@@ -431,7 +460,7 @@ TIMING_NAMES = {DurationCode.ON_HARDWARE: "timeOnDevice", DurationCode.IN_DRIVER
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_timing_against_the_clock(mode, devices):
+def test_timing_against_the_clock(mode, devices, ctype):
     """Three FULLY_CONNECTED layers (or 15 ADDs) on tensors made larger until three executions each
     take at least 10 ms of the
     client's clock: every duration the driver reports (NNAPI's measureTiming: nanoseconds) is
@@ -440,13 +469,13 @@ def test_timing_against_the_clock(mode, devices):
     shortest of the three walls is compared with the longest time reported, so that a machine
     stalling one execution (wall time without work) cannot make a correct driver look wrong."""
     codes = list(TIMING_NAMES) if mode == "fenced" else [DurationCode.ON_HARDWARE, DurationCode.IN_DRIVER]
-    dense = all(_dense_model(MIN_TIMED_SIZE).get_supported_operations_for_devices(devices[:1]))
+    dense = all(_dense_model(MIN_TIMED_SIZE, ctype).get_supported_operations_for_devices(devices[:1]))
     make, largest = (_dense_model, MAX_TIMED_SIZE) if dense else (_accumulating_model, MAX_ADDING_SIZE)
     n = MIN_TIMED_SIZE
     while True:
-        runner = ExecutionSequence(compiled(make(n), devices[:1]), mode)
-        x = np.linspace(-1, 1, n * n, dtype=np.float32).reshape(n, n)
-        out = np.zeros((n, n), np.float32)
+        runner = ExecutionSequence(compiled(make(n, ctype), devices[:1]), mode)
+        x = ctype.stored(np.linspace(-1, 1, n * n, dtype=np.float32).reshape(n, n))
+        out = ctype.zeros((n, n))
         runner.execution.set_input(0, x)
         runner.execution.set_output(0, out)
         runner.execution.set_measure_timing(True)
@@ -456,7 +485,7 @@ def test_timing_against_the_clock(mode, devices):
             start = time.monotonic_ns()
             runner.run(f"an execution on [{n}, {n}]")
             walls.append(time.monotonic_ns() - start)
-            assert_step(f"an execution on [{n}, {n}]", [x[:, ::-1] if dense else x * (ADDING_LAYERS + 1)], [out])
+            assert_step(f"an execution on [{n}, {n}]", [x[:, ::-1] if dense else _accumulated(x, ctype)], [out], ctype)
             for code in codes:
                 value = runner.execution.get_duration(code)
                 assert value == UINT64_MAX or value <= walls[-1], \
@@ -484,26 +513,29 @@ THREAD_MODELS = 4
 THREAD_EXECUTIONS = 6
 
 
-def _thread_case(k: int, devices):
+def _thread_case(k: int, devices, type_: ChainType = FLOAT32):
     """(model, its inputs for execution n, its expected output, a name) for thread ``k``: the
-    chain model, ADD on [2], MUL (or ADD) on [2, 2] and the chain model on [3, 4], each of its own."""
-    make, compute = chain_for(devices)
+    chain model, ADD on [2], MUL (or ADD) on [2, 2] and the chain model on [3, 4], each of its own,
+    in ``type_``."""
+    make, compute = chain_for(devices, type_)
     if k == 0:
-        return make(), lambda n: chain_inputs(n), compute, "chain [2, 2]"
+        return make(), lambda n: chain_inputs(n, type_=type_), compute, "chain [2, 2]"
     if k == 1:
-        return add_model(), lambda n: tuple(v.reshape(-1)[:2] for v in chain_inputs(n)), np.add, "ADD [2]"
+        return (add_model(type_=type_), lambda n: tuple(v.reshape(-1)[:2] for v in chain_inputs(n, type_=type_)),
+                functools.partial(type_.combine, np.add), "ADD [2]")
     if k == 2:
-        code, combine = binary_for(devices)
-        return _binary_model(code), lambda n: chain_inputs(n), combine, f"{code.name} [2, 2]"
+        code, combine = binary_for(devices, type_)
+        return _binary_model(code, type_), lambda n: chain_inputs(n, type_=type_), combine, f"{code.name} [2, 2]"
     shape = (3, 4)
-    return make(output_dims=shape, input_dims=shape), lambda n: chain_inputs(n, shape), compute, "chain [3, 4]"
+    return (make(output_dims=shape, input_dims=shape), lambda n: chain_inputs(n, shape, type_), compute,
+            "chain [3, 4]")
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_compilations_of_different_models_at_once(mode, devices):
+def test_compilations_of_different_models_at_once(mode, devices, ctype):
     """Four threads, each preparing a model of its own and executing it six times with new inputs,
     and a fifth preparing compilations all the while: every result is its own model's."""
-    cases = [_thread_case(k, devices) for k in range(THREAD_MODELS)]
+    cases = [_thread_case(k, devices, ctype) for k in range(THREAD_MODELS)]
     for model, _, _, name in cases:
         if not all(model.get_supported_operations_for_devices(devices)):
             pytest.skip(f"unsupported: {name}")
@@ -518,13 +550,13 @@ def test_compilations_of_different_models_at_once(mode, devices):
             runner = ExecutionSequence(compiled(model, devices), mode)
             for n in range(1, THREAD_EXECUTIONS + 1):
                 x, y = inputs(100 * k + n)
-                out = np.zeros(x.shape, np.float32)
+                out = ctype.zeros(x.shape)
                 runner.execution.set_input(0, x)
                 runner.execution.set_input(1, y)
                 runner.execution.set_output(0, out)
                 step = f"thread {k} ({name}), execution {n}, other compilations executing and being prepared"
                 runner.run(step)
-                assert_step(step, [compute(x, y)], [out])
+                assert_step(step, [compute(x, y)], [out], ctype)
         except BaseException as e:  # collected, raised in the main thread
             failures.append(e)
 
@@ -532,7 +564,7 @@ def test_compilations_of_different_models_at_once(mode, devices):
         try:
             barrier.wait()
             while not done.is_set():
-                compiled(_binary_model(binary_for(devices)[0]), devices)
+                compiled(_binary_model(binary_for(devices, ctype)[0], ctype), devices)
         except BaseException as e:
             failures.append(AssertionError(f"preparing while other compilations execute: {e}"))
 
@@ -698,16 +730,16 @@ SOAK_PATHS = ("sync", "async", "fenced", "burst", "device_memory")
 
 
 @pytest.mark.parametrize("path", SOAK_PATHS)
-def test_resources_per_execution_path(path, devices):
+def test_resources_per_execution_path(path, devices, ctype):
     """2,000 executions of ADD on one path (device_memory: input and output in device memories,
     synchronously) after 100 to warm up: this process's fds, threads, mapped regions and resident
     memory may not grow with them (the driver under test runs in this process, unless isolated)."""
     if not resources.available():
         pytest.skip("no /proc: resources are read from Linux's /proc")
-    compilation = compiled(add_model(), devices[:1])
+    compilation = compiled(add_model(type_=ctype), devices[:1])
     runner = ExecutionSequence(compilation, "sync" if path == "device_memory" else path)
-    x, y = np.array([1.5, -2.0], np.float32), np.array([0.25, 4.0], np.float32)
-    out = np.zeros(2, np.float32)
+    x, y = ctype.stored(np.array([1.5, -2.0], np.float32)), ctype.stored(np.array([0.25, 4.0], np.float32))
+    out = ctype.zeros(2)
     runner.execution.set_input(1, y)
     if path == "device_memory":
         memories = []
@@ -732,7 +764,7 @@ def test_resources_per_execution_path(path, devices):
     after = resources.sample()
     if path == "device_memory":
         Memory.copy(memories[1], Memory.from_buffer(out))
-    assert_step(f"{what} {n}", [x + y], [out])
+    assert_step(f"{what} {n}", [ctype.combine(np.add, x, y)], [out], ctype)
     leaks = resources.leaks(before, after, SOAK_EXECUTIONS, what)
     assert not leaks, "; ".join(leaks)
 

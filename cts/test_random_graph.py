@@ -20,7 +20,15 @@ and their signatures, at the same sizes, so they run on it; seed and support nam
 reproducer records the support.
 
 ``--random-graphs N`` cases from seed ``--random-seed S`` (ids ``seed<S>``; rerun one with
-``-k seed<S>``). A failing case is shrunk one step at a time while it still fails (an operation
+``-k seed<S>``); the breadth-first order groups them by graph size (one case of each size, then a
+second of each).
+
+Rounding chains (``test_random_chain``, ``--random-chains N`` from ``--random-seed``, ids
+``<OPERATION>-<type>-seed<S>``): graphs of two operations, a quantized operation of what the driver
+supports and a SUB of a near copy of its result, which magnifies a one-step difference about six
+times (:mod:`nnts.generators.chains`): a rounding that goes the wrong way on many elements
+(truncating where NNAPI rounds), within every per-operation tolerance, fails the random-graph
+bias and MSE criteria there. Judged, shrunk and saved as the random graphs are. A failing case is shrunk one step at a time while it still fails (an operation
 or an output removed, then a dimension of the model inputs cut) and saved under ``--reproducers``
 as a test-vector file with the reference's outputs as expected values and the driver's beside
 them; the message names the remaining operations and their input shapes, and gives the replay
@@ -38,13 +46,55 @@ from __future__ import annotations
 
 import pytest
 
+from nnapi_ref.types import type_name
+from nnts.generators import chains
+from nnts.generators.random_graphs import case_size
 from nnts.runners.differential import run_case
 
 
+class GraphSeed(int):
+    """A case's seed that names the size of its graph, so that the breadth-first order
+    (:mod:`nnts.runners.ordering`, which groups tests by their parameter's ``operation`` and ``dtype``)
+    runs one graph of every size before a second of any: the 200 cases are 40 groups, and a graph
+    that finds a fault runs within the first few passes, not in the 200th."""
+
+    dtype = "-"  # drawn with the case, not known at collection
+
+    @property
+    def operation(self) -> str:
+        return f"graph of {case_size(self)}"
+
+
+class ChainSeed(int):
+    """A rounding chain's seed, naming the operation and quantized type it tests (the breadth-first
+    order's groups: one chain of each before a second of any)."""
+
+    support = None  # the driver's (nnts.runners.support): the chains are of what it supports
+    pair = None  # (operation, quantized type): chains.case_pair of the seed and support
+
+    @property
+    def operation(self) -> str:
+        return self.pair[0].name if self.pair else "-"
+
+    @property
+    def dtype(self) -> str:
+        return type_name(self.pair[1]) if self.pair else "-"
+
+
 def pytest_generate_tests(metafunc):
+    base = metafunc.config.getoption("random_seed")
     if "seed" in metafunc.fixturenames:
-        base, n = metafunc.config.getoption("random_seed"), metafunc.config.getoption("random_graphs")
-        metafunc.parametrize("seed", range(base, base + n), ids=[f"seed{s}" for s in range(base, base + n)])
+        n = metafunc.config.getoption("random_graphs")
+        metafunc.parametrize("seed", [GraphSeed(s) for s in range(base, base + n)],
+                             ids=[f"seed{s}" for s in range(base, base + n)])
+    if "chain_seed" in metafunc.fixturenames:
+        support = metafunc.config.nnts_support()
+        pairs = chains.case_pairs(support)
+        seeds = []
+        for s in range(base, base + metafunc.config.getoption("random_chains")):
+            seeds.append(ChainSeed(s))
+            seeds[-1].support, seeds[-1].pair = support, pairs[s % len(pairs)] if pairs else None
+        metafunc.parametrize("chain_seed", seeds, ids=[f"{s.operation}-{s.dtype}-seed{s}" for s in seeds])
 
 
 def test_random_graph(seed, devices, reference_devices, request, driver_spec, crash_reproducer):
@@ -57,3 +107,26 @@ def test_random_graph(seed, devices, reference_devices, request, driver_spec, cr
         pytest.xfail(f"{result.explained}: {result.message}")
     if result.status != "pass":
         pytest.fail(result.message, pytrace=False)
+
+
+def test_random_chain(chain_seed, devices, reference_devices, request, driver_spec):
+    """A rounding chain (:mod:`nnts.generators.chains`): a quantized operation, then a SUB of a near
+    copy of its result, which magnifies a one-step rounding difference about six times, judged
+    by the random-graph criteria."""
+    support = chain_seed.support
+    graph, code = chains.generate_case(chain_seed, support.level, support, chain_seed.pair)
+    if code is not None:
+        request.node.nnts_op, request.node.nnts_dtype = code.name, chain_seed.dtype
+    if len(graph.operations) < 2:
+        pytest.skip(f"unsupported: no rounding chain for {chain_seed.operation} on {chain_seed.dtype} "
+                    f"(no form of it at feature level {support.level}, or neither SUB nor ADD on its result "
+                    f"supported)")
+    result = run_case(graph.seed, devices, reference_devices, support.level, request.config.getoption("reproducers"),
+                      driver_spec, graph=graph, support=support)
+    message = f"rounding chain seed {int(chain_seed)} ({chain_seed.operation} on {chain_seed.dtype}): {result.message}"
+    if result.status == "skip":
+        pytest.skip(message)
+    if result.status != "pass" and result.explained:
+        pytest.xfail(f"{result.explained}: {message}")
+    if result.status != "pass":
+        pytest.fail(message, pytrace=False)

@@ -116,12 +116,13 @@ def _stop(process) -> None:
 
 
 def run_once(driver: str, order: str | None, quick: bool, timeout: float, workers: int, extra: list[str],
-             stream=sys.stdout) -> dict:
-    """One ``pytest cts vts`` run against ``driver``: seconds to its first failure (None: none
-    within the timeout or the whole run), the failing test, the run's own seconds and exit code."""
+             stream=sys.stdout, runner: list[str] | None = None) -> dict:
+    """One ``pytest cts vts`` run against ``driver`` (``runner``: another command line running the
+    suites, as ``nnts test``): seconds to its first failure (None: none within the timeout or the
+    whole run), the failing test, the run's own seconds and exit code."""
     with tempfile.TemporaryDirectory(prefix="nnts-bench-suite-") as tmp:
         marker = Path(tmp) / "first-failure.json"
-        command = [sys.executable, "-m", "pytest", *SUITE, "-q", "-p", "no:cacheprovider",
+        command = [*(runner or [sys.executable, "-m", "pytest", *SUITE]), "-q", "-p", "no:cacheprovider",
                    "-p", "nnts.mlts.bench_suite", "-n", str(workers), "-x", f"--driver={driver}",
                    "--reproducers", str(Path(tmp) / "reproducers"), *extra]
         if order:

@@ -81,6 +81,9 @@ def pytest_addoption(parser):
                          "(cts/test_random_partitioned.py; partial drivers only)")
     group.addoption("--random-ops", type=int, default=200,
                     help="number of single-operation random cases (the test_random_operation tests)")
+    group.addoption("--random-chains", type=int, default=100,
+                    help="number of rounding chains: a quantized operation, then a SUB that magnifies its "
+                         "rounding (the test_random_chain tests)")
     group.addoption("--isolate", action="store_true",
                     help="run in-process drivers in a process of their own (nnts serve), to contain crashes")
     group.addoption("--shard", default=None, metavar="K/N",
@@ -299,6 +302,7 @@ def _check_options(config) -> None:
             files.writable("--report", path)
         files.positive("--random-graphs", config.getoption("random_graphs"), allow_zero=True)
         files.positive("--random-ops", config.getoption("random_ops"), allow_zero=True)
+        files.positive("--random-chains", config.getoption("random_chains"), allow_zero=True)
     except files.UsageError as e:
         raise pytest.UsageError(str(e)) from None
 
@@ -381,6 +385,14 @@ def devices(drivers, pytestconfig):
     settings = pytestconfig.nnts_settings
     set_drivers(drivers, settings.partitioning, settings.shm_dir)
     return get_devices()
+
+
+@pytest.fixture(scope="session")
+def chain_type(devices):
+    """The data type the execution-sequence and over-time tests build their models in, chosen once
+    per run from what the devices support: float32, else quant8 (nnts.generators.builders.chain_type)."""
+    from nnts.generators.builders import chain_type as choose
+    return choose(devices)
 
 
 @pytest.fixture(scope="session")
@@ -476,7 +488,8 @@ def _replay_by_id(item, driver: str) -> str:
 
 
 # The options that decide which cases a parametrized test has, with their defaults.
-_CASE_OPTIONS = (("random_seed", 0), ("random_ops", 200), ("random_graphs", 200), ("feature_level", None))
+_CASE_OPTIONS = (("random_seed", 0), ("random_ops", 200), ("random_graphs", 200), ("random_chains", 100),
+                 ("feature_level", None))
 _TEST_PROPERTIES = ("nnts_op", "nnts_dtype", "nnts_section", "nnts_variant", "nnts_module")
 _running: dict[str, list[tuple]] = {}  # xdist controller: the properties of each test set up and not torn down
 

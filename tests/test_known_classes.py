@@ -127,3 +127,52 @@ def test_tflite_argmax_leaves_a_leading_nan_where_nnapi_stays():
                        failure=Failure("mismatch", "ARGMAX", "values"), mismatched=[0])
     assert explain(graph, outcome([2, 2]), "tflite-ref").startswith("tflite class 3")
     assert explain(graph, outcome([1, 0]), "tflite-ref") is None
+
+
+def test_a_mean_at_an_exact_half_may_round_up_on_onnx_runtime():
+    """MEAN of [121, 119, 128, 122] around zero point 123 is exactly half a step below it: NNAPI
+    truncates to 122, ONNX Runtime's float32 mean (its sum's order set by the data's alignment)
+    can land on the half and round to 123; a one-element L2_NORMALIZATION axis then makes the
+    step -1.0 against 0.0 (random-graph seed 2002523). The float32 recomputation lands below the
+    half, as NNAPI does: only the exact mean, halves up, explains it."""
+    scale = 0.3081510663032532
+    operands = [hal.Operand(Q8, (1, 4), scale, 123, Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(T.TENSOR_INT32, (1,), 0.0, 0, Lifetime.CONSTANT_COPY, np.array([1], np.int32)),
+                hal.Operand(T.INT32, (), 0.0, 0, Lifetime.CONSTANT_COPY, np.array(1, np.int32)),
+                hal.Operand(Q8, (1, 1), scale, 123, Lifetime.TEMPORARY_VARIABLE),
+                hal.Operand(Q8, (1, 1), 1 / 128, 128, Lifetime.SUBGRAPH_OUTPUT)]
+    x = np.array([[121, 119, 128, 122]], np.uint8)
+    graph = Graph(operands, [hal.Operation(Op.MEAN, (0, 1, 2), (3,)), hal.Operation(Op.L2_NORMALIZATION, (3,), (4,))],
+                  [0], [4], {0: x, 3: np.array([[122]], np.uint8), 4: np.array([[0]], np.uint8)})
+    assert simulate(graph, [])[0][0].tolist() == [[0]]  # NNAPI: -1.0
+    ort_like = mismatch(graph, [[128]])
+    assert explain(graph, ort_like, "onnxruntime").startswith("onnxruntime class 4")
+    float32_path = [c for c in classes_for("onnxruntime") if c.number == 4][:1]
+    assert simulate(graph, float32_path)[1] is False  # recomputed in float32, the mean rounds as NNAPI's
+    assert explain(graph, mismatch(graph, [[255]]), "onnxruntime") is None
+
+
+def test_a_per_channel_convolution_requantized_once_is_explained_with_its_bias_scaled():
+    """A per-channel int8 DEPTHWISE_CONV_2D of the zero point with bias 30 at multiplier
+    0.2479128: NNAPI rounds twice (29.75 -> 30, 7.5 -> 8), ONNX Runtime and XNNPACK once (7.44 ->
+    7). The bias's scale is 0 beside a per-channel filter: the matchers' float recomputation
+    takes its real value as 30 times the input's and the channel's scales (random-graph seed
+    2002909)."""
+    s8, pc = T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM_PER_CHANNEL
+
+    def scalar(v):
+        return hal.Operand(T.INT32, (), 0.0, 0, Lifetime.CONSTANT_COPY, np.array(v, np.int32))
+    operands = [hal.Operand(s8, (1, 1, 1, 1), 0.3388423025608063, -57, Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(pc, (1, 1, 1, 1), 0.0, 0, Lifetime.CONSTANT_COPY, np.array([[[[43]]]], np.int8),
+                            hal.ChannelQuant((0.011096084,), 3)),
+                hal.Operand(T.TENSOR_INT32, (1,), 0.0, 0, Lifetime.CONSTANT_COPY, np.array([30], np.int32)),
+                *[scalar(v) for v in (0, 0, 0, 0, 1, 1, 1, 0)],
+                hal.Operand(s8, (1, 1, 1, 1), 0.0151659045368433, -39, Lifetime.SUBGRAPH_OUTPUT)]
+    graph = Graph(operands, [hal.Operation(Op.DEPTHWISE_CONV_2D, tuple(range(11)), (11,))], [0], [11],
+                  {0: np.full((1, 1, 1, 1), -57, np.int8), 11: np.full((1, 1, 1, 1), -31, np.int8)})
+    assert simulate(graph, [])[0][0].item() == -31  # NNAPI: 8 steps
+    once = Outcome("fail", "", [graph.values[11]], [np.full((1, 1, 1, 1), -32, np.int8)],
+                   failure=Failure("mismatch", "DEPTHWISE_CONV_2D", "values"), mismatched=[0])
+    assert explain(graph, once, "onnxruntime").startswith("onnxruntime class 3")
+    assert explain(graph, once, "tflite").startswith("tflite class 14")
+    assert explain(graph, once, "tflite-ref") is None  # TFLite's reference kernels round twice, as NNAPI

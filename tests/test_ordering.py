@@ -45,6 +45,17 @@ def test_every_group_once_before_any_twice_and_kinds_take_turns():
     assert [it.nodeid for _, it in breadth_first(items)] == [it.nodeid for _, it in breadth_first(list(items))]
 
 
+def test_random_graphs_take_a_turn_per_graph_size():
+    """The 200 random graphs are 40 groups, one per graph size: seed 185 (a graph of 16
+    operations, the third of that size) runs in the third pass, not the 186th."""
+    from cts.test_random_graph import GraphSeed
+    items = [item(f"cts/test_random_graph.py::test_random_graph[seed{s}]", seed=GraphSeed(s)) for s in range(200)]
+    passes = {it.nodeid: n for n, it in breadth_first(items)}
+    assert len({group_key(it) for it in items}) == 40
+    assert passes["cts/test_random_graph.py::test_random_graph[seed185]"] == 2
+    assert max(passes.values()) == 19  # the small graphs: 20 seeds of each of 5 sizes
+
+
 def collect(*args):
     command = [sys.executable, "-m", "pytest", "cts/test_generated.py", "vts/test_sequences.py", "--collect-only",
                "-q", "-p", "no:cacheprovider", "--no-shared-vectors", "-k", "ADD or MUL or pool", *args]

@@ -181,3 +181,29 @@ def test_xnnpack_mean_class_accepts_its_instance_and_rejects_others():
     assert explain(graph, outcome([1.0, 2.0]), "tflite-ref") is None
     assert explain(graph, outcome([1.0, 2.5]), "tflite-ref").startswith("tflite class 8")
     assert explain(graph, outcome([1.0, 1.5]), "tflite") is None
+
+
+@pytest.mark.parametrize("mode", ["asymmetric", "align_corners", "half_pixel"])
+def test_xnnpack_quantized_resize_bilinear_is_bit_exact(mode):
+    """The model of XNNPACK's quantized RESIZE_BILINEAR (Q11 weights, int32, half up) against the
+    tflite driver, on random images of both quantized types (random-graph chain seed 57:
+    NNAPI truncates, TFLite's reference kernels round halves away from zero, XNNPACK up)."""
+    pytest.importorskip("ai_edge_litert")
+    from nnapi_ref import using_drivers
+    from nnts.generators.builders import output, run_operation, scalar, tensor
+    from nnts.runners.drivers import load_driver
+    rng = np.random.default_rng(7)
+    with using_drivers([load_driver("tflite")]) as devices:
+        for dtype, type_ in ((np.int8, T.TENSOR_QUANT8_ASYMM_SIGNED), (np.uint8, Q8)):
+            for _ in range(4):
+                h, w, c = (int(v) for v in rng.integers(1, 6, 3))
+                out_h, out_w = (int(v) for v in rng.integers(1, 12, 2))
+                info = np.iinfo(dtype)
+                x = rng.integers(info.min, info.max + 1, (1, h, w, c)).astype(dtype)
+                inputs = [tensor(type_, x, 0.1, 3), scalar(T.INT32, out_w), scalar(T.INT32, out_h),
+                          scalar(T.BOOL, False), scalar(T.BOOL, mode == "align_corners"),
+                          scalar(T.BOOL, mode == "half_pixel")]
+                got = run_operation(Op.RESIZE_BILINEAR, inputs, [output(type_, (1, out_h, out_w, c), 0.1, 3)],
+                                    devices=devices)[0]
+                model = runtime_arithmetic.xnnpack_quantized_resize_bilinear(x, out_h, out_w, mode)
+                assert np.array_equal(np.asarray(got, np.int64), model), (mode, x.shape, out_h, out_w)

@@ -244,11 +244,12 @@ def test_the_suite_runs_a_partial_drivers_random_cases_on_it(tmp_path):
     for driver in ("nnapi_ref.drivers.partial:npu13", "reference"):
         done = subprocess.run([sys.executable, "-m", "pytest", "cts/test_random_graph.py", "cts/test_random_operation.py",
                                "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "2", "--driver", driver,
-                               "--random-graphs", "10", "--random-ops", "10", "--reproducers", str(tmp_path / "r")],
+                               "--random-graphs", "10", "--random-ops", "10", "--random-chains", "10",
+                               "--reproducers", str(tmp_path / "r")],
                               cwd=ROOT, capture_output=True, text=True, timeout=600, env=env, check=False)
         assert done.returncode == 0, done.stdout[-3000:]
         counts[driver] = int(done.stdout.split(" passed")[0].split()[-1])
-    assert counts["nnapi_ref.drivers.partial:npu13"] >= counts["reference"] == 20
+    assert counts["nnapi_ref.drivers.partial:npu13"] >= counts["reference"] == 30
     assert len(list((tmp_path / "cache" / "support").glob("*.json"))) == 2  # one per driver, not per worker
 
 
@@ -268,3 +269,32 @@ def test_partial_drivers_reject_invalid_models_as_the_reference_does():
         with pytest.raises(HalError) as e:
             call()
         assert e.value.status == ErrorStatus.INVALID_ARGUMENT
+
+
+def test_the_time_to_first_failure_table_names_what_a_support_excludes():
+    """nnts.mlts.ttff_partial runs a broken driver under a support only where its fault can show."""
+    from nnts.mlts.ttff_partial import not_applicable
+    assert not_applicable("npu13", "add_quant8_truncating") is None
+    assert "BOX_WITH_NMS_LIMIT" in not_applicable("npu13", "nms_limit_per_class")
+    assert "data types" in not_applicable("float32_level27", "off_by_one_rounding")
+    assert "feature level 29" in not_applicable("float32_level27", "dilated_depthwise_multiplier")
+    assert not_applicable("quant8_only", "ignores_extension_prefix") is None
+    assert "extension" in not_applicable("npu13", "ignores_extension_prefix")
+
+
+def test_a_quant8_only_driver_runs_the_execution_sequences_in_quant8_and_they_catch_a_fault():
+    """The sequence tests' chain model is built in a type the driver supports: float32 on a
+    complete driver, quant8 on a quant8-only one, where the concurrent executions then run (not
+    skip), pass on the fault-free driver and catch a scratch buffer shared between executions."""
+    from cts.test_sequences import compiled, test_concurrent_executions
+    from nnts.generators.builders import FLOAT32, QUANT8, chain_model, chain_type
+    assert chain_type([Device(ReferenceDevice())]) == FLOAT32
+    for driver, fails in ((partial.quant8_only(), False), (partial.make("quant8_only", "shared_scratch"), True)):
+        devices = [Device(driver)]
+        assert chain_type(devices) == QUANT8
+        compilation = compiled(chain_model(type_=QUANT8), devices)
+        if fails:
+            with pytest.raises(AssertionError, match="thread"):
+                test_concurrent_executions("sync", compilation, QUANT8)
+        else:
+            test_concurrent_executions("sync", compilation, QUANT8)

@@ -85,15 +85,85 @@ def build_operation_model(code: OperationCode, inputs: Sequence[Operand], output
     return model, fed
 
 
-def add_model(output_dims: Sequence[int] = (2,), finish: bool = True, input_dims: Sequence[int] = (2,)) -> Model:
-    """out = a + b on float32 tensors, [2] unless ``input_dims`` says otherwise (inputs a, b; fused
-    activation NONE), for API tests; ``output_dims`` may leave the output's shape unknown,
-    ``finish=False`` leaves it editable."""
+@dataclass(frozen=True)
+class ChainType:
+    """The data type of :func:`chain_model`'s tensors: float32 for a driver supporting it, else
+    quant8 (scale 1/16, zero point 128: -8 to 7.94, room for the chain's values). Inputs, buffers
+    and outputs are stored values of the type; :func:`chain` and :func:`assert_step` take them."""
+
+    code: OperandCode
+    scale: float = 0.0
+    zero_point: int = 0
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(DTYPES[self.code])
+
+    @property
+    def quantized(self) -> bool:
+        return self.scale != 0.0
+
+    def operand(self, dims: Sequence[int]) -> OperandType:
+        return OperandType(self.code, dims, self.scale, self.zero_point)
+
+    def zeros(self, shape) -> np.ndarray:
+        return np.zeros(shape, self.dtype)
+
+    def nbytes(self, elements: int) -> int:
+        return elements * self.dtype.itemsize
+
+    def stored(self, values) -> np.ndarray:
+        """Real values as this type stores them (quantized: rounded to the nearest step, saturated)."""
+        values = np.asarray(values, np.float32)
+        if not self.quantized:
+            return values.astype(self.dtype)
+        info = np.iinfo(self.dtype)
+        steps = np.floor(values.astype(np.float64) / self.scale + 0.5) + self.zero_point
+        return np.clip(steps, info.min, info.max).astype(self.dtype)
+
+    def combine(self, function, x, y) -> np.ndarray:
+        """``function`` (np.add, np.multiply) of stored ``x`` and ``y`` as one operation of this type
+        computes it: for a quantized type on the real values, requantized."""
+        if not self.quantized:
+            return function(np.asarray(x, self.dtype), np.asarray(y, self.dtype))
+        return self.stored(function(self.real(x), self.real(y)))
+
+    def real(self, stored) -> np.ndarray:
+        """The real values of stored ones."""
+        stored = np.asarray(stored)
+        if not self.quantized:
+            return stored.astype(np.float32)
+        return ((stored.astype(np.float64) - self.zero_point) * self.scale).astype(np.float32)
+
+
+FLOAT32 = ChainType(OperandCode.TENSOR_FLOAT32)
+QUANT8 = ChainType(OperandCode.TENSOR_QUANT8_ASYMM, 1 / 16, 128)
+# Steps a quantized chain's output may differ from the exact one requantized at every operation:
+# the driver's requantization may round each of the three operations differently by one step.
+CHAIN_QUANT_STEPS = 3
+
+
+def chain_type(devices) -> ChainType:
+    """The type the execution-sequence tests build :func:`chain_model` in on ``devices``: float32
+    where they support the chain in it (every complete driver), else quant8 where they support
+    that, else float32 (the tests skip as unsupported)."""
+    for type_ in (FLOAT32, QUANT8):
+        if all(chain_model(type_=type_).get_supported_operations_for_devices(devices)):
+            return type_
+    return FLOAT32
+
+
+def add_model(output_dims: Sequence[int] = (2,), finish: bool = True, input_dims: Sequence[int] = (2,),
+              type_: ChainType | None = None) -> Model:
+    """out = a + b on float32 tensors (or ``type_``'s), [2] unless ``input_dims`` says otherwise
+    (inputs a, b; fused activation NONE), for API tests; ``output_dims`` may leave the output's
+    shape unknown, ``finish=False`` leaves it editable."""
+    type_ = type_ or FLOAT32
     model = Model()
-    inputs = OperandType(OperandCode.TENSOR_FLOAT32, input_dims)
+    inputs = type_.operand(input_dims)
     a, b = model.add_operand(inputs), model.add_operand(inputs)
     fuse = model.add_operand(OperandType(OperandCode.INT32))
-    out = model.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, output_dims))
+    out = model.add_operand(type_.operand(output_dims))
     model.set_operand_value(fuse, np.int32(0))
     model.add_operation(OperationCode.ADD, [a, b, fuse], [out])
     model.identify_inputs_and_outputs([a, b], [out])
@@ -102,17 +172,19 @@ def add_model(output_dims: Sequence[int] = (2,), finish: bool = True, input_dims
     return model
 
 
-def chain_model(output_dims: Sequence[int] = (2, 2), input_dims: Sequence[int] = (2, 2)) -> Model:
-    """out = ((a + b) * b) + a on float32 [2, 2] tensors: ADD, MUL, ADD in a chain (inputs a, b),
-    for partitioning and execution-sequence tests; ``output_dims`` may leave the output's shape
-    unknown, ``input_dims`` the inputs' and intermediates' (given at execution)."""
+def chain_model(output_dims: Sequence[int] = (2, 2), input_dims: Sequence[int] = (2, 2),
+                type_: ChainType | None = None) -> Model:
+    """out = ((a + b) * b) + a on float32 [2, 2] tensors (or ``type_``'s): ADD, MUL, ADD in a chain
+    (inputs a, b), for partitioning and execution-sequence tests; ``output_dims`` may leave the
+    output's shape unknown, ``input_dims`` the inputs' and intermediates' (given at execution)."""
+    type_ = type_ or FLOAT32
     model = Model()
-    t = OperandType(OperandCode.TENSOR_FLOAT32, input_dims)
+    t = type_.operand(input_dims)
     a, b = model.add_operand(t), model.add_operand(t)
     fuse = model.add_operand(OperandType(OperandCode.INT32))
     model.set_operand_value(fuse, np.int32(0))
     s, p = model.add_operand(t), model.add_operand(t)
-    out = model.add_operand(OperandType(OperandCode.TENSOR_FLOAT32, output_dims))
+    out = model.add_operand(type_.operand(output_dims))
     model.add_operation(OperationCode.ADD, [a, b, fuse], [s])
     model.add_operation(OperationCode.MUL, [s, b, fuse], [p])
     model.add_operation(OperationCode.ADD, [p, a, fuse], [out])
@@ -137,11 +209,13 @@ def repeated_add_model(type_: OperandType, times: int) -> Model:
     return model
 
 
-def chain_inputs(seed: int, shape: Sequence[int] = (2, 2)) -> tuple[np.ndarray, np.ndarray]:
+def chain_inputs(seed: int, shape: Sequence[int] = (2, 2),
+                 type_: ChainType | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Inputs a, b of :func:`chain_model` for one step of a sequence, different for every seed
-    (b in [0.5, 1.5) keeps chains small)."""
+    (b in [0.5, 1.5) keeps chains small), stored as ``type_`` stores them (float32 by default)."""
     rng = np.random.default_rng(seed)
-    return rng.uniform(-2, 2, shape).astype(np.float32), rng.uniform(0.5, 1.5, shape).astype(np.float32)
+    a, b = rng.uniform(-2, 2, shape).astype(np.float32), rng.uniform(0.5, 1.5, shape).astype(np.float32)
+    return (a, b) if type_ is None else (type_.stored(a), type_.stored(b))
 
 
 def compute_in_mode(execution: Execution, mode: str, compilation: Compilation | None = None) -> None:
@@ -197,8 +271,14 @@ def execute_chain(compilation: Compilation, a: np.ndarray, b: np.ndarray, mode: 
     return out
 
 
-def chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """What :func:`chain_model` computes, in numpy float32."""
+def chain(a: np.ndarray, b: np.ndarray, type_: ChainType | None = None) -> np.ndarray:
+    """What :func:`chain_model` computes, in numpy float32; for a quantized ``type_``, from stored
+    inputs, each operation's result requantized, as stored values."""
+    if type_ is not None and type_.quantized:
+        x, y = type_.real(a), type_.real(b)
+        s = type_.real(type_.stored(x + y))
+        p = type_.real(type_.stored(s * y))
+        return type_.stored(p + x)
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     return (a + b) * b + a
 
@@ -273,14 +353,23 @@ def nms_expected(class1: Sequence[float], kept: Sequence[int]) -> list[np.ndarra
             np.ones(len(rows), np.int32), np.zeros(len(rows), np.int32)]
 
 
-def assert_step(step: str, expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> None:
-    """Every float32 output of one step of an execution sequence within NNAPI's tolerance; the
-    AssertionError names the step, so a driver's stale state shows where it went wrong."""
+def assert_step(step: str, expected: Sequence[np.ndarray], actual: Sequence[np.ndarray],
+                type_: ChainType | None = None) -> None:
+    """Every float32 output of one step of an execution sequence within NNAPI's tolerance (of a
+    quantized ``type_``: stored values within CHAIN_QUANT_STEPS steps); the AssertionError names
+    the step, so a driver's stale state shows where it went wrong."""
     problems = []
     for i, (e, a) in enumerate(zip(expected, actual)):
         e, a = np.asarray(e), np.asarray(a)
         if a.size != e.size:
             problems.append(f"output {i}: {a.size} values, expected {e.size}")
+            continue
+        if type_ is not None and type_.quantized:
+            off = np.abs(a.reshape(e.shape).astype(np.int64) - e.astype(np.int64))
+            if off.size and off.max() > CHAIN_QUANT_STEPS:
+                k = int(np.argmax(off))
+                problems.append(f"output {i}: {int(a.reshape(-1)[k])} at [{k}], expected {int(e.reshape(-1)[k])} "
+                                f"({int(off.max())} steps, at most {CHAIN_QUANT_STEPS})")
             continue
         result = compare(e, a.reshape(e.shape), OperandCode.TENSOR_FLOAT32, what=f"output {i}")
         if not result.ok:

@@ -387,7 +387,8 @@ def check_result(out: Out, result: np.ndarray, free: bool) -> None:
 
 def generate_from(families: dict, single_families: dict, seed: int, num_operations: int = 10, types=None,
                   operations=None, level: int = MAX_LEVEL, max_dim: int = 6, relaxed: bool | None = None,
-                  wide: bool = False, allows: Callable | None = None) -> Graph:
+                  wide: bool = False, allows: Callable | None = None,
+                  then: Callable[[Builder], None] | None = None) -> Graph:
     """A random connected model of up to ``num_operations`` operations (fewer only when no
     operation fits after many tries), deterministic in its arguments. ``operations`` limits the
     operation codes (default: every family in ``families``; ``single_families`` are drawn only by
@@ -395,7 +396,9 @@ def generate_from(families: dict, single_families: dict, seed: int, num_operatio
     the tensors operations start from (default :data:`DATA_TYPES`), ``level`` the feature level
     of the signatures used; ``wide`` draws the tensors operations start from with dimensions up to
     WIDE_DIM (within WIDE_ELEMENTS elements); ``allows(code, input types, output types)``, where
-    given, limits the signatures to those a driver supports (a partial driver's random cases).
+    given, limits the signatures to those a driver supports (a partial driver's random cases);
+    ``then(builder)``, where given, adds what it will after the drawn operations (a rounding
+    chain's amplifier, :mod:`nnts.generators.chains`).
 
     Only ``num_operations`` stops the loop, so the graph for n - 1 operations is the graph for n
     without its last operation: shrinking the size shrinks the graph."""
@@ -420,6 +423,8 @@ def generate_from(families: dict, single_families: dict, seed: int, num_operatio
             families[candidates[int(b.rng.choice(len(candidates), p=weights / weights.sum()))]].build(b, x)
         except Reject:
             b.rollback(mark)
+    if then is not None:
+        then(b)
     if relaxed is None:
         relaxed = F32 in types and b.chance(0.2)
     return _finish(b, seed, relaxed)

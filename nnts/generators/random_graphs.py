@@ -10,11 +10,11 @@ from nnts.generators.graphs import MAX_LEVEL, Graph, generate_from
 
 
 def generate(seed: int, num_operations: int = 10, types=None, operations=None, level: int = MAX_LEVEL,
-             max_dim: int = 6, relaxed: bool | None = None, wide: bool = False, allows=None) -> Graph:
+             max_dim: int = 6, relaxed: bool | None = None, wide: bool = False, allows=None, then=None) -> Graph:
     """A random connected model of up to ``num_operations`` operations drawn from every family
     (:func:`nnts.generators.graphs.generate_from`), deterministic in its arguments."""
     return generate_from(FAMILIES, SINGLE_FAMILIES, seed, num_operations, types, operations, level, max_dim,
-                         relaxed, wide, allows)
+                         relaxed, wide, allows, then)
 
 
 def case_size(seed: int) -> int:

@@ -90,6 +90,20 @@ def _real_operand(o: hal.Operand, value) -> tuple[hal.Operand, np.ndarray]:
     return hal.Operand(F32, o.dimensions, 0.0, 0, o.lifetime, real if o.lifetime == Lifetime.CONSTANT_COPY else None), real
 
 
+def _bias_with_scales(g: Graph, op: hal.Operation, position: int) -> hal.Operand:
+    """Operand ``position`` of ``op``; a convolution's bias beside a per-channel filter (scale 0
+    in NNAPI: its scale is the input's times each channel's) with those scales, as its real values
+    need."""
+    o = g.operands[op.inputs[position]]
+    if position != 2 or o.type != I32 or o.scale or len(op.inputs) < 3:
+        return o
+    x, flt = g.operands[op.inputs[0]], g.operands[op.inputs[1]]
+    if flt.channel_quant is None or x.type not in QUANT8:
+        return o
+    scales = np.asarray(flt.channel_quant.scales, np.float64) * np.float64(x.scale)
+    return hal.Operand(o.type, o.dimensions, 0.0, 0, o.lifetime, o.value, hal.ChannelQuant(scales, 0))
+
+
 def real_results(g: Graph, op: hal.Operation, values: dict) -> list[np.ndarray] | None:
     """The operation computed in float32 on the real values of its quantized operands (what a
     runtime dequantizing, computing in float and quantizing computes before it rounds), or None
@@ -98,8 +112,8 @@ def real_results(g: Graph, op: hal.Operation, values: dict) -> list[np.ndarray] 
         return [np.asarray(operand_value(g, values, op.inputs[0]), np.float32)]
     operands = list(g.operands)
     local = dict(values)
-    for k in op.inputs:
-        operands[k], real = _real_operand(g.operands[k], operand_value(g, values, k))
+    for position, k in enumerate(op.inputs):
+        operands[k], real = _real_operand(_bias_with_scales(g, op, position), operand_value(g, values, k))
         if operands[k].lifetime != Lifetime.CONSTANT_COPY:
             local[k] = real
     outs = [Out(F32) if g.operands[k].type in QUANT8 else Out(g.operands[k].type) for k in op.outputs]
@@ -176,6 +190,22 @@ def _ort_resize_bilinear(g: Graph, op: hal.Operation, values: dict):
     return [result.astype(DTYPES[out.type])]
 
 
+def _xnnpack_resize_bilinear(g: Graph, op: hal.Operation, values: dict):
+    """XNNPACK's quantized RESIZE_BILINEAR, bit-exact (Q11 weights, rounded half up:
+    :func:`nnts.runners.runtime_arithmetic.xnnpack_quantized_resize_bilinear`)."""
+    x, out = g.operands[op.inputs[0]], g.operands[op.outputs[0]]
+    if x.type not in QUANT8:
+        return None
+    flags = [bool(operand_value(g, values, op.inputs[i])) if i < len(op.inputs) else False for i in (3, 4, 5)]
+    nchw, align, half = flags
+    shape = nnapi(g, op, values)[0].shape
+    out_h, out_w = (shape[2], shape[3]) if nchw else (shape[1], shape[2])
+    mode = "align_corners" if align else "half_pixel" if half else "asymmetric"
+    result = runtime_arithmetic.xnnpack_quantized_resize_bilinear(operand_value(g, values, op.inputs[0]), out_h, out_w,
+                                                                  mode, nchw)
+    return [result.astype(DTYPES[out.type])]
+
+
 def _xnnpack_mean(g: Graph, op: hal.Operation, values: dict):
     """XNNPACK's quantized MEAN, bit-exact (:func:`nnts.runners.runtime_arithmetic.xnnpack_quantized_mean`:
     float32 scaling, the output zero point added before rounding halves to even)."""
@@ -188,6 +218,23 @@ def _xnnpack_mean(g: Graph, op: hal.Operation, values: dict):
     low, high = QUANT_RANGE[out.type]
     result = runtime_arithmetic.xnnpack_quantized_mean(value, axes, x.scale, x.zero_point, out.scale, out.zero_point,
                                                        low, high)
+    return [result.astype(DTYPES[out.type]).reshape(nnapi(g, op, values)[0].shape)]
+
+
+def _mean_halves_up(g: Graph, op: hal.Operation, values: dict):
+    """ONNX Runtime's quantized MEAN where the real mean is an exact half of a step: its float32
+    sum is Eigen's vectorized one, whose order of additions depends on where the data lies in
+    memory, so such a mean comes out a hair either side of the half and rounds either way (NNAPI
+    truncates: it goes down). The exact mean, halves up: the way that differs from NNAPI's."""
+    x, out = g.operands[op.inputs[0]], g.operands[op.outputs[0]]
+    if x.type not in QUANT8:
+        return None
+    value = np.asarray(operand_value(g, values, op.inputs[0]), np.float64)
+    listed = np.asarray(operand_value(g, values, op.inputs[1])).reshape(-1)
+    axes = tuple(sorted({int(a) % value.ndim for a in listed})) if value.ndim else ()
+    steps = np.mean(value - x.zero_point, axis=axes) * (np.float64(x.scale) / np.float64(out.scale))
+    low, high = QUANT_RANGE[out.type]
+    result = np.clip(np.floor(steps + 0.5) + out.zero_point, low, high)
     return [result.astype(DTYPES[out.type]).reshape(nnapi(g, op, values)[0].shape)]
 
 
@@ -312,6 +359,7 @@ CLASSES: list[KnownClass] = [
                _elementwise(_nan_relu)),
     KnownClass(ORT, 3, "requantization rounds once, half to even", ORT_REQUANTIZED, _half_to_even),
     KnownClass(ORT, 4, "quantized MEAN truncates in NNAPI", frozenset({Op.MEAN}), _half_to_even),
+    KnownClass(ORT, 4, "quantized MEAN truncates in NNAPI", frozenset({Op.MEAN}), _mean_halves_up),
     KnownClass(ORT, 5, "quantized RESIZE_BILINEAR truncates in NNAPI", frozenset({Op.RESIZE_BILINEAR}),
                _ort_resize_bilinear),
     KnownClass(ORT, 7, "QUANTIZE of NaN gives the type's minimum", frozenset({Op.QUANTIZE}), _with_nan_as(_type_min)),
@@ -330,6 +378,8 @@ CLASSES: list[KnownClass] = [
     KnownClass(("tflite",), 8, "quantized MEAN rounds in TFLite", frozenset({Op.MEAN}), _xnnpack_mean),
     KnownClass(TFLITE, 9, "quantized RESIZE_BILINEAR rounds in TFLite", frozenset({Op.RESIZE_BILINEAR}),
                _tflite_convention),
+    KnownClass(("tflite",), 9, "quantized RESIZE_BILINEAR rounds in TFLite", frozenset({Op.RESIZE_BILINEAR}),
+               _xnnpack_resize_bilinear),
     KnownClass(("tflite",), 10, "XNNPACK's RSQRT of 0 and -0 is NaN", frozenset({Op.RSQRT}), _rsqrt_zero_nan),
     KnownClass(("tflite-ref",), 11, "TFLite's reference LRN window ends one channel early",
                frozenset({Op.LOCAL_RESPONSE_NORMALIZATION}), _lrn_one_sided),
@@ -337,6 +387,8 @@ CLASSES: list[KnownClass] = [
                _tflite_convention),
     KnownClass(("tflite-ref",), 13, "QUANTIZE of NaN gives the type's minimum", frozenset({Op.QUANTIZE}),
                _with_nan_as(_type_min)),
+    KnownClass(("tflite",), 14, "XNNPACK's quantized convolutions requantize once",
+               frozenset({Op.CONV_2D, Op.DEPTHWISE_CONV_2D}), _half_to_even),
 ]
 
 

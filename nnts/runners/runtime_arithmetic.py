@@ -16,6 +16,8 @@ float32, the same order of additions), each checked against the runtime in
   division, halves to even).
 * :func:`xnnpack_quantized_mean`: XNNPACK's quantized MEAN (the ``tflite`` driver), float32
   scaling with the output zero point added before rounding halves to even.
+* :func:`xnnpack_quantized_resize_bilinear`: XNNPACK's quantized RESIZE_BILINEAR (the ``tflite``
+  driver), Q11 weights and int32 interpolation rounded half up.
 """
 from __future__ import annotations
 
@@ -114,3 +116,44 @@ def xnnpack_quantized_mean(q: np.ndarray, axes: tuple, scale: float, zero_point:
     with np.errstate(all="ignore"):
         result = np.rint(acc.astype(_F) * _F(factor) + _F(out_zero_point)).astype(np.float64)
     return np.clip(result, low, high)
+
+
+def _xnnpack_bilinear_axis(in_size: int, out_size: int, mode: str):
+    """Source indices and Q11 weights along one axis as XNNPACK's resize-bilinear indirection
+    computes them (float32): scale (in - a) / (out - a) with a = 1 for align_corners (more than
+    one output), the coordinate i * scale (asymmetric, align_corners) or i * scale + (scale / 2 -
+    1/2) clamped to [0, in - 1] (half-pixel centres), its integer part, the next index (clamped)
+    and the fraction as lrintf(fraction * 2048)."""
+    adjust = 1 if mode == "align_corners" and out_size != 1 else 0
+    scale = _F(_F(in_size - adjust) / _F(out_size - adjust))
+    top, bottom, alpha = [], [], []
+    for i in range(out_size):
+        c = _F(_F(i) * scale)
+        if mode == "half_pixel":
+            c = _F(c + _F(_F(_F(0.5) * scale) - _F(0.5)))
+            c = min(max(c, _F(0)), _F(in_size - 1))
+        t = int(c)
+        top.append(t)
+        bottom.append(min(t + 1, in_size - 1))
+        alpha.append(int(np.rint(_F(_F(c - _F(t)) * _F(2048)))))
+    return np.array(top), np.array(bottom), np.array(alpha, np.int64)
+
+
+def xnnpack_quantized_resize_bilinear(q: np.ndarray, out_h: int, out_w: int, mode: str,
+                                      nchw: bool = False) -> np.ndarray:
+    """XNNPACK's quantized RESIZE_BILINEAR (the tflite driver's delegate) of the stored values of
+    an NHWC image (NCHW with ``nchw``): Q11 weights, the horizontal interpolation of the top and
+    bottom rows, then the vertical one, in int32, rounded half up (+ 2**21, >> 22). The
+    quantization is the input's."""
+    image = np.asarray(q, np.int64)
+    if nchw:
+        image = image.transpose(0, 2, 3, 1)
+    y0, y1, ay = _xnnpack_bilinear_axis(image.shape[1], out_h, mode)
+    x0, x1, ax = _xnnpack_bilinear_axis(image.shape[2], out_w, mode)
+    ax, ay = ax[None, None, :, None], ay[None, :, None, None]
+    rows0, rows1 = image[:, y0], image[:, y1]
+    tl, tr, bl, br = rows0[:, :, x0], rows0[:, :, x1], rows1[:, :, x0], rows1[:, :, x1]
+    top = (tl << 11) + (tr - tl) * ax
+    bottom = (bl << 11) + (br - bl) * ax
+    result = ((top << 11) + (bottom - top) * ay + (1 << 21)) >> 22
+    return result.transpose(0, 3, 1, 2) if nchw else result
