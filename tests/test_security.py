@@ -501,6 +501,8 @@ from nnapi_ref.drivers.reference import ReferenceDevice
 
 class Slow(ReferenceDevice):
     def prepare_model(self, *args, **kwargs):
+        with open("prepared.log", "a") as log:  # the test's progress mark (its folder is the cwd)
+            log.write(".")
         time.sleep(0.2)
         return super().prepare_model(*args, **kwargs)
 
@@ -509,11 +511,17 @@ def make():
 '''
 
 
-def terminated_after(command, seconds, cwd, env):
+def terminated_after(command, prepares, cwd, env):
+    """SIGTERM once the slow driver has prepared ``prepares`` models (some tests are done by
+    then, however loaded the machine), and the exit status with the output."""
     process = subprocess.Popen(command, cwd=cwd, env=dict(os.environ, **env), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    time.sleep(seconds)
-    assert process.poll() is None, process.communicate()
+    log = cwd / "prepared.log"
+    deadline = time.monotonic() + 300
+    while not (log.is_file() and log.stat().st_size >= prepares):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the slow driver prepared too few models in 300 s"
+        time.sleep(0.1)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=120)
     return process.returncode, out, err
@@ -523,7 +531,7 @@ def test_sigterm_keeps_the_results_of_nnts_vectors_run(tmp_path):
     (tmp_path / "slow.py").write_text(SLOW_DRIVER)
     code, _, err = terminated_after(
         [sys.executable, "-m", "nnts", "vectors", "run", str(ROOT / "cts" / "corpus"), "--driver", "slow:make",
-         "--jobs", "1", "--json", "out.json", "--junitxml", "out.xml"], 8, tmp_path, {"PYTHONPATH": str(tmp_path)})
+         "--jobs", "1", "--json", "out.json", "--junitxml", "out.xml"], 5, tmp_path, {"PYTHONPATH": str(tmp_path)})
     assert code == 130, (code, err[-2000:])
     data = json.loads((tmp_path / "out.json").read_text())
     assert data["interrupted"] and data["passed"] > 0
@@ -534,7 +542,7 @@ def test_sigterm_keeps_the_report_of_nnts_test(tmp_path):
     (tmp_path / "slow.py").write_text(SLOW_DRIVER)
     code, _, _ = terminated_after(
         [sys.executable, "-m", "nnts", "test", "cts", "--driver", "slow:make", "-k", "test_generated", "-p",
-         "no:randomly", "--no-shared-vectors", "--report", "out/r.json"], 20, tmp_path, {"PYTHONPATH": str(tmp_path)})
+         "no:randomly", "--no-shared-vectors", "--report", "out/r.json"], 25, tmp_path, {"PYTHONPATH": str(tmp_path)})
     assert code != 0
     data = json.loads((tmp_path / "out" / "r.json").read_text())
     assert data["totals"].get("passed"), data["totals"]
