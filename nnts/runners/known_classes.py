@@ -172,17 +172,22 @@ def _tflite_convention(g: Graph, op: hal.Operation, values: dict):
         return nnapi(g, op, values)
 
 
+def _resize_bilinear_form(g: Graph, op: hal.Operation, values: dict):
+    """A RESIZE_BILINEAR's layout, output size and coordinate mode: (nchw, height, width, mode)."""
+    nchw, align, half = (bool(operand_value(g, values, op.inputs[i])) if i < len(op.inputs) else False
+                         for i in (3, 4, 5))
+    shape = nnapi(g, op, values)[0].shape
+    out_h, out_w = (shape[2], shape[3]) if nchw else (shape[1], shape[2])
+    return nchw, out_h, out_w, "align_corners" if align else "half_pixel" if half else "asymmetric"
+
+
 def _ort_resize_bilinear(g: Graph, op: hal.Operation, values: dict):
     """ONNX Runtime's quantized RESIZE_BILINEAR, bit-exact (the driver's DequantizeLinear ->
     Resize -> QuantizeLinear, :func:`nnts.runners.runtime_arithmetic.ort_quantized_resize_bilinear`)."""
     x, out = g.operands[op.inputs[0]], g.operands[op.outputs[0]]
     if x.type not in QUANT8:
         return None
-    flags = [bool(operand_value(g, values, op.inputs[i])) if i < len(op.inputs) else False for i in (3, 4, 5)]
-    nchw, align, half = flags
-    shape = nnapi(g, op, values)[0].shape
-    out_h, out_w = (shape[2], shape[3]) if nchw else (shape[1], shape[2])
-    mode = "align_corners" if align else "half_pixel" if half else "asymmetric"
+    nchw, out_h, out_w, mode = _resize_bilinear_form(g, op, values)
     low, high = QUANT_RANGE[out.type]
     result = runtime_arithmetic.ort_quantized_resize_bilinear(
         operand_value(g, values, op.inputs[0]), x.scale, x.zero_point, out_h, out_w, mode, out.scale,
@@ -196,11 +201,7 @@ def _xnnpack_resize_bilinear(g: Graph, op: hal.Operation, values: dict):
     x, out = g.operands[op.inputs[0]], g.operands[op.outputs[0]]
     if x.type not in QUANT8:
         return None
-    flags = [bool(operand_value(g, values, op.inputs[i])) if i < len(op.inputs) else False for i in (3, 4, 5)]
-    nchw, align, half = flags
-    shape = nnapi(g, op, values)[0].shape
-    out_h, out_w = (shape[2], shape[3]) if nchw else (shape[1], shape[2])
-    mode = "align_corners" if align else "half_pixel" if half else "asymmetric"
+    nchw, out_h, out_w, mode = _resize_bilinear_form(g, op, values)
     result = runtime_arithmetic.xnnpack_quantized_resize_bilinear(operand_value(g, values, op.inputs[0]), out_h, out_w,
                                                                   mode, nchw)
     return [result.astype(DTYPES[out.type])]
