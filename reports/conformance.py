@@ -218,7 +218,14 @@ def write_reports(config, gathered) -> list[str]:
         if t["status"] in FAILING and not t["replay"]:
             t["replay"] = results.pytest_replay(config, t["test"] or t["id"], t["variant"] if results.is_variant(t) else None)
     data = results.to_json(meta, gathered.tests, comparison)
-    for path in config.getoption("report"):
+    return lines + _write(data, config.getoption("report"), folder)
+
+
+def _write(data: dict, paths: list[str], folder: str) -> list[str]:
+    """The report ``data`` at every path (JSON for .json, else HTML), each whole or not at all;
+    returns the lines to print."""
+    lines = []
+    for path in paths:
         text = results.dumps(data) if path.endswith(".json") else render(data, folder=Path(path).parent,
                                                                           folders=[folder], draw=True)
         try:
@@ -228,6 +235,58 @@ def write_reports(config, gathered) -> list[str]:
             continue
         lines.append(f"nnts: conformance report written to {path}")
     return lines
+
+
+def write_from_journal(journal: str, crashed: str, message: str) -> list[str]:
+    """The ``--report`` files of a pytest run that died in the test ``crashed`` (an in-process
+    driver crashed the process), from its journal (``ConformanceResults``: the run's settings
+    and facts, and each finished test's records, one JSON object a line): every test that ended
+    before the crash, and the crashed one, CRASHED with ``message``. Returns the lines to print."""
+    import datetime
+    import json
+    from types import SimpleNamespace
+
+    settings, facts, tests, running = None, {}, [], {}
+    try:
+        with open(journal, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                except ValueError:  # a line the crash cut short
+                    continue
+                if "settings" in entry:
+                    settings = entry["settings"]
+                elif "facts" in entry:
+                    facts = entry["facts"]
+                elif "running" in entry:
+                    running = entry["running"]
+                elif "tests" in entry:
+                    tests += entry["tests"]
+    except OSError:
+        return []
+    if not settings or not settings.get("reports"):
+        return []
+    meta = dict(settings["meta"], drivers=facts.get("drivers", []), corpora=facts.get("corpora", []))
+    if facts.get("support"):
+        meta["support"] = facts["support"]
+    started = datetime.datetime.fromisoformat(meta["started"])
+    meta["duration_s"] = round((datetime.datetime.now() - started).total_seconds(), 1)
+    props = dict(running.get("props", {}) if running.get("test") == crashed else {}, nnts_verdict="crashed")
+    report = SimpleNamespace(when="call", passed=False, skipped=False, failed=True, nodeid=crashed, duration=0.0,
+                             longreprtext=message)
+    tests += results.records_of_report(report, props)
+    folder = meta.get("reproducers")
+    results.vet_run_files(tests[-1:], folder, meta.get("driver_spec"))  # (the others were vetted as they ended)
+    if not tests[-1]["replay"] and running.get("test") == crashed:
+        tests[-1]["replay"] = running.get("replay")
+    lines, comparison = [], None
+    if settings.get("baseline"):
+        try:
+            earlier = results.load(settings["baseline"])
+            comparison = dict(results.compare(tests, earlier["tests"]), path=settings["baseline"])
+        except results.ResultsError as e:
+            lines.append(f"nnts: baseline not compared: {e}")
+    return lines + _write(results.to_json(meta, tests, comparison), settings["reports"], folder)
 
 
 def input_folders(paths) -> list[str]:

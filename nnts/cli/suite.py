@@ -93,10 +93,18 @@ def _tell_crash(folder: str, signum: int) -> None:
     name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
     stderr = last_lines(os.path.join(folder, "stderr.txt"))
     replay = replay_lines(replay)
-    print(f"CRASH {test}: pytest was killed by {name} in this test, no report written (an in-process driver "
-          "that crashes takes the run with it: -n N goes on with a new worker, --isolate runs the driver in a "
-          "process of its own)" + (f"\nthe driver's last stderr lines (in this test):\n{stderr}" if stderr else "")
-          + (f"\n{replay}" if replay else ""), file=sys.stderr, flush=True)
+    what = (f"pytest was killed by {name} in this test (an in-process driver that crashes takes the run with "
+            "it: -n N goes on with a new worker, --isolate runs the driver in a process of its own)"
+            + (f"\nthe driver's last stderr lines (in this test):\n{stderr}" if stderr else "")
+            + (f"\n{replay}" if replay else ""))
+    print(f"CRASH {test}: {what}", file=sys.stderr, flush=True)
+    try:  # the --report files: the tests that ended before the crash, and this one
+        from nnts.reports.conformance import write_from_journal
+        written = write_from_journal(os.path.join(folder, "results.jsonl"), test, f"CRASH: {what}")
+    except Exception as e:  # noqa: BLE001 (what was printed above stands)
+        written = [f"nnts: conformance report NOT written: {e}"]
+    for line in written:
+        print(line, file=sys.stderr, flush=True)
 
 
 def suites_folder() -> str:
