@@ -559,7 +559,7 @@ def pytest_sessionstart(session):
         config.nnts_running = os.open(os.path.join(folder, "running.txt"),
                                       os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         gathered = config.pluginmanager.get_plugin("nnts-results")
-        if gathered is not None and config.getoption("report"):
+        if gathered is not None and (config.getoption("report") or getattr(config.option, "xmlpath", None)):
             gathered.start_journal(config, os.path.join(folder, "results.jsonl"))
 
 
@@ -664,6 +664,8 @@ class ConformanceResults:
         baseline = config.getoption("baseline")
         self._write({"settings": {"reports": [os.path.abspath(p) for p in config.getoption("report")],
                                   "baseline": os.path.abspath(baseline) if baseline else None,
+                                  "junitxml": os.path.abspath(xml) if (xml := getattr(config.option, "xmlpath", None))
+                                  else None,
                                   "meta": run_meta(config, self.started, [], [])}})
 
     def _log(self, report, props: dict, records: list[dict]) -> None:

@@ -264,7 +264,7 @@ def write_from_journal(journal: str, crashed: str, message: str) -> list[str]:
                     tests += entry["tests"]
     except OSError:
         return []
-    if not settings or not settings.get("reports"):
+    if not settings:
         return []
     meta = dict(settings["meta"], drivers=facts.get("drivers", []), corpora=facts.get("corpora", []))
     if facts.get("support"):
@@ -286,7 +286,55 @@ def write_from_journal(journal: str, crashed: str, message: str) -> list[str]:
             comparison = dict(results.compare(tests, earlier["tests"]), path=settings["baseline"])
         except results.ResultsError as e:
             lines.append(f"nnts: baseline not compared: {e}")
-    return lines + _write(results.to_json(meta, tests, comparison), settings["reports"], folder)
+    lines += _write(results.to_json(meta, tests, comparison), settings["reports"], folder)
+    if settings.get("junitxml"):
+        try:
+            results.write_atomically(settings["junitxml"], junit_xml(tests, meta["duration_s"]))
+            lines.append(f"nnts: JUnit XML written to {settings['junitxml']} (from the tests that ended before the crash)")
+        except OSError as e:
+            lines.append(f"nnts: JUnit XML NOT written to {settings['junitxml']}: {e.strerror or e}")
+    return lines
+
+
+# A test's JUnit element by the worst status of its records (its variants, its teardown).
+_JUNIT = {"crashed": "failure", "hung": "failure", "failed": "failure", "xpassed": "failure", "error": "error",
+          "unsupported": "skipped", "skipped": "skipped", "xfailed": "skipped"}
+_WORST = ("crashed", "hung", "error", "failed", "xpassed", "unsupported", "skipped", "xfailed", "passed")
+
+
+def _xml_text(text: str) -> str:
+    """``text`` without the characters XML 1.0 cannot hold (a driver's message can have any)."""
+    return re.sub("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]", "?", text)
+
+
+def junit_xml(tests: list[dict], duration_s: float) -> str:
+    """pytest's JUnit XML (one ``testcase`` a pytest test, its classname and name as pytest writes
+    them) of result records: what ``--junitxml`` gets when pytest could not write it."""
+    import xml.etree.ElementTree as ET
+
+    by_test: dict[str, list[dict]] = {}
+    for t in tests:
+        by_test.setdefault(t["test"] or t["id"], []).append(t)
+    suite = ET.Element("testsuite", name="pytest", time=f"{duration_s:.3f}")
+    counts = collections.Counter()
+    for nodeid, records in by_test.items():
+        path, _, name = nodeid.partition("::")
+        worst = min(records, key=lambda r: _WORST.index(r["status"]) if r["status"] in _WORST else 0)
+        case = ET.SubElement(suite, "testcase", classname=path.removesuffix(".py").replace("/", "."), name=name,
+                             time=f"{sum(r['duration_s'] or 0 for r in records):.3f}")
+        kind = _JUNIT.get(worst["status"])
+        counts[kind or "passed"] += 1
+        if kind:
+            element = ET.SubElement(case, kind, message=_xml_text(f"{worst['status']}: "
+                                                                  f"{results.headline(worst['message'])}"))
+            element.text = _xml_text("\n".join(filter(None, [worst["message"],
+                                                             worst["replay"] and f"replay: {worst['replay']}"])))
+    suite.set("tests", str(len(by_test)))
+    for kind, attribute in (("failure", "failures"), ("error", "errors"), ("skipped", "skipped")):
+        suite.set(attribute, str(counts[kind]))
+    root = ET.Element("testsuites")
+    root.append(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>' + ET.tostring(root, encoding="unicode") + "\n"
 
 
 def input_folders(paths) -> list[str]:
