@@ -237,11 +237,12 @@ def _write(data: dict, paths: list[str], folder: str) -> list[str]:
     return lines
 
 
-def write_from_journal(journal: str, crashed: str, message: str) -> list[str]:
+def write_from_journal(journal: str, crashed: str | None, message: str | None) -> list[str]:
     """The ``--report`` files of a pytest run that died in the test ``crashed`` (an in-process
     driver crashed the process), from its journal (``ConformanceResults``: the run's settings
     and facts, and each finished test's records, one JSON object a line): every test that ended
-    before the crash, and the crashed one, CRASHED with ``message``. Returns the lines to print."""
+    before the crash, and the crashed one (if it died in a test), CRASHED with ``message``. Returns
+    the lines to print."""
     import datetime
     import json
     from types import SimpleNamespace
@@ -271,14 +272,15 @@ def write_from_journal(journal: str, crashed: str, message: str) -> list[str]:
         meta["support"] = facts["support"]
     started = datetime.datetime.fromisoformat(meta["started"])
     meta["duration_s"] = round((datetime.datetime.now() - started).total_seconds(), 1)
-    props = dict(running.get("props", {}) if running.get("test") == crashed else {}, nnts_verdict="crashed")
-    report = SimpleNamespace(when="call", passed=False, skipped=False, failed=True, nodeid=crashed, duration=0.0,
-                             longreprtext=message)
-    tests += results.records_of_report(report, props)
     folder = meta.get("reproducers")
-    results.vet_run_files(tests[-1:], folder, meta.get("driver_spec"))  # (the others were vetted as they ended)
-    if not tests[-1]["replay"] and running.get("test") == crashed:
-        tests[-1]["replay"] = running.get("replay")
+    if crashed:
+        props = dict(running.get("props", {}) if running.get("test") == crashed else {}, nnts_verdict="crashed")
+        report = SimpleNamespace(when="call", passed=False, skipped=False, failed=True, nodeid=crashed, duration=0.0,
+                                 longreprtext=message or "CRASH")
+        tests += results.records_of_report(report, props)
+        results.vet_run_files(tests[-1:], folder, meta.get("driver_spec"))  # (the others were vetted as they ended)
+        if not tests[-1]["replay"] and running.get("test") == crashed:
+            tests[-1]["replay"] = running.get("replay")
     lines, comparison = [], None
     if settings.get("baseline"):
         try:
