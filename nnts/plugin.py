@@ -558,6 +558,9 @@ def pytest_sessionstart(session):
         _capture_stderr_in(config, os.path.join(folder, "stderr.txt"))
         config.nnts_running = os.open(os.path.join(folder, "running.txt"),
                                       os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        gathered = config.pluginmanager.get_plugin("nnts-results")
+        if gathered is not None and (config.getoption("report") or getattr(config.option, "xmlpath", None)):
+            gathered.start_journal(config, os.path.join(folder, "results.jsonl"))
 
 
 def _stderr_log(crash_log: str) -> str:
@@ -643,7 +646,48 @@ class ConformanceResults:
             for key in ("drivers", "corpora"):
                 self.run_facts[key] = unique_facts(key, self.run_facts[key] + facts[key])
             self.run_facts["support"] = self.run_facts["support"] or facts.get("support", [])
-        self.tests += records_of_report(report, props)
+        records = records_of_report(report, props)
+        self.tests += records
+        if self.journal is not None:
+            self._log(report, props, records)
+
+    # One process under ``nnts test``: what the report needs, a line as each test ends, so that
+    # ``nnts test`` writes the report of what ran should a driver crash the process.
+    journal = None
+    config = None
+
+    def start_journal(self, config, path: str) -> None:
+        from nnts.reports.results import run_meta
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        self.journal, self.config = os.fdopen(fd, "w", encoding="utf-8"), config
+        config.add_cleanup(self.journal.close)
+        baseline = config.getoption("baseline")
+        self._write({"settings": {"reports": [os.path.abspath(p) for p in config.getoption("report")],
+                                  "baseline": os.path.abspath(baseline) if baseline else None,
+                                  "junitxml": os.path.abspath(xml) if (xml := getattr(config.option, "xmlpath", None))
+                                  else None,
+                                  "meta": run_meta(config, self.started, [], [])}})
+
+    def _log(self, report, props: dict, records: list[dict]) -> None:
+        from nnts.formats.results import FAILING
+        from nnts.reports.results import is_variant, pytest_replay, vet_run_files
+        config = self.config
+        if "nnts_run" in props:
+            self._write({"facts": self.run_facts})
+        if report.when == "setup" and report.passed:
+            self._write({"running": {"test": report.nodeid, "replay": pytest_replay(config, report.nodeid),
+                                     "props": {k: v for k, v in props.items() if k in _TEST_PROPERTIES}}})
+        if records:
+            copies = [dict(r) for r in records]  # as write_reports will make them
+            vet_run_files(copies, config.getoption("reproducers"), config.getoption("driver"))
+            for t in copies:
+                if t["status"] in FAILING and not t["replay"]:
+                    t["replay"] = pytest_replay(config, t["test"] or t["id"], t["variant"] if is_variant(t) else None)
+            self._write({"tests": copies})
+
+    def _write(self, entry: dict) -> None:
+        self.journal.write(json.dumps(entry) + "\n")
+        self.journal.flush()  # in the system's hands: a crash of this process loses none of it
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -218,7 +218,14 @@ def write_reports(config, gathered) -> list[str]:
         if t["status"] in FAILING and not t["replay"]:
             t["replay"] = results.pytest_replay(config, t["test"] or t["id"], t["variant"] if results.is_variant(t) else None)
     data = results.to_json(meta, gathered.tests, comparison)
-    for path in config.getoption("report"):
+    return lines + _write(data, config.getoption("report"), folder)
+
+
+def _write(data: dict, paths: list[str], folder: str) -> list[str]:
+    """The report ``data`` at every path (JSON for .json, else HTML), each whole or not at all;
+    returns the lines to print."""
+    lines = []
+    for path in paths:
         text = results.dumps(data) if path.endswith(".json") else render(data, folder=Path(path).parent,
                                                                           folders=[folder], draw=True)
         try:
@@ -228,6 +235,108 @@ def write_reports(config, gathered) -> list[str]:
             continue
         lines.append(f"nnts: conformance report written to {path}")
     return lines
+
+
+def write_from_journal(journal: str, crashed: str | None, message: str | None) -> list[str]:
+    """The ``--report`` files of a pytest run that died in the test ``crashed`` (an in-process
+    driver crashed the process), from its journal (``ConformanceResults``: the run's settings
+    and facts, and each finished test's records, one JSON object a line): every test that ended
+    before the crash, and the crashed one (if it died in a test), CRASHED with ``message``. Returns
+    the lines to print."""
+    import datetime
+    import json
+    from types import SimpleNamespace
+
+    settings, facts, tests, running = None, {}, [], {}
+    try:
+        with open(journal, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                except ValueError:  # a line the crash cut short
+                    continue
+                if "settings" in entry:
+                    settings = entry["settings"]
+                elif "facts" in entry:
+                    facts = entry["facts"]
+                elif "running" in entry:
+                    running = entry["running"]
+                elif "tests" in entry:
+                    tests += entry["tests"]
+    except OSError:
+        return []
+    if not settings:
+        return []
+    meta = dict(settings["meta"], drivers=facts.get("drivers", []), corpora=facts.get("corpora", []))
+    if facts.get("support"):
+        meta["support"] = facts["support"]
+    started = datetime.datetime.fromisoformat(meta["started"])
+    meta["duration_s"] = round((datetime.datetime.now() - started).total_seconds(), 1)
+    folder = meta.get("reproducers")
+    if crashed:
+        props = dict(running.get("props", {}) if running.get("test") == crashed else {}, nnts_verdict="crashed")
+        report = SimpleNamespace(when="call", passed=False, skipped=False, failed=True, nodeid=crashed, duration=0.0,
+                                 longreprtext=message or "CRASH")
+        tests += results.records_of_report(report, props)
+        results.vet_run_files(tests[-1:], folder, meta.get("driver_spec"))  # (the others were vetted as they ended)
+        if not tests[-1]["replay"] and running.get("test") == crashed:
+            tests[-1]["replay"] = running.get("replay")
+    lines, comparison = [], None
+    if settings.get("baseline"):
+        try:
+            earlier = results.load(settings["baseline"])
+            comparison = dict(results.compare(tests, earlier["tests"]), path=settings["baseline"])
+        except results.ResultsError as e:
+            lines.append(f"nnts: baseline not compared: {e}")
+    lines += _write(results.to_json(meta, tests, comparison), settings["reports"], folder)
+    if settings.get("junitxml"):
+        try:
+            results.write_atomically(settings["junitxml"], junit_xml(tests, meta["duration_s"]))
+            lines.append(f"nnts: JUnit XML written to {settings['junitxml']} (from the tests that ended before the crash)")
+        except OSError as e:
+            lines.append(f"nnts: JUnit XML NOT written to {settings['junitxml']}: {e.strerror or e}")
+    return lines
+
+
+# A test's JUnit element by the worst status of its records (its variants, its teardown).
+_JUNIT = {"crashed": "failure", "hung": "failure", "failed": "failure", "xpassed": "failure", "error": "error",
+          "unsupported": "skipped", "skipped": "skipped", "xfailed": "skipped"}
+_WORST = ("crashed", "hung", "error", "failed", "xpassed", "unsupported", "skipped", "xfailed", "passed")
+
+
+def _xml_text(text: str) -> str:
+    """``text`` without the characters XML 1.0 cannot hold (a driver's message can have any)."""
+    return re.sub("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]", "?", text)
+
+
+def junit_xml(tests: list[dict], duration_s: float) -> str:
+    """pytest's JUnit XML (one ``testcase`` a pytest test, its classname and name as pytest writes
+    them) of result records: what ``--junitxml`` gets when pytest could not write it."""
+    import xml.etree.ElementTree as ET
+
+    by_test: dict[str, list[dict]] = {}
+    for t in tests:
+        by_test.setdefault(t["test"] or t["id"], []).append(t)
+    suite = ET.Element("testsuite", name="pytest", time=f"{duration_s:.3f}")
+    counts = collections.Counter()
+    for nodeid, records in by_test.items():
+        path, _, name = nodeid.partition("::")
+        worst = min(records, key=lambda r: _WORST.index(r["status"]) if r["status"] in _WORST else 0)
+        case = ET.SubElement(suite, "testcase", classname=path.removesuffix(".py").replace("/", "."), name=name,
+                             time=f"{sum(r['duration_s'] or 0 for r in records):.3f}")
+        kind = _JUNIT.get(worst["status"])
+        counts[kind or "passed"] += 1
+        if kind:
+            element = ET.SubElement(case, kind, message=_xml_text(f"{worst['status']}: "
+                                                                  f"{results.headline(worst['message'])}"))
+            element.text = _xml_text("\n".join(filter(None, [worst["message"],
+                                                             worst["replay"] and f"replay: {worst['replay']}"])))
+    suite.set("tests", str(len(by_test)))
+    for kind, attribute in (("failure", "failures"), ("error", "errors"), ("skipped", "skipped")):
+        suite.set(attribute, str(counts[kind]))
+    root = ET.Element("testsuites")
+    root.append(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>' + ET.tostring(root, encoding="unicode") + "\n"
 
 
 def input_folders(paths) -> list[str]:

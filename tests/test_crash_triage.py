@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,27 @@ def test_a_replay_inline_runs_in_this_process_where_a_debugger_stops_in_the_driv
     code, out = nnts(team, sys.executable, "-m", "pdb", "-m", "nnts", "vectors", "run", model, *only, "--inline",
                      stdin="break acme_crash.py:12\ncontinue\nwhere\nquit\n")
     assert "acme_crash.py(12)prepare_model()" in out, out[-3000:]
+
+
+def test_a_crash_in_one_process_leaves_the_report_of_what_ran_and_the_crash(team):
+    """``nnts test`` in one process, an in-process driver that aborts in its second test: the
+    report asked for is still written, with the test that passed before the crash and the
+    crashing one as CRASHED (the driver's stderr lines and the replay in it); the run fails."""
+    report = team / "out" / "r.json"
+    code, out = nnts(team, "nnts", "test", "-p", "no:randomly", "--no-shared-vectors", "-k",
+                     "test_generated and (nnts_add_float32 or nnts_mul_broadcast_float32) and not RELAXED",
+                     "--variants", "sync", "--driver", "acme_crash:make", "--report", str(report),
+                     "--junitxml", "out/junit.xml", "cts")
+    assert code != 0 and "conformance report written to" in out, out[-3000:]
+    data = json.loads(report.read_text())
+    crashed = "cts/test_generated.py::test_generated[MUL-TENSOR_FLOAT32-nnts_mul_broadcast_float32]"
+    statuses = {t["test"]: t["status"] for t in data["tests"]}
+    assert statuses.get("cts/test_generated.py::test_generated[ADD-TENSOR_FLOAT32-nnts_add_float32]") == "passed"
+    assert statuses.get(crashed) == "crashed" and data["totals"]["crashed"] == 1, statuses
+    assert data["totals"]["passed"] >= 1, data["totals"]
+    record = next(t for t in data["tests"] if t["test"] == crashed)
+    assert "acme: MUL kernel: null tensor pointer" in record["message"] and record["replay"], record
+    junit = ET.parse(team / "out" / "junit.xml").getroot().find("testsuite")
+    assert (junit.get("tests"), junit.get("failures")) == ("2", "1"), ET.tostring(junit)
+    failure = junit.find("testcase[@name='test_generated[MUL-TENSOR_FLOAT32-nnts_mul_broadcast_float32]']/failure")
+    assert failure is not None and "acme: MUL kernel" in failure.text, ET.tostring(junit)

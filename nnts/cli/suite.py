@@ -81,22 +81,33 @@ def main(argv: list[str]) -> int:
 def _tell_crash(folder: str, signum: int) -> None:
     """pytest died of a signal in one process: an in-process driver crashed it. The test it died
     in, the driver's last stderr lines in that test and how to replay it (faulthandler's stack is
-    on the console already)."""
+    on the console already); then the reports asked for, of what ran (between tests too)."""
     from nnts.runners.crash_notes import last_lines, replay_lines
     try:
         with open(os.path.join(folder, "running.txt"), encoding="utf-8", errors="replace") as f:
             test, _, replay = f.read().partition("\n")
     except OSError:
-        return
-    if not test:
-        return
+        test = replay = ""
+    message = None
     name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
-    stderr = last_lines(os.path.join(folder, "stderr.txt"))
-    replay = replay_lines(replay)
-    print(f"CRASH {test}: pytest was killed by {name} in this test, no report written (an in-process driver "
-          "that crashes takes the run with it: -n N goes on with a new worker, --isolate runs the driver in a "
-          "process of its own)" + (f"\nthe driver's last stderr lines (in this test):\n{stderr}" if stderr else "")
-          + (f"\n{replay}" if replay else ""), file=sys.stderr, flush=True)
+    if not test:
+        print(f"nnts: pytest was killed by {name}, in no test", file=sys.stderr, flush=True)
+    else:
+        stderr = last_lines(os.path.join(folder, "stderr.txt"))
+        replay = replay_lines(replay)
+        what = (f"pytest was killed by {name} in this test (an in-process driver that crashes takes the run "
+                "with it: -n N goes on with a new worker, --isolate runs the driver in a process of its own)"
+                + (f"\nthe driver's last stderr lines (in this test):\n{stderr}" if stderr else "")
+                + (f"\n{replay}" if replay else ""))
+        print(f"CRASH {test}: {what}", file=sys.stderr, flush=True)
+        message = f"CRASH: {what}"
+    try:  # the --report files: the tests that ended before the crash, and the one it happened in
+        from nnts.reports.conformance import write_from_journal
+        written = write_from_journal(os.path.join(folder, "results.jsonl"), test or None, message)
+    except Exception as e:  # noqa: BLE001 (what was printed above stands)
+        written = [f"nnts: conformance report NOT written: {e}"]
+    for line in written:
+        print(line, file=sys.stderr, flush=True)
 
 
 def suites_folder() -> str:
