@@ -305,6 +305,22 @@ def child(argv: list[str]) -> int:
 
 # -- the command ---------------------------------------------------------------------------------
 
+def _from_here(driver: str) -> str:
+    """The driver as the child, which runs in a scratch folder, must name it: a ``remote:``
+    program or a ``socket:`` path given relative to this folder made absolute."""
+    kind, _, target = driver.partition(":")
+    if kind == "socket" and target and not os.path.isabs(target):
+        return f"socket:{os.path.abspath(target)}"
+    if kind == "remote":
+        try:
+            words = shlex.split(target)
+        except ValueError:
+            return driver  # the child's driver loader says what is wrong with it
+        if words and "/" in words[0] and not os.path.isabs(words[0]):
+            return "remote:" + shlex.join([os.path.abspath(words[0])] + words[1:])
+    return driver
+
+
 def run(harness: str, driver: str, runs: int | None, max_time: float | None, corpus: str | None, seed: int,
         artifacts: str, vector_paths=None, timeout: int = 10, rss_limit: int = 2048) -> int:
     """``nnts fuzz``: the harness in a child process; progress passed through, then a summary.
@@ -324,7 +340,7 @@ def run(harness: str, driver: str, runs: int | None, max_time: float | None, cor
         os.makedirs(corpus, exist_ok=True)
     if runs is None and max_time is None:
         max_time = 60
-    command = [sys.executable, "-m", "nnts.fuzz.engine", "--harness", harness, "--driver", driver,
+    command = [sys.executable, "-m", "nnts.fuzz.engine", "--harness", harness, "--driver", _from_here(driver),
                "--artifact-prefix", os.path.join(artifacts, f"{harness}-"), "--seed", str(seed),
                "--timeout", str(timeout), "--rss-limit", str(rss_limit),
                "--runs", str(runs if runs is not None else -1), "--max-time", str(int(max_time or 0))]

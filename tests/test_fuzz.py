@@ -3,6 +3,7 @@ inputs of each harness, and a driver that raises a plain exception on a malforme
 saved and replayed."""
 import argparse
 import glob
+import json
 import os
 import random
 import signal
@@ -195,3 +196,22 @@ def test_reference_bug_gets_its_own_artifact_and_fuzzing_goes_on(tmp_path, capsy
     written = glob.glob(str(tmp_path / "h-reference-bug-*"))
     assert len(written) == 1 and f"Reference bug written to {written[0]}" in out
     assert "OverflowError: in the reference" in out and not glob.glob(str(tmp_path / "h-crash-*"))
+
+
+def test_a_remote_driver_named_relative_to_the_callers_folder_is_found(tmp_path, capsys, monkeypatch):
+    """The fuzzing child runs in a scratch folder: `remote:./my_driver` still names the caller's."""
+    import stat
+    import sys
+    driver = tmp_path / "my_driver"
+    driver.write_text(f"#!/bin/sh\nexec {sys.executable} -m nnts serve reference\n")
+    driver.chmod(driver.stat().st_mode | stat.S_IXUSR)
+    corpus = json.loads(open(os.path.join(CORPUS, "arithmetic.json")).read())
+    corpus["tests"] = corpus["tests"][:1]  # each seed input starts the driver: one is enough
+    (tmp_path / "one.json").write_text(json.dumps(corpus))
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["fuzz", "--harness", "remote", "--driver", "remote:./my_driver", "--runs", "3", "--seed", "1",
+                     "--vectors", "one.json", "--artifacts", "art"])
+    out = capsys.readouterr().out
+    assert code == 0 and "no findings" in out, out[-3000:]
+    assert engine._from_here("socket:s.sock") == f"socket:{tmp_path}/s.sock"
+    assert engine._from_here("remote:nnts serve reference") == "remote:nnts serve reference"  # found on PATH
