@@ -607,9 +607,11 @@ class Connection:
         if not self._take_reading():
             return
         try:
-            if self._pending or self._async or self._received or not self._poll.poll(0):
-                return
-            if self.transport.read(1 << 16):
+            with self._lock:  # no call registers between the look and the read: its reply is its own
+                if self._pending or self._async or self._received or not self._poll.poll(0):
+                    return
+                unasked = self.transport.read(1 << 16)  # readable: does not block
+            if unasked:
                 self.fail("crash", f"CRASH: {self.driver} sent a reply to no call; its process was killed")
             else:
                 self.fail("crash", None)
