@@ -140,3 +140,36 @@ def test_a_crash_in_one_process_leaves_the_report_of_what_ran_and_the_crash(team
     assert (junit.get("tests"), junit.get("failures")) == ("2", "1"), ET.tostring(junit)
     failure = junit.find("testcase[@name='test_generated[MUL-TENSOR_FLOAT32-nnts_mul_broadcast_float32]']/failure")
     assert failure is not None and "acme: MUL kernel" in failure.text, ET.tostring(junit)
+
+
+KILLED_AFTER_ADD = '''
+import os
+import signal
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if "nnts_add_float32" in nodeid:
+        os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def test_pytest_killed_between_tests_still_leaves_the_report_of_what_ran(team):
+    """pytest killed after one test ended and before the next began (here by a plugin of the
+    team's, as the OOM killer or a CI timeout would): the run fails with a line that says so, and
+    the report asked for holds the test that ran, with nothing marked crashed."""
+    (team / "acme_killer.py").write_text(KILLED_AFTER_ADD)
+    report = team / "out" / "r.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NNTS_", "PYTEST_"))}
+    done = subprocess.run(
+        [NNTS, "test", "-p", "acme_killer", "-p", "no:randomly", "--no-shared-vectors", "-k",
+         "test_generated and (nnts_add_float32 or nnts_mul_broadcast_float32) and not RELAXED", "--variants", "sync",
+         "--driver", "acme_crash:make", "--report", str(report), "cts"],
+        check=False, cwd=team, capture_output=True, text=True, timeout=600,
+        env=dict(env, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(team)))
+    out = done.stdout + done.stderr
+    assert done.returncode == 128 + signal.SIGKILL, out[-3000:]  # as a shell reports a process killed
+    assert "nnts: pytest was killed by SIGKILL, in no test" in out, out[-3000:]
+    data = json.loads(report.read_text())
+    statuses = {t["test"]: t["status"] for t in data["tests"]}
+    assert statuses == {"cts/test_generated.py::test_generated[ADD-TENSOR_FLOAT32-nnts_add_float32]": "passed"}, statuses
+    assert data["totals"].get("crashed", 0) == 0, data["totals"]

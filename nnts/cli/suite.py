@@ -73,6 +73,7 @@ def main(argv: list[str]) -> int:
                 continue
         if code < 0:
             _tell_crash(crash_folder, -code)
+            return 128 - code  # as a shell reports a process a signal ended
         return code
     finally:
         shutil.rmtree(crash_folder, ignore_errors=True)
