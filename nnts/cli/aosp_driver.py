@@ -116,7 +116,10 @@ def register(sub) -> None:
     b.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="compilers at once (default: CPUs)")
     b.add_argument("--cxx", default="g++", help="the C++ compiler (default: g++)")
     b.add_argument("--sanitize", choices=("address", "undefined"), action="append", default=[],
-                   help="build with this sanitizer (-fsanitize=..., -g; objects kept apart by their flags' hash)")
+                   help="build nnts's glue and the SDK sources with this sanitizer (-fsanitize=..., -g; objects "
+                        "kept apart by their flags' hash); AOSP's objects stay uninstrumented unless --sanitize-aosp")
+    b.add_argument("--sanitize-aosp", action="store_true",
+                   help="with --sanitize: instrument AOSP's executor, operations and libraries too (a full build)")
     b.add_argument("--check", action="store_true",
                    help="only check that CHECKOUT, the packages and the compiler are there (exit 1 naming the "
                         "first missing)")
@@ -130,7 +133,8 @@ def run(args) -> int:
             print(f"{args.checkout}: ready to build")
             return 0
         result = build(Path(args.checkout), Path(args.out), jobs=args.jobs, cxx=args.cxx,
-                       progress=lambda line: print(line, file=sys.stderr), sanitize=args.sanitize)
+                       progress=lambda line: print(line, file=sys.stderr), sanitize=args.sanitize,
+                       sanitize_aosp=args.sanitize_aosp)
     except BuildError as e:
         print(f"nnts aosp-driver: {e}", file=sys.stderr)
         return 1
@@ -223,9 +227,12 @@ def first_error(stderr: str) -> str:
 
 
 def build(checkout: Path, out: Path, *, jobs: int = 1, cxx: str = "g++", progress=lambda line: None,
-          compile_limit: int | None = None, sanitize: list[str] | tuple[str, ...] = ()) -> Result:
+          compile_limit: int | None = None, sanitize: list[str] | tuple[str, ...] = (),
+          sanitize_aosp: bool = False) -> Result:
     """Compile and link the driver into out; compile_limit: raise NotCompiledYet, compiling nothing,
-    when more object files than that are missing from out/obj."""
+    when more object files than that are missing from out/obj. ``sanitize`` instruments the glue
+    and the SDK sources (a few files: the objects of a plain build serve AOSP's part, which the
+    sanitizers' runtimes accept uninstrumented); with ``sanitize_aosp`` AOSP's objects as well."""
     start = time.monotonic()
     checkout = checkout.resolve()
     cxx_path = shutil.which(cxx) or cxx
@@ -241,13 +248,18 @@ def build(checkout: Path, out: Path, *, jobs: int = 1, cxx: str = "g++", progres
     if not link.exists():
         link.symlink_to(checkout / "litert" / "tflite")
     sanitizers = [f"-fsanitize={name}" for name in sanitize] + (["-g", "-fno-omit-frame-pointer"] if sanitize else [])
-    cflags = flags(checkout, include_link) + [OPTIMIZATION] + sanitizers
+    glue_cflags = flags(checkout, include_link) + [OPTIMIZATION] + sanitizers
+    cflags = glue_cflags if sanitize_aosp else flags(checkout, include_link) + [OPTIMIZATION]
     salt = object_salt(cxx_path, cflags, checkout, out)
+    glue_salt = object_salt(cxx_path, glue_cflags, checkout, out)
     needed, operations = sources(checkout)
-    result = Result(binary=out / BINARY)
+    # a sanitized driver is named apart, so that it shares out/obj (AOSP's objects) with the plain one
+    binary = "-".join([BINARY, *sorted(set(sanitize)), *(["aosp"] if sanitize and sanitize_aosp else [])])
+    result = Result(binary=out / binary)
 
-    def object_path(source: Path, extra: tuple[str, ...] = (), also: str = "") -> Path:
-        key = hashlib.sha256((salt + "\0".join(extra) + also).encode() + source.read_bytes()).hexdigest()[:32]
+    def object_path(source: Path, extra: tuple[str, ...] = (), also: str = "", glue: bool = False) -> Path:
+        key = hashlib.sha256(((glue_salt if glue else salt) + "\0".join(extra) + also).encode()
+                             + source.read_bytes()).hexdigest()[:32]
         return out / "obj" / f"{source.stem}-{key}.o"
 
     missing = [s for s in needed + operations
@@ -256,14 +268,15 @@ def build(checkout: Path, out: Path, *, jobs: int = 1, cxx: str = "g++", progres
         raise NotCompiledYet(f"{len(missing)} of {len(needed) + len(operations)} object files are not compiled "
                              f"in {out}")
 
-    def compile_one(source: Path, extra: tuple[str, ...] = (), also: str = "") -> tuple[Path, str | None]:
-        obj = object_path(source, extra, also)
+    def compile_one(source: Path, extra: tuple[str, ...] = (), also: str = "",
+                    glue: bool = False) -> tuple[Path, str | None]:
+        obj = object_path(source, extra, also, glue)
         failed = obj.with_suffix(".failed")  # a file that did not compile: its error, kept as an object is
         if obj.exists() or failed.exists():
             result.reused += 1
             return obj, failed.read_text() if failed.exists() else None
         tmp = obj.with_suffix(f".{os.getpid()}.tmp")
-        done = subprocess.run([cxx_path, *cflags, *extra, "-c", str(source), "-o", str(tmp)],
+        done = subprocess.run([cxx_path, *(glue_cflags if glue else cflags), *extra, "-c", str(source), "-o", str(tmp)],
                               capture_output=True, text=True, check=False)
         if done.returncode != 0:
             tmp.unlink(missing_ok=True)
@@ -323,12 +336,12 @@ def build(checkout: Path, out: Path, *, jobs: int = 1, cxx: str = "g++", progres
     glue = [*(GLUE / name for name in GLUE_SOURCES), generated / "aosp_unregistered.cpp", *stand_ins,
             *(SDK / "src" / name for name in SDK_SOURCES)]
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        glue_objects = list(pool.map(lambda s: compile_one(s, (f"-I{generated}",), inc + sdk_digest()), glue))
+        glue_objects = list(pool.map(lambda s: compile_one(s, (f"-I{generated}",), inc + sdk_digest(), True), glue))
     for source, (obj, error) in zip(glue, glue_objects):
         if error is not None:
             raise BuildError(f"{source.name} does not compile: {error}")
         objects.append(obj)
-    tmp = out / f"{BINARY}.{os.getpid()}.tmp"
+    tmp = out / f"{binary}.{os.getpid()}.tmp"
     done = subprocess.run([cxx_path, *sanitizers, *(str(o) for o in objects), "-o", str(tmp), *absl_libs(), *log_libs(),
                            *LIBS],
                           capture_output=True, text=True, check=False)
@@ -340,8 +353,9 @@ def build(checkout: Path, out: Path, *, jobs: int = 1, cxx: str = "g++", progres
     tmp.replace(result.binary)
     result.seconds = time.monotonic() - start
     manifest = {"checkout": str(checkout), "built": result.built, "unbuilt": result.unbuilt,
-                "unsupported_operations": dict(unbuilt_ops), "optimization": OPTIMIZATION}
-    write_if_changed(out / f"{BINARY}.json", json.dumps(manifest, indent=1) + "\n")
+                "unsupported_operations": dict(unbuilt_ops), "optimization": OPTIMIZATION,
+                "sanitize": sorted(set(sanitize)), "sanitize_aosp": bool(sanitize and sanitize_aosp)}
+    write_if_changed(out / f"{binary}.json", json.dumps(manifest, indent=1) + "\n")
     return result
 
 
