@@ -280,6 +280,23 @@ def test_the_time_to_first_failure_table_names_what_a_support_excludes():
     assert "feature level 29" in not_applicable("float32_level27", "dilated_depthwise_multiplier")
     assert not_applicable("quant8_only", "ignores_extension_prefix") is None
     assert "extension" in not_applicable("npu13", "ignores_extension_prefix")
+    assert "DEQUANTIZE64" in not_applicable("quant8_only", "extension_column_major")
+    assert not_applicable("float32_level27", "extension_column_major") is None
+
+
+def test_a_quant8_only_driver_ignoring_extension_prefixes_is_caught():
+    """The extension operation shaped as ADD is built in the driver's type: a quant8-only driver
+    that reads operation types by their low 16 bits takes it for its quant8 ADD and is caught; the
+    fault-free one rejects it."""
+    from nnts.generators.builders import QUANT8, chain_type
+    from vts.test_extensions import test_unsupported_extension_operation_is_not_a_builtin as check
+    for driver, fails in ((partial.quant8_only(), False), (partial.make("quant8_only", "ignores_extension_prefix"), True)):
+        assert chain_type([Device(driver)]) == QUANT8
+        if fails:
+            with pytest.raises(AssertionError, match="reports the operation supported"):
+                check(driver, QUANT8)
+        else:
+            check(driver, QUANT8)
 
 
 def test_a_quant8_only_driver_runs_the_execution_sequences_in_quant8_and_they_catch_a_fault():
