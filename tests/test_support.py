@@ -253,6 +253,27 @@ def test_the_suite_runs_a_partial_drivers_random_cases_on_it(tmp_path):
     assert len(list((tmp_path / "cache" / "support").glob("*.json"))) == 2  # one per driver, not per worker
 
 
+def test_a_runs_report_carries_the_support_and_its_page_says_why(tmp_path):
+    """The report's matrix and unsupported list come from the support the run learned (the facts
+    ``nnts support`` prints): a partial driver's run records them in its JSON report, and its page
+    lists TANH as unsupported for its operation."""
+    from nnts.reports import conformance
+    env = dict(os.environ, NNTS_CACHE_DIR=str(tmp_path / "cache"), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("NNTS_DRIVER", None)
+    report = tmp_path / "run.json"
+    done = _nnts("test", "cts/test_random_graph.py", "--driver", "nnapi_ref.drivers.partial:npu13",
+                 "--random-graphs", "1", "--random-ops", "0",
+                 "--random-chains", "1", "--no-shared-vectors", "-q", "-p", "no:randomly", "--report", str(report),
+                 env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    data = json.loads(report.read_text())
+    assert data["meta"]["support"] == probe([partial.npu13()]).table()
+    page = conformance.render(data)
+    unsupported = page[page.index('<h2 id="unsupported">'):]
+    row = unsupported[unsupported.index('<td class="l">TANH</td>'):].split("</tr>")[0]
+    assert '<td class="l">operation</td>' in row, row
+
+
 def test_partial_drivers_reject_invalid_models_as_the_reference_does():
     import dataclasses
 
