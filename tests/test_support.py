@@ -237,7 +237,11 @@ def test_graphs_across_devices_partition_and_a_failed_step_is_a_failure(tmp_path
 
 def test_the_suite_runs_a_partial_drivers_random_cases_on_it(tmp_path):
     """Under pytest-xdist the workers share one support (the cache, written once under a lock);
-    every random case of the 13-operation driver runs on it, as many as on the reference."""
+    every random case of the 13-operation driver runs on it, as many as on the reference. The
+    report's matrix and unsupported list come from that support (the facts ``nnts support``
+    prints): the run's JSON report carries it, and its page lists TANH as unsupported for its
+    operation."""
+    from nnts.reports import conformance
     env = dict(os.environ, NNTS_CACHE_DIR=str(tmp_path / "cache"), PYTHONDONTWRITEBYTECODE="1")
     env.pop("NNTS_DRIVER", None)
     counts = {}
@@ -245,33 +249,18 @@ def test_the_suite_runs_a_partial_drivers_random_cases_on_it(tmp_path):
         done = subprocess.run([sys.executable, "-m", "pytest", "cts/test_random_graph.py", "cts/test_random_operation.py",
                                "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "2", "--driver", driver,
                                "--random-graphs", "10", "--random-ops", "10", "--random-chains", "10",
-                               "--reproducers", str(tmp_path / "r")],
+                               "--reproducers", str(tmp_path / "r"), "--report", str(tmp_path / "run.json")],
                               cwd=ROOT, capture_output=True, text=True, timeout=600, env=env, check=False)
         assert done.returncode == 0, done.stdout[-3000:]
         counts[driver] = int(done.stdout.split(" passed")[0].split()[-1])
+        if driver != "reference":
+            data = json.loads((tmp_path / "run.json").read_text())
+            assert data["meta"]["support"] == probe([partial.npu13()]).table()
+            unsupported = conformance.render(data).split('<h2 id="unsupported">')[1]
+            row = unsupported[unsupported.index('<td class="l">TANH</td>'):].split("</tr>")[0]
+            assert '<td class="l">operation</td>' in row, row
     assert counts["nnapi_ref.drivers.partial:npu13"] >= counts["reference"] == 30
     assert len(list((tmp_path / "cache" / "support").glob("*.json"))) == 2  # one per driver, not per worker
-
-
-def test_a_runs_report_carries_the_support_and_its_page_says_why(tmp_path):
-    """The report's matrix and unsupported list come from the support the run learned (the facts
-    ``nnts support`` prints): a partial driver's run records them in its JSON report, and its page
-    lists TANH as unsupported for its operation."""
-    from nnts.reports import conformance
-    env = dict(os.environ, NNTS_CACHE_DIR=str(tmp_path / "cache"), PYTHONDONTWRITEBYTECODE="1")
-    env.pop("NNTS_DRIVER", None)
-    report = tmp_path / "run.json"
-    done = _nnts("test", "cts/test_random_graph.py", "--driver", "nnapi_ref.drivers.partial:npu13",
-                 "--random-graphs", "1", "--random-ops", "0",
-                 "--random-chains", "1", "--no-shared-vectors", "-q", "-p", "no:randomly", "--report", str(report),
-                 env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    data = json.loads(report.read_text())
-    assert data["meta"]["support"] == probe([partial.npu13()]).table()
-    page = conformance.render(data)
-    unsupported = page[page.index('<h2 id="unsupported">'):]
-    row = unsupported[unsupported.index('<td class="l">TANH</td>'):].split("</tr>")[0]
-    assert '<td class="l">operation</td>' in row, row
 
 
 def test_partial_drivers_reject_invalid_models_as_the_reference_does():
