@@ -207,3 +207,84 @@ def test_xnnpack_quantized_resize_bilinear_is_bit_exact(mode):
                                     devices=devices)[0]
                 model = runtime_arithmetic.xnnpack_quantized_resize_bilinear(x, out_h, out_w, mode)
                 assert np.array_equal(np.asarray(got, np.int64), model), (mode, x.shape, out_h, out_w)
+
+
+def _fully_connected(x, w, bias, scales, zero_points, weights_constant=True, devices=None):
+    """Quantized FULLY_CONNECTED of ``x`` and ``w`` (stored values) on ``devices``."""
+    from nnts.generators.builders import output, run_operation, scalar, tensor
+    type_ = Q8 if x.dtype == np.uint8 else T.TENSOR_QUANT8_ASYMM_SIGNED
+    (xs, ws, os_), (xz, wz, oz) = scales, zero_points
+    inputs = [tensor(type_, x, xs, xz), tensor(type_, w, ws, wz, as_input=not weights_constant),
+              tensor(T.TENSOR_INT32, bias, float(np.float32(xs) * np.float32(ws)), 0, as_input=False),
+              scalar(T.INT32, 0)]
+    return run_operation(Op.FULLY_CONNECTED, inputs, [output(type_, (x.shape[0], w.shape[0]), os_, oz)],
+                         devices=devices)[0]
+
+
+def test_tflite_builtin_quantized_fully_connected_is_bit_exact():
+    """The model of TFLite's builtin quantized FULLY_CONNECTED (NNAPI's fixed point, the right
+    shift's ties up) against the tflite driver where XNNPACK declines the node: int8 weights with a
+    non-zero zero point, and weights given as an input (both types). Multipliers from 0.05 to 1
+    put the first rounding on halves often (random-graph chain seed 2002091); NNAPI's rounding
+    (ties away from zero) differs from the driver there, the model does not."""
+    pytest.importorskip("ai_edge_litert")
+    from nnapi_ref import using_drivers
+    from nnapi_ref.ops.requantization import product_multipliers
+    from nnts.runners.drivers import load_driver
+    rng = np.random.default_rng(2002091)
+    nnapi_differs = 0
+    with using_drivers([load_driver("tflite")]) as devices:
+        for case in range(24):
+            dtype, constant = ((np.int8, True), (np.int8, False), (np.uint8, False))[case % 3]
+            info = np.iinfo(dtype)
+            batches, size, units = (int(v) for v in rng.integers(1, 9, 3))
+            xz, wz = int(rng.integers(info.min + 12, info.max - 12)), int(rng.integers(info.min + 4, info.max - 4))
+            wz = wz or 1  # int8 weights at zero point 0 (constant) are XNNPACK's: class 12, not this
+            x = (xz + rng.integers(-12, 13, (batches, size))).astype(dtype)
+            w = (wz + rng.integers(-4, 5, (units, size))).astype(dtype)
+            bias = rng.integers(-60, 60, units).astype(np.int32)
+            xs, ws = float(np.float32(rng.uniform(0.01, 0.5))), float(np.float32(rng.uniform(0.01, 0.5)))
+            os_ = float(np.float32(np.float32(xs) * np.float32(ws) / rng.uniform(0.05, 1.0)))
+            oz = int(rng.integers(info.min + 40, info.max - 40))
+            got = np.asarray(_fully_connected(x, w, bias, (xs, ws, os_), (xz, wz, oz), constant, devices), np.int64)
+            (m,), (s,) = product_multipliers(xs, [ws], os_)
+            model = runtime_arithmetic.tflite_builtin_quantized_fully_connected(
+                x, xz, w, wz, bias, int(m), int(s), oz, int(info.min), int(info.max))
+            assert np.array_equal(got, model), (case, dtype, constant)
+            nnapi_differs += int(np.sum(np.asarray(_fully_connected(x, w, bias, (xs, ws, os_), (xz, wz, oz), constant,
+                                                                    REFERENCE), np.int64) != got))
+    assert nnapi_differs > 0
+
+
+def fully_connected_then_dequantize(weights_zero_point: int) -> Graph:
+    """int8 FULLY_CONNECTED of [[-2], [2]] (scale 0.5) with one weight of real value 0.75 (scale 0.75,
+    stored ``weights_zero_point`` + 1), output scale 1, then DEQUANTIZE: acc -2 and 2, multiplier
+    0.375 = 0.75 * 2**-1 (docs/conformance/tflite/fully_connected_ties_up.json)."""
+    s8 = T.TENSOR_QUANT8_ASYMM_SIGNED
+    operands = [hal.Operand(s8, (2, 1), 0.5, 0, Lifetime.SUBGRAPH_INPUT),
+                hal.Operand(s8, (1, 1), 0.75, weights_zero_point, Lifetime.CONSTANT_COPY,
+                            np.array([[weights_zero_point + 1]], np.int8)),
+                hal.Operand(T.TENSOR_INT32, (1,), 0.375, 0, Lifetime.CONSTANT_COPY, np.array([0], np.int32)),
+                hal.Operand(T.INT32, (), 0.0, 0, Lifetime.CONSTANT_COPY, np.array(0, np.int32)),
+                hal.Operand(s8, (2, 1), 1.0, 0, Lifetime.TEMPORARY_VARIABLE),
+                hal.Operand(F32, (2, 1), 0.0, 0, Lifetime.SUBGRAPH_OUTPUT)]
+    operations = [hal.Operation(Op.FULLY_CONNECTED, (0, 1, 2, 3), (4,)), hal.Operation(Op.DEQUANTIZE, (4,), (5,))]
+    return Graph(operands, operations, [0], [5], {0: np.array([[-2], [2]], np.int8)})
+
+
+def test_tflite_builtin_fully_connected_class_accepts_its_instance_and_rejects_others():
+    """acc -2 * 0.75 = -1.5 -> -1 (the doubling high multiply, halves up), then -1 / 2 = -0.5: NNAPI
+    -1 (away from zero), TFLite's builtin kernel 0 (up); acc 2 gives 1 in both. The tflite driver's
+    class 15 explains [0, 1] where the weights' zero point is -8 (XNNPACK declines the node); not
+    for tflite-ref, not at zero point 0 (XNNPACK's node: class 12), not a result of no rounding."""
+    graph = fully_connected_then_dequantize(-8)
+    assert simulate(graph, [])[0][0].ravel().tolist() == [-1.0, 1.0]
+
+    def outcome(g, actual):
+        return Outcome("fail", "", simulate(g, [])[0], [np.array(actual, np.float32).reshape(2, 1)],
+                       failure=Failure("mismatch", "DEQUANTIZE", "values"), mismatched=[0])
+    assert explain(graph, outcome(graph, [0.0, 1.0]), "tflite").startswith("tflite class 15")
+    assert explain(graph, outcome(graph, [0.0, 1.0]), "tflite-ref") is None
+    assert explain(graph, outcome(graph, [0.0, 2.0]), "tflite") is None
+    symmetric = fully_connected_then_dequantize(0)
+    assert explain(symmetric, outcome(symmetric, [0.0, 1.0]), "tflite") is None

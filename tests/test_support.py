@@ -237,7 +237,11 @@ def test_graphs_across_devices_partition_and_a_failed_step_is_a_failure(tmp_path
 
 def test_the_suite_runs_a_partial_drivers_random_cases_on_it(tmp_path):
     """Under pytest-xdist the workers share one support (the cache, written once under a lock);
-    every random case of the 13-operation driver runs on it, as many as on the reference."""
+    every random case of the 13-operation driver runs on it, as many as on the reference. The
+    report's matrix and unsupported list come from that support (the facts ``nnts support``
+    prints): the run's JSON report carries it, and its page lists TANH as unsupported for its
+    operation."""
+    from nnts.reports import conformance
     env = dict(os.environ, NNTS_CACHE_DIR=str(tmp_path / "cache"), PYTHONDONTWRITEBYTECODE="1")
     env.pop("NNTS_DRIVER", None)
     counts = {}
@@ -245,10 +249,16 @@ def test_the_suite_runs_a_partial_drivers_random_cases_on_it(tmp_path):
         done = subprocess.run([sys.executable, "-m", "pytest", "cts/test_random_graph.py", "cts/test_random_operation.py",
                                "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "2", "--driver", driver,
                                "--random-graphs", "10", "--random-ops", "10", "--random-chains", "10",
-                               "--reproducers", str(tmp_path / "r")],
+                               "--reproducers", str(tmp_path / "r"), "--report", str(tmp_path / "run.json")],
                               cwd=ROOT, capture_output=True, text=True, timeout=600, env=env, check=False)
         assert done.returncode == 0, done.stdout[-3000:]
         counts[driver] = int(done.stdout.split(" passed")[0].split()[-1])
+        if driver != "reference":
+            data = json.loads((tmp_path / "run.json").read_text())
+            assert data["meta"]["support"] == probe([partial.npu13()]).table()
+            unsupported = conformance.render(data).split('<h2 id="unsupported">')[1]
+            row = unsupported[unsupported.index('<td class="l">TANH</td>'):].split("</tr>")[0]
+            assert '<td class="l">operation</td>' in row, row
     assert counts["nnapi_ref.drivers.partial:npu13"] >= counts["reference"] == 30
     assert len(list((tmp_path / "cache" / "support").glob("*.json"))) == 2  # one per driver, not per worker
 
@@ -280,6 +290,23 @@ def test_the_time_to_first_failure_table_names_what_a_support_excludes():
     assert "feature level 29" in not_applicable("float32_level27", "dilated_depthwise_multiplier")
     assert not_applicable("quant8_only", "ignores_extension_prefix") is None
     assert "extension" in not_applicable("npu13", "ignores_extension_prefix")
+    assert "DEQUANTIZE64" in not_applicable("quant8_only", "extension_column_major")
+    assert not_applicable("float32_level27", "extension_column_major") is None
+
+
+def test_a_quant8_only_driver_ignoring_extension_prefixes_is_caught():
+    """The extension operation shaped as ADD is built in the driver's type: a quant8-only driver
+    that reads operation types by their low 16 bits takes it for its quant8 ADD and is caught; the
+    fault-free one rejects it."""
+    from nnts.generators.builders import QUANT8, chain_type
+    from vts.test_extensions import test_unsupported_extension_operation_is_not_a_builtin as check
+    for driver, fails in ((partial.quant8_only(), False), (partial.make("quant8_only", "ignores_extension_prefix"), True)):
+        assert chain_type([Device(driver)]) == QUANT8
+        if fails:
+            with pytest.raises(AssertionError, match="reports the operation supported"):
+                check(driver, QUANT8)
+        else:
+            check(driver, QUANT8)
 
 
 def test_a_quant8_only_driver_runs_the_execution_sequences_in_quant8_and_they_catch_a_fault():

@@ -19,6 +19,7 @@ from nnapi_ref.drivers.example_extension import DEQUANTIZE64, EXTENSION_NAME, TE
 from nnapi_ref.extensions import encode, extension_problems
 from nnapi_ref.hal import ErrorStatus, ExtensionNameAndPrefix, HalError, Lifetime, Operand, Operation, Subgraph
 from nnapi_ref.types import OperandCode as T, OperationCode
+from nnts.generators.builders import FLOAT32, ChainType
 from nnts.vts.support import PATHS, make_io, prepare, run_path
 
 pytestmark = pytest.mark.extension
@@ -52,13 +53,15 @@ def dequantize_model(name: str = EXTENSION_NAME, prefix: int = PREFIX, mapped_pr
     return hal.Model(main, extension_name_to_prefix=[ExtensionNameAndPrefix(name, mapped)])
 
 
-def add_shaped_model(name: str) -> hal.Model:
-    """Operation 0 (ADD's code) of extension ``name`` on ADD's operands: only a driver that
-    ignores the prefix takes it for ADD."""
-    operands = [Operand(T.TENSOR_FLOAT32, (2,), lifetime=Lifetime.SUBGRAPH_INPUT),
-                Operand(T.TENSOR_FLOAT32, (2,), lifetime=Lifetime.SUBGRAPH_INPUT),
+def add_shaped_model(name: str, type_: ChainType = FLOAT32) -> hal.Model:
+    """Operation 0 (ADD's code) of extension ``name`` on ADD's operands of ``type_``: only a driver
+    that ignores the prefix takes it for ADD (an ADD the driver supports: ``type_`` is the driver's)."""
+    def tensor(lifetime):
+        return Operand(type_.code, (2,), type_.scale, type_.zero_point, lifetime=lifetime)
+
+    operands = [tensor(Lifetime.SUBGRAPH_INPUT), tensor(Lifetime.SUBGRAPH_INPUT),
                 Operand(T.INT32, (), lifetime=Lifetime.CONSTANT_COPY, value=np.array([0], np.int32)),
-                Operand(T.TENSOR_FLOAT32, (2,), lifetime=Lifetime.SUBGRAPH_OUTPUT)]
+                tensor(Lifetime.SUBGRAPH_OUTPUT)]
     main = Subgraph(operands, [Operation(encode(PREFIX, int(OperationCode.ADD)), (0, 1, 2), (3,))], (0, 1), (3,))
     return hal.Model(main, extension_name_to_prefix=[ExtensionNameAndPrefix(name, PREFIX)])
 
@@ -102,11 +105,11 @@ def test_unknown_prefix_rejected(driver):
     expect_invalid(driver, dequantize_model(mapped_prefix=PREFIX + 1), "a type whose prefix the model does not map")
 
 
-def test_unsupported_extension_operation_is_not_a_builtin(driver):
-    """A driver that ignores the prefix runs this as ADD."""
+def test_unsupported_extension_operation_is_not_a_builtin(driver, chain_type):
+    """A driver that ignores the prefix runs this as ADD (in a data type it supports ADD in)."""
     if any(e.name == UNSUPPORTED for e in driver.get_supported_extensions()):
         pytest.skip(f"the driver declares {UNSUPPORTED}")
-    expect_invalid(driver, add_shaped_model(UNSUPPORTED), f"operation 0 of {UNSUPPORTED} (not ADD)")
+    expect_invalid(driver, add_shaped_model(UNSUPPORTED, chain_type), f"operation 0 of {UNSUPPORTED} (not ADD)")
 
 
 def test_unsupported_extension_rejected(driver):

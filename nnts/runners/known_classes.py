@@ -239,6 +239,26 @@ def _mean_halves_up(g: Graph, op: hal.Operation, values: dict):
     return [result.astype(DTYPES[out.type]).reshape(nnapi(g, op, values)[0].shape)]
 
 
+def _tflite_builtin_fully_connected(g: Graph, op: hal.Operation, values: dict):
+    """TFLite's builtin quantized FULLY_CONNECTED, bit-exact, where XNNPACK declines the node (int8
+    weights with a non-zero zero point, which TFLite's int8 scheme does not have, or weights that
+    are not constant): NNAPI's fixed point with the right shift's ties rounded up
+    (:func:`nnts.runners.runtime_arithmetic.tflite_builtin_quantized_fully_connected`)."""
+    x, w, out = g.operands[op.inputs[0]], g.operands[op.inputs[1]], g.operands[op.outputs[0]]
+    if x.type not in QUANT8 or (w.lifetime == Lifetime.CONSTANT_COPY
+                                and (x.type != T.TENSOR_QUANT8_ASYMM_SIGNED or w.zero_point == 0)):
+        return None
+    weights = np.asarray(operand_value(g, values, op.inputs[1]))
+    bias = None if g.operands[op.inputs[2]].lifetime == Lifetime.NO_VALUE else operand_value(g, values, op.inputs[2])
+    (multiplier,), (shift,) = requantization.product_multipliers(x.scale, [w.scale], out.scale)
+    lo, hi = activation_range_quant(_fused(g, op), Arg(out.type, out.dimensions, out.scale, out.zero_point))
+    low, high = max(lo, QUANT_RANGE[out.type][0]), min(hi, QUANT_RANGE[out.type][1])
+    inputs = np.asarray(operand_value(g, values, op.inputs[0])).reshape(-1, weights.shape[1])
+    result = runtime_arithmetic.tflite_builtin_quantized_fully_connected(
+        inputs, x.zero_point, weights, w.zero_point, bias, int(multiplier), int(shift), out.zero_point, low, high)
+    return [result.astype(DTYPES[out.type])]
+
+
 def _elementwise(fn):
     """Semantics computing a float output from the inputs' values with ``fn`` where a NaN
     reaches them (MAXIMUM and MINIMUM: both inputs; RELU*: the one)."""
@@ -390,6 +410,8 @@ CLASSES: list[KnownClass] = [
                _with_nan_as(_type_min)),
     KnownClass(("tflite",), 14, "XNNPACK's quantized convolutions requantize once",
                frozenset({Op.CONV_2D, Op.DEPTHWISE_CONV_2D}), _half_to_even),
+    KnownClass(("tflite",), 15, "TFLite's builtin quantized FULLY_CONNECTED rounds ties up",
+               frozenset({Op.FULLY_CONNECTED}), _tflite_builtin_fully_connected),
 ]
 
 

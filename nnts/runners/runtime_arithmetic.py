@@ -18,10 +18,15 @@ float32, the same order of additions), each checked against the runtime in
   scaling with the output zero point added before rounding halves to even.
 * :func:`xnnpack_quantized_resize_bilinear`: XNNPACK's quantized RESIZE_BILINEAR (the ``tflite``
   driver), Q11 weights and int32 interpolation rounded half up.
+* :func:`tflite_builtin_quantized_fully_connected`: TFLite's builtin quantized FULLY_CONNECTED (the
+  ``tflite`` driver where XNNPACK declines the node), NNAPI's fixed point with the right shift's
+  ties rounded up.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from nnapi_ref.ops.requantization import saturating_rounding_doubling_high_mul, wrap_int32
 
 _F = np.float32
 
@@ -157,3 +162,26 @@ def xnnpack_quantized_resize_bilinear(q: np.ndarray, out_h: int, out_w: int, mod
     bottom = (bl << 11) + (br - bl) * ax
     result = ((top << 11) + (bottom - top) * ay + (1 << 21)) >> 22
     return result.transpose(0, 3, 1, 2) if nchw else result
+
+
+def tflite_builtin_quantized_fully_connected(x: np.ndarray, x_zero_point: int, w: np.ndarray, w_zero_point: int,
+                                             bias, multiplier: int, shift: int, out_zero_point: int, low: int,
+                                             high: int) -> np.ndarray:
+    """TFLite's builtin quantized FULLY_CONNECTED (the tflite driver where XNNPACK declines the node:
+    int8 weights with a non-zero zero point, or weights that are not constant): the exact int32
+    accumulator of ``x`` ([batches, input_size]) and ``w`` ([units, input_size]) plus ``bias``,
+    requantized with NNAPI's Q31 ``multiplier`` and ``shift`` and the same doubling high multiply,
+    but a right shift that rounds ties up, toward +infinity (gemmlowp's RoundingDivideByPOT, NNAPI's,
+    rounds them away from zero): a negative result whose first rounding ends on a half comes out
+    one step higher. The output zero point added, clamped to [low, high]."""
+    acc = (np.asarray(x, np.int64) - x_zero_point) @ (np.asarray(w, np.int64) - w_zero_point).T
+    if bias is not None:
+        acc = acc + np.asarray(bias, np.int64)
+    acc = wrap_int32(acc)
+    if shift > 0:
+        acc = wrap_int32(acc << shift)
+    result = saturating_rounding_doubling_high_mul(acc, multiplier)
+    right = max(-shift, 0)
+    if right:
+        result = (result + (1 << (right - 1))) >> right
+    return np.clip(result + out_zero_point, low, high)
