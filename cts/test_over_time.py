@@ -40,6 +40,7 @@ import pytest
 
 from nnapi_ref import (UINT64_MAX, Compilation, DurationCode, Execution, Memory, MemoryDesc, Model, NnapiError,
                        OperandCode as T, OperandType, OperationCode, tolerance)
+from nnts.cts.support import compiled
 from nnts.generators.builders import (FLOAT32, ChainType, ExecutionSequence, add_model, assert_step,
                                       build_operation_model, chain, chain_inputs, chain_model, counting_loop_model,
                                       output, repeated_add_model, scalar, tensor)
@@ -67,19 +68,6 @@ def ctype(chain_type, request):
 
 def f32(*dims) -> OperandType:
     return OperandType(F32, dims)
-
-
-def compiled(model: Model, devices, cache: tuple | None = None) -> Compilation:
-    flags = model.get_supported_operations_for_devices(devices)
-    if not all(flags):
-        operations = model.hal_model.main.operations
-        pytest.skip("unsupported: " + ", ".join(sorted({OperationCode(op.type).name
-                                                        for op, ok in zip(operations, flags) if not ok})))
-    compilation = Compilation(model, devices)
-    if cache is not None:
-        compilation.set_caching(*cache)
-    compilation.finish()
-    return compilation
 
 
 def _add_chain_model(output_dims=(2, 2), input_dims=(2, 2), type_: ChainType = FLOAT32) -> Model:

@@ -21,7 +21,8 @@ import threading
 import numpy as np
 import pytest
 
-from nnapi_ref import Compilation, Execution, Memory, MemoryDesc, Model, NnapiError, OperationCode, ResultCode
+from nnapi_ref import Compilation, Execution, Memory, MemoryDesc, NnapiError, ResultCode
+from nnts.cts.support import compiled
 from nnts.generators.builders import (NMS_STEPS, ExecutionSequence, add_model, assert_step, chain, chain_inputs,
                                       chain_model, nms_expected, nms_model, nms_scores)
 
@@ -43,17 +44,6 @@ def ctype(chain_type, request):
     """The chain model's data type on the devices under test (float32 unless unsupported)."""
     request.node.nnts_dtype = chain_type.code.name
     return chain_type
-
-
-def compiled(model: Model, devices) -> Compilation:
-    flags = model.get_supported_operations_for_devices(devices)
-    if not all(flags):
-        operations = model.hal_model.main.operations
-        pytest.skip("unsupported: " + ", ".join(sorted({OperationCode(op.type).name
-                                                        for op, ok in zip(operations, flags) if not ok})))
-    compilation = Compilation(model, devices)
-    compilation.finish()
-    return compilation
 
 
 @pytest.fixture
