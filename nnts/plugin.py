@@ -44,7 +44,7 @@ import pytest
 
 from nnapi_ref.types import OperandCode, OperationCode
 from nnts.runners import ordering, variants
-from nnts.runners.crash_notes import BEFORE_THE_DRIVER, last_lines, replay_lines
+from nnts.runners.crash_notes import BEFORE_THE_DRIVER, faulthandler_stack, last_lines, replay_lines
 
 
 def pytest_addoption(parser):
@@ -555,6 +555,10 @@ def pytest_sessionstart(session):
         return
     folder = config.getoption("nnts_crash_folder")
     if folder and getattr(config.option, "dist", "no") == "no" and _in_process(config):
+        import faulthandler
+        config.nnts_crash_log = os.fdopen(os.open(os.path.join(folder, "faulthandler.txt"),  # nnts test prints it
+                                                  os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w", encoding="utf-8")
+        faulthandler.enable(file=config.nnts_crash_log, all_threads=False)
         _capture_stderr_in(config, os.path.join(folder, "stderr.txt"))
         config.nnts_running = os.open(os.path.join(folder, "running.txt"),
                                       os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -593,7 +597,7 @@ def pytest_handlecrashitem(crashitem, report, sched):
     name = getattr(worker, "id", "?")
     config = getattr(report.node, "config", None)
     folder = getattr(config, "nnts_crash_logs", None)
-    last = _crash_log(os.path.join(folder, f"{name}.txt")) if folder else ""
+    last = faulthandler_stack(os.path.join(folder, f"{name}.txt")) if folder else ""
     stderr = last_lines(_stderr_log(os.path.join(folder, f"{name}.txt"))) if folder else ""
     replay = replay_lines(_replays.pop(crashitem, ""))
     report.longrepr = (f"CRASH: the pytest-xdist worker {name} died while running this test (an in-process "
@@ -607,17 +611,6 @@ def pytest_handlecrashitem(crashitem, report, sched):
     dsession = config.pluginmanager.get_plugin("dsession") if config is not None else None
     if hasattr(dsession, "_handlefailures"):  # as a failure a worker reports: -x stops here
         dsession._handlefailures(report)
-
-
-def _crash_log(path: str, lines: int = 40) -> str:
-    """The stack faulthandler wrote when a worker died (its innermost frames: the driver's)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = [line.rstrip() for line in f.read().splitlines() if line.strip()]
-    except OSError:
-        return ""
-    harness = next((i for i, line in enumerate(text) if "/_pytest/" in line or "/pluggy/" in line), len(text))
-    return "\n".join(f"    {line}" for line in text[:min(harness, lines)])  # not pytest's frames below the test
 
 
 def _summarize_stale(terminalreporter, config) -> None:

@@ -136,6 +136,7 @@ def test_a_crash_in_one_process_leaves_the_report_of_what_ran_and_the_crash(team
     assert data["totals"]["passed"] >= 1, data["totals"]
     record = next(t for t in data["tests"] if t["test"] == crashed)
     assert "acme: MUL kernel: null tensor pointer" in record["message"] and record["replay"], record
+    assert WHERE_IT_DIED in record["message"], record  # faulthandler's stack, in the report as on the console
     junit = ET.parse(team / "out" / "junit.xml").getroot().find("testsuite")
     assert (junit.get("tests"), junit.get("failures")) == ("2", "1"), ET.tostring(junit)
     failure = junit.find("testcase[@name='test_generated[MUL-TENSOR_FLOAT32-nnts_mul_broadcast_float32]']/failure")

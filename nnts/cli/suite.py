@@ -81,9 +81,9 @@ def main(argv: list[str]) -> int:
 
 def _tell_crash(folder: str, signum: int) -> None:
     """pytest died of a signal in one process: an in-process driver crashed it. The test it died
-    in, the driver's last stderr lines in that test and how to replay it (faulthandler's stack is
-    on the console already); then the reports asked for, of what ran (between tests too)."""
-    from nnts.runners.crash_notes import last_lines, replay_lines
+    in, the driver's last stderr lines in that test, the stack it died with and how to replay it;
+    then the reports asked for, of what ran (between tests too)."""
+    from nnts.runners.crash_notes import faulthandler_stack, last_lines, replay_lines
     try:
         with open(os.path.join(folder, "running.txt"), encoding="utf-8", errors="replace") as f:
             test, _, replay = f.read().partition("\n")
@@ -92,15 +92,17 @@ def _tell_crash(folder: str, signum: int) -> None:
     message = None
     name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
     if not test:
-        print(f"nnts: pytest was killed by {name}, in no test", file=sys.stderr, flush=True)
+        print(f"\nnnts: pytest was killed by {name}, in no test", file=sys.stderr, flush=True)  # (after pytest's dots)
     else:
         stderr = last_lines(os.path.join(folder, "stderr.txt"))
+        stack = faulthandler_stack(os.path.join(folder, "faulthandler.txt"))
         replay = replay_lines(replay)
         what = (f"pytest was killed by {name} in this test (an in-process driver that crashes takes the run "
                 "with it: -n N goes on with a new worker, --isolate runs the driver in a process of its own)"
                 + (f"\nthe driver's last stderr lines (in this test):\n{stderr}" if stderr else "")
+                + (f"\nits last words (faulthandler):\n{stack}" if stack else "")
                 + (f"\n{replay}" if replay else ""))
-        print(f"CRASH {test}: {what}", file=sys.stderr, flush=True)
+        print(f"\nCRASH {test}: {what}", file=sys.stderr, flush=True)
         message = f"CRASH: {what}"
     try:  # the --report files: the tests that ended before the crash, and the one it happened in
         from nnts.reports.conformance import write_from_journal

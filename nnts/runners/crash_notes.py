@@ -1,6 +1,6 @@
 """What a crash of an in-process driver leaves to tell, read after the process it took with it
 (an xdist worker, or pytest run by ``nnts test``) is gone: the last lines of the driver's standard
-error, and the replay lines of the test it died in."""
+error, the stack faulthandler wrote as it died, and the replay lines of the test it died in."""
 from __future__ import annotations
 
 import os
@@ -27,3 +27,15 @@ def last_lines(path: str, lines: int = 40) -> str:
     except OSError:
         return ""
     return "\n".join(f"    {line.rstrip()}" for line in text[-lines:] if line.strip())
+
+
+def faulthandler_stack(path: str, lines: int = 40) -> str:
+    """The stack faulthandler wrote to ``path`` when the process died, indented: its innermost
+    frames (the driver's), not pytest's below the test."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = [line.rstrip() for line in f.read().splitlines() if line.strip()]
+    except OSError:
+        return ""
+    harness = next((i for i, line in enumerate(text) if "/_pytest/" in line or "/pluggy/" in line), len(text))
+    return "\n".join(f"    {line}" for line in text[:min(harness, lines)])
