@@ -572,3 +572,97 @@ def test_request_encodings_are_the_protocols_fields_byte_for_byte():
                 hal.RequestArgument(hal.ArgumentLifetime.POOL, 0, 0, 4, dimensions=(-2,))):
         with pytest.raises(EncodeError):
             encoded(wire.write_argument, bad, None)
+
+
+# -- the supported operations of a model, asked once per driver process ---------------------------
+
+def _supported_queries(monkeypatch, device) -> list:
+    """The GET_SUPPORTED_OPERATIONS calls sent to ``device``'s driver process from now on."""
+    asked = []
+    connection = device.live()
+    call = connection.call
+
+    def counting(msg, *args, **kwargs):
+        if msg == Msg.GET_SUPPORTED_OPERATIONS:
+            asked.append(msg)
+        return call(msg, *args, **kwargs)
+    monkeypatch.setattr(connection, "call", counting)
+    return asked
+
+
+def _plus_constant_model(n: int):
+    """out = a + c, c a float32 constant of ``n`` elements (in shared memory from 1,025 on)."""
+    from nnapi_ref.runtime import Model, OperandType
+    from nnapi_ref.types import OperandCode, OperationCode
+    model = Model()
+    t = OperandType(OperandCode.TENSOR_FLOAT32, [n])
+    a, c = model.add_operand(t), model.add_operand(t)
+    fuse = model.add_operand(OperandType(OperandCode.INT32))
+    out = model.add_operand(t)
+    model.set_operand_value(c, np.ones(n, np.float32))
+    model.set_operand_value(fuse, np.int32(0))
+    model.add_operation(OperationCode.ADD, [a, c, fuse], [out])
+    model.identify_inputs_and_outputs([a], [out])
+    model.finish()
+    return model
+
+
+def test_a_models_supported_operations_are_asked_once_per_driver_process(monkeypatch):
+    """The runtime asks at getSupportedOperationsForDevices and again when it partitions, and the
+    suite builds the same model once per variant: a model sent byte for byte as one asked about
+    before gets the driver's first answer. A model with a constant in shared memory (whose bytes
+    could change) is asked about every time, and a restarted driver is asked again."""
+    device = load_driver(SERVE_REFERENCE)
+    try:
+        asked = _supported_queries(monkeypatch, device)
+        devices = [Device(device)]
+        for _ in range(3):
+            model = chain_model()
+            assert model.get_supported_operations_for_devices(devices) == [True, True, True]
+            Compilation(model, devices).finish()
+        assert len(asked) == 1
+        for n in (1024, 1025):
+            before = len(asked)
+            for _ in range(2):
+                model = _plus_constant_model(n)
+                assert model.get_supported_operations_for_devices(devices) == [True]
+                Compilation(model, devices).finish()
+            assert len(asked) - before == (1 if n == 1024 else 4), n
+        device.live().fail("crash", "CRASH: killed by the test")
+        asked = _supported_queries(monkeypatch, device)
+        assert chain_model().get_supported_operations_for_devices(devices) == [True, True, True]
+        assert len(asked) == 1
+    finally:
+        device.close()
+
+
+def test_a_driver_failing_the_supported_operations_query_is_asked_each_time(tmp_path, monkeypatch):
+    """Errors and answers of the wrong length are not kept: each query reaches the driver, and
+    the runtime sees the failure each time, as in process."""
+    (tmp_path / "miscounts.py").write_text(
+        "from nnapi_ref.drivers.reference import ReferenceDevice\n"
+        "class Miscounts(ReferenceDevice):\n"
+        "    def get_supported_operations(self, model):\n"
+        "        return super().get_supported_operations(model) + [True]\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    miscounts, reference = load_drivers(["remote:nnts serve miscounts:Miscounts", SERVE_REFERENCE])
+    try:
+        asked = _supported_queries(monkeypatch, miscounts)
+        for _ in range(2):
+            with pytest.raises(NnapiError) as e:
+                chain_model().get_supported_operations_for_devices([Device(miscounts)])
+            assert e.value.code == ResultCode.OP_FAILED and "returned 4 flags for 3 operations" in e.value.message
+        assert len(asked) == 2
+
+        asked = _supported_queries(monkeypatch, reference)
+        invalid = hal_chain_model()
+        invalid.main.operations[0] = hal.Operation(-1, invalid.main.operations[0].inputs,
+                                                   invalid.main.operations[0].outputs)
+        for _ in range(2):
+            with pytest.raises(HalError) as e:
+                reference.get_supported_operations(invalid)
+            assert e.value.status == ErrorStatus.INVALID_ARGUMENT
+        assert len(asked) == 2
+    finally:
+        miscounts.close()
+        reference.close()

@@ -272,6 +272,25 @@ class _Waiter:
         self.error: HalError | None = None
 
 
+class _Answers:
+    """The last ``kept`` answers by key, oldest dropped first; safe to share between threads."""
+
+    def __init__(self, kept: int):
+        self._kept = kept
+        self._answers: dict = {}
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            return self._answers.get(key)
+
+    def put(self, key, answer) -> None:
+        with self._lock:
+            self._answers[key] = answer
+            if len(self._answers) > self._kept:
+                del self._answers[next(iter(self._answers))]
+
+
 @dataclass
 class _Staging:
     """What one call uses: the regions it names, the shared arrays it borrowed (from the arena, or
@@ -299,6 +318,8 @@ class Connection:
     in flight. While nothing is in flight, nothing reads: a device-level call first checks that
     the driver has not gone away meanwhile (:meth:`check_idle`)."""
 
+    SUPPORTED_ANSWERS_KEPT = 16
+
     def __init__(self, transport, driver: str, settings: RemoteSettings, incidents: IncidentLog):
         self.transport = transport
         self.driver = driver
@@ -322,6 +343,7 @@ class Connection:
         self._poll = select.poll()
         self._poll.register(transport.fileno(), select.POLLIN)
         self._sent_regions: set[int] = set()
+        self.supported_answers = _Answers(self.SUPPORTED_ANSWERS_KEPT)  # model encoding -> the driver's flags
         self._removed_regions: list[int] = []
         self._released: list[int] = []
         # Completions of asynchronous executions run the caller's callback on a thread of their own:
@@ -826,16 +848,18 @@ class RemoteDevice(hal.Device):
     # -- models --------------------------------------------------------------------------------
     MODELS_KEPT = 8
 
-    def _write_model(self, w: Writer, model: hal.Model, staging: _Staging) -> None:
-        """The model's encoding. The runtime hands one model object to the supported-operations
-        query and to prepare: the last few encodings are kept by identity (a caller must not
-        change a model it has handed over; the HAL's contract, which the reference relies on too)."""
+    def _write_model(self, w: Writer, model: hal.Model, staging: _Staging) -> bytes | None:
+        """The model's encoding; returned too where it is the whole model (no constant in shared
+        memory, whose bytes could change). The runtime hands one model object to the
+        supported-operations query and to prepare: the last few encodings are kept by identity (a
+        caller must not change a model it has handed over; the HAL's contract, which the reference
+        relies on too)."""
         with self._lock:
             for known, encoded, regions, made in self._encoded:
                 if known is model:
                     w.parts.append(encoded)
                     staging.regions.extend(regions)
-                    return
+                    return None if regions else encoded
         part = Writer()
         entry_staging = _Staging([], [], [], [])
         self._encode_model(part, model, entry_staging)
@@ -845,6 +869,7 @@ class RemoteDevice(hal.Device):
                 self._encoded[:self.MODELS_KEPT - 1]
         w.parts.append(encoded)
         staging.regions.extend(entry_staging.regions)
+        return None if entry_staging.regions else encoded
 
     def _encode_model(self, w: Writer, model: hal.Model, staging: _Staging) -> None:
         def place(raw: np.ndarray):
@@ -865,10 +890,22 @@ class RemoteDevice(hal.Device):
             raise HalError(ErrorStatus.INVALID_ARGUMENT, f"malformed model: {type(e).__name__}: {e}") from None
 
     def get_supported_operations(self, model: hal.Model) -> list[bool]:
+        """The driver's answer, asked once per driver process and model: a model sent byte for byte
+        as one already asked about (all its constants in the message) gets the answer the driver
+        gave then, without a round trip. The runtime asks twice per compilation (for
+        getSupportedOperationsForDevices and again when it partitions) and the suite builds the same
+        model once per variant; NNAPI's runtime asks its driver each time, but a finished model's
+        supported operations are a property of the driver instance and the model's bytes. Only
+        answers of the right length are kept: an error, or flags not one per operation, is asked
+        again each time, so the runtime sees such a driver as it would in process."""
         connection = self.live()
         staging = connection.stage()
         w = Writer()
-        self._write_model(w, model, staging)
+        whole = self._write_model(w, model, staging)
+        if whole is not None:
+            known = connection.supported_answers.get(whole)
+            if known is not None:
+                return list(known)
         r = connection.call(Msg.GET_SUPPORTED_OPERATIONS, w, "get_supported_operations", staging.regions)
 
         def read(r: Reader) -> list[bool]:
@@ -878,7 +915,10 @@ class RemoteDevice(hal.Device):
             if any(b > 1 for b in flags):
                 raise ProtocolError("supported-operation flag other than 0 or 1")
             return [bool(b) for b in flags]
-        return connection.decode(read, r)
+        answer = connection.decode(read, r)
+        if whole is not None and len(answer) == len(model.main.operations):
+            connection.supported_answers.put(whole, tuple(answer))
+        return answer
 
     def prepare_model_with_config(self, model, preference, priority, deadline_ns, model_cache, data_cache, token,
                                   hints):

@@ -51,7 +51,6 @@ class Session:
 
     MODELS_KEPT = 8
     PASS_READING_AFTER_S = 0.005  # a call running this long lets another thread read the next request
-    WATCH_IDLE_TICKS = 20         # the watchdog sleeps once this many of its ticks saw no call
 
     def __init__(self, device: hal.Device, read, write, workers: int = 16):
         self.device = device
@@ -66,9 +65,10 @@ class Session:
         self._workers = workers
         self._reading = threading.Lock()  # held by the one thread reading the stream, through its call
         self._closed = False
-        self._watch = threading.Condition()  # guards _running and _watch_asleep
+        self._watch = threading.Condition()  # guards _running, _watch_asleep and _started
         self._running: list | None = None    # [start, passed on] of the call of the reading thread
         self._watch_asleep = False
+        self._started = 0  # calls started so far (under _watch)
         self._trace_lock = threading.Lock()
         self._unsent_spans: list[tuple] = []  # taken from the trace, not yet sent (a reply holds a bounded batch)
         self._threads: dict[int, str] = {}
@@ -127,6 +127,7 @@ class Session:
                 running = [time.monotonic(), False]
                 with self._watch:
                     self._running = running
+                    self._started += 1
                     if self._watch_asleep:
                         self._watch.notify()
                 try:
@@ -139,26 +140,32 @@ class Session:
                     break
 
     def _watch_calls(self) -> None:
-        """Every PASS_READING_AFTER_S, pass the reading on from a call running that long (by
-        releasing the reading lock for it); asleep while no calls come."""
-        idle = 0
+        """Pass the reading on from a call still running PASS_READING_AFTER_S after it started (by
+        releasing the reading lock for it). The watchdog sleeps until the running call's own
+        deadline; finding no call running then, it looks again one PASS_READING_AFTER_S later if
+        calls came meanwhile (a call starting in that time is let be, and found at its look), else it
+        sleeps until a call starts (the call that starts wakes it). So a stream of short calls wakes
+        it once per PASS_READING_AFTER_S at most, and an idle connection never."""
+        looked_at = -1  # self._started when the watchdog last found no call running
         with self._watch:
             while not self._closed:
                 running = self._running
                 if running is None:
-                    idle += 1
-                    if idle > self.WATCH_IDLE_TICKS:
-                        self._watch_asleep = True
-                        self._watch.wait()
-                        self._watch_asleep = False
-                        idle = 0
+                    if self._started != looked_at:
+                        looked_at = self._started
+                        self._watch.wait(self.PASS_READING_AFTER_S)
                         continue
-                elif time.monotonic() - running[0] >= self.PASS_READING_AFTER_S:
-                    idle = 0
-                    running[1] = True
-                    self._running = None
-                    self._reading.release()
-                self._watch.wait(self.PASS_READING_AFTER_S)
+                    self._watch_asleep = True
+                    self._watch.wait()
+                    self._watch_asleep = False
+                    continue
+                left = running[0] + self.PASS_READING_AFTER_S - time.monotonic()
+                if left > 0:
+                    self._watch.wait(left)
+                    continue
+                running[1] = True
+                self._running = None
+                self._reading.release()
 
     def _next_request(self):
         """(work, call id) for the next request (work None when nothing is to be run), or None at

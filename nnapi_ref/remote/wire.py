@@ -381,6 +381,8 @@ def constant_bytes(operand: hal.Operand) -> np.ndarray:
     """A constant's bytes in its operand type's element type (as the executor reads it)."""
     value = operand.value
     dtype = DTYPES.get(operand.type) if operand.type != OperandCode.SUBGRAPH else None
+    if dtype is not None and isinstance(value, (np.ndarray, np.generic)) and value.dtype == dtype:
+        return np.ascontiguousarray(value).reshape(-1).view(np.uint8)  # already its type: nothing to convert
     if dtype is not None:
         try:
             with np.errstate(all="ignore"):
@@ -392,6 +394,13 @@ def constant_bytes(operand: hal.Operand) -> np.ndarray:
     if value.dtype.hasobject:
         raise EncodeError(f"a constant holds Python objects ({value.dtype})")
     return np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+
+
+# An operand's value and what follows it, in one part for the common forms: no value, or an inline
+# constant (kind, offset, length), then no per-channel quantization (u8 0) and no extension data (u8 0).
+_NO_VALUE_PLAIN = bytes([VALUE_NONE, 0, 0])
+_INLINE = struct.Struct("<BII")
+_INLINE_PLAIN = struct.Struct("<BIIBB")
 
 
 @functools.lru_cache(maxsize=64)
@@ -426,7 +435,11 @@ def write_model(w: Writer, model: hal.Model, place_constant) -> None:
                 w.f32(o.scale)
                 w.i32(o.zero_point)
                 w.i32(int(o.lifetime))
+            plain = o.channel_quant is None and o.extension_data is None
             if o.value is None:
+                if plain:  # no value, no per-channel quantization, no extension data: one part
+                    w.parts.append(_NO_VALUE_PLAIN)
+                    continue
                 w.u8(VALUE_NONE)
             elif o.type == OperandCode.SUBGRAPH or o.lifetime == 6:  # a subgraph index
                 if not isinstance(o.value, (int, np.integer)):
@@ -436,10 +449,12 @@ def write_model(w: Writer, model: hal.Model, place_constant) -> None:
             else:
                 raw = constant_bytes(o)
                 if raw.nbytes <= INLINE_LIMIT:
-                    w.u8(VALUE_INLINE)
-                    w.u32(blob_size)
-                    w.u32(raw.nbytes)
                     blob.append(raw.tobytes())
+                    if plain:
+                        w.parts.append(_INLINE_PLAIN.pack(VALUE_INLINE, blob_size, raw.nbytes, 0, 0))
+                        blob_size += raw.nbytes
+                        continue
+                    w.parts.append(_INLINE.pack(VALUE_INLINE, blob_size, raw.nbytes))
                     blob_size += raw.nbytes
                 else:
                     w.u8(VALUE_REGION)
