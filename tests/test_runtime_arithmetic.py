@@ -82,12 +82,20 @@ def float_mismatch(graph: Graph, actual) -> Outcome:
 
 
 def test_ort_resize_class_accepts_its_instance_and_rejects_others():
-    """[0, 3] (stored, scale 0.5) to 4 columns samples 0, 1.5, 3, 3: NNAPI truncates 1.5 to 1,
-    ONNX Runtime rounds to 2 (class 5's reproducer); a result off elsewhere is no instance."""
+    """[0, 1] (stored, scale 0.5) to 4 columns samples 0, 0.5, 1, 1: NNAPI rounds the half up
+    to 1, ONNX Runtime to even, 0 (class 5's reproducer); a result off elsewhere is no instance."""
+    graph = resize_then_dequantize([0, 1], 4)
+    assert simulate(graph, [])[0][0].ravel().tolist() == [0, 0.5, 0.5, 0.5]
+    assert explain(graph, float_mismatch(graph, [0, 0, 0.5, 0.5]), "onnxruntime").startswith("onnxruntime class 5")
+    assert explain(graph, float_mismatch(graph, [0, 0.5, 0.5, 0]), "onnxruntime") is None
+
+
+def test_ort_resize_class_has_no_instance_where_nnapi_rounds_as_onnx_runtime():
+    """[0, 3] to 4 columns samples 0, 1.5, 3, 3: both round 1.5 to 2, so the two agree (a
+    truncating reference once gave [0, 1, 3, 3] and blamed ONNX Runtime)."""
     graph = resize_then_dequantize([0, 3], 4)
-    assert simulate(graph, [])[0][0].ravel().tolist() == [0, 0.5, 1.5, 1.5]
-    assert explain(graph, float_mismatch(graph, [0, 1, 1.5, 1.5]), "onnxruntime").startswith("onnxruntime class 5")
-    assert explain(graph, float_mismatch(graph, [0, 0.5, 1.0, 1.5]), "onnxruntime") is None
+    assert simulate(graph, [])[0][0].ravel().tolist() == [0, 1, 1.5, 1.5]
+    assert explain(graph, float_mismatch(graph, [0, 0.5, 1.5, 1.5]), "onnxruntime") is None
 
 
 def _seed_outcome(driver: str, seed: int):

@@ -47,7 +47,7 @@ candidate derivations part ways (tests/test_diverge.py):
 * MEAN rounds where AOSP truncates, and may change the quantization
   (:func:`tflite_mean_multiplier`, :func:`nnapi_ref.ops.reductions.tflite_quantized_mean`).
 * Comparisons rescale in fixed point to 1/256; MAXIMUM, MINIMUM and SELECT use the stored values
-  whatever the quantizations; RESIZE_BILINEAR rounds (int8: in 1/1024ths).
+  whatever the quantizations; int8 RESIZE_BILINEAR interpolates in 1/1024ths, rounding halves away from zero.
 
 The rest, steps 2 and 3 included (except FULLY_CONNECTED's), is the same in both (each operation's module docstring
 says so under "AOSP and TFLite"). The float32 and double forms differ in the last bits of

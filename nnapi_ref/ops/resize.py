@@ -7,16 +7,19 @@ layout flag (NCHW when true) and, from NNAPI 1.3, the optional ``align_corners``
 
 The arithmetic follows NNAPI's CPU implementation: bilinear interpolation is TFLite's reference
 kernel, evaluated in float32 (float16 and quantized images are converted to float32, and the
-interpolated value is cast back to the element type, truncating for the quantized types);
+interpolated value of a quantized image is rounded half up: ``floor(v + 0.5)``);
 nearest neighbour picks ``floor(scaled)`` (``round`` with align_corners) clamped to the image.
 
 AOSP and TFLite
 ---------------
-RESIZE_BILINEAR: AOSP interpolates in float32 and truncates. TFLite's uint8 kernel rounds that
-value instead (one step up on about half the outputs); its int8 kernel (ResizeBilinearInteger)
-works in 1/1024ths (a 10-bit scale, so sample points move) and rounds: up to 2 steps apart. The
-``tflite`` convention computes TFLite's (measured, tests/test_diverge.py).
-RESIZE_NEAREST_NEIGHBOR: identical (measured for int8 in the three coordinate modes).
+RESIZE_BILINEAR: AOSP runs that reference kernel, which adds 0.5 and casts: for uint8 the same
+rounding; for int8 the cast truncates toward zero, one step high on a negative value (an AOSP
+defect: resizing one pixel must give that pixel). TFLite's uint8 kernel rounds as nnapi_ref does;
+its int8 kernel (ResizeBilinearInteger) works in 1/1024ths (a 10-bit scale, so sample points move)
+and rounds halves away from zero: up to 2 steps apart. The ``tflite`` convention computes TFLite's
+int8 kernel (measured, tests/test_diverge.py).
+RESIZE_NEAREST_NEIGHBOR: copies stored values, no rounding; identical (measured for int8 in the three
+coordinate modes).
 """
 from __future__ import annotations
 
@@ -24,7 +27,6 @@ import numpy as np
 
 from nnapi_ref.ops import requantization
 from nnapi_ref.ops.base import Call, OperationCode, OperationRegistration, Signature, T, check, register
-from nnapi_ref.ops.common import round_half_away
 from nnapi_ref.types import DTYPES
 
 _F32 = np.float32
@@ -157,8 +159,8 @@ class ResizeBilinear(_Resize):
         val = (a * (one - dy) * (one - dx) + b * dy * (one - dx)) + c * (one - dy) * dx + d * dy * dx
         if np.issubdtype(img.dtype, np.integer):
             info = np.iinfo(img.dtype)
-            # AOSP truncates; TFLite's uint8 kernel (ResizeBilinear<uint8_t>) rounds
-            whole = round_half_away(val) if requantization.convention() == "tflite" else np.trunc(val)
+            # halves up, the 0.5 added in float32 as TFLite's reference kernel adds its rounding offset
+            whole = np.floor(val + _F32(0.5))
             return np.clip(whole, info.min, info.max).astype(img.dtype)
         return val.astype(img.dtype)
 

@@ -165,7 +165,7 @@ def _half_to_even(g: Graph, op: hal.Operation, values: dict):
 
 def _tflite_convention(g: Graph, op: hal.Operation, values: dict):
     """The operation as TFLite's reference kernels compute it (the reference's ``tflite``
-    requantization convention: rounding MEAN, FULLY_CONNECTED in double, RESIZE_BILINEAR)."""
+    requantization convention: rounding MEAN, FULLY_CONNECTED in double, int8 RESIZE_BILINEAR in integers)."""
     if not any(g.operands[k].type in QUANT8 for k in op.inputs[:1]):
         return None
     with requantization.using("tflite"):
@@ -381,7 +381,7 @@ CLASSES: list[KnownClass] = [
     KnownClass(ORT, 3, "requantization rounds once, half to even", ORT_REQUANTIZED, _half_to_even),
     KnownClass(ORT, 4, "quantized MEAN truncates in NNAPI", frozenset({Op.MEAN}), _half_to_even),
     KnownClass(ORT, 4, "quantized MEAN truncates in NNAPI", frozenset({Op.MEAN}), _mean_halves_up),
-    KnownClass(ORT, 5, "quantized RESIZE_BILINEAR truncates in NNAPI", frozenset({Op.RESIZE_BILINEAR}),
+    KnownClass(ORT, 5, "quantized RESIZE_BILINEAR rounds halves to even in ONNX Runtime", frozenset({Op.RESIZE_BILINEAR}),
                _ort_resize_bilinear),
     KnownClass(ORT, 7, "QUANTIZE of NaN gives the type's minimum", frozenset({Op.QUANTIZE}), _with_nan_as(_type_min)),
     KnownClass(TFLITE, 1, "NaN position in MAXIMUM and MINIMUM", frozenset({Op.MAXIMUM, Op.MINIMUM}),
@@ -397,9 +397,9 @@ CLASSES: list[KnownClass] = [
     KnownClass(TFLITE, 7, "CAST of NaN to INT32", frozenset({Op.CAST}), _with_nan_as(_int32_max)),
     KnownClass(TFLITE, 8, "quantized MEAN rounds in TFLite", frozenset({Op.MEAN}), _tflite_convention),
     KnownClass(("tflite",), 8, "quantized MEAN rounds in TFLite", frozenset({Op.MEAN}), _xnnpack_mean),
-    KnownClass(TFLITE, 9, "quantized RESIZE_BILINEAR rounds in TFLite", frozenset({Op.RESIZE_BILINEAR}),
+    KnownClass(TFLITE, 9, "quantized RESIZE_BILINEAR interpolates in integers in TFLite", frozenset({Op.RESIZE_BILINEAR}),
                _tflite_convention),
-    KnownClass(("tflite",), 9, "quantized RESIZE_BILINEAR rounds in TFLite", frozenset({Op.RESIZE_BILINEAR}),
+    KnownClass(("tflite",), 9, "quantized RESIZE_BILINEAR interpolates in integers in TFLite", frozenset({Op.RESIZE_BILINEAR}),
                _xnnpack_resize_bilinear),
     KnownClass(("tflite",), 10, "XNNPACK's RSQRT of 0 and -0 is NaN", frozenset({Op.RSQRT}), _rsqrt_zero_nan),
     KnownClass(("tflite-ref",), 11, "TFLite's reference LRN window ends one channel early",

@@ -57,13 +57,32 @@ def test_bilinear_width_and_height_order():
     assert out.shape == (1, 2, 6, 1)
 
 
-def test_bilinear_quant8_truncates_like_the_reference():
+def test_bilinear_quant8_rounds_half_up():
+    """A quantized image's interpolated value is rounded half up, as AOSP's (TFLite's reference)
+    kernel adds 0.5 before its cast; the goldens are the interpolation done by hand."""
     img = np.array([10, 20], np.uint8).reshape(1, 1, 2, 1)
     out = resize(BIL, img, 4, 1, t=T.TENSOR_QUANT8_ASYMM, scale=0.5, zp=3)
     np.testing.assert_array_equal(out.reshape(-1), [10, 15, 20, 20])
+    # columns sample 0, 0.5, 1, 1.5: the values 0, 1.5, 3, 3 (AOSP and ONNX Runtime give [0, 2, 3, 3])
+    half = resize(BIL, np.array([0, 3], np.uint8).reshape(1, 1, 2, 1), 4, 1, t=T.TENSOR_QUANT8_ASYMM, scale=0.5)
+    np.testing.assert_array_equal(half.reshape(-1), [0, 2, 3, 3])
+    # columns sample 0, 0.25, ..., 1.75: -7, -5.25, -3.5, -1.75, then 0; -5.5 above rounds up to -5
     signed = resize(BIL, np.array([-11, 0], np.int8).reshape(1, 1, 2, 1), 4, 1, False,
                     t=T.TENSOR_QUANT8_ASYMM_SIGNED, scale=0.5, zp=0)
-    np.testing.assert_array_equal(signed.reshape(-1), [-11, -5, 0, 0])   # -5.5 truncates toward 0
+    np.testing.assert_array_equal(signed.reshape(-1), [-11, -5, 0, 0])
+    quarters = resize(BIL, np.array([-7, 0], np.int8).reshape(1, 1, 2, 1), 8, 1, False,
+                      t=T.TENSOR_QUANT8_ASYMM_SIGNED, scale=0.5, zp=0)
+    np.testing.assert_array_equal(quarters.reshape(-1), [-7, -5, -3, -2, 0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("t, value", [(T.TENSOR_QUANT8_ASYMM, 46), (T.TENSOR_QUANT8_ASYMM_SIGNED, -18)])
+def test_bilinear_quant8_of_one_pixel_is_that_pixel(t, value):
+    """Every output of a one-pixel image is that pixel, though the float32 weights (sixths and
+    quarters) do not sum to exactly 1: a truncating cast gave 45 at 3 of the 24 places."""
+    img = np.array([value], np.uint8 if t == T.TENSOR_QUANT8_ASYMM else np.int8).reshape(1, 1, 1, 1)
+    out = resize(BIL, img, 6, 4, t=t, scale=0.25, zp=0)
+    assert out.shape == (1, 4, 6, 1)
+    assert (out == value).all()
 
 
 def test_float16_matches_hand_values():
