@@ -1,9 +1,11 @@
 """Building native drivers on the nnts-driver SDK (nnts/sdk) with the system compiler, for tests.
 
-The SDK's sources are compiled once per folder and linked with each driver; every build uses
--Wall -Wextra -Werror, as the SDK promises to build warning-free."""
+The SDK's sources are compiled once per pytest run (shared by every xdist worker) and linked with
+each driver; every build uses -Wall -Wextra -Werror, as the SDK promises to build warning-free."""
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -40,23 +42,51 @@ def _run(command: list[str]) -> None:
     assert done.returncode == 0, f"{' '.join(command[:3])} ... failed:\n{done.stderr[-4000:]}"
 
 
-def sdk_objects(folder: Path, extra: list[str] | None = None) -> list[Path]:
-    """The SDK compiled into folder (once: later calls reuse the objects)."""
+def objects_folder(tmp_path_factory) -> Path:
+    """Where this pytest run keeps the SDK's object files: a folder under pytest's per-user temporary
+    root shared by the run's xdist workers (never a shared /tmp path another user could plant)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    folder = shared / "nnts-sdk-objects"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def _key(command: list[str], source: Path) -> str:
+    """What an object depends on: the compiler and its flags, the source and the SDK's headers."""
+    digest = hashlib.sha256("\0".join(command).encode())
+    for path in [source, *sorted((SDK / "include").rglob("*"))]:
+        if path.is_file():
+            digest.update(str(path).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def sdk_objects(cache: Path, extra: list[str] | None = None) -> list[Path]:
+    """The SDK compiled into cache, once per compiler, flags and contents: later calls, in any
+    xdist worker, reuse the objects. A worker compiles holding the folder's lock (another waits
+    rather than compiling the same again) and renames each object into place whole."""
     _, cxx = compilers()
     objects = []
-    for name in SOURCES:
-        obj = folder / (Path(name).stem + ".o")
-        if not obj.exists():
-            _run([cxx, "-std=c++17", "-O2", *WARNINGS, *(extra or []), f"-I{SDK / 'include'}", "-c",
-                  str(SDK / "src" / name), "-o", str(obj)])
-        objects.append(obj)
+    with open(cache / "compiling.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name in SOURCES:
+            source = SDK / "src" / name
+            command = [cxx, "-std=c++17", "-O2", *WARNINGS, *(extra or []), f"-I{SDK / 'include'}", "-c", str(source)]
+            obj = cache / f"{Path(name).stem}-{_key(command, source)}.o"
+            if not obj.exists():
+                partial = cache / f"{obj.stem}.{os.getpid()}.tmp.o"
+                _run([*command, "-o", str(partial)])
+                os.replace(partial, obj)
+            objects.append(obj)
     return objects
 
 
-def build(source: Path, folder: Path, name: str, extra: list[str] | None = None) -> Path:
-    """A driver from one C or C++ source file, linked with the SDK; the binary's path."""
+def build(source: Path, folder: Path, name: str, cache: Path, extra: list[str] | None = None) -> Path:
+    """A driver from one C or C++ source file, linked with the SDK (its objects from cache, see
+    objects_folder); the binary's path."""
     cc, cxx = compilers()
-    objects = sdk_objects(folder, extra)
+    objects = sdk_objects(cache, extra)
     binary = folder / name
     if source.suffix == ".c":
         obj = folder / (name + ".o")

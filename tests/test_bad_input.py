@@ -455,8 +455,13 @@ def test_ctrl_c_inside_a_file_keeps_its_completed_tests(tmp_path):
     rows, the one running and the one not yet run are skipped rows saying so; JSON and JUnit written."""
     out, junit = tmp_path / "r.json", tmp_path / "r.xml"
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    run = subprocess.Popen([sys.executable, "-m", "nnts", "vectors", "run", str(ARITHMETIC), "-j", "1",
-                            "-q", "--driver", FAULTY + "hangs_on_mul", "--json", str(out), "--junitxml", str(junit)],
+    # A terminal's foreground job: SIGINT not ignored, even where this test's own process inherited
+    # it ignored (started in the background by a script), which the run would inherit too.
+    foreground = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                  "os.execv(sys.argv[1], sys.argv[1:])")
+    run = subprocess.Popen([sys.executable, "-c", foreground, sys.executable, "-m", "nnts", "vectors", "run",
+                            str(ARITHMETIC), "-j", "1", "-q", "--driver", FAULTY + "hangs_on_mul", "--json", str(out),
+                            "--junitxml", str(junit)],
                            cwd=ROOT, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240

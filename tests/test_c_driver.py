@@ -45,13 +45,18 @@ def sdk_build(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def c_driver(sdk_build) -> Path:
-    return native.build(native.C_EXAMPLE, sdk_build, "nnts_example_driver")
+def sdk_cache(tmp_path_factory) -> Path:
+    return native.objects_folder(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
-def cpp_driver(sdk_build) -> Path:
-    return native.build(native.CPP_EXAMPLE, sdk_build, "example_driver")
+def c_driver(sdk_build, sdk_cache) -> Path:
+    return native.build(native.C_EXAMPLE, sdk_build, "nnts_example_driver", sdk_cache)
+
+
+@pytest.fixture(scope="module")
+def cpp_driver(sdk_build, sdk_cache) -> Path:
+    return native.build(native.CPP_EXAMPLE, sdk_build, "example_driver", sdk_cache)
 
 
 @pytest.fixture(params=["c", "cpp"])
@@ -325,10 +330,10 @@ int main(int argc, char **argv)
 '''
 
 
-def test_a_driver_that_dies_leaves_one_line_naming_the_message(sdk_build, tmp_path):
+def test_a_driver_that_dies_leaves_one_line_naming_the_message(sdk_build, sdk_cache, tmp_path):
     source = tmp_path / "crashy.c"
     source.write_text(CRASHING_DRIVER)
-    binary = native.build(source, sdk_build, "crashy")
+    binary = native.build(source, sdk_build, "crashy", sdk_cache)
     w = Writer()
     wire.write_model(w, _add_model(), None)
     body = b"".join(w.parts)
@@ -420,7 +425,7 @@ def test_hardware_buffers_reach_the_driver_with_their_description(example, versi
         device.close()
 
 
-def test_the_remote_fuzz_harness_runs_against_an_sdk_driver_process(c_driver, sdk_build, tmp_path):
+def test_the_remote_fuzz_harness_runs_against_an_sdk_driver_process(c_driver, sdk_build, sdk_cache, tmp_path):
     """`nnts fuzz --harness remote --driver remote:SDK_DRIVER` feeds its frames to the driver's own
     server (a process per input): the example survives them, and a driver that dies is a finding."""
     from nnts.fuzz import harnesses, targets
@@ -438,7 +443,7 @@ def test_the_remote_fuzz_harness_runs_against_an_sdk_driver_process(c_driver, sd
         device.close()
     source = tmp_path / "crashy_prepare.c"  # the crashing driver, crashing in prepare too
     source.write_text(CRASHING_DRIVER.replace('return nnts_fail(e, NNTS_GENERAL_FAILURE, "no"); }', "(void)e; abort(); }", 1))
-    crashy = load_driver(f"remote:{shlex.quote(str(native.build(source, sdk_build, 'crashy_prepare')))}")
+    crashy = load_driver(f"remote:{shlex.quote(str(native.build(source, sdk_build, 'crashy_prepare', sdk_cache)))}")
     try:
         harness = targets.make("remote", crashy, corpus)
         with pytest.raises(harnesses.Finding, match="SIGABRT"):

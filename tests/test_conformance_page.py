@@ -63,7 +63,8 @@ document.getElementById("f").onload = function () {
 def c_driver_binary(tmp_path_factory):
     if native.compilers() is None:
         pytest.skip(native.missing_compiler_reason())
-    return native.build(native.C_EXAMPLE, tmp_path_factory.mktemp("c_driver"), "nnts_example_driver")
+    return native.build(native.C_EXAMPLE, tmp_path_factory.mktemp("c_driver"), "nnts_example_driver",
+                        native.objects_folder(tmp_path_factory))
 
 
 def _env() -> dict:

@@ -220,7 +220,8 @@ def served(request, tmp_path_factory):
         folder = tmp_path_factory.mktemp("hints_driver")
         source = folder / "hints_driver.c"
         source.write_text(HINTS_DRIVER)
-        device = load_driver(f"remote:{shlex.quote(str(native.build(source, folder, 'hints_driver')))}")
+        binary = native.build(source, folder, "hints_driver", native.objects_folder(tmp_path_factory))
+        device = load_driver(f"remote:{shlex.quote(str(binary))}")
     yield device
     device.close()
 

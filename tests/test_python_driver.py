@@ -38,14 +38,16 @@ def _load_example():
 toy_driver = _load_example()
 
 
-def _suite(tmp_path: Path, driver: str, *args: str, pythonpath: list[Path] = ()) -> tuple[int, str, dict]:
-    """``pytest ARGS`` with the example on PYTHONPATH, as the example's README runs it: the exit
-    code, the output, and test id -> (passed | failed | skipped, message)."""
+def _suite(tmp_path: Path, driver: str, *args: str, pythonpath: list[Path] = (),
+           workers: tuple[str, ...] = ("-n", "2")) -> tuple[int, str, dict]:
+    """``pytest ARGS`` with the example on PYTHONPATH, as the example's README runs it (under xdist;
+    workers=() for one process where xdist is not what a test checks): the exit code, the output,
+    and test id -> (passed | failed | skipped, message)."""
     report = tmp_path / "report.json"
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
                PYTHONPATH=os.pathsep.join(str(p) for p in [*pythonpath, EXAMPLE]))
     env.pop("NNTS_DRIVER", None)
-    command = [sys.executable, "-m", "pytest", *args, "-q", "-n", "2", "-p", "no:cacheprovider",
+    command = [sys.executable, "-m", "pytest", *args, "-q", *workers, "-p", "no:cacheprovider",
                "--no-shared-vectors", "--reproducers", str(tmp_path / "reproducers"), "--driver", driver,
                "--report", str(report)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
@@ -79,7 +81,7 @@ def test_cts_and_vts_pass_on_add_float32(tmp_path):
 
 def test_device_level_vts_passes(tmp_path):
     """Capabilities, name, type, feature level, cache files, extensions; deadlines and priorities."""
-    code, output, outcomes = _suite(tmp_path, DRIVER, "vts/test_basic.py", "vts/test_qos.py")
+    code, output, outcomes = _suite(tmp_path, DRIVER, "vts/test_basic.py", "vts/test_qos.py", workers=())
     assert code == 0, output[-4000:]
     assert not [n for n, (outcome, _) in outcomes.items() if outcome == "failed"]
     passed = {n for n, (outcome, _) in outcomes.items() if outcome == "passed"}
@@ -114,7 +116,7 @@ def test_without_its_validation_the_driver_fails_vts(tmp_path):
     (tmp_path / "lax_driver.py").write_text(LAX_DRIVER)
     code, output, outcomes = _suite(tmp_path, "lax_driver:make_device", "vts/test_validate_model.py",
                                     "vts/test_validate_request.py", "-m", "op_ADD and dtype_TENSOR_FLOAT32",
-                                    pythonpath=[tmp_path])
+                                    pythonpath=[tmp_path], workers=())
     assert code != 0
     failed = [n for n, (outcome, _) in outcomes.items() if outcome == "failed"]
     assert any("test_validate_model" in n for n in failed) and any("test_validate_request" in n for n in failed), \
