@@ -511,11 +511,13 @@ def make():
 '''
 
 
-def terminated_after(command, prepares, cwd, env):
+def terminated_after(command, prepares, cwd, env, sigint_ignored=False):
     """SIGTERM once the slow driver has prepared ``prepares`` models (some tests are done by
-    then, however loaded the machine), and the exit status with the output."""
+    then, however loaded the machine), and the exit status with the output. sigint_ignored: the
+    command starts as a script's background job does, with SIGINT ignored."""
+    ignore_sigint = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     process = subprocess.Popen(command, cwd=cwd, env=dict(os.environ, **env), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=ignore_sigint)
     log = cwd / "prepared.log"
     deadline = time.monotonic() + 300
     while not (log.is_file() and log.stat().st_size >= prepares):
@@ -539,10 +541,13 @@ def test_sigterm_keeps_the_results_of_nnts_vectors_run(tmp_path):
 
 
 def test_sigterm_keeps_the_report_of_nnts_test(tmp_path):
+    """Started as a CI script's background job (SIGINT ignored, which pytest inherits): SIGTERM
+    still ends the run with the report of what ran."""
     (tmp_path / "slow.py").write_text(SLOW_DRIVER)
     code, _, _ = terminated_after(
         [sys.executable, "-m", "nnts", "test", "cts", "--driver", "slow:make", "-k", "test_generated", "-p",
-         "no:randomly", "--no-shared-vectors", "--report", "out/r.json"], 25, tmp_path, {"PYTHONPATH": str(tmp_path)})
+         "no:randomly", "--no-shared-vectors", "--report", "out/r.json"], 25, tmp_path, {"PYTHONPATH": str(tmp_path)},
+        sigint_ignored=True)
     assert code != 0
     data = json.loads((tmp_path / "out" / "r.json").read_text())
     assert data["totals"].get("passed"), data["totals"]

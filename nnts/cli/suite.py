@@ -62,9 +62,10 @@ def main(argv: list[str]) -> int:
         # pytest in a process of its own: it rewrites the asserts of nnts's modules, which this one
         # has imported already.
         child = subprocess.Popen([*args, "--nnts-crash-folder", crash_folder, *argv])
-        # SIGTERM (a CI timeout, docker stop) reaches this process only: pytest is told as Ctrl-C
-        # tells it, and writes the reports of what ran.
-        signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGINT))
+        # SIGTERM (a CI timeout, docker stop) reaches this process only: it is passed on, and
+        # pytest (whose nnts plugin takes SIGTERM as Ctrl-C) writes the reports of what ran. Not
+        # as SIGINT: a run started in the background by a script inherits SIGINT ignored.
+        signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
         while True:
             try:
                 code = child.wait()
