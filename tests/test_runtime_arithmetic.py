@@ -33,7 +33,7 @@ def _ort_session(nodes, inputs, outputs, initializers):
 def ort_quantized_resize(x: np.ndarray, scale: float, zero_point: int, out_h: int, out_w: int, mode: str):
     """DequantizeLinear -> Resize (linear, ``mode``) -> QuantizeLinear of uint8 NCHW ``x`` on
     ONNX Runtime."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
     nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["real"]),
              helper.make_node("Resize", ["real", "", "", "sizes"], ["resized"], mode="linear",
