@@ -556,8 +556,9 @@ def pytest_sessionstart(session):
     folder = config.getoption("nnts_crash_folder")
     if folder and getattr(config.option, "dist", "no") == "no" and _in_process(config):
         import faulthandler
-        config.nnts_crash_log = os.fdopen(os.open(os.path.join(folder, "faulthandler.txt"),  # nnts test prints it
-                                                  os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w", encoding="utf-8")
+        fd = os.open(os.path.join(folder, "faulthandler.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+                     0o600)
+        config.nnts_crash_log = os.fdopen(fd, "w", encoding="utf-8")  # nnts test prints it
         faulthandler.enable(file=config.nnts_crash_log, all_threads=False)
         _capture_stderr_in(config, os.path.join(folder, "stderr.txt"))
         config.nnts_running = os.open(os.path.join(folder, "running.txt"),

@@ -172,5 +172,6 @@ def test_pytest_killed_between_tests_still_leaves_the_report_of_what_ran(team):
     assert "nnts: pytest was killed by SIGKILL, in no test" in out, out[-3000:]
     data = json.loads(report.read_text())
     statuses = {t["test"]: t["status"] for t in data["tests"]}
-    assert statuses == {"cts/test_generated.py::test_generated[ADD-TENSOR_FLOAT32-nnts_add_float32]": "passed"}, statuses
+    ran = "cts/test_generated.py::test_generated[ADD-TENSOR_FLOAT32-nnts_add_float32]"
+    assert statuses == {ran: "passed"}, statuses
     assert data["totals"].get("crashed", 0) == 0, data["totals"]
