@@ -1,9 +1,11 @@
-"""What the CTS tests share: a compilation of a model the driver must support whole."""
+"""What the CTS tests share: a compilation of a model the driver must support whole, and a random
+case's verdict."""
 from __future__ import annotations
 
 import pytest
 
 from nnapi_ref import Compilation, Model, OperationCode
+from nnts.runners.differential import CaseResult
 
 
 def compiled(model: Model, devices, cache: tuple | None = None) -> Compilation:
@@ -19,3 +21,16 @@ def compiled(model: Model, devices, cache: tuple | None = None) -> Compilation:
         compilation.set_caching(*cache)
     compilation.finish()
     return compilation
+
+
+def conclude(result: CaseResult, message: str | None = None) -> None:
+    """A random case's result as the test's verdict: skipped, an expected failure (a documented
+    class of the driver, :mod:`nnts.runners.known_classes`) or a failure, each saying ``message``
+    (the result's own unless given)."""
+    message = result.message if message is None else message
+    if result.status == "skip":
+        pytest.skip(message)
+    if result.status != "pass" and result.explained:
+        pytest.xfail(f"{result.explained}: {message}")
+    if result.status != "pass":
+        pytest.fail(message, pytrace=False)

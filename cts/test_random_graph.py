@@ -28,10 +28,11 @@ Rounding chains (``test_random_chain``, ``--random-chains N`` from ``--random-se
 supports and a SUB of a near copy of its result, which magnifies a one-step difference about six
 times (:mod:`nnts.generators.chains`): a rounding that goes the wrong way on many elements
 (truncating where NNAPI rounds), within every per-operation tolerance, fails the random-graph
-bias and MSE criteria there. Judged, shrunk and saved as the random graphs are. A failing case is shrunk one step at a time while it still fails (an operation
-or an output removed, then a dimension of the model inputs cut) and saved under ``--reproducers``
-as a test-vector file with the reference's outputs as expected values and the driver's beside
-them; the message names the remaining operations and their input shapes, and gives the replay
+bias and MSE criteria there. Judged, shrunk and saved as the random graphs are.
+
+A failing case is shrunk one step at a time while it still fails (an operation or an output
+removed, then a dimension of the model inputs cut) and saved under ``--reproducers`` as a
+test-vector file with the reference's outputs as expected values and the driver's beside them; the message names the remaining operations and their input shapes, and gives the replay
 command. Shrinking keeps the failure: a step counts only if the smaller model fails the same way
 (:func:`nnts.runners.differential.same_failure`). With an in-process driver the model is saved
 before the driver runs it (``crashed_random_graph_seed<S>.json``, removed once it returns): a driver
@@ -47,6 +48,7 @@ from __future__ import annotations
 import pytest
 
 from nnapi_ref.types import type_name
+from nnts.cts.support import conclude
 from nnts.generators import chains
 from nnts.generators.random_graphs import case_size
 from nnts.runners.differential import run_case
@@ -101,12 +103,7 @@ def test_random_graph(seed, devices, reference_devices, request, driver_spec, cr
     support = request.config.nnts_support()
     result = run_case(seed, devices, reference_devices, support.level, request.config.getoption("reproducers"),
                       driver_spec, support=support, crash_file=crash_reproducer)
-    if result.status == "skip":
-        pytest.skip(result.message)
-    if result.status != "pass" and result.explained:
-        pytest.xfail(f"{result.explained}: {result.message}")
-    if result.status != "pass":
-        pytest.fail(result.message, pytrace=False)
+    conclude(result)
 
 
 def test_random_chain(chain_seed, devices, reference_devices, request, driver_spec):
@@ -123,10 +120,5 @@ def test_random_chain(chain_seed, devices, reference_devices, request, driver_sp
                     f"supported)")
     result = run_case(graph.seed, devices, reference_devices, support.level, request.config.getoption("reproducers"),
                       driver_spec, graph=graph, support=support)
-    message = f"rounding chain seed {int(chain_seed)} ({chain_seed.operation} on {chain_seed.dtype}): {result.message}"
-    if result.status == "skip":
-        pytest.skip(message)
-    if result.status != "pass" and result.explained:
-        pytest.xfail(f"{result.explained}: {message}")
-    if result.status != "pass":
-        pytest.fail(message, pytrace=False)
+    conclude(result, f"rounding chain seed {int(chain_seed)} ({chain_seed.operation} on {chain_seed.dtype}): "
+                     f"{result.message}")

@@ -39,9 +39,8 @@ command.
 """
 from __future__ import annotations
 
-import pytest
-
 from nnapi_ref.types import type_name
+from nnts.cts.support import conclude
 from nnts.generators.single import case_operation
 from nnts.runners.differential import run_single
 
@@ -79,9 +78,4 @@ def test_random_operation(operation_seed, devices, reference_devices, request, d
     if result.graph is not None and result.graph.operations:
         graph = result.graph
         request.node.nnts_dtype = type_name(graph.operands[graph.operations[0].inputs[0]].type)
-    if result.status == "skip":
-        pytest.skip(result.message)
-    if result.status != "pass" and result.explained:  # a documented class of the driver (nnts.runners.known_classes)
-        pytest.xfail(f"{result.explained}: {result.message}")
-    if result.status != "pass":
-        pytest.fail(result.message, pytrace=False)
+    conclude(result)

@@ -548,24 +548,30 @@ def pytest_sessionstart(session):
     config = session.config
     path = getattr(config, "workerinput", {}).get("nnts_crash_log")
     if path:
-        import faulthandler
-        config.nnts_crash_log = open(path, "w", encoding="utf-8")  # noqa: SIM115 (open until the worker ends)
-        faulthandler.enable(file=config.nnts_crash_log, all_threads=False)
+        _dump_crash_stack_to(config, path)
         _capture_stderr_in(config, _stderr_log(path))
         return
     folder = config.getoption("nnts_crash_folder")
     if folder and getattr(config.option, "dist", "no") == "no" and _in_process(config):
-        import faulthandler
-        fd = os.open(os.path.join(folder, "faulthandler.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
-                     0o600)
-        config.nnts_crash_log = os.fdopen(fd, "w", encoding="utf-8")  # nnts test prints it
-        faulthandler.enable(file=config.nnts_crash_log, all_threads=False)
+        _dump_crash_stack_to(config, os.path.join(folder, "faulthandler.txt"))  # nnts test prints it
         _capture_stderr_in(config, os.path.join(folder, "stderr.txt"))
-        config.nnts_running = os.open(os.path.join(folder, "running.txt"),
-                                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        config.nnts_running = _private_file(os.path.join(folder, "running.txt"))
         gathered = config.pluginmanager.get_plugin("nnts-results")
         if gathered is not None and (config.getoption("report") or getattr(config.option, "xmlpath", None)):
             gathered.start_journal(config, os.path.join(folder, "results.jsonl"))
+
+
+def _private_file(path: str, access: int = os.O_WRONLY) -> int:
+    """A file of the run's private folder, made (or emptied) for this process, never through a link."""
+    return os.open(path, access | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+
+
+def _dump_crash_stack_to(config, path: str) -> None:
+    """faulthandler's dump of a crash to ``path`` (open until the process ends), where the process
+    that outlives this one reads it."""
+    import faulthandler
+    config.nnts_crash_log = os.fdopen(_private_file(path), "w", encoding="utf-8")
+    faulthandler.enable(file=config.nnts_crash_log, all_threads=False)
 
 
 def _stderr_log(crash_log: str) -> str:
@@ -582,7 +588,7 @@ def _capture_stderr_in(config, path: str) -> None:
     tmpfile = getattr(err, "tmpfile", None)
     if getattr(err, "targetfd", None) != 2 or not hasattr(tmpfile, "fileno"):
         return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    fd = _private_file(path, os.O_RDWR)
     os.dup2(fd, tmpfile.fileno())
     os.close(fd)
     if getattr(err, "_state", None) == "started":  # fd 2 is the old file's: point it at the new one
@@ -652,8 +658,7 @@ class ConformanceResults:
 
     def start_journal(self, config, path: str) -> None:
         from nnts.reports.results import run_meta
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        self.journal, self.config = os.fdopen(fd, "w", encoding="utf-8"), config
+        self.journal, self.config = os.fdopen(_private_file(path), "w", encoding="utf-8"), config
         config.add_cleanup(self.journal.close)
         baseline = config.getoption("baseline")
         self._write({"settings": {"reports": [os.path.abspath(p) for p in config.getoption("report")],
@@ -663,8 +668,8 @@ class ConformanceResults:
                                   "meta": run_meta(config, self.started, [], [])}})
 
     def _log(self, report, props: dict, records: list[dict]) -> None:
-        from nnts.formats.results import FAILING
-        from nnts.reports.results import is_variant, pytest_replay, vet_run_files
+        from nnts.reports.conformance import vet
+        from nnts.reports.results import pytest_replay
         config = self.config
         if "nnts_run" in props:
             self._write({"facts": self.run_facts})
@@ -673,10 +678,7 @@ class ConformanceResults:
                                      "props": {k: v for k, v in props.items() if k in _TEST_PROPERTIES}}})
         if records:
             copies = [dict(r) for r in records]  # as write_reports will make them
-            vet_run_files(copies, config.getoption("reproducers"), config.getoption("driver"))
-            for t in copies:
-                if t["status"] in FAILING and not t["replay"]:
-                    t["replay"] = pytest_replay(config, t["test"] or t["id"], t["variant"] if is_variant(t) else None)
+            vet(config, copies)
             self._write({"tests": copies})
 
     def _write(self, entry: dict) -> None:

@@ -201,24 +201,34 @@ def render(data: dict, others: list[dict] = (), folder: str | Path | None = None
 
 def write_reports(config, gathered) -> list[str]:
     """Every ``--report`` path of a pytest run: JSON for .json, else HTML; returns the lines to print."""
-    lines = []
     meta = results.run_meta(config, gathered.started, gathered.run_facts["drivers"], gathered.run_facts["corpora"])
     if gathered.run_facts.get("support"):
         meta["support"] = gathered.run_facts["support"]
-    comparison = None
-    if config.getoption("baseline"):
-        try:
-            earlier = results.load(config.getoption("baseline"))
-            comparison = dict(results.compare(gathered.tests, earlier["tests"]), path=config.getoption("baseline"))
-        except results.ResultsError as e:
-            lines.append(f"nnts: baseline not compared: {e}")
-    folder = config.getoption("reproducers")
-    results.vet_run_files(gathered.tests, folder, config.getoption("driver"))
-    for t in gathered.tests:
+    comparison, lines = _compared(gathered.tests, config.getoption("baseline"))
+    vet(config, gathered.tests)
+    data = results.to_json(meta, gathered.tests, comparison)
+    return lines + _write(data, config.getoption("report"), config.getoption("reproducers"))
+
+
+def vet(config, tests: list[dict]) -> None:
+    """A live run's records as its reports show them: their run files vetted
+    (:func:`nnts.reports.results.vet_run_files`), and a replay command for each failure without one."""
+    results.vet_run_files(tests, config.getoption("reproducers"), config.getoption("driver"))
+    for t in tests:
         if t["status"] in FAILING and not t["replay"]:
             t["replay"] = results.pytest_replay(config, t["test"] or t["id"], t["variant"] if results.is_variant(t) else None)
-    data = results.to_json(meta, gathered.tests, comparison)
-    return lines + _write(data, config.getoption("report"), folder)
+
+
+def _compared(tests: list[dict], baseline: str | None) -> tuple[dict | None, list[str]]:
+    """The comparison of ``tests`` with the ``baseline`` results file (None without one), and the
+    lines to print (a baseline that cannot be read is not compared)."""
+    if not baseline:
+        return None, []
+    try:
+        earlier = results.load(baseline)
+    except results.ResultsError as e:
+        return None, [f"nnts: baseline not compared: {e}"]
+    return dict(results.compare(tests, earlier["tests"]), path=baseline), []
 
 
 def _write(data: dict, paths: list[str], folder: str) -> list[str]:
@@ -281,13 +291,7 @@ def write_from_journal(journal: str, crashed: str | None, message: str | None) -
         results.vet_run_files(tests[-1:], folder, meta.get("driver_spec"))  # (the others were vetted as they ended)
         if not tests[-1]["replay"] and running.get("test") == crashed:
             tests[-1]["replay"] = running.get("replay")
-    lines, comparison = [], None
-    if settings.get("baseline"):
-        try:
-            earlier = results.load(settings["baseline"])
-            comparison = dict(results.compare(tests, earlier["tests"]), path=settings["baseline"])
-        except results.ResultsError as e:
-            lines.append(f"nnts: baseline not compared: {e}")
+    comparison, lines = _compared(tests, settings.get("baseline"))
     lines += _write(results.to_json(meta, tests, comparison), settings["reports"], folder)
     if settings.get("junitxml"):
         try:

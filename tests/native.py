@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from nnts.cli.aosp_driver import sdk_digest
 from nnts.cli.sdk import SDK, SOURCES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,13 +54,10 @@ def objects_folder(tmp_path_factory) -> Path:
     return folder
 
 
-def _key(command: list[str], source: Path) -> str:
-    """What an object depends on: the compiler and its flags, the source and the SDK's headers."""
-    digest = hashlib.sha256("\0".join(command).encode())
-    for path in [source, *sorted((SDK / "include").rglob("*"))]:
-        if path.is_file():
-            digest.update(str(path).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:20]
+def _key(command: list[str], source: Path, headers: str) -> str:
+    """What an object depends on: the compiler and its flags, the source and the SDK's headers
+    (``headers``: their digest)."""
+    return hashlib.sha256("\0".join([*command, headers]).encode() + source.read_bytes()).hexdigest()[:20]
 
 
 def sdk_objects(cache: Path, extra: list[str] | None = None) -> list[Path]:
@@ -67,13 +65,14 @@ def sdk_objects(cache: Path, extra: list[str] | None = None) -> list[Path]:
     xdist worker, reuse the objects. A worker compiles holding the folder's lock (another waits
     rather than compiling the same again) and renames each object into place whole."""
     _, cxx = compilers()
+    headers = sdk_digest()
     objects = []
     with open(cache / "compiling.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for name in SOURCES:
             source = SDK / "src" / name
             command = [cxx, "-std=c++17", "-O2", *WARNINGS, *(extra or []), f"-I{SDK / 'include'}", "-c", str(source)]
-            obj = cache / f"{Path(name).stem}-{_key(command, source)}.o"
+            obj = cache / f"{Path(name).stem}-{_key(command, source, headers)}.o"
             if not obj.exists():
                 partial = cache / f"{obj.stem}.{os.getpid()}.tmp.o"
                 _run([*command, "-o", str(partial)])

@@ -449,13 +449,13 @@ def write_model(w: Writer, model: hal.Model, place_constant) -> None:
             else:
                 raw = constant_bytes(o)
                 if raw.nbytes <= INLINE_LIMIT:
+                    offset = blob_size
                     blob.append(raw.tobytes())
-                    if plain:
-                        w.parts.append(_INLINE_PLAIN.pack(VALUE_INLINE, blob_size, raw.nbytes, 0, 0))
-                        blob_size += raw.nbytes
-                        continue
-                    w.parts.append(_INLINE.pack(VALUE_INLINE, blob_size, raw.nbytes))
                     blob_size += raw.nbytes
+                    if plain:
+                        w.parts.append(_INLINE_PLAIN.pack(VALUE_INLINE, offset, raw.nbytes, 0, 0))
+                        continue
+                    w.parts.append(_INLINE.pack(VALUE_INLINE, offset, raw.nbytes))
                 else:
                     w.u8(VALUE_REGION)
                     write_region_ref(w, place_constant(raw))

@@ -274,13 +274,8 @@ def execute_chain(compilation: Compilation, a: np.ndarray, b: np.ndarray, mode: 
 def chain(a: np.ndarray, b: np.ndarray, type_: ChainType | None = None) -> np.ndarray:
     """What :func:`chain_model` computes, in numpy float32; for a quantized ``type_``, from stored
     inputs, each operation's result requantized, as stored values."""
-    if type_ is not None and type_.quantized:
-        x, y = type_.real(a), type_.real(b)
-        s = type_.real(type_.stored(x + y))
-        p = type_.real(type_.stored(s * y))
-        return type_.stored(p + x)
-    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
-    return (a + b) * b + a
+    type_ = type_ or FLOAT32
+    return type_.combine(np.add, type_.combine(np.multiply, type_.combine(np.add, a, b), b), a)
 
 
 # BOX_WITH_NMS_LIMIT's threshold: a box is kept when its score is above it.
