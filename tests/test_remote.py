@@ -666,3 +666,121 @@ def test_a_driver_failing_the_supported_operations_query_is_asked_each_time(tmp_
     finally:
         miscounts.close()
         reference.close()
+
+
+# -- many independent calls, sent together -----------------------------------------------------------
+
+def _invalid_chain_model() -> hal.Model:
+    model = hal_chain_model()
+    model.main.operations[0] = hal.Operation(-1, model.main.operations[0].inputs, model.main.operations[0].outputs)
+    return model
+
+
+def _writes(monkeypatch, device) -> list:
+    """The writes of requests to ``device``'s driver process from now on."""
+    writes = []
+    transport = device.live().transport
+    send = transport.send
+
+    def counting(data):
+        writes.append(len(data))
+        return send(data)
+    monkeypatch.setattr(transport, "send", counting)
+    return writes
+
+
+def _outcome(result):
+    """What a call came to, comparable between drivers: the flags, a prepared model, or the error's status."""
+    if isinstance(result, HalError):
+        return result.status
+    return "prepared" if isinstance(result, hal.PreparedModel) else list(result)
+
+
+def test_models_checked_together_are_answered_as_one_by_one_in_one_write(monkeypatch):
+    """VTS's invalid models go to a driver process together: the answers are those the calls get
+    one by one (values, and errors with their status), in order, for one write of requests; a
+    prepared model among them works; a batch over TOGETHER_BYTES goes in several writes."""
+    device = load_driver(SERVE_REFERENCE)
+    try:
+        valid, invalid = hal_chain_model(), _invalid_chain_model()
+        medium = PriorityCode.MEDIUM
+        calls = [(valid,), (invalid,), (invalid, PreferenceCode.FAST_SINGLE_ANSWER, medium), (valid, 99, medium),
+                 (valid, PreferenceCode.SUSTAINED_SPEED, medium), (valid,)]
+        one_by_one = []
+        for model, *settings in calls:
+            try:
+                one_by_one.append(device.prepare_model(model, *settings, None, (), (), None) if settings else
+                                  device.get_supported_operations(model))
+            except HalError as e:
+                one_by_one.append(e)
+        writes = _writes(monkeypatch, device)
+        together = device.check_models(calls)
+        assert len(writes) == 1
+        assert [_outcome(r) for r in together] == [_outcome(r) for r in one_by_one] == [
+            [True, True, True], ErrorStatus.INVALID_ARGUMENT, ErrorStatus.INVALID_ARGUMENT,
+            ErrorStatus.INVALID_ARGUMENT, "prepared", [True, True, True]]
+        assert together[1].message == one_by_one[1].message
+        out = np.zeros_like(A)
+        request = hal.Request([hal.RequestArgument(hal.ArgumentLifetime.POINTER, 0, 0, a.nbytes, a)
+                               for a in (A, B)], [hal.RequestArgument(hal.ArgumentLifetime.POINTER, 0, 0, out.nbytes, out)],
+                              [])
+        together[4].execute_synchronously(request, False, None, 2_000_000_000)
+        np.testing.assert_allclose(out, chain(A, B))
+
+        monkeypatch.setattr(device.live(), "TOGETHER_BYTES", 1024)
+        many = [(_invalid_chain_model(), PreferenceCode.FAST_SINGLE_ANSWER, medium) for _ in range(12)]
+        writes.clear()
+        assert [_outcome(r) for r in device.check_models(many)] == [ErrorStatus.INVALID_ARGUMENT] * 12
+        assert 3 <= len(writes) <= 12 and max(writes) <= 1024 + 512, writes
+    finally:
+        device.close()
+
+
+STOPS_PREPARING_ONE_OPERATION = """
+import os, time
+from nnapi_ref.drivers.reference import ReferenceDevice
+class Aborts(ReferenceDevice):
+    def prepare_model(self, model, *args):
+        if len(model.main.operations) == 1:
+            os.abort()
+        return super().prepare_model(model, *args)
+class Hangs(ReferenceDevice):
+    def prepare_model(self, model, *args):
+        if len(model.main.operations) == 1:
+            time.sleep(600)
+        return super().prepare_model(model, *args)
+"""
+
+
+@pytest.mark.parametrize("stop", ["Aborts", "Hangs"])
+def test_a_driver_that_dies_in_a_batch_fails_the_calls_after_it_once(tmp_path, monkeypatch, stop):
+    """A crash or hang in the middle of calls sent together is one incident: that call gets
+    DEAD_OBJECT with the verdict, each other call its answer or (in flight when the driver died)
+    the same DEAD_OBJECT, and the next call gets a fresh process. (The server runs a call still
+    running after 5 ms beside the next ones, so calls before and after may be answered or not.)"""
+    (tmp_path / "stops.py").write_text(STOPS_PREPARING_ONE_OPERATION)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    device = load_driver(f"remote:nnts serve stops:{stop}")
+    try:
+        device.live().prepare_timeout_s = HANG_BUDGET_S
+        before = device.incidents.mark()
+        one = add_model((4,), input_dims=(4,)).hal_model
+        fast = PreferenceCode.FAST_SINGLE_ANSWER
+        results = device.check_models([(hal_chain_model(),), (hal_chain_model(), fast, PriorityCode.MEDIUM),
+                                       (one, fast, PriorityCode.MEDIUM), (hal_chain_model(),)])
+        incidents = device.incidents.since(before)
+        verdict = "CRASH" if stop == "Aborts" else "HANG"
+        assert [i.kind for i in incidents] == [verdict.lower()]
+        stopped = results[2]
+        assert isinstance(stopped, HalError) and stopped.status == ErrorStatus.DEAD_OBJECT
+        assert stopped.message.startswith(verdict) and stopped.message == incidents[0].message
+        if stop == "Hangs":
+            assert f"did not return from prepare_model within {HANG_BUDGET_S:g} s" in stopped.message
+        for result, answer in zip([results[0], results[1], results[3]], [[True, True, True], "prepared",
+                                                                         [True, True, True]]):
+            assert _outcome(result) == answer or (_outcome(result) == ErrorStatus.DEAD_OBJECT and
+                                                  result.message == stopped.message), result
+        assert device.get_supported_operations(hal_chain_model()) == [True, True, True]
+        assert device.restarts == 1
+    finally:
+        device.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pytest
@@ -534,28 +534,39 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("mutation_case", ordering.first_pass_params(metafunc, params))
 
 
-def check_rejected(driver, model: hal.Model, preference, priority) -> str | None:
-    """Why the driver's handling of an invalid model is wrong; None if it rejected it properly."""
-    valid_settings = preference in set(PreferenceCode) and priority in (PriorityCode.LOW, PriorityCode.MEDIUM,
-                                                                        PriorityCode.HIGH)
-    if valid_settings:  # get_supported_operations takes no preference or priority
+def _valid_settings(preference, priority) -> bool:
+    return preference in set(PreferenceCode) and priority in (PriorityCode.LOW, PriorityCode.MEDIUM, PriorityCode.HIGH)
+
+
+def ask(driver, calls: Iterable[tuple]) -> list:
+    """The driver's answer to each call, ``(model,)`` for get_supported_operations or ``(model,
+    preference, priority)`` for prepare_model (a value, or the exception raised): all sent
+    together where the driver is in another process (one round trip for many), else one by one."""
+    check_models = getattr(driver, "check_models", None)
+    if check_models is not None:
+        return check_models(calls)
+    results = []
+    for model, *settings in calls:
         try:
-            flags = driver.get_supported_operations(model)
-            return f"get_supported_operations accepted it (returned {list(flags)})"
-        except HalError as e:
-            if e.status != ErrorStatus.INVALID_ARGUMENT:
-                return f"get_supported_operations failed with {e.status.name}, not INVALID_ARGUMENT"
-        except Exception as e:
-            return f"get_supported_operations raised {type(e).__name__}: {e} (not a HalError)"
-    try:
-        prepared = driver.prepare_model(model, preference, priority, None, (), (), None)
-        return f"prepare_model accepted it (returned {type(prepared).__name__})"
-    except HalError as e:
-        if e.status != ErrorStatus.INVALID_ARGUMENT:
-            return f"prepare_model failed with {e.status.name}, not INVALID_ARGUMENT"
-    except Exception as e:
-        return f"prepare_model raised {type(e).__name__}: {e} (not a HalError)"
-    return None
+            results.append(driver.prepare_model(model, *settings, None, (), (), None) if settings else
+                           driver.get_supported_operations(model))
+        except Exception as e:  # kept without its frames: they hold the mutant and the driver's state
+            e.__traceback__ = e.__context__ = e.__cause__ = None
+            results.append(e)
+    return results
+
+
+def rejection_problem(what: str, result) -> str | None:
+    """Why the driver's answer to a call (``what``) about an invalid model is wrong; None if it
+    rejected the model properly (INVALID_ARGUMENT)."""
+    if isinstance(result, HalError):
+        return None if result.status == ErrorStatus.INVALID_ARGUMENT else \
+            f"{what} failed with {result.status.name}, not INVALID_ARGUMENT"
+    if isinstance(result, Exception):
+        return f"{what} raised {type(result).__name__}: {result} (not a HalError)"
+    if what == "prepare_model":
+        return f"{what} accepted it (returned {type(result).__name__})"
+    return f"{what} accepted it (returned {list(result)})"
 
 
 # Kinds whose mutants are invalid only by the signature of the mutated operation. A driver is asked
@@ -572,15 +583,26 @@ def test_validate_model(mutation_case: MutationCase, driver, request):
     if mutation_case.kind in SIGNATURE_KINDS and not all(driver.get_supported_operations(clone_model(original))):
         pytest.skip(f"unsupported: the driver does not implement every operation of {test.name}, and "
                     f"{mutation_case.kind} mutants are invalid only by an operation's signature")
-    problems = []
-    count = 0
-    for description, mutate in KINDS[mutation_case.kind](original):
-        model = clone_model(original)
-        preference, priority = mutate(model)
-        count += 1
-        problem = check_rejected(driver, model, preference, priority)
-        if problem:
-            problems.append(f"{description}: {problem}")
+    asked: list[tuple[int, str, str]] = []  # (mutant, its description, the method) per call, in order
+
+    def calls():
+        """The mutants' calls, each mutant made as its calls are taken (none kept alive longer)."""
+        for i, (description, mutate) in enumerate(KINDS[mutation_case.kind](original)):
+            model = clone_model(original)
+            preference, priority = mutate(model)
+            if _valid_settings(preference, priority):  # get_supported_operations takes no preference or priority
+                asked.append((i, description, "get_supported_operations"))
+                yield (model,)
+            asked.append((i, description, "prepare_model"))
+            yield (model, preference, priority)
+    results = ask(driver, calls())
+    first_problems: dict[int, str] = {}  # by mutant
+    for (i, description, what), result in zip(asked, results):
+        problem = rejection_problem(what, result)
+        if problem and i not in first_problems:
+            first_problems[i] = f"{description}: {problem}"
+    problems = list(first_problems.values())
+    count = len({i for i, _, _ in asked})
     if not count:
         pytest.skip(f"no {mutation_case.kind} mutation applies to this model")
     assert not problems, (f"{len(problems)} of {count} invalid models of kind {mutation_case.kind} (from "

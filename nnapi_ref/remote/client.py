@@ -30,7 +30,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -302,6 +302,16 @@ class _Staging:
     copy_back: list
 
 
+@dataclass
+class _Pending:
+    """A call of :meth:`RemoteDevice.check_models` sent, its reply to come: a prepare, or a
+    query of a model of ``operations`` operations (``whole``: its encoding, or None)."""
+
+    prepare: bool
+    whole: bytes | None = None
+    operations: int = 0
+
+
 class _AsyncExecution:
     def __init__(self, callback: hal.ExecutionCallback, staging: _Staging, owner):
         self.callback, self.staging, self.owner = callback, staging, owner
@@ -440,9 +450,65 @@ class Connection:
         return self._call(msg, w, what, regions, async_execution)
 
     def _call(self, msg: Msg, w: Writer, what: str, regions, async_execution) -> Reader:
+        call_id, waiter = self._register(msg, async_execution)
+        self._send(w.finish(msg, call_id), regions)
+        return self._answer(waiter, what)
+
+    TOGETHER_BYTES = 1 << 15  # requests sent in one write at most: always within a pipe's buffer
+
+    def calls_together(self, calls: Sequence[tuple[Msg, Writer, str, list]]) -> list[Reader | HalError]:
+        """Several requests (message, body, what for a hang's message, regions), sent together and
+        answered in their order: the reply to each, or the HalError it came to. One round trip for
+        up to TOGETHER_BYTES of requests instead of one each; the server reads them as calls in
+        flight together, which the protocol allows. Under tracing (spans are per call) they go one
+        by one."""
+        results: list[Reader | HalError] = []
+        if trace.on:
+            for msg, w, what, regions in calls:
+                try:
+                    results.append(self.call(msg, w, what, regions))
+                except HalError as e:
+                    results.append(e)
+            return results
+        batch, size = [], 0
+        for call in calls:
+            call_size = wire.HEADER.size + sum(len(p) for p in call[1].parts)
+            if batch and size + call_size > self.TOGETHER_BYTES:
+                results += self._batch(batch)
+                batch, size = [], 0
+            batch.append(call)
+            size += call_size
+        return results + self._batch(batch)
+
+    def _batch(self, calls) -> list[Reader | HalError]:
+        """Send ``calls`` in one write, then take their replies in order."""
+        waiters, frames, regions = [], [], []
+        for msg, w, what, call_regions in calls:
+            try:
+                call_id, waiter = self._register(msg)
+            except HalError as e:
+                waiters.append((e, what))
+                continue
+            waiters.append((waiter, what))
+            frames.append(w.finish(msg, call_id))
+            regions.extend(call_regions)
+        if frames:
+            self._send(b"".join(frames), regions)
+        self._wait([(w, what) for w, what in waiters if not isinstance(w, HalError)])
+        results: list[Reader | HalError] = []
+        for waiter, _ in waiters:
+            try:
+                results.append(waiter if isinstance(waiter, HalError) else self._reply(waiter))
+            except HalError as e:
+                results.append(e)
+        return results
+
+    def _register(self, msg: Msg, async_execution: _AsyncExecution | None = None) -> tuple[int, _Waiter]:
+        """A call id and the waiter for its reply, registered before the connection dies, or
+        refused (DEAD_OBJECT): never stranded."""
         call_id = next(self._ids)
         waiter = _Waiter(msg)
-        with self._lock:  # registered before the connection dies, or refused: never stranded
+        with self._lock:
             dead = bool(self.dead)
             if not dead:
                 self._pending[call_id] = waiter
@@ -450,20 +516,37 @@ class Connection:
                     self._async[call_id] = async_execution
         if dead:
             raise self.dead_error()
-        self._send(w.finish(msg, call_id), regions)
-        timeout_s = self.prepare_timeout_s if msg in _SLOW else self.call_timeout_s
+        return call_id, waiter
+
+    def _answer(self, waiter: _Waiter, what: str) -> Reader:
+        self._wait([(waiter, what)])
+        return self._reply(waiter)
+
+    def _wait(self, waiters: list[tuple[_Waiter, str]]) -> None:
+        """Wait for the replies to sent calls, in order, each within its own time from when it is
+        waited for, reading them (and delivering other threads' replies) unless another thread
+        reads; a call not answered in time is a hang, which kills the driver and ends them all."""
+        if not waiters:
+            return
         if self._take_reading():
             try:
-                answered = self._read_until(waiter, time.monotonic() + timeout_s)
-            except BaseException:
-                answered = True  # (a KeyboardInterrupt, say): the reading passes on all the same
-                raise
+                for waiter, what in waiters:
+                    timeout_s = self.prepare_timeout_s if waiter.request in _SLOW else self.call_timeout_s
+                    answered = self._read_until(waiter, time.monotonic() + timeout_s)
+                    if not answered:
+                        self._hung(what, timeout_s)
+                        break
             finally:
-                if not answered:
-                    self._hung(what, timeout_s)
                 self._leave_reading()
-        elif not waiter.done.acquire(timeout=timeout_s):
-            self._hung(what, timeout_s)
+            return
+        for waiter, what in waiters:
+            timeout_s = self.prepare_timeout_s if waiter.request in _SLOW else self.call_timeout_s
+            if not waiter.done.acquire(timeout=timeout_s):
+                self._hung(what, timeout_s)
+                break
+
+    def _reply(self, waiter: _Waiter) -> Reader:
+        """A Reader over an answered call's reply, or the HalError it came to."""
         if waiter.error is not None:
             raise waiter.error
         reply, body = waiter.reply
@@ -859,6 +942,7 @@ class RemoteDevice(hal.Device):
                 if known is model:
                     w.parts.append(encoded)
                     staging.regions.extend(regions)
+                    staging.made.extend(made)  # alive while the call is, whatever becomes of the entry
                     return None if regions else encoded
         part = Writer()
         entry_staging = _Staging([], [], [], [])
@@ -869,6 +953,7 @@ class RemoteDevice(hal.Device):
                 self._encoded[:self.MODELS_KEPT - 1]
         w.parts.append(encoded)
         staging.regions.extend(entry_staging.regions)
+        staging.made.extend(entry_staging.made)
         return None if entry_staging.regions else encoded
 
     def _encode_model(self, w: Writer, model: hal.Model, staging: _Staging) -> None:
@@ -899,6 +984,15 @@ class RemoteDevice(hal.Device):
         answers of the right length are kept: an error, or flags not one per operation, is asked
         again each time, so the runtime sees such a driver as it would in process."""
         connection = self.live()
+        request = self._supported_request(connection, model)
+        if isinstance(request, list):
+            return request
+        w, staging, whole = request
+        r = connection.call(Msg.GET_SUPPORTED_OPERATIONS, w, "get_supported_operations", staging.regions)
+        return self._supported_answer(connection, r, whole, len(model.main.operations))
+
+    def _supported_request(self, connection: Connection, model: hal.Model):
+        """The answer kept for ``model``, or (body, staging, the model's whole encoding or None)."""
         staging = connection.stage()
         w = Writer()
         whole = self._write_model(w, model, staging)
@@ -906,8 +1000,10 @@ class RemoteDevice(hal.Device):
             known = connection.supported_answers.get(whole)
             if known is not None:
                 return list(known)
-        r = connection.call(Msg.GET_SUPPORTED_OPERATIONS, w, "get_supported_operations", staging.regions)
+        return w, staging, whole
 
+    @staticmethod
+    def _supported_answer(connection: Connection, r: Reader, whole: bytes | None, operations: int) -> list[bool]:
         def read(r: Reader) -> list[bool]:
             n = r.count(1)
             flags = bytes(r.raw(n))
@@ -916,7 +1012,7 @@ class RemoteDevice(hal.Device):
                 raise ProtocolError("supported-operation flag other than 0 or 1")
             return [bool(b) for b in flags]
         answer = connection.decode(read, r)
-        if whole is not None and len(answer) == len(model.main.operations):
+        if whole is not None and len(answer) == operations:
             connection.supported_answers.put(whole, tuple(answer))
         return answer
 
@@ -927,22 +1023,85 @@ class RemoteDevice(hal.Device):
     def prepare_model(self, model, preference, priority, deadline_ns, model_cache, data_cache, token,
                       hints=hal.NO_HINTS):
         connection = self.live()
-        staging = connection.stage()
-        w = Writer()
-        self._write_model(w, model, staging)
         try:
-            w.i32(preference)
-            w.i32(priority)
-            w.optional_i64(_relative(deadline_ns))
             with _CacheFiles(model_cache, data_cache, connection.settings.shm_dir) as files:
-                files.write(w)
-                w.optional_bytes(token)
-                if connection.version >= wire.HINTS_VERSION:  # older servers: hints dropped, as a driver may
-                    wire.write_hints(w, hints)
+                w, staging = self._prepare_request(connection, model, preference, priority, deadline_ns, files, token,
+                                                   hints)
                 r = connection.call(Msg.PREPARE_MODEL, w, "prepare_model", staging.regions)
         except EncodeError as e:
             raise _invalid(e) from None
         return RemotePreparedModel(self, connection, connection.decode(_read_handle, r))
+
+    def _prepare_request(self, connection: Connection, model, preference, priority, deadline_ns, files: _CacheFiles,
+                         token, hints) -> tuple[Writer, _Staging]:
+        staging = connection.stage()
+        w = Writer()
+        self._write_model(w, model, staging)
+        w.i32(preference)
+        w.i32(priority)
+        w.optional_i64(_relative(deadline_ns))
+        files.write(w)
+        w.optional_bytes(token)
+        if connection.version >= wire.HINTS_VERSION:  # older servers: hints dropped, as a driver may
+            wire.write_hints(w, hints)
+        return w, staging
+
+    def check_models(self, calls: Iterable[tuple]) -> list:
+        """Several queries and compilations of models, sent together (one round trip for many:
+        :meth:`Connection.calls_together`) and answered in order, for tests that make many
+        independent calls (VTS's invalid models). Each call is ``(model,)`` for
+        get_supported_operations or ``(model, preference, priority)`` for prepare_model (no
+        deadline, cache or hints); each result is the method's value or the HalError it raised.
+        The driver sees the same calls in the same order, as calls in flight together. ``calls``
+        is taken once, each model encoded as it comes (a generator's models need not all live)."""
+        try:
+            connection = self.live()
+        except HalError as e:
+            return [e for _ in calls]
+        no_files = _CacheFiles((), (), connection.settings.shm_dir)
+        requests, results, stagings = [], [], []  # the stagings keep the models' shared memory alive
+        for model, *settings in calls:
+            try:
+                if settings:
+                    w, staging = self._prepare_request(connection, model, *settings, None, no_files, None,
+                                                       hal.NO_HINTS)
+                    request = (Msg.PREPARE_MODEL, w, "prepare_model", staging.regions)
+                    pending = (True,)
+                else:
+                    asked = self._supported_request(connection, model)
+                    if isinstance(asked, list):
+                        results.append(asked)
+                        continue
+                    w, staging, whole = asked
+                    request = (Msg.GET_SUPPORTED_OPERATIONS, w, "get_supported_operations", staging.regions)
+                    pending = (False, whole, len(model.main.operations))
+            except EncodeError as e:
+                results.append(_invalid(e))
+                continue
+            except HalError as e:
+                results.append(e)
+                continue
+            requests.append(request)
+            stagings.append(staging)
+            results.append(_Pending(*pending))
+        replies = iter(connection.calls_together(requests))
+        for i, result in enumerate(results):
+            if not isinstance(result, _Pending):
+                continue
+            reply = next(replies)
+            try:
+                if isinstance(reply, HalError):
+                    raise reply
+                if result.prepare:
+                    results[i] = RemotePreparedModel(self, connection, connection.decode(_read_handle, reply))
+                else:
+                    results[i] = self._supported_answer(connection, reply, result.whole, result.operations)
+            except HalError as e:
+                results[i] = e
+        for result in results:
+            if isinstance(result, HalError):  # without frames, which hold this batch's requests
+                result.__traceback__ = result.__context__ = result.__cause__ = None
+        return results
 
     def prepare_model_from_cache(self, deadline_ns, model_cache, data_cache, token):
         connection = self.live()
