@@ -721,9 +721,9 @@ def test_models_checked_together_are_answered_as_one_by_one_in_one_write(monkeyp
             ErrorStatus.INVALID_ARGUMENT, "prepared", [True, True, True]]
         assert together[1].message == one_by_one[1].message
         out = np.zeros_like(A)
-        request = hal.Request([hal.RequestArgument(hal.ArgumentLifetime.POINTER, 0, 0, a.nbytes, a)
-                               for a in (A, B)], [hal.RequestArgument(hal.ArgumentLifetime.POINTER, 0, 0, out.nbytes, out)],
-                              [])
+        pointer = hal.ArgumentLifetime.POINTER
+        request = hal.Request([hal.RequestArgument(pointer, 0, 0, a.nbytes, a) for a in (A, B)],
+                              [hal.RequestArgument(pointer, 0, 0, out.nbytes, out)], [])
         together[4].execute_synchronously(request, False, None, 2_000_000_000)
         np.testing.assert_allclose(out, chain(A, B))
 
