@@ -1052,7 +1052,7 @@ class RemoteDevice(hal.Device):
         independent calls (VTS's invalid models). Each call is ``(model,)`` for
         get_supported_operations or ``(model, preference, priority)`` for prepare_model (no
         deadline, cache or hints); each result is the method's value or the HalError it raised.
-        The driver sees the same calls in the same order, as calls in flight together. ``calls``
+        The driver is sent the same calls in the same order, as calls in flight together. ``calls``
         is taken once, each model encoded as it comes (a generator's models need not all live)."""
         try:
             connection = self.live()
