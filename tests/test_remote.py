@@ -699,7 +699,7 @@ def _outcome(result):
 def test_models_checked_together_are_answered_as_one_by_one_in_one_write(monkeypatch):
     """VTS's invalid models go to a driver process together: the answers are those the calls get
     one by one (values, and errors with their status), in order, for one write of requests; a
-    prepared model among them works; a batch over TOGETHER_BYTES goes in several writes."""
+    prepared model among them works; more than TOGETHER_BYTES or TOGETHER_CALLS go in several writes."""
     device = load_driver(SERVE_REFERENCE)
     try:
         valid, invalid = hal_chain_model(), _invalid_chain_model()
@@ -732,6 +732,12 @@ def test_models_checked_together_are_answered_as_one_by_one_in_one_write(monkeyp
         writes.clear()
         assert [_outcome(r) for r in device.check_models(many)] == [ErrorStatus.INVALID_ARGUMENT] * 12
         assert 3 <= len(writes) <= 12 and max(writes) <= 1024 + 512, writes
+
+        monkeypatch.setattr(device.live(), "TOGETHER_BYTES", 1 << 15)
+        monkeypatch.setattr(device, "TOGETHER_CALLS", 5)  # what lives at once: a batch's models
+        writes.clear()
+        assert [_outcome(r) for r in device.check_models(many)] == [ErrorStatus.INVALID_ARGUMENT] * 12
+        assert len(writes) == 3, writes
     finally:
         device.close()
 

@@ -1046,27 +1046,37 @@ class RemoteDevice(hal.Device):
             wire.write_hints(w, hints)
         return w, staging
 
+    TOGETHER_CALLS = 64  # calls sent together at most: their models' shared memory lives until the replies
+
     def check_models(self, calls: Iterable[tuple]) -> list:
-        """Several queries and compilations of models, sent together (one round trip for many:
-        :meth:`Connection.calls_together`) and answered in order, for tests that make many
-        independent calls (VTS's invalid models). Each call is ``(model,)`` for
+        """Several queries and compilations of models, sent together (one round trip for up to
+        TOGETHER_CALLS: :meth:`Connection.calls_together`) and answered in order, for tests that
+        make many independent calls (VTS's invalid models). Each call is ``(model,)`` for
         get_supported_operations or ``(model, preference, priority)`` for prepare_model (no
         deadline, cache or hints); each result is the method's value or the HalError it raised.
-        The driver is sent the same calls in the same order, as calls in flight together. ``calls``
-        is taken once, each model encoded as it comes (a generator's models need not all live)."""
+        The driver is sent the same calls in the same order, as calls in flight together.
+        ``calls`` is taken once, each model encoded as it comes (a generator's models need not
+        all live)."""
         try:
             connection = self.live()
         except HalError as e:
             return [e for _ in calls]
         no_files = _CacheFiles((), (), connection.settings.shm_dir)
-        requests, results, stagings = [], [], []  # the stagings keep the models' shared memory alive
+        results: list = []
+        batch: list[tuple[int, tuple, _Staging]] = []  # (result's index, request, its staging), to be sent
+
+        def send_batch() -> None:
+            replies = connection.calls_together([request for _, request, _ in batch])
+            for (i, _, _), reply in zip(batch, replies):
+                results[i] = self._checked(connection, results[i], reply)
+            batch.clear()
         for model, *settings in calls:
             try:
                 if settings:
                     w, staging = self._prepare_request(connection, model, *settings, None, no_files, None,
                                                        hal.NO_HINTS)
                     request = (Msg.PREPARE_MODEL, w, "prepare_model", staging.regions)
-                    pending = (True,)
+                    pending = _Pending(True)
                 else:
                     asked = self._supported_request(connection, model)
                     if isinstance(asked, list):
@@ -1074,34 +1084,34 @@ class RemoteDevice(hal.Device):
                         continue
                     w, staging, whole = asked
                     request = (Msg.GET_SUPPORTED_OPERATIONS, w, "get_supported_operations", staging.regions)
-                    pending = (False, whole, len(model.main.operations))
+                    pending = _Pending(False, whole, len(model.main.operations))
             except EncodeError as e:
                 results.append(_invalid(e))
                 continue
             except HalError as e:
                 results.append(e)
                 continue
-            requests.append(request)
-            stagings.append(staging)
-            results.append(_Pending(*pending))
-        replies = iter(connection.calls_together(requests))
-        for i, result in enumerate(results):
-            if not isinstance(result, _Pending):
-                continue
-            reply = next(replies)
-            try:
-                if isinstance(reply, HalError):
-                    raise reply
-                if result.prepare:
-                    results[i] = RemotePreparedModel(self, connection, connection.decode(_read_handle, reply))
-                else:
-                    results[i] = self._supported_answer(connection, reply, result.whole, result.operations)
-            except HalError as e:
-                results[i] = e
+            batch.append((len(results), request, staging))
+            results.append(pending)
+            if len(batch) >= self.TOGETHER_CALLS:
+                send_batch()
+        if batch:
+            send_batch()
         for result in results:
-            if isinstance(result, HalError):  # without frames, which hold this batch's requests
+            if isinstance(result, HalError):  # without frames, which hold the requests of a batch
                 result.__traceback__ = result.__context__ = result.__cause__ = None
         return results
+
+    def _checked(self, connection: Connection, pending: _Pending, reply: Reader | HalError):
+        """A call of :meth:`check_models` answered: its value, or the HalError it came to."""
+        try:
+            if isinstance(reply, HalError):
+                return reply
+            if pending.prepare:
+                return RemotePreparedModel(self, connection, connection.decode(_read_handle, reply))
+            return self._supported_answer(connection, reply, pending.whole, pending.operations)
+        except HalError as e:
+            return e
 
     def prepare_model_from_cache(self, deadline_ns, model_cache, data_cache, token):
         connection = self.live()
