@@ -494,7 +494,7 @@ class Connection:
             regions.extend(call_regions)
         if frames:
             self._send(b"".join(frames), regions)
-        self._wait([(w, what) for w, what in waiters if not isinstance(w, HalError)])
+        self._wait([(waiter, what) for waiter, what in waiters if not isinstance(waiter, HalError)])
         results: list[Reader | HalError] = []
         for waiter, _ in waiters:
             try:
